@@ -1,0 +1,28 @@
+# data.mk: the data pipeline (issue 3): fox_data, test_data and `make test-data`.
+# Included from the main Makefile, which sets CC, CFLAGS and PYTHON; the defaults below let it
+# also run alone (make -f data.mk test-data).
+CC ?= gcc
+CFLAGS ?= -O2 -std=c11 -Wall -Wextra -fopenmp
+PYTHON ?= /usr/bin/python3
+NPM ?= npm
+DATA_LIBS = -lblosc -lm
+DATA_HEADERS = dataloader.h tokenizer.h fox/zarr.h fox/data_common.h fox/rng.h
+
+fox_data: fox_data.c $(DATA_HEADERS)
+	$(CC) $(CFLAGS) -I. -o $@ fox_data.c $(DATA_LIBS)
+
+test_data: test_data.c $(DATA_HEADERS)
+	$(CC) $(CFLAGS) -I. -o $@ test_data.c $(DATA_LIBS)
+
+# js-tiktoken (the independent reference tokenizer), installed once into test/data/node_modules.
+test/data/node_modules/js-tiktoken/package.json:
+	cd test/data && $(NPM) install --no-save --no-audit --no-fund --loglevel=error js-tiktoken@1
+
+test-data: fox_data test_data test/data/node_modules/js-tiktoken/package.json
+	PYTHON=$(PYTHON) ./test_data
+
+# Rebuild the bundled corpus (data/train.bin, data/val.bin) from Debian packages; see dev/data/README.md.
+data-bundled: fox_data
+	sh dev/data/build_bundled.sh
+
+.PHONY: test-data data-bundled

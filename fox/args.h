@@ -1,0 +1,190 @@
+// fox/args.h: the command line shared by train_fox_cpu and train_fox (one table makes both the
+// parser and --help). Model switches left unset follow the --model preset.
+#ifndef FOX_ARGS_H
+#define FOX_ARGS_H
+
+#include <errno.h>
+#include "config.h"
+
+// F(kind, field, flag, default, help). kind: STR, INT, I64 (accepts K/M/G and Ki/Mi/Gi suffixes),
+// FLT, SW (on/off/1/0, unset = preset), FG (forget-gate kind, unset = preset), BOOL (bare flag).
+#define FOX_FLAGS(F) \
+    F(STR, model, "model", "fox-pro", "preset: fox-pro | fox-llama | transformer-pro | transformer-llama") \
+    F(INT, layers, "layers", 12, "number of blocks") \
+    F(INT, dim, "dim", 768, "d_model") \
+    F(INT, heads, "heads", 12, "attention heads (head_dim = dim/heads)") \
+    F(INT, vocab, "vocab", 50257, "vocabulary size (GPT-2: 50257; SlimPajama/LLaMA: 32000)") \
+    F(INT, mlp_hidden, "mlp-hidden", 0, "SwiGLU hidden size; 0 = the preset's ratio (SPEC §1 rounding)") \
+    F(FG, forget_gate, "forget-gate", -1, "data-dependent | data-independent | fixed | none") \
+    F(SW, rope, "rope", -1, "rotary embedding on q and k (on/off)") \
+    F(SW, qk_norm, "qk-norm", -1, "per-head RMSNorm of q and k (on/off)") \
+    F(SW, qk_norm_shared, "qk-norm-shared", -1, "one QK-norm weight vector shared by all heads, as in the paper's runs (on/off)") \
+    F(SW, kv_shift, "kv-shift", -1, "data-dependent token shift of keys and values (on/off)") \
+    F(SW, output_gate, "output-gate", -1, "sigmoid output gate (on/off)") \
+    F(SW, output_norm, "output-norm", -1, "per-head RMSNorm of the attention output (on/off)") \
+    F(FLT, t_min, "t-min", 2.0, "shortest timescale of the fixed/data-independent gate init") \
+    F(FLT, t_max, "t-max", 128.0, "longest timescale of the fixed/data-independent gate init") \
+    F(FLT, rope_theta, "rope-theta", 500000.0, "RoPE base") \
+    F(STR, train, "train", "data/train.bin", "training data: glob of llm.c .bin shards or a zarr array directory") \
+    F(STR, val, "val", "data/val.bin", "validation data (same forms); empty string disables validation") \
+    F(INT, seq_len, "seq-len", 256, "training context T") \
+    F(INT, batch, "batch", 4, "sequences per micro-batch (per rank)") \
+    F(I64, total_batch_tokens, "total-batch-tokens", 0, "tokens per optimizer step; 0 = batch*seq-len*ranks (no accumulation)") \
+    F(INT, steps, "steps", 100, "optimizer steps (the cosine schedule ends here)") \
+    F(FLT, lr, "lr", 2e-3, "peak learning rate") \
+    F(FLT, min_lr, "min-lr", 0.0, "final learning rate of the cosine decay") \
+    F(I64, warmup_tokens, "warmup-tokens", 268435456, "linear warmup length in tokens (paper: 256Mi)") \
+    F(FLT, weight_decay, "weight-decay", 0.1, "AdamW decay on matrices (embedding and lm_head included)") \
+    F(FLT, grad_clip, "grad-clip", 1.0, "global gradient-norm clip; 0 disables") \
+    F(I64, seed, "seed", 1337, "seed of the weights and of the data order") \
+    F(STR, out, "out", "", "run directory for log.jsonl and checkpoints; empty = write nothing") \
+    F(BOOL, resume, "resume", 0, "continue from the newest complete checkpoint in --out (fresh start if none)") \
+    F(STR, init, "init", "", "initial weights from a model.bin (e.g. written by train_fox.py)") \
+    F(INT, eval_every, "eval-every", 50, "validation every N steps (and at the end); 0 = never") \
+    F(INT, val_steps, "val-steps", 20, "validation micro-batches per evaluation") \
+    F(INT, ckpt_every, "ckpt-every", 0, "checkpoint every N steps (and at the end); 0 = only at the end") \
+    F(INT, keep, "keep", 3, "checkpoints kept in --out (older ones are deleted)") \
+    F(INT, sample_tokens, "sample-tokens", 64, "tokens to generate after training; 0 = none") \
+    F(INT, top_k, "top-k", 1, "sampling: 1 = greedy, k > 1 = top-k at temperature 1") \
+    F(STR, tokenizer, "tokenizer", "data/gpt2_tokenizer.bin", "vocabulary file used to print the sample as text") \
+    F(INT, log_every, "log-every", 1, "print a training line every N steps")
+
+typedef struct {
+#define FOX_ARG_STR const char *
+#define FOX_ARG_INT int
+#define FOX_ARG_I64 long long
+#define FOX_ARG_FLT double
+#define FOX_ARG_SW int
+#define FOX_ARG_FG int
+#define FOX_ARG_BOOL int
+#define F(kind, field, flag, dflt, help) FOX_ARG_##kind field;
+    FOX_FLAGS(F)
+#undef F
+} FoxArgs;
+
+static inline void fox_args_defaults(FoxArgs *a) {
+#define F(kind, field, flag, dflt, help) a->field = dflt;
+    FOX_FLAGS(F)
+#undef F
+}
+
+static inline void fox_args_help(const char *prog) {
+    printf("usage: %s [--flag value ...]   (also --flag=value)\n\n", prog);
+#define F(kind, field, flag, dflt, help) fox_args_help_line(flag, #dflt, help);
+#define fox_args_help_line(flag, dflt, help) printf("  --%-20s %-22s %s\n", flag, strcmp(dflt, "-1") ? dflt : "(preset)", help)
+    FOX_FLAGS(F)
+#undef fox_args_help_line
+#undef F
+    printf("  --%-20s %-22s %s\n", "help", "", "print this and exit");
+}
+
+static inline void fox_arg_error(const char *flag, const char *value, const char *what) {
+    fprintf(stderr, "error: --%s %s: %s\n", flag, value, what);
+    exit(1);
+}
+
+static inline long long fox_parse_i64(const char *flag, const char *s) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || errno) fox_arg_error(flag, s, "expected an integer");
+    long long mult = 1;
+    if (!strcmp(end, "K") || !strcmp(end, "k")) mult = 1000LL;
+    else if (!strcmp(end, "M")) mult = 1000000LL;
+    else if (!strcmp(end, "G")) mult = 1000000000LL;
+    else if (!strcmp(end, "Ki")) mult = 1LL << 10;
+    else if (!strcmp(end, "Mi")) mult = 1LL << 20;
+    else if (!strcmp(end, "Gi")) mult = 1LL << 30;
+    else if (*end) fox_arg_error(flag, s, "expected an integer (suffixes K M G Ki Mi Gi)");
+    return v * mult;
+}
+
+static inline int fox_parse_int(const char *flag, const char *s) {
+    long long v = fox_parse_i64(flag, s);
+    if (v < -2147483647LL || v > 2147483647LL) fox_arg_error(flag, s, "out of range");
+    return (int)v;
+}
+
+static inline double fox_parse_flt(const char *flag, const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !isfinite(v)) fox_arg_error(flag, s, "expected a number");
+    return v;
+}
+
+static inline int fox_parse_sw(const char *flag, const char *s) {
+    if (!strcmp(s, "on") || !strcmp(s, "1") || !strcmp(s, "true")) return 1;
+    if (!strcmp(s, "off") || !strcmp(s, "0") || !strcmp(s, "false")) return 0;
+    fox_arg_error(flag, s, "expected on or off");
+    return 0;
+}
+
+static inline int fox_parse_fg(const char *flag, const char *s) {
+    if (!strcmp(s, "data-dependent")) return FOX_FG_DATA_DEPENDENT;
+    if (!strcmp(s, "data-independent")) return FOX_FG_DATA_INDEPENDENT;
+    if (!strcmp(s, "fixed")) return FOX_FG_FIXED;
+    if (!strcmp(s, "none")) return FOX_FG_NONE;
+    fox_arg_error(flag, s, "expected data-dependent, data-independent, fixed or none");
+    return 0;
+}
+
+// Parses argv into a; prints help and exits 0 on --help; one-line error and exit 1 on bad input.
+static inline void fox_args_parse(FoxArgs *a, int argc, char **argv) {
+    fox_args_defaults(a);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) { fox_args_help(argv[0]); exit(0); }
+        if (strncmp(arg, "--", 2)) { fprintf(stderr, "error: unexpected argument %s (see --help)\n", arg); exit(1); }
+        char name[64];
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+        if (len >= sizeof(name)) { fprintf(stderr, "error: unknown flag %s (see --help)\n", arg); exit(1); }
+        memcpy(name, arg + 2, len);
+        name[len] = 0;
+        int matched = 0;
+#define FOX_TAKE_VALUE(flag) \
+    const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL); \
+    if (!val) { fprintf(stderr, "error: --%s needs a value\n", flag); exit(1); }
+#define FOX_SET_STR(field, flag) { FOX_TAKE_VALUE(flag) a->field = val; }
+#define FOX_SET_INT(field, flag) { FOX_TAKE_VALUE(flag) a->field = fox_parse_int(flag, val); }
+#define FOX_SET_I64(field, flag) { FOX_TAKE_VALUE(flag) a->field = fox_parse_i64(flag, val); }
+#define FOX_SET_FLT(field, flag) { FOX_TAKE_VALUE(flag) a->field = fox_parse_flt(flag, val); }
+#define FOX_SET_SW(field, flag) { FOX_TAKE_VALUE(flag) a->field = fox_parse_sw(flag, val); }
+#define FOX_SET_FG(field, flag) { FOX_TAKE_VALUE(flag) a->field = fox_parse_fg(flag, val); }
+#define FOX_SET_BOOL(field, flag) { if (eq) a->field = fox_parse_sw(flag, eq + 1); else a->field = 1; }
+#define F(kind, field, flag, dflt, help) if (!matched && !strcmp(name, flag)) { matched = 1; FOX_SET_##kind(field, flag) }
+        FOX_FLAGS(F)
+#undef F
+        if (!matched) { fprintf(stderr, "error: unknown flag %s (see --help)\n", arg); exit(1); }
+    }
+}
+
+// The model config the arguments describe: preset first, then sizes, then explicit switches.
+static inline FoxConfig fox_args_config(const FoxArgs *a) {
+    FoxConfig c;
+    fox_config_defaults(&c);
+    c.vocab_size = a->vocab;
+    c.n_layer = a->layers;
+    c.d_model = a->dim;
+    c.n_head = a->heads;
+    if (!fox_config_apply_preset(&c, a->model)) {
+        fprintf(stderr, "error: --model %s: unknown preset (fox-pro, fox-llama, transformer-pro, transformer-llama)\n", a->model);
+        exit(1);
+    }
+    if (a->mlp_hidden > 0) c.mlp_hidden = a->mlp_hidden;
+    if (a->forget_gate >= 0) c.forget_gate = a->forget_gate;
+    if (a->rope >= 0) c.rope = a->rope;
+    if (a->qk_norm >= 0) c.qk_norm = a->qk_norm;
+    if (a->qk_norm_shared >= 0) c.qk_norm_shared = a->qk_norm_shared;
+    if (a->kv_shift >= 0) c.kv_shift = a->kv_shift;
+    if (a->output_gate >= 0) c.output_gate = a->output_gate;
+    if (a->output_norm >= 0) c.output_norm = a->output_norm;
+    c.t_min = (float)a->t_min;
+    c.t_max = (float)a->t_max;
+    c.rope_theta = (float)a->rope_theta;
+    const char *bad = fox_config_invalid(&c);
+    if (bad) { fprintf(stderr, "error: invalid model: %s\n", bad); exit(1); }
+    return c;
+}
+
+#endif

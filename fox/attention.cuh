@@ -1,0 +1,773 @@
+// fox/attention.cuh: Forgetting Attention (SPEC §1), forward and backward, FlashAttention-2 style on
+// tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation; runs on sm_80 and sm_90).
+//
+// Per (batch b, head h), scale = 1/sqrt(d_h), j <= i:
+//   s_ij = scale q_i.k_j + c_i - c_j,  P = softmax_j(s),  o_i = sum_j P_ij v_j,  lse_i = logsumexp_j s_ij.
+// Layouts: q, k, v, dq, dk, dv bf16 (B, H, T, dh); o, dO bf16 (B, T, H, dh); c, lse, dc, dlogf fp32 (B, H, T).
+//
+// Adaptive Computation Pruning hooks work on a grid of FOX_ATTN_ACP_BLOCK x FOX_ATTN_ACP_BLOCK tiles:
+// kv_first[(b*H + h)*nblk + m] is the first live key block of query block m, q_last[(b*H + h)*nblk + n]
+// the last live query block of key block n (nblk = ceil(T / FOX_ATTN_ACP_BLOCK)); NULL means no pruning.
+// Every kernel's tiles nest inside that grid, so a pruned ACP tile is skipped exactly, forward and backward.
+#ifndef FOX_ATTENTION_CUH
+#define FOX_ATTENTION_CUH
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <math.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+#define FOX_ATTN_ACP_BLOCK 128
+
+#define FOX_CUDA_CHECK(call) fox_attn_cuda_check((call), #call, __FILE__, __LINE__)
+static inline void fox_attn_cuda_check(cudaError_t err, const char *what, const char *file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "CUDA error at %s:%d: %s: %s\n", file, line, what, cudaGetErrorString(err));
+        exit(EXIT_FAILURE);
+    }
+}
+
+namespace fox_attn {
+
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr int NWARPS = 8;              // backward warps per block
+constexpr int NTHREADS = NWARPS * 32;
+constexpr int FWD_BM = 128;            // forward: query rows per block
+constexpr int FWD_BN = 64;             // forward: keys per pipelined tile
+constexpr int BWD_BN = 128;            // backward: keys per block (16 per warp)
+static_assert(FWD_BM == FOX_ATTN_ACP_BLOCK && BWD_BN == FOX_ATTN_ACP_BLOCK, "tiles must nest in the ACP grid");
+
+// Backward query-tile height: 64 rows at dh 64; 32 at dh 128 keeps dK, dV and S^T in registers.
+template <int DH> struct BwdTile { static constexpr int BM = DH == 64 ? 64 : 32; };
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory tiles of bf16 rows, 16-byte chunks XOR-swizzled so ldmatrix reads of 8 rows at one
+// column hit 8 different bank groups.
+template <int COLS> __device__ __forceinline__ int swz(int row, int col) {
+    constexpr int CHUNKS = COLS / 8;
+    static_assert(CHUNKS >= 4, "rows of at least 64 bytes");
+    const int chunk = col >> 3;
+    const int x = CHUNKS >= 8 ? (row & 7) : ((row >> 1) & 3);
+    return row * COLS + ((chunk ^ x) << 3) + (col & 7);
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// 16-byte async copy global -> shared; bytes past `valid` (0 or 16) are zero-filled.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+
+// d[4] += a (16x16 bf16, row) * b (16x8 bf16, col)
+__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// A fragment (16 x 16, row-major in smem, COLS per row) at (row0, col0).
+template <int COLS> __device__ __forceinline__ void load_a(uint32_t a[4], const __nv_bfloat16 *s, int row0, int col0, int lane) {
+    ldmatrix_x4(a, s + swz<COLS>(row0 + (lane & 15), col0 + ((lane >> 4) << 3)));
+}
+// A fragment (16 x 16) of the transpose of a row-major smem tile X: A[m][k] = X[k0 + k][m0 + m].
+template <int COLS> __device__ __forceinline__ void load_a_trans(uint32_t a[4], const __nv_bfloat16 *s, int k0, int m0, int lane) {
+    const int mi = lane >> 3;
+    ldmatrix_x4_trans(a, s + swz<COLS>(k0 + (lane & 7) + ((mi >> 1) << 3), m0 + ((mi & 1) << 3)));
+}
+// B fragments of two n8 tiles (b[0..1] for n0..n0+7, b[2..3] for n0+8..n0+15), k0..k0+15, from
+// smem holding X[n][k] row-major (B = X^T, e.g. K for Q K^T).
+template <int COLS> __device__ __forceinline__ void load_b_nk(uint32_t b[4], const __nv_bfloat16 *s, int n0, int k0, int lane) {
+    ldmatrix_x4(b, s + swz<COLS>(n0 + (lane & 7) + ((lane >> 4) << 3), k0 + (((lane >> 3) & 1) << 3)));
+}
+// Same, from smem holding X[k][n] row-major (B = X, e.g. V for P V).
+template <int COLS> __device__ __forceinline__ void load_b_kn(uint32_t b[4], const __nv_bfloat16 *s, int k0, int n0, int lane) {
+    ldmatrix_x4_trans(b, s + swz<COLS>(k0 + (lane & 7) + (((lane >> 3) & 1) << 3), n0 + ((lane >> 4) << 3)));
+}
+
+// Async copy of `rows` rows of DH bf16 starting at global row `row0` (row stride `ld` elements) into a
+// swizzled smem tile; rows at or past T are zero-filled.
+template <int DH, int ROWS, int NT = NTHREADS>
+__device__ __forceinline__ void load_tile_async(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int ld, int row0, int T, int tid) {
+    constexpr int CHUNKS = ROWS * DH / 8;
+    static_assert(CHUNKS % NT == 0, "whole chunks per thread");
+#pragma unroll
+    for (int i = 0; i < CHUNKS / NT; i++) {
+        const int idx = tid + i * NT;
+        const int r = idx / (DH / 8), col = (idx % (DH / 8)) * 8;
+        const bool valid = row0 + r < T;
+        const __nv_bfloat16 *g = src + (size_t)(valid ? row0 + r : 0) * ld + col;
+        cp_async16(dst + swz<DH>(r, col), g, valid);
+    }
+}
+
+// Convert two n8 accumulator tiles (16 x 16 of one row block) to an A fragment, as bf16.
+__device__ __forceinline__ void acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
+    a[0] = pack_bf16(lo[0], lo[1]);
+    a[1] = pack_bf16(lo[2], lo[3]);
+    a[2] = pack_bf16(hi[0], hi[1]);
+    a[3] = pack_bf16(hi[2], hi[3]);
+}
+
+// 2^x on the special-function unit (2^-inf = 0).
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward. Block = FWD_BM query rows of one (b, h); each warp owns MT row tiles of 16 (so every K/V
+// fragment read from smem feeds MT mma). Key tiles are walked from the diagonal down to the first live
+// one, double-buffered with cp.async.
+//
+// Gate precision: c reaches -1e4 and beyond at long T, where an fp32 ulp is ~1e-3, so c_i - c_j must be
+// formed from differences, never from c*log2e products. Each key tile takes c_ref = c at its first
+// key; a_i = (c_i - c_ref) log2e per row and nb_j = -(c_j - c_ref) log2e per key are small for every
+// tile that matters, and s_ij log2e = a_i + fma(qk, scale log2e, nb_j).
+template <int DH> struct FwdCfg {
+    static constexpr int MT = DH == 64 ? 2 : 1;  // dh 128 has no registers for a second row tile
+    static constexpr int THREADS = FWD_BM / (16 * MT) * 32;
+    static constexpr int MIN_BLOCKS = DH == 64 ? 2 : 1;  // 3 would cap dh 64 at 168 registers: spills
+};
+
+template <int DH>
+__global__ void __launch_bounds__(FwdCfg<DH>::THREADS, FwdCfg<DH>::MIN_BLOCKS)
+fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
+           const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
+           float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
+    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH>::MT, NT = FwdCfg<DH>::THREADS;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(smem_raw);
+    __nv_bfloat16 *Ks = Qs + BM * DH;          // [2][BN][DH]
+    __nv_bfloat16 *Vs = Ks + 2 * BN * DH;      // [2][BN][DH]
+    float *nbs = reinterpret_cast<float *>(Vs + 2 * BN * DH);  // [2][BN]: -(c_j - c_ref) log2e
+    float *crefs = nbs + 2 * BN;                                // [2]
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tq = lane & 3;
+    const int nqb = gridDim.x;
+    const int mb = nqb - 1 - blockIdx.x;  // longest rows first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t head_off = (size_t)bh * T;
+    const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
+    const float *ch = c + head_off;
+    const int q0 = mb * BM;
+
+    const int n_last = min((T - 1) / BN, (q0 + BM - 1) / BN);
+    const int n_first = kv_first ? kv_first[(size_t)bh * nqb + mb] * (FOX_ATTN_ACP_BLOCK / BN) : 0;
+    const int ntiles = n_last - n_first + 1;
+
+    // Loader threads tid < BN fetch c for the next key tile; its nb_j goes to smem after this tile's math.
+    auto fetch_c = [&](int n, float &cj, float &cref) {
+        const int j = n * BN + tid;
+        cref = ch[n * BN];
+        cj = tid < BN && j < T ? ch[j] : cref;
+    };
+    auto store_c = [&](int buf, float cj, float cref) {
+        if (tid < BN) nbs[buf * BN + tid] = -(cj - cref) * LOG2E;
+        if (tid == 0) crefs[buf] = cref;
+    };
+
+    load_tile_async<DH, BM, NT>(Qs, qh, DH, q0, T, tid);
+    load_tile_async<DH, BN, NT>(Ks, kh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BN, NT>(Vs, vh, DH, n_last * BN, T, tid);
+    cp_async_commit();
+    {
+        float cj, cref;
+        fetch_c(n_last, cj, cref);
+        store_c(0, cj, cref);
+    }
+
+    // this thread's query rows: row[mt][0] = g and row[mt][1] = g + 8 of row tile mt
+    int row[MT][2];
+    float crow[MT][2], m[MT][2], l[MT][2];  // gate, running max (log2 units), running sum
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            row[mt][hf] = q0 + (warp * MT + mt) * 16 + g + 8 * hf;
+            crow[mt][hf] = row[mt][hf] < T ? ch[row[mt][hf]] : 0.f;
+            m[mt][hf] = -INFINITY;
+            l[mt][hf] = 0.f;
+        }
+    const float sl2 = LOG2E / sqrtf((float)DH);
+
+    uint32_t qf[MT][DH / 16][4];
+    float oacc[MT][DH / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < DH / 8; i++) oacc[mt][i][0] = oacc[mt][i][1] = oacc[mt][i][2] = oacc[mt][i][3] = 0.f;
+
+    for (int it = 0; it < ntiles; it++) {
+        const int n = n_last - it, buf = it & 1;
+        cp_async_wait_all();
+        __syncthreads();
+        const bool more = it + 1 < ntiles;
+        float cj_next = 0.f, cref_next = 0.f;
+        if (more) {
+            load_tile_async<DH, BN, NT>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT>(Vs + (buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
+            cp_async_commit();
+            fetch_c(n - 1, cj_next, cref_next);
+        }
+        if (it == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < DH / 16; kk++) load_a<DH>(qf[mt][kk], Qs, (warp * MT + mt) * 16, kk * 16, lane);
+        }
+        const __nv_bfloat16 *Kb = Ks + buf * BN * DH, *Vb = Vs + buf * BN * DH;
+        const float *nb = nbs + buf * BN;
+
+        float s[MT][BN / 8][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < DH / 16; kk++) {
+#pragma unroll
+            for (int np = 0; np < BN / 16; np++) {
+                uint32_t bf[4];
+                load_b_nk<DH>(bf, Kb, np * 16, kk * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(s[mt][2 * np], qf[mt][kk], bf[0], bf[1]);
+                    mma16816(s[mt][2 * np + 1], qf[mt][kk], bf[2], bf[3]);
+                }
+            }
+        }
+
+        const bool diag = n * BN + BN - 1 > q0;
+        const float cref = crefs[buf];
+        float nbj[BN / 4];  // this thread's key columns: nt * 8 + 2 * tq + e
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) {
+            nbj[2 * nt] = nb[nt * 8 + 2 * tq];
+            nbj[2 * nt + 1] = nb[nt * 8 + 2 * tq + 1];
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
+            float mt_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
+                    float t = fmaf(s[mt][nt][x], sl2, nbj[2 * nt + (x & 1)]);
+                    if (diag && j > row[mt][hf]) t = -INFINITY;
+                    s[mt][nt][x] = t;
+                    mt_max[hf] = fmaxf(mt_max[hf], t);
+                }
+            float sh[2], al[2], ps[2] = {0.f, 0.f};
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float a = (crow[mt][hf] - cref) * LOG2E;
+                const float mn = fmaxf(m[mt][hf], a + quad_max(mt_max[hf]));
+                // Rows with nothing live yet keep max -inf: shift by 0 so exp2 sees -inf, not NaN.
+                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
+                al[hf] = mn == -INFINITY ? 1.f : ex2(m[mt][hf] - mn);
+                m[mt][hf] = mn;
+            }
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    s[mt][nt][x] = ex2(s[mt][nt][x] - sh[x >> 1]);
+                    ps[x >> 1] += s[mt][nt][x];
+                }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) l[mt][hf] = l[mt][hf] * al[hf] + ps[hf];  // quad-reduced at the end
+#pragma unroll
+            for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) oacc[mt][i][x] *= al[x >> 1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) acc_to_a(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+            for (int np = 0; np < DH / 16; np++) {
+                uint32_t bf[4];
+                load_b_kn<DH>(bf, Vb, kk * 16, np * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(oacc[mt][2 * np], pa[mt], bf[0], bf[1]);
+                    mma16816(oacc[mt][2 * np + 1], pa[mt], bf[2], bf[3]);
+                }
+            }
+        }
+        if (more) store_c(buf ^ 1, cj_next, cref_next);
+    }
+
+    const size_t ld_o = (size_t)H * DH;
+    __nv_bfloat16 *ob = o + (size_t)b * T * ld_o + (size_t)h * DH;
+    constexpr float LN2 = 0.6931471805599453f;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = row[mt][hf];
+            const float lsum = quad_sum(l[mt][hf]), inv = 1.f / lsum;
+            if (r >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < DH / 8; nt++)
+                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
+                    pack_bf16(oacc[mt][nt][2 * hf] * inv, oacc[mt][nt][2 * hf + 1] * inv);
+            if (tq == 0) lse[head_off + r] = (m[mt][hf] + log2f(lsum)) * LN2;
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward, step 1: D_i = dO_i . o_i in fp32 (both in (B, T, H, dh)); one warp per (b, t, h) row.
+template <int DH>
+__global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __nv_bfloat16 *__restrict__ o,
+                                float *__restrict__ D, int H, int T, int rows) {
+    const int row = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const __nv_bfloat162 *a = reinterpret_cast<const __nv_bfloat162 *>(dout + (size_t)row * DH);
+    const __nv_bfloat162 *x = reinterpret_cast<const __nv_bfloat162 *>(o + (size_t)row * DH);
+    float sum = 0.f;
+#pragma unroll
+    for (int i = lane; i < DH / 2; i += 32) {
+        const float2 fa = __bfloat1622float2(a[i]), fx = __bfloat1622float2(x[i]);
+        sum += fa.x * fx.x + fa.y * fx.y;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) {
+        const int h = row % H, bt = row / H, b = bt / T, t = bt % T;
+        D[((size_t)b * H + h) * T + t] = sum;
+    }
+}
+
+// One halving step: lanes with bit M set keep the upper N/2 values, the others the lower N/2, each
+// adding its partner's copy of the half it keeps.
+template <int N, int M> __device__ __forceinline__ void halve_and_add(float v[], int lane) {
+    const bool upper = lane & M;
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+        const float lo = v[i], hi = v[i + N / 2];
+        const float send = upper ? lo : hi, keep = upper ? hi : lo;
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, M);
+    }
+}
+// Sums N per-thread values (v[c] belongs to column (c/2)*8 + 2*tq + c%2 of an accumulator tile) over the
+// 8 lanes that share tq, halving the live values each step (reduce-scatter): afterwards v[i], i < N/8,
+// holds the warp's total for value index g*(N/8) + i.
+template <int N> __device__ __forceinline__ void warp_column_sums(float v[N], int lane) {
+    halve_and_add<N, 16>(v, lane);
+    halve_and_add<N / 2, 8>(v, lane);
+    halve_and_add<N / 4, 4>(v, lane);
+}
+
+__device__ __forceinline__ void atomic_add2(float *p, float x, float y) {
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(p), make_float2(x, y));
+#else
+    atomicAdd(p, x);
+    atomicAdd(p + 1, y);
+#endif
+}
+
+// Backward, step 2. Block = BWD_BN keys of one (b, h); warp w owns keys 16w..16w+15 and keeps their dK,
+// dV in registers while query tiles of BM rows stream through (from the diagonal to the last live one).
+// Per tile each warp forms S^T and dP^T for its keys, P^T, dS^T = P^T (dP^T - D), accumulates
+// dV += P^T dO and dK += dS^T Q, and parks dS^T in smem; then all warps compute dQ = dS K for the tile
+// and add it to an fp32 accumulator with atomics.
+// dc: dc_t = sum_j dS_tj - sum_i dS_it. The row sum would vanish in exact arithmetic (softmax is shift
+// invariant), but D is formed from the bf16-rounded o, and that rounding error e_t enters both sums:
+// dc_t picks up -e_t + sum_i P_it e_i. Summed into dlogf the two parts cancel; with the column sum alone
+// they random-walk (3e-2 relative error in dlogf at T = 1000). So both sums are kept, in fp32: column
+// sums in registers, row sums reduced across the block, both added to dc with atomics.
+template <int DH>
+__global__ void __launch_bounds__(NTHREADS)
+bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
+           const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
+           const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
+           float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
+           float *__restrict__ dc, int H, int T, const int *__restrict__ q_last) {
+    constexpr int BN = BWD_BN, BM = BwdTile<DH>::BM;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(smem_raw);  // [BN][DH]
+    __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
+    __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
+    __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
+    __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [BN][BM]: dS^T
+    float *rs = reinterpret_cast<float *>(dSt + BN * BM);               // [2][BM]: a_i - lse_i log2e
+    float *Ds = rs + 2 * BM;                                            // [2][BM]
+    float *rowsum = Ds + 2 * BM;                                        // [NWARPS][BM]: dS row sums
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tq = lane & 3;
+    const int nb = blockIdx.x;  // key block; low indices see the most query tiles, so they go first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t head_off = (size_t)bh * T;
+    const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
+    const float *ch = c + head_off, *lh = lse + head_off, *Dh = Dg + head_off;
+    const size_t ld_o = (size_t)H * DH;
+    const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
+    float *dqh = dq_acc + head_off * DH;
+    const int k0 = nb * BN;
+    const float c_ref = ch[k0];
+
+    const int nqt = (T + BM - 1) / BM;
+    const int qt_first = k0 / BM;
+    const int qt_last = q_last ? min(nqt - 1, (q_last[(size_t)bh * gridDim.x + nb] + 1) * (FOX_ATTN_ACP_BLOCK / BM) - 1) : nqt - 1;
+    const int ntiles = qt_last - qt_first + 1;
+
+    // Loader threads tid < BM fetch per-query values; rows past T get lse = +inf so their P is 0.
+    auto fetch_rows = [&](int qt, float &r, float &d) {
+        const int i = qt * BM + tid;
+        if (tid < BM) {
+            const bool ok = i < T;
+            r = ok ? (ch[i] - c_ref) * LOG2E - lh[i] * LOG2E : -INFINITY;
+            d = ok ? Dh[i] : 0.f;
+        }
+    };
+    auto store_rows = [&](int buf, float r, float d) {
+        if (tid < BM) {
+            rs[buf * BM + tid] = r;
+            Ds[buf * BM + tid] = d;
+        }
+    };
+
+    load_tile_async<DH, BN>(Ks, kh, DH, k0, T, tid);
+    load_tile_async<DH, BN>(Vs, vh, DH, k0, T, tid);
+    load_tile_async<DH, BM>(Qs, qh, DH, qt_first * BM, T, tid);
+    load_tile_async<DH, BM>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
+    cp_async_commit();
+    {
+        float r = 0.f, d = 0.f;
+        fetch_rows(qt_first, r, d);
+        store_rows(0, r, d);
+    }
+
+    const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
+    const float nb0 = -((j0 < T ? ch[j0] : c_ref) - c_ref) * LOG2E;
+    const float nb1 = -((j1 < T ? ch[j1] : c_ref) - c_ref) * LOG2E;
+    const float sl2 = LOG2E / sqrtf((float)DH);
+
+    float dka[DH / 8][4], dva[DH / 8][4];
+#pragma unroll
+    for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.f;
+    float cs0 = 0.f, cs1 = 0.f;  // column sums of dS for keys j0, j1
+
+    // dQ work split: warp owns query rows rg*16.. and DQC dh-columns of each tile.
+    constexpr int RG = BM / 16, DQC = DH * RG / NWARPS;
+    const int dq_r = (warp % RG) * 16, dq_c = (warp / RG) * DQC;
+
+    for (int it = 0; it < ntiles; it++) {
+        const int qt = qt_first + it, buf = it & 1, i0 = qt * BM;
+        cp_async_wait_all();
+        __syncthreads();
+        const bool more = it + 1 < ntiles;
+        float r_next = 0.f, d_next = 0.f;
+        if (more) {
+            load_tile_async<DH, BM>(Qs + (buf ^ 1) * BM * DH, qh, DH, i0 + BM, T, tid);
+            load_tile_async<DH, BM>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i0 + BM, T, tid);
+            cp_async_commit();
+            fetch_rows(qt + 1, r_next, d_next);
+        }
+        const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
+        const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
+
+        float st[BM / 8][4], dpt[BM / 8][4];
+#pragma unroll
+        for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < DH / 16; kk++) {
+            uint32_t ka[4], va[4];
+            load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
+            load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
+#pragma unroll
+            for (int np = 0; np < BM / 16; np++) {
+                uint32_t bq[4], bo[4];
+                load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
+                mma16816(st[2 * np], ka, bq[0], bq[1]);
+                mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
+                load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
+                mma16816(dpt[2 * np], va, bo[0], bo[1]);
+                mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
+            }
+        }
+
+        // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
+        const bool diag = i0 < k0 + BN - 1;
+        float rsum[BM / 4];
+#pragma unroll
+        for (int nt = 0; nt < BM / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int col = nt * 8 + 2 * tq + e, i = i0 + col;
+                const float r = rb[col], d = Db[col];
+                float p0 = ex2(fmaf(st[nt][e], sl2, r + nb0));
+                float p1 = ex2(fmaf(st[nt][2 + e], sl2, r + nb1));
+                if (diag) {
+                    if (j0 > i) p0 = 0.f;
+                    if (j1 > i) p1 = 0.f;
+                }
+                const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
+                cs0 += ds0;
+                cs1 += ds1;
+                rsum[2 * nt + e] = ds0 + ds1;
+                st[nt][e] = p0;
+                st[nt][2 + e] = p1;
+                dpt[nt][e] = ds0;
+                dpt[nt][2 + e] = ds1;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            uint32_t pa[4], sa[4];
+            acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+            acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+            // park dS^T rows (keys) for the dQ product: sa[0]/sa[2] are row g, sa[1]/sa[3] row g+8
+            const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
+            *reinterpret_cast<uint32_t *>(dSt + swz<BM>(kr, qc)) = sa[0];
+            *reinterpret_cast<uint32_t *>(dSt + swz<BM>(kr + 8, qc)) = sa[1];
+            *reinterpret_cast<uint32_t *>(dSt + swz<BM>(kr, qc + 8)) = sa[2];
+            *reinterpret_cast<uint32_t *>(dSt + swz<BM>(kr + 8, qc + 8)) = sa[3];
+#pragma unroll
+            for (int np = 0; np < DH / 16; np++) {
+                uint32_t bo[4], bq[4];
+                load_b_kn<DH>(bo, dOb, kk * 16, np * 16, lane);
+                mma16816(dva[2 * np], pa, bo[0], bo[1]);
+                mma16816(dva[2 * np + 1], pa, bo[2], bo[3]);
+                load_b_kn<DH>(bq, Qb, kk * 16, np * 16, lane);
+                mma16816(dka[2 * np], sa, bq[0], bq[1]);
+                mma16816(dka[2 * np + 1], sa, bq[2], bq[3]);
+            }
+        }
+        warp_column_sums<BM / 4>(rsum, lane);
+#pragma unroll
+        for (int i = 0; i < BM / 32; i++) {
+            const int cidx = g * (BM / 32) + i;
+            rowsum[warp * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
+        }
+        __syncthreads();  // dS^T and the row sums complete
+        if (tid < BM && i0 + tid < T) {
+            float sum = 0.f;
+#pragma unroll
+            for (int w = 0; w < NWARPS; w++) sum += rowsum[w * BM + tid];
+            atomicAdd(dc + head_off + i0 + tid, sum);
+        }
+
+        float dqa[DQC / 8][4];
+#pragma unroll
+        for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[4];
+            load_a_trans<BM>(a, dSt, kk * 16, dq_r, lane);
+#pragma unroll
+            for (int np = 0; np < DQC / 16; np++) {
+                uint32_t bk[4];
+                load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
+                mma16816(dqa[2 * np], a, bk[0], bk[1]);
+                mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
+            }
+        }
+        const int qr0 = i0 + dq_r + g, qr1 = qr0 + 8;
+#pragma unroll
+        for (int nt = 0; nt < DQC / 8; nt++) {
+            const int col = dq_c + nt * 8 + 2 * tq;
+            if (qr0 < T) atomic_add2(dqh + (size_t)qr0 * DH + col, dqa[nt][0], dqa[nt][1]);
+            if (qr1 < T) atomic_add2(dqh + (size_t)qr1 * DH + col, dqa[nt][2], dqa[nt][3]);
+        }
+        if (more) store_rows(buf ^ 1, r_next, d_next);
+    }
+
+    const float scale = 1.f / sqrtf((float)DH);
+    __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
+#pragma unroll
+    for (int nt = 0; nt < DH / 8; nt++) {
+        const int col = nt * 8 + 2 * tq;
+        if (j0 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j0 * DH + col) = pack_bf16(dka[nt][0] * scale, dka[nt][1] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j0 * DH + col) = pack_bf16(dva[nt][0], dva[nt][1]);
+        }
+        if (j1 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j1 * DH + col) = pack_bf16(dka[nt][2] * scale, dka[nt][3] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j1 * DH + col) = pack_bf16(dva[nt][2], dva[nt][3]);
+        }
+    }
+    cs0 = quad_sum(cs0);
+    cs1 = quad_sum(cs1);
+    if (tq == 0) {
+        if (j0 < T) atomicAdd(dc + head_off + j0, -cs0);
+        if (j1 < T) atomicAdd(dc + head_off + j1, -cs1);
+    }
+}
+
+// Backward, step 3: dq = scale * fp32 accumulator, as bf16.
+__global__ void dq_convert_kernel(const float4 *__restrict__ acc, __nv_bfloat16 *__restrict__ dq, float scale, size_t n4) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        const float4 x = acc[i];
+        uint2 out;
+        out.x = pack_bf16(x.x * scale, x.y * scale);
+        out.y = pack_bf16(x.z * scale, x.w * scale);
+        reinterpret_cast<uint2 *>(dq)[i] = out;
+    }
+}
+
+// Backward, step 4: dlogf_t = sum_{i >= t} dc_i, a true reverse scan in fp32 (one block per (b, h)):
+// each thread sums a contiguous chunk, the block scans the chunk totals, then each thread walks its
+// chunk backwards from its suffix offset. No output is formed as a difference of large sums.
+constexpr int SCAN_THREADS = 1024;
+__global__ void __launch_bounds__(SCAN_THREADS) reverse_cumsum_kernel(const float *__restrict__ x, float *__restrict__ y, int T) {
+    __shared__ float warp_tot[SCAN_THREADS / 32];
+    const float *xr = x + (size_t)blockIdx.x * T;
+    float *yr = y + (size_t)blockIdx.x * T;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int chunk = (T + SCAN_THREADS - 1) / SCAN_THREADS;
+    const int lo = min(T, tid * chunk), hi = min(T, lo + chunk);
+    float tot = 0.f;
+    for (int t = lo; t < hi; t++) tot += xr[t];
+    // inclusive suffix scan across lanes (lane l gets sum over lanes >= l), then across warps
+    float suf = tot;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const float o = __shfl_down_sync(0xffffffffu, suf, off);
+        if (lane + off < 32) suf += o;
+    }
+    if (lane == 0) warp_tot[warp] = suf;
+    const float after_mine = __shfl_down_sync(0xffffffffu, suf, 1);  // lanes after mine, in this warp
+    __syncthreads();
+    if (warp == 0) {
+        float w = warp_tot[lane];
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const float o = __shfl_down_sync(0xffffffffu, w, off);
+            if (lane + off < 32) w += o;
+        }
+        warp_tot[lane] = w;
+    }
+    __syncthreads();
+    float run = (lane < 31 ? after_mine : 0.f) + (warp + 1 < SCAN_THREADS / 32 ? warp_tot[warp + 1] : 0.f);
+    for (int t = hi - 1; t >= lo; t--) {
+        run += xr[t];
+        yr[t] = run;
+    }
+}
+
+template <int DH> size_t fwd_smem_bytes() {
+    return (size_t)(FWD_BM + 4 * FWD_BN) * DH * 2 + (2 * FWD_BN + 2) * 4;
+}
+template <int DH> size_t bwd_smem_bytes() {
+    constexpr int BM = BwdTile<DH>::BM;
+    return (size_t)(2 * BWD_BN * DH + 4 * BM * DH + BWD_BN * BM) * 2 + (4 + NWARPS) * BM * 4;
+}
+
+template <int DH>
+void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+             __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
+    const size_t smem = fwd_smem_bytes<DH>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
+    fwd_kernel<DH><<<grid, FwdCfg<DH>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
+    FOX_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int DH>
+void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+              const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
+              __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, float *dq_acc, float *D,
+              int B, int H, int T, const int *q_last, cudaStream_t s) {
+    const int rows = B * T * H;
+    dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, D, H, T, rows);
+    FOX_CUDA_CHECK(cudaGetLastError());
+    const size_t nq = (size_t)B * H * T * DH;
+    FOX_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, (size_t)B * H * T * sizeof(float), s));
+    const size_t smem = bwd_smem_bytes<DH>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
+    bwd_kernel<DH><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dk, dv, dc, H, T, q_last);
+    FOX_CUDA_CHECK(cudaGetLastError());
+    const size_t conv_blocks = (nq / 4 + 255) / 256;
+    dq_convert_kernel<<<(unsigned)(conv_blocks < 4096 ? conv_blocks : 4096), 256, 0, s>>>(
+        reinterpret_cast<const float4 *>(dq_acc), dq, 1.f / sqrtf((float)DH), nq / 4);
+    FOX_CUDA_CHECK(cudaGetLastError());
+    reverse_cumsum_kernel<<<B * H, SCAN_THREADS, 0, s>>>(dc, dlogf, T);
+    FOX_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace fox_attn
+
+static inline void fox_attn_check_dh(int dh) {
+    if (dh != 64 && dh != 128) {
+        fprintf(stderr, "fox attention: head dim %d unsupported (64 or 128)\n", dh);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// Forward: o (B, T, H, dh) and lse (B, H, T). kv_first: ACP hook (see top), or NULL.
+static inline void fox_attention_forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                         const float *c, __nv_bfloat16 *o, float *lse, int B, int H, int T, int dh,
+                                         const int *kv_first, cudaStream_t s) {
+    fox_attn_check_dh(dh);
+    if (dh == 64) fox_attn::forward<64>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    else fox_attn::forward<128>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+}
+
+// Bytes of device scratch the backward needs: the fp32 dq accumulator and D = rowsum(dO * o).
+static inline size_t fox_attention_backward_scratch_bytes(int B, int H, int T, int dh) {
+    return (size_t)B * H * T * ((size_t)dh + 1) * sizeof(float);
+}
+
+// Backward: dq, dk, dv (B, H, T, dh) bf16; dc = dL/dc and dlogf = dL/dlog f (reverse cumsum of dc),
+// both fp32 (B, H, T). scratch: fox_attention_backward_scratch_bytes() bytes, 16-byte aligned.
+// q_last: ACP hook (see top), or NULL.
+static inline void fox_attention_backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                          const float *c, const __nv_bfloat16 *o, const float *lse,
+                                          const __nv_bfloat16 *dout, float *dc, float *dlogf, __nv_bfloat16 *dq,
+                                          __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
+                                          int dh, const int *q_last, cudaStream_t s) {
+    fox_attn_check_dh(dh);
+    float *dq_acc = static_cast<float *>(scratch);
+    float *D = dq_acc + (size_t)B * H * T * dh;
+    if (dh == 64) fox_attn::backward<64>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, dq_acc, D, B, H, T, q_last, s);
+    else fox_attn::backward<128>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, dq_acc, D, B, H, T, q_last, s);
+}
+
+#endif  // FOX_ATTENTION_CUH

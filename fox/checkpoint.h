@@ -1,0 +1,279 @@
+// fox/checkpoint.h: the checkpoint format (SPEC §5), one definition for C, CUDA and Python.
+//
+// A run directory OUT holds checkpoints as sub-directories OUT/ckpt_SSSSSSSS (S = steps done).
+// Each is written as OUT/.tmp_ckpt_SSSSSSSS, every file fsync'd, then renamed into place, so a
+// directory named ckpt_* is always complete. Inside:
+//   model.bin          int32 header[FOX_CKPT_HEADER_INTS]: [0] FOX_CKPT_MAGIC, [1] FOX_CKPT_VERSION,
+//                      [2] number of config fields n, [3 .. 3+n) the FOX_CONFIG_FIELDS in order
+//                      (floats as their IEEE-754 bits); then every parameter as float32, in
+//                      FOX_PARAMS order (row-major, layers outermost). Nothing else.
+//   state_RRRRR.bin    one per rank: int32 header[FOX_CKPT_HEADER_INTS] (FOX_STATE_* indices below),
+//                      then AdamW m and v (float32) of the rank's slice of the flat parameter
+//                      vector, then the rank's data-loader state (opaque bytes).
+// train_fox.py reads and writes model.bin (parsing the constants from this file), so weights move
+// freely between fox.c and PyTorch.
+#ifndef FOX_CHECKPOINT_H
+#define FOX_CHECKPOINT_H
+
+#define FOX_CKPT_MAGIC 20261121
+#define FOX_CKPT_VERSION 1
+#define FOX_STATE_MAGIC 20261122
+#define FOX_STATE_VERSION 1
+#define FOX_CKPT_HEADER_INTS 256
+
+// Indices into a state file's header (64-bit values take two ints, low word first).
+enum {
+    FOX_STATE_I_MAGIC = 0,
+    FOX_STATE_I_VERSION = 1,
+    FOX_STATE_I_RANK = 2,
+    FOX_STATE_I_WORLD = 3,
+    FOX_STATE_I_STEP = 4,
+    FOX_STATE_I_TOKENS = 6,        // int64 tokens seen
+    FOX_STATE_I_SHARD_OFFSET = 8,  // int64 first parameter of this rank's optimizer slice
+    FOX_STATE_I_SHARD_COUNT = 10,  // int64 parameters in the slice
+    FOX_STATE_I_LOADER_BYTES = 12, // int64 size of the loader state
+    FOX_STATE_I_SEQ_LEN = 14,
+    FOX_STATE_I_BATCH = 15,
+    FOX_STATE_I_TOTAL_BATCH = 16,  // int64 tokens per optimizer step
+    FOX_STATE_I_RNG = 18,          // uint64 sampling RNG counter
+};
+
+#include <stdint.h>
+#include <dirent.h>
+#include "config.h"
+#include "io.h"
+
+// What a rank needs besides weights and moments to continue bit for bit.
+typedef struct {
+    int rank, world, step, seq_len, batch;
+    long long tokens, shard_offset, shard_count, total_batch, loader_bytes;
+    uint64_t rng;
+} FoxTrainState;
+
+static inline void fox_put_i64(int32_t *h, int at, long long v) {
+    uint64_t u = (uint64_t)v;
+    h[at] = (int32_t)(uint32_t)(u & 0xffffffffu);
+    h[at + 1] = (int32_t)(uint32_t)(u >> 32);
+}
+
+static inline long long fox_get_i64(const int32_t *h, int at) {
+    return (long long)(((uint64_t)(uint32_t)h[at + 1] << 32) | (uint64_t)(uint32_t)h[at]);
+}
+
+static inline void fox_config_to_header(const FoxConfig *c, int32_t *h) {
+    int i = 3;
+#define FOX_PUT_INT(v) h[i++] = (int32_t)(v);
+#define FOX_PUT_FLOAT(v) { float fv = (v); memcpy(&h[i++], &fv, 4); }
+#define X(type, name, dflt) FOX_PUT_##type(c->name)
+    FOX_CONFIG_FIELDS(X)
+#undef X
+    h[2] = i - 3;
+}
+
+// Reads the config from a header; returns 0 when the field count does not match this build's.
+static inline int fox_config_from_header(const int32_t *h, FoxConfig *c) {
+    int i = 3;
+#define FOX_GET_INT(v) v = h[i++];
+#define FOX_GET_FLOAT(v) memcpy(&v, &h[i++], 4);
+#define X(type, name, dflt) FOX_GET_##type(c->name)
+    FOX_CONFIG_FIELDS(X)
+#undef X
+    return h[2] == i - 3;
+}
+
+// Describes the first config field where a and b differ into msg; returns 0 when they are equal.
+static inline int fox_config_diff(const FoxConfig *a, const FoxConfig *b, char *msg, size_t cap) {
+#define FOX_DIFF_INT(name) if (a->name != b->name) { snprintf(msg, cap, "%s %d vs %d", #name, a->name, b->name); return 1; }
+#define FOX_DIFF_FLOAT(name) if (memcmp(&a->name, &b->name, 4)) { snprintf(msg, cap, "%s %g vs %g", #name, (double)a->name, (double)b->name); return 1; }
+#define X(type, name, dflt) FOX_DIFF_##type(name)
+    FOX_CONFIG_FIELDS(X)
+#undef X
+    return 0;
+}
+
+static inline void fox_write_model_bin(const char *path, const FoxConfig *c, const float *params) {
+    FoxLayout lay;
+    fox_layout(c, &lay);
+    int32_t h[FOX_CKPT_HEADER_INTS] = {0};
+    h[0] = FOX_CKPT_MAGIC;
+    h[1] = FOX_CKPT_VERSION;
+    fox_config_to_header(c, h);
+    FILE *f = fox_fopen(path, "wb");
+    fox_fwrite(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
+    fox_fwrite(params, sizeof(float), lay.total, f, path);
+    fox_fclose_synced(f, path);
+}
+
+// Reads the config of a model.bin and checks its magic, version and size.
+static inline FoxConfig fox_read_model_config(const char *path) {
+    int32_t h[FOX_CKPT_HEADER_INTS];
+    FILE *f = fox_fopen(path, "rb");
+    fox_fread(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
+    fclose(f);
+    if (h[0] != FOX_CKPT_MAGIC) fox_fatal("%s is not a fox.c model file (magic %d, expected %d)", path, h[0], FOX_CKPT_MAGIC);
+    if (h[1] != FOX_CKPT_VERSION) fox_fatal("%s has model-file version %d, this build reads %d", path, h[1], FOX_CKPT_VERSION);
+    FoxConfig c;
+    if (!fox_config_from_header(h, &c)) fox_fatal("%s has %d config fields, this build expects another count", path, h[2]);
+    const char *bad = fox_config_invalid(&c);
+    if (bad) fox_fatal("%s holds an invalid config: %s", path, bad);
+    FoxLayout lay;
+    fox_layout(&c, &lay);
+    long long want = (long long)(FOX_CKPT_HEADER_INTS * sizeof(int32_t) + lay.total * sizeof(float));
+    long long got = fox_file_size(path);
+    if (got != want) fox_fatal("%s has %lld bytes, its config needs %lld (truncated?)", path, got, want);
+    return c;
+}
+
+// Loads a model.bin's weights into params, which must be laid out for `expect`.
+static inline void fox_read_model_bin(const char *path, const FoxConfig *expect, float *params) {
+    FoxConfig c = fox_read_model_config(path);
+    char why[160];
+    if (fox_config_diff(&c, expect, why, sizeof(why)))
+        fox_fatal("%s was written for another model (%s: file vs command line)", path, why);
+    FoxLayout lay;
+    fox_layout(&c, &lay);
+    FILE *f = fox_fopen(path, "rb");
+    if (fseek(f, FOX_CKPT_HEADER_INTS * sizeof(int32_t), SEEK_SET)) fox_fatal("cannot seek in %s", path);
+    fox_fread(params, sizeof(float), lay.total, f, path);
+    fclose(f);
+}
+
+static inline void fox_write_state(const char *path, const FoxTrainState *s, const float *m, const float *v,
+                                   const void *loader) {
+    int32_t h[FOX_CKPT_HEADER_INTS] = {0};
+    h[FOX_STATE_I_MAGIC] = FOX_STATE_MAGIC;
+    h[FOX_STATE_I_VERSION] = FOX_STATE_VERSION;
+    h[FOX_STATE_I_RANK] = s->rank;
+    h[FOX_STATE_I_WORLD] = s->world;
+    h[FOX_STATE_I_STEP] = s->step;
+    h[FOX_STATE_I_SEQ_LEN] = s->seq_len;
+    h[FOX_STATE_I_BATCH] = s->batch;
+    fox_put_i64(h, FOX_STATE_I_TOKENS, s->tokens);
+    fox_put_i64(h, FOX_STATE_I_SHARD_OFFSET, s->shard_offset);
+    fox_put_i64(h, FOX_STATE_I_SHARD_COUNT, s->shard_count);
+    fox_put_i64(h, FOX_STATE_I_LOADER_BYTES, s->loader_bytes);
+    fox_put_i64(h, FOX_STATE_I_TOTAL_BATCH, s->total_batch);
+    fox_put_i64(h, FOX_STATE_I_RNG, (long long)s->rng);
+    FILE *f = fox_fopen(path, "wb");
+    fox_fwrite(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
+    fox_fwrite(m, sizeof(float), (size_t)s->shard_count, f, path);
+    fox_fwrite(v, sizeof(float), (size_t)s->shard_count, f, path);
+    fox_fwrite(loader, 1, (size_t)s->loader_bytes, f, path);
+    fox_fclose_synced(f, path);
+}
+
+// Reads a state file's header, checking it against what this run expects (`want`: rank, world,
+// seq_len, batch, total_batch, shard_offset, shard_count, loader_bytes); fills step, tokens, rng.
+static inline FILE *fox_open_state(const char *path, FoxTrainState *want) {
+    int32_t h[FOX_CKPT_HEADER_INTS];
+    FILE *f = fox_fopen(path, "rb");
+    fox_fread(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
+    if (h[FOX_STATE_I_MAGIC] != FOX_STATE_MAGIC) fox_fatal("%s is not a fox.c state file (bad magic)", path);
+    if (h[FOX_STATE_I_VERSION] != FOX_STATE_VERSION) fox_fatal("%s has state version %d, this build reads %d", path, h[FOX_STATE_I_VERSION], FOX_STATE_VERSION);
+#define FOX_EXPECT(what, got, exp) if ((long long)(got) != (long long)(exp)) \
+        fox_fatal("%s was written with %s %lld, this run has %lld", path, what, (long long)(got), (long long)(exp));
+    FOX_EXPECT("world size", h[FOX_STATE_I_WORLD], want->world);
+    FOX_EXPECT("rank", h[FOX_STATE_I_RANK], want->rank);
+    FOX_EXPECT("--seq-len", h[FOX_STATE_I_SEQ_LEN], want->seq_len);
+    FOX_EXPECT("--batch", h[FOX_STATE_I_BATCH], want->batch);
+    FOX_EXPECT("--total-batch-tokens", fox_get_i64(h, FOX_STATE_I_TOTAL_BATCH), want->total_batch);
+    FOX_EXPECT("optimizer shard offset", fox_get_i64(h, FOX_STATE_I_SHARD_OFFSET), want->shard_offset);
+    FOX_EXPECT("optimizer shard size", fox_get_i64(h, FOX_STATE_I_SHARD_COUNT), want->shard_count);
+    FOX_EXPECT("data-loader state size", fox_get_i64(h, FOX_STATE_I_LOADER_BYTES), want->loader_bytes);
+#undef FOX_EXPECT
+    long long need = (long long)(FOX_CKPT_HEADER_INTS * 4) + 8 * want->shard_count + want->loader_bytes;
+    if (fox_file_size(path) != need) fox_fatal("%s is truncated (%lld bytes, expected %lld)", path, fox_file_size(path), need);
+    want->step = h[FOX_STATE_I_STEP];
+    want->tokens = fox_get_i64(h, FOX_STATE_I_TOKENS);
+    want->rng = (uint64_t)fox_get_i64(h, FOX_STATE_I_RNG);
+    return f;
+}
+
+static inline void fox_read_state(const char *path, FoxTrainState *want, float *m, float *v, void *loader) {
+    FILE *f = fox_open_state(path, want);
+    fox_fread(m, sizeof(float), (size_t)want->shard_count, f, path);
+    fox_fread(v, sizeof(float), (size_t)want->shard_count, f, path);
+    fox_fread(loader, 1, (size_t)want->loader_bytes, f, path);
+    fclose(f);
+}
+
+static inline void fox_ckpt_dir(char *buf, size_t cap, const char *out, int step, int tmp) {
+    if (snprintf(buf, cap, "%s/%sckpt_%08d", out, tmp ? ".tmp_" : "", step) >= (int)cap)
+        fox_fatal("checkpoint path too long under %s", out);
+}
+
+// Removes a directory that holds only files (a stale temporary or an old checkpoint).
+static inline void fox_remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[4352];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (unlink(path)) fox_fatal("cannot remove %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+    if (rmdir(dir)) fox_fatal("cannot remove %s: %s", dir, strerror(errno));
+}
+
+// Fresh temporary directory for the checkpoint of `step`; its path goes to tmp.
+static inline void fox_ckpt_begin(const char *out, int step, char *tmp, size_t cap) {
+    fox_mkdir_p(out);
+    fox_ckpt_dir(tmp, cap, out, step, 1);
+    fox_remove_flat_dir(tmp);
+    fox_mkdir_p(tmp);
+}
+
+// Publishes a fully written (fsync'd) temporary checkpoint by renaming it into place.
+static inline void fox_ckpt_commit(const char *out, int step) {
+    char tmp[4096], dst[4096];
+    fox_ckpt_dir(tmp, sizeof(tmp), out, step, 1);
+    fox_ckpt_dir(dst, sizeof(dst), out, step, 0);
+    fox_fsync_dir(tmp);
+    fox_remove_flat_dir(dst);
+    if (rename(tmp, dst)) fox_fatal("cannot rename %s to %s: %s", tmp, dst, strerror(errno));
+    fox_fsync_dir(out);
+}
+
+static inline int fox_cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+// Steps of the complete checkpoints in out, ascending; returns how many (at most cap).
+static inline int fox_ckpt_list(const char *out, int *steps, int cap) {
+    DIR *d = opendir(out);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step;
+        if (strlen(e->d_name) != 13 || sscanf(e->d_name, "ckpt_%8d", &step) != 1) continue;
+        if (n == cap) fox_fatal("more than %d checkpoints in %s", cap, out);
+        steps[n++] = step;
+    }
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof(int), fox_cmp_int);
+    return n;
+}
+
+// Deletes all but the newest `keep` checkpoints.
+static inline void fox_ckpt_prune(const char *out, int keep) {
+    int steps[4096];
+    int n = fox_ckpt_list(out, steps, 4096);
+    char dir[4096];
+    for (int i = 0; i + keep < n; i++) {
+        fox_ckpt_dir(dir, sizeof(dir), out, steps[i], 0);
+        fox_remove_flat_dir(dir);
+    }
+}
+
+// Step of the newest complete checkpoint in out, or -1.
+static inline int fox_ckpt_latest(const char *out) {
+    int steps[4096];
+    int n = fox_ckpt_list(out, steps, 4096);
+    return n ? steps[n - 1] : -1;
+}
+
+#endif

@@ -1,0 +1,208 @@
+// fox/config.h: the one definition of the model configuration, the presets and the parameter
+// layout. train_fox.c, train_fox.cu and train_fox.py all use it (the Python reference parses the
+// X-macro lines below with a regex, so keep each entry on one line in the form shown).
+#ifndef FOX_CONFIG_H
+#define FOX_CONFIG_H
+
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+// Forget-gate kinds (SPEC §1).
+#define FOX_FG_NONE 0
+#define FOX_FG_DATA_DEPENDENT 1
+#define FOX_FG_DATA_INDEPENDENT 2
+#define FOX_FG_FIXED 3
+
+#define FOX_EOT 50256
+#define FOX_VOCAB_GPT2 50257
+#define FOX_NORM_EPS 1e-6f
+#define FOX_QK_NORM_EPS 1e-5f
+// A double: a weight is (float)(0.02 * normal) in every implementation.
+#define FOX_INIT_STD 0.02
+
+// Config fields, in checkpoint-header order: X(type, name, default). Floats travel as their bits.
+#define FOX_CONFIG_FIELDS(X) \
+    X(INT, vocab_size, 50257) \
+    X(INT, n_layer, 12) \
+    X(INT, d_model, 768) \
+    X(INT, n_head, 12) \
+    X(INT, mlp_hidden, 1792) \
+    X(INT, forget_gate, 1) \
+    X(INT, rope, 0) \
+    X(INT, qk_norm, 1) \
+    X(INT, qk_norm_shared, 0) \
+    X(INT, kv_shift, 1) \
+    X(INT, output_gate, 1) \
+    X(INT, output_norm, 1) \
+    X(FLOAT, t_min, 2.0) \
+    X(FLOAT, t_max, 128.0) \
+    X(FLOAT, rope_theta, 500000.0)
+
+// Presets (SPEC §1): P(name, forget_gate, rope, qk_norm, kv_shift, output_gate, output_norm, mlp_ratio_x2)
+#define FOX_PRESETS(P) \
+    P(fox-pro, 1, 0, 1, 1, 1, 1, 7) \
+    P(fox-llama, 1, 0, 0, 0, 0, 0, 8) \
+    P(transformer-pro, 0, 1, 1, 1, 1, 1, 7) \
+    P(transformer-llama, 0, 1, 0, 0, 0, 0, 8)
+
+// Parameter tensors, in checkpoint order; layer-stacked tensors hold all layers contiguously.
+// P(name, layered, rows, cols, decay, init); rows/cols name the dims of fox_dim() below, where
+// "1" means 1 and a 0-sized dim drops the tensor. init: N = normal(0, 0.02), ONE, FGATE (SPEC
+// §1 forget-gate bias init; 0 for the data-dependent gate).
+// attn_in_w stacks the projections of the attention inputs, rows in this order:
+// q [D] | k [D] | v [D] | output gate [D, if enabled] | k-shift [H] | v-shift [H] (if KV-shift) | forget gate [H] (data-dependent).
+#define FOX_PARAMS(P) \
+    P(wte, 0, V, D, 1, N) \
+    P(ln1_w, 1, 1, D, 0, ONE) \
+    P(attn_in_w, 1, NIN, D, 1, N) \
+    P(fgate_b, 1, 1, HF, 0, FGATE) \
+    P(qnorm_w, 1, 1, QN, 0, ONE) \
+    P(knorm_w, 1, 1, QN, 0, ONE) \
+    P(onorm_w, 1, 1, ON, 0, ONE) \
+    P(attn_out_w, 1, D, D, 1, N) \
+    P(ln2_w, 1, 1, D, 0, ONE) \
+    P(mlp_in_w, 1, I2, D, 1, N) \
+    P(mlp_out_w, 1, D, I, 1, N) \
+    P(lnf_w, 0, 1, D, 0, ONE) \
+    P(lm_head_w, 0, V, D, 1, N)
+
+typedef struct {
+#define FOX_FIELD_INT int
+#define FOX_FIELD_FLOAT float
+#define X(type, name, dflt) FOX_FIELD_##type name;
+    FOX_CONFIG_FIELDS(X)
+#undef X
+} FoxConfig;
+
+enum {
+#define P(name, layered, rows, cols, decay, init) FOX_P_##name,
+    FOX_PARAMS(P)
+#undef P
+    FOX_NUM_PARAMS
+};
+
+enum { FOX_INIT_N, FOX_INIT_ONE, FOX_INIT_FGATE };
+
+typedef struct {
+    const char *name;
+    int layered, decay, init;
+    size_t rows, cols;   // per layer when layered
+    size_t numel;        // all layers
+    size_t offset;       // into the flat parameter vector
+} FoxParamInfo;
+
+typedef struct {
+    FoxParamInfo p[FOX_NUM_PARAMS];
+    size_t total;
+} FoxLayout;
+
+static inline int fox_head_dim(const FoxConfig *c) { return c->d_model / c->n_head; }
+
+// Width of the attn_in_w projection: see the row order above.
+static inline int fox_attn_in_rows(const FoxConfig *c) {
+    int D = c->d_model, H = c->n_head;
+    return 3 * D + (c->output_gate ? D : 0) + (c->kv_shift ? 2 * H : 0)
+         + (c->forget_gate == FOX_FG_DATA_DEPENDENT ? H : 0);
+}
+
+// SPEC §1: I = 256 * ceil(int(d * r * 2/3) / 256), r = ratio_x2 / 2.
+static inline int fox_mlp_hidden(int d_model, int mlp_ratio_x2) {
+    int raw = d_model * mlp_ratio_x2 / 3;
+    return 256 * ((raw + 255) / 256);
+}
+
+static inline size_t fox_dim(const FoxConfig *c, const char *sym) {
+    size_t D = (size_t)c->d_model, H = (size_t)c->n_head;
+    if (!strcmp(sym, "1")) return 1;
+    if (!strcmp(sym, "V")) return (size_t)c->vocab_size;
+    if (!strcmp(sym, "D")) return D;
+    if (!strcmp(sym, "I")) return (size_t)c->mlp_hidden;
+    if (!strcmp(sym, "I2")) return 2 * (size_t)c->mlp_hidden;
+    if (!strcmp(sym, "NIN")) return (size_t)fox_attn_in_rows(c);
+    if (!strcmp(sym, "HF")) return c->forget_gate == FOX_FG_NONE ? 0 : H;
+    if (!strcmp(sym, "QN")) return c->qk_norm ? (c->qk_norm_shared ? D / H : D) : 0;
+    if (!strcmp(sym, "ON")) return c->output_norm ? D : 0;
+    fprintf(stderr, "fox: unknown dimension symbol %s\n", sym);
+    exit(1);
+}
+
+static inline void fox_layout(const FoxConfig *c, FoxLayout *lay) {
+    size_t off = 0;
+    int i = 0;
+#define P(nm, lyr, r, cl, dec, ini) \
+    lay->p[i].name = #nm; lay->p[i].layered = lyr; lay->p[i].decay = dec; \
+    lay->p[i].init = FOX_INIT_##ini; \
+    lay->p[i].rows = fox_dim(c, #r); lay->p[i].cols = fox_dim(c, #cl); \
+    lay->p[i].numel = (lyr ? (size_t)c->n_layer : 1) * lay->p[i].rows * lay->p[i].cols; \
+    lay->p[i].offset = off; off += lay->p[i].numel; i++;
+    FOX_PARAMS(P)
+#undef P
+    lay->total = off;
+}
+
+// Whether the optimizer updates a tensor: the `fixed` forget gate (ALiBi-like) is not learned.
+static inline int fox_param_learned(const FoxConfig *c, int param_index) {
+    return !(param_index == FOX_P_fgate_b && c->forget_gate == FOX_FG_FIXED);
+}
+
+static inline void fox_config_defaults(FoxConfig *c) {
+#define X(type, name, dflt) c->name = dflt;
+    FOX_CONFIG_FIELDS(X)
+#undef X
+}
+
+// Applies a preset's switches; returns 0 for an unknown name. mlp_hidden follows d_model.
+static inline int fox_config_apply_preset(FoxConfig *c, const char *preset) {
+#define P(nm, fg, rp, qk, kv, og, on, r2) \
+    if (!strcmp(preset, #nm)) { c->forget_gate = fg; c->rope = rp; c->qk_norm = qk; c->kv_shift = kv; \
+        c->output_gate = og; c->output_norm = on; c->mlp_hidden = fox_mlp_hidden(c->d_model, r2); return 1; }
+    FOX_PRESETS(P)
+#undef P
+    return 0;
+}
+
+// The preset's MLP ratio ×2 (for recomputing mlp_hidden after --dim changes); 0 if unknown.
+static inline int fox_preset_mlp_ratio_x2(const char *preset) {
+#define P(nm, fg, rp, qk, kv, og, on, r2) if (!strcmp(preset, #nm)) return r2;
+    FOX_PRESETS(P)
+#undef P
+    return 0;
+}
+
+// One line describing why a config is invalid, or NULL.
+static inline const char *fox_config_invalid(const FoxConfig *c) {
+    if (c->vocab_size <= 0 || c->n_layer <= 0 || c->d_model <= 0 || c->n_head <= 0 || c->mlp_hidden <= 0)
+        return "vocab_size, n_layer, d_model, n_head and mlp_hidden must be positive";
+    if (c->d_model % c->n_head) return "d_model must be a multiple of n_head";
+    if (c->rope && (c->d_model / c->n_head) % 2) return "RoPE needs an even head_dim";
+    if (c->forget_gate < FOX_FG_NONE || c->forget_gate > FOX_FG_FIXED) return "forget_gate must be 0..3";
+    if (!(c->t_min > 1.0f) || !(c->t_max >= c->t_min)) return "need 1 < t_min <= t_max";
+    if (c->qk_norm_shared && !c->qk_norm) return "qk_norm_shared needs qk_norm";
+    return NULL;
+}
+
+// SPEC §1 / FoX Appendix D: the fixed or data-independent gate of head h has timescale
+// T_h = -1/log σ(b), log-spaced from t_min to t_max, so b = -log(expm1(1/T_h)).
+static inline float fox_fgate_bias_init(const FoxConfig *c, int h) {
+    if (c->forget_gate == FOX_FG_DATA_DEPENDENT || c->forget_gate == FOX_FG_NONE) return 0.0f;
+    double frac = c->n_head > 1 ? (double)h / (c->n_head - 1) : 0.0;
+    double T = exp(log((double)c->t_min) + frac * (log((double)c->t_max) - log((double)c->t_min)));
+    return (float)(-log(expm1(1.0 / T)));
+}
+
+// Non-embedding parameter count N of the MFU formula (SPEC §6): all parameters but wte.
+static inline size_t fox_mfu_params(const FoxConfig *c) {
+    FoxLayout lay;
+    fox_layout(c, &lay);
+    return lay.total - lay.p[FOX_P_wte].numel;
+}
+
+// FLOPs per token of one training step (SPEC §6): 3·(2N + 2·n_layer·d_model·T).
+static inline double fox_flops_per_token(const FoxConfig *c, int T) {
+    return 3.0 * (2.0 * (double)fox_mfu_params(c) + 2.0 * c->n_layer * (double)c->d_model * T);
+}
+
+#endif

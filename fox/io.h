@@ -1,0 +1,82 @@
+// fox/io.h: checked file and memory helpers. Every failure prints one line and exits non-zero.
+#ifndef FOX_IO_H
+#define FOX_IO_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+static inline void fox_fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static inline void *fox_malloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) fox_fatal("out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+static inline void *fox_calloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) fox_fatal("out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+static inline FILE *fox_fopen(const char *path, const char *mode) {
+    FILE *f = fopen(path, mode);
+    if (!f) fox_fatal("cannot open %s: %s", path, strerror(errno));
+    return f;
+}
+
+static inline void fox_fread(void *buf, size_t size, size_t n, FILE *f, const char *path) {
+    if (fread(buf, size, n, f) != n) fox_fatal("%s is truncated or unreadable", path);
+}
+
+static inline void fox_fwrite(const void *buf, size_t size, size_t n, FILE *f, const char *path) {
+    if (fwrite(buf, size, n, f) != n) fox_fatal("cannot write %s: %s", path, strerror(errno));
+}
+
+// Flushes and fsyncs a file opened for writing, then closes it.
+static inline void fox_fclose_synced(FILE *f, const char *path) {
+    if (fflush(f) || fsync(fileno(f))) fox_fatal("cannot write %s: %s", path, strerror(errno));
+    if (fclose(f)) fox_fatal("cannot close %s: %s", path, strerror(errno));
+}
+
+static inline long long fox_file_size(const char *path) {
+    struct stat st;
+    if (stat(path, &st)) fox_fatal("cannot open %s: %s", path, strerror(errno));
+    return (long long)st.st_size;
+}
+
+// fsync a directory, making renames and creations inside it durable.
+static inline void fox_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY);
+    if (fd < 0) fox_fatal("cannot open directory %s: %s", dir, strerror(errno));
+    if (fsync(fd)) fox_fatal("cannot sync directory %s: %s", dir, strerror(errno));
+    close(fd);
+}
+
+static inline void fox_mkdir_p(const char *dir) {
+    char buf[4096];
+    if (snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf)) fox_fatal("path too long: %s", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) && errno != EEXIST) fox_fatal("cannot create %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) && errno != EEXIST) fox_fatal("cannot create %s: %s", buf, strerror(errno));
+}
+
+#endif
