@@ -22,7 +22,7 @@ else
 endif
 LDLIBS = -lblosc -lm
 
-FOX_HEADERS = fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
+FOX_HEADERS = fox/train_common.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
 
 # MPI=1 builds train_fox_cpu with mpicc for data-parallel CPU runs (mpirun -np N ./train_fox_cpu).
 ifeq ($(MPI),1)

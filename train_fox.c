@@ -20,6 +20,7 @@
 #include "fox/io.h"
 #include "fox/checkpoint.h"
 #include "fox/npy.h"
+#include "fox/train_common.h"
 #include "dataloader.h"
 #include "tokenizer.h"
 
@@ -45,19 +46,6 @@ typedef float real;
 
 // ----------------------------------------------------------------------------
 // Model state
-
-// Column offsets of each projection inside a row of attn_in_w's output; -1 when absent.
-typedef struct { int q, k, v, g, ak, av, f, width; } AttnCols;
-
-static AttnCols attn_cols(const FoxConfig *c) {
-    int D = c->d_model, H = c->n_head, at = 3 * D;
-    AttnCols a = {0, D, 2 * D, -1, -1, -1, -1, 0};
-    if (c->output_gate) { a.g = at; at += D; }
-    if (c->kv_shift) { a.ak = at; a.av = at + H; at += 2 * H; }
-    if (c->forget_gate == FOX_FG_DATA_DEPENDENT) { a.f = at; at += H; }
-    a.width = at;
-    return a;
-}
 
 // Activations of one forward pass over B×T tokens (N = B*T), kept for the backward pass.
 typedef struct {
@@ -102,22 +90,6 @@ static real *param(Model *m, int which, int layer) {
 static real *grad(Model *m, int which, int layer) {
     const FoxParamInfo *p = &m->lay.p[which];
     return m->grads + p->offset + (size_t)layer * p->rows * p->cols;
-}
-
-// SPEC §1 init: N(0, 0.02²) from the shared counter RNG (stream = tensor index), norms 1,
-// forget-gate biases per Appendix D.
-static void init_params(const FoxConfig *c, const FoxLayout *lay, real *params, uint64_t seed) {
-    for (int t = 0; t < FOX_NUM_PARAMS; t++) {
-        const FoxParamInfo *p = &lay->p[t];
-        real *w = params + p->offset;
-        uint64_t key = fox_rng_key(seed, (uint64_t)t);
-        #pragma omp parallel for
-        for (size_t i = 0; i < p->numel; i++) {
-            if (p->init == FOX_INIT_N) w[i] = (real)(FOX_INIT_STD * fox_rng_normal(key, i));
-            else if (p->init == FOX_INIT_ONE) w[i] = 1.0f;
-            else w[i] = fox_fgate_bias_init(c, (int)(i % p->cols));
-        }
-    }
 }
 
 static void model_alloc_acts(Model *m, int B, int T) {
@@ -178,7 +150,10 @@ static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed
     m->grads = fox_calloc(n, sizeof(real));
     m->m = fox_calloc(n, sizeof(real));
     m->v = fox_calloc(n, sizeof(real));
-    init_params(c, &m->lay, m->params, seed);
+    float *init = fox_malloc(n * sizeof(float));  // the shared init is defined in float32
+    fox_init_params(c, &m->lay, init, seed);
+    for (size_t i = 0; i < n; i++) m->params[i] = init[i];
+    free(init);
     model_alloc_acts(m, B, T);
 }
 
@@ -810,19 +785,6 @@ static void model_backward(Model *m, const int *inputs, const int *targets, int 
 
 // ----------------------------------------------------------------------------
 // Optimizer (SPEC §2)
-
-typedef struct {
-    double lr, min_lr, weight_decay, grad_clip, beta1, beta2, eps;
-    int warmup_steps, total_steps;
-} OptConfig;
-
-// Linear warmup to the peak over warmup_steps, then cosine decay to min_lr at total_steps.
-static double lr_at(const OptConfig *o, int step) {
-    if (step < o->warmup_steps) return o->lr * (step + 1) / o->warmup_steps;
-    double p = (double)(step - o->warmup_steps) / (o->total_steps - o->warmup_steps > 1 ? o->total_steps - o->warmup_steps : 1);
-    if (p > 1.0) p = 1.0;
-    return o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(M_PI * p));
-}
 
 // Global L2 norm of the gradient, summed in a fixed order (deterministic).
 static double grad_norm(const real *g, size_t n) {
