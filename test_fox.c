@@ -446,6 +446,57 @@ static void test_checkpoint_resume(void) {
     check(st == 0 && n == 1 && steps[0] == 8, "--keep 1 leaves only ckpt_00000008 (%d left)", n);
 }
 
+// Reads a 1-D float64 .npy that fox_write_npy_f64 wrote; returns its length (0 on failure).
+static size_t read_npy_f64(const char *path, double *x, size_t cap) {
+    size_t len;
+    char *buf = slurp(path, &len);
+    if (!buf || len < 10 || memcmp(buf, "\x93NUMPY", 6)) { free(buf); return 0; }
+    size_t start = 10 + (size_t)(unsigned char)buf[8] + 256 * (size_t)(unsigned char)buf[9];
+    size_t n = (len - start) / sizeof(double);
+    if (n > cap) n = cap;
+    memcpy(x, buf + start, n * sizeof(double));
+    free(buf);
+    return n;
+}
+
+// --eval-only on a checkpoint at twice its training context: L(i) equals this process's own
+// forward over the same validation sequences, and the JSON's P(l) follows from it.
+static void test_eval_only(void) {
+    char out[4200], path[4300];
+    snprintf(out, sizeof(out), "%s/eval", tmpdir);
+    int st = sh("./train_fox_cpu --eval-only --init %s/run_a/ckpt_00000006/model.bin --val data/val.bin "
+                "--eval-seqs 3 --eval-seq-len 64 --out %s", tmpdir, out);
+    check(st == 0, "--eval-only at context 64 exits 0 (status %d)", st);
+    snprintf(path, sizeof(path), "%s/run_a/ckpt_00000006/model.bin", tmpdir);
+    FoxConfig c = fox_read_model_config(path);
+    Model m;
+    model_init(&m, &c, 1, 64, 0);
+    fox_read_model_bin(path, &c, m.params);
+    DataLoader val;
+    dataloader_init(&val, "data/val.bin", 1, 64, 0, 1, 1337, 0);
+    double ref[64] = {0}, got[64];
+    int in[64], tg[64];
+    for (int s = 0; s < 3; s++) {
+        dataloader_next(&val, in, tg);
+        model_forward(&m, in, tg, 1, 64);
+        for (int t = 0; t < 64; t++) ref[t] += m.a.losses[t] / 3.0;
+    }
+    dataloader_free(&val);
+    model_free(&m);
+    snprintf(path, sizeof(path), "%s/per_token_loss.npy", out);
+    size_t n = read_npy_f64(path, got, 64);
+    double mx = 0.0, mean = 0.0;
+    for (int t = 0; t < 64; t++) { mx = fmax(mx, fabs(got[t] - ref[t])); mean += ref[t] / 64; }
+    check(n == 64 && mx < 1e-6, "per_token_loss.npy has 64 values equal to L(i) recomputed here (max diff %.2e)", mx);
+    snprintf(path, sizeof(path), "%s/per_token_loss.json", out);
+    char *js = slurp(path, NULL);
+    char *at = js ? strstr(js, "\"64\": ") : NULL;
+    double p64 = at ? strtod(at + 6, NULL) : NAN;
+    check(fabs(p64 - exp(mean)) < 1e-6 * exp(mean) && js && strstr(js, "\"n_seqs\": 3"),
+          "per_token_loss.json: P(64) %.6f = exp(mean L) %.6f over 3 sequences", p64, exp(mean));
+    free(js);
+}
+
 // fox.c and the PyTorch reference exchange weights: the reference's init loads here (and equals
 // ours), and the reference computes the same loss from a model.bin that fox.c wrote.
 static void test_reference_interop(void) {
@@ -512,6 +563,7 @@ int main(int argc, char **argv) {
     fclose(f);
     check(nfix >= 4, "%d fixtures tested", nfix);
     test_checkpoint_resume();
+    test_eval_only();
     test_bad_inputs();
     test_reference_interop();
     sh("rm -rf %s", tmpdir);

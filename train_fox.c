@@ -865,6 +865,15 @@ static void dist_allreduce_sum(const Dist *d, float *x, size_t n) {
 #endif
 }
 
+static void dist_allreduce_sum_f64(const Dist *d, double *x, size_t n) {
+#ifdef FOX_MPI
+    if (d->world > 1 && MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+        fox_fatal("MPI_Allreduce failed");
+#else
+    (void)d; (void)x; (void)n;
+#endif
+}
+
 static void dist_barrier(const Dist *d) {
 #ifdef FOX_MPI
     if (d->world > 1 && MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS) fox_fatal("MPI_Barrier failed");
@@ -891,6 +900,7 @@ typedef struct {
     int *inputs, *targets;
     double *pos_loss; // per-position training loss summed since the last save (SPEC §6 L(i))
     long long pos_loss_seqs;
+    int train_seq_len; // --eval-only: the evaluated checkpoint's training context (0 = unknown)
     FILE *log;
 } Run;
 
@@ -1133,9 +1143,101 @@ static void run_init(Run *r, int argc, char **argv) {
     }
 }
 
+// Path of the weights --eval-only reads: --init, else the newest checkpoint's model.bin in --out.
+// Returns the training context of that checkpoint (0 when unknown, as for --init).
+static int eval_weights_path(const FoxArgs *a, char *path, size_t cap) {
+    if (a->init[0]) { snprintf(path, cap, "%s", a->init); return 0; }
+    int latest = fox_ckpt_latest(a->out);
+    if (latest < 0) fox_fatal("--eval-only needs --init PATH or a checkpoint in --out %s", a->out);
+    char dir[4096];
+    fox_ckpt_dir(dir, sizeof(dir), a->out, latest, 0);
+    if (snprintf(path, cap, "%s/state_00000.bin", dir) >= (int)cap) fox_fatal("path too long: %s", dir);
+    int train_T = fox_state_seq_len(path);
+    snprintf(path, cap, "%s/model.bin", dir);
+    return train_T;
+}
+
+// Sets up --eval-only: the model takes the checkpoint's own config; one sequence per forward.
+static void eval_init(Run *r, int argc, char **argv) {
+    memset(r, 0, sizeof(*r));
+    dist_init(&r->dist, &argc, &argv);
+    fox_args_parse(&r->args, argc, argv);
+    FoxArgs *a = &r->args;
+    if (!a->out[0]) fox_fatal("--eval-only needs --out (where per_token_loss.npy and .json go)");
+    if (!a->val[0]) fox_fatal("--eval-only needs --val");
+    if (a->eval_seqs < 1) fox_fatal("--eval-seqs must be positive");
+    int T = a->eval_seq_len ? a->eval_seq_len : a->seq_len;
+    if (T < 1) fox_fatal("--eval-seq-len must be positive");
+    char path[4352];
+    r->train_seq_len = eval_weights_path(a, path, sizeof(path));
+    FoxConfig cfg = fox_read_model_config(path);
+    dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
+    r->has_val = 1;
+    model_init(&r->model, &cfg, 1, T, (uint64_t)a->seed);
+    fox_read_model_bin(path, &cfg, r->model.params);
+    r->inputs = fox_calloc((size_t)T, sizeof(int));
+    r->targets = fox_calloc((size_t)T, sizeof(int));
+    r->pos_loss = fox_calloc((size_t)T, sizeof(double));
+    if (r->dist.rank == 0) printf("evaluating %s (%zu parameters) at context %d\n", path, r->model.lay.total, T);
+}
+
+// SPEC §6: L(i) = mean over sequences of the loss at position i (float64 sums, memory independent
+// of the number of sequences), P(l) = exp(mean_{i<l} L(i)); written as OUT/per_token_loss.npy and
+// OUT/per_token_loss.json (P at l = 512, 1024, 2048, ... and at the full context).
+static void eval_per_token(Run *r) {
+    FoxArgs *a = &r->args;
+    int T = r->model.T;
+    long long avail = dataloader_num_windows(&r->val);
+    long long mine = (a->eval_seqs - r->dist.rank + r->dist.world - 1) / r->dist.world;
+    if (mine > avail) mine = avail;
+    double t0 = now_seconds(), count = (double)mine;
+    for (long long s = 0; s < mine; s++) {
+        dataloader_next(&r->val, r->inputs, r->targets);
+        check_tokens(r->inputs, (size_t)T, r->model.cfg.vocab_size, a->val);
+        check_tokens(r->targets, (size_t)T, r->model.cfg.vocab_size, a->val);
+        model_forward(&r->model, r->inputs, r->targets, 1, T);
+        for (int t = 0; t < T; t++) r->pos_loss[t] += r->model.a.losses[t];
+    }
+    dist_allreduce_sum_f64(&r->dist, r->pos_loss, (size_t)T);
+    dist_allreduce_sum_f64(&r->dist, &count, 1);
+    if (count < 1) fox_fatal("%s holds no sequence of %d tokens", a->val, T);
+    if (r->dist.rank) return;
+    double mean = 0.0;
+    for (int t = 0; t < T; t++) { r->pos_loss[t] /= count; mean += r->pos_loss[t]; }
+    mean /= T;
+    char path[4352];
+    snprintf(path, sizeof(path), "%s/per_token_loss.npy", a->out);
+    fox_mkdir_p(a->out);
+    fox_write_npy_f64(path, r->pos_loss, (size_t)T);
+    snprintf(path, sizeof(path), "%s/per_token_loss.json.tmp", a->out);
+    FILE *f = fox_fopen(path, "w");
+    fprintf(f, "{\"eval_seq_len\": %d, ", T);
+    if (r->train_seq_len) fprintf(f, "\"train_seq_len\": %d, ", r->train_seq_len);
+    fprintf(f, "\"n_seqs\": %.0f, \"mean_loss\": %.10g, \"P\": {", count, mean);
+    printf("%.0f sequences of %d tokens in %.1f s: mean loss %.6f\n%10s %12s\n", count, T, now_seconds() - t0, mean, "l", "P(l)");
+    double prefix = 0.0;
+    int next = 512, first = 1;
+    for (int t = 0; t < T; t++) {
+        prefix += r->pos_loss[t];
+        int l = t + 1;
+        if (l != next && l != T) continue;
+        double P = exp(prefix / l);
+        fprintf(f, "%s\"%d\": %.10g", first ? "" : ", ", l, P);
+        printf("%10d %12.4f\n", l, P);
+        first = 0;
+        if (l == next) next *= 2;
+    }
+    fprintf(f, "}}\n");
+    fox_fclose_synced(f, path);
+    char final[4352];
+    snprintf(final, sizeof(final), "%s/per_token_loss.json", a->out);
+    if (rename(path, final)) fox_fatal("cannot rename %s: %s", path, strerror(errno));
+    printf("wrote %s/per_token_loss.npy and per_token_loss.json\n", a->out);
+}
+
 static void run_free(Run *r) {
     model_free(&r->model);
-    dataloader_free(&r->train);
+    if (!r->args.eval_only) dataloader_free(&r->train);
     if (r->has_val) dataloader_free(&r->val);
     free(r->inputs);
     free(r->targets);
@@ -1181,11 +1283,23 @@ static void train(Run *r) {
     }
 }
 
+// --eval-only is read before the full parse, which the chosen init repeats.
+static int wants_eval_only(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--eval-only") || !strcmp(argv[i], "--eval-only=1") || !strcmp(argv[i], "--eval-only=on")) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     Run r;
-    run_init(&r, argc, argv);
-    train(&r);
-    if (r.dist.rank == 0 && r.args.sample_tokens > 0) print_sample(&r);
+    if (wants_eval_only(argc, argv)) {
+        eval_init(&r, argc, argv);
+        eval_per_token(&r);
+    } else {
+        run_init(&r, argc, argv);
+        train(&r);
+        if (r.dist.rank == 0 && r.args.sample_tokens > 0) print_sample(&r);
+    }
     run_free(&r);
     dist_finalize();
     return 0;

@@ -47,7 +47,10 @@
     F(INT, sample_tokens, "sample-tokens", 64, "tokens to generate after training; 0 = none") \
     F(INT, top_k, "top-k", 1, "sampling: 1 = greedy, k > 1 = top-k at temperature 1") \
     F(STR, tokenizer, "tokenizer", "data/gpt2_tokenizer.bin", "vocabulary file used to print the sample as text") \
-    F(INT, log_every, "log-every", 1, "print a training line every N steps")
+    F(INT, log_every, "log-every", 1, "print a training line every N steps") \
+    F(BOOL, eval_only, "eval-only", 0, "no training: per-token loss of --init, or of the newest checkpoint in --out, on --val") \
+    F(INT, eval_seqs, "eval-seqs", 64, "--eval-only: validation sequences (fewer if the data holds fewer)") \
+    F(INT, eval_seq_len, "eval-seq-len", 0, "--eval-only: context length, may exceed the training one; 0 = --seq-len")
 
 typedef struct {
 #define FOX_ARG_STR const char *

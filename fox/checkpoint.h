@@ -189,6 +189,16 @@ static inline FILE *fox_open_state(const char *path, FoxTrainState *want) {
     return f;
 }
 
+// The training context a state file was written with (its header alone is read).
+static inline int fox_state_seq_len(const char *path) {
+    int32_t h[FOX_CKPT_HEADER_INTS];
+    FILE *f = fox_fopen(path, "rb");
+    fox_fread(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
+    fclose(f);
+    if (h[FOX_STATE_I_MAGIC] != FOX_STATE_MAGIC) fox_fatal("%s is not a fox.c state file (bad magic)", path);
+    return h[FOX_STATE_I_SEQ_LEN];
+}
+
 static inline void fox_read_state(const char *path, FoxTrainState *want, float *m, float *v, void *loader) {
     FILE *f = fox_open_state(path, want);
     fox_fread(m, sizeof(float), (size_t)want->shard_count, f, path);
