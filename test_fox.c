@@ -497,6 +497,27 @@ static void test_eval_only(void) {
     free(js);
 }
 
+// Data parallel: 2 MPI ranks with micro-batch 2 see the same 4 sequences per step as 1 rank
+// with 2 micro-batches of 2 (rank r takes windows r, r+2, ...), so the losses agree up to the
+// order of fp32 sums. Runs when the Makefile found mpicc (FOX_MPI_BIN).
+static void test_data_parallel(void) {
+    const char *bin = getenv("FOX_MPI_BIN");
+    if (!bin || !*bin) { printf("SKIP data parallel: no MPI build (install libopenmpi-dev openmpi-bin)\n"); return; }
+    const char *args = "--layers 2 --dim 32 --heads 2 --mlp-hidden 64 --seq-len 32 --batch 2 --steps 5 --lr 3e-3 "
+                       "--warmup-tokens 256 --sample-tokens 0 --eval-every 0";
+    int st = sh("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 mpirun --oversubscribe "
+                "-np 2 ./%s %s --out %s/dp2", bin, args, tmpdir);
+    check(st == 0, "mpirun -np 2 ./%s exits 0 (status %d)", bin, st);
+    st = sh("OMP_NUM_THREADS=1 ./train_fox_cpu %s --total-batch-tokens 128 --out %s/dp1", args, tmpdir);
+    char p1[4300], p2[4300];
+    snprintf(p1, sizeof(p1), "%s/dp1/log.jsonl", tmpdir);
+    snprintf(p2, sizeof(p2), "%s/dp2/log.jsonl", tmpdir);
+    double l1[8], l2[8], mx = 0.0;
+    int n1 = read_losses(p1, l1, 8), n2 = read_losses(p2, l2, 8);
+    for (int i = 0; i < n1 && i < n2; i++) mx = fmax(mx, fabs(l1[i] - l2[i]) / l1[i]);
+    check(st == 0 && n1 == 5 && n2 == 5 && mx < 1e-5, "2 ranks x batch 2 = 1 rank x 2 micro-batches: 5 losses within %.1e (tol 1e-5)", mx);
+}
+
 // fox.c and the PyTorch reference exchange weights: the reference's init loads here (and equals
 // ours), and the reference computes the same loss from a model.bin that fox.c wrote.
 static void test_reference_interop(void) {
@@ -564,6 +585,7 @@ int main(int argc, char **argv) {
     check(nfix >= 4, "%d fixtures tested", nfix);
     test_checkpoint_resume();
     test_eval_only();
+    test_data_parallel();
     test_bad_inputs();
     test_reference_interop();
     sh("rm -rf %s", tmpdir);

@@ -1292,6 +1292,7 @@ static int wants_eval_only(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     Run r;
+    setvbuf(stdout, NULL, _IOLBF, 0);  // progress lines show up promptly under tee and mpirun
     if (wants_eval_only(argc, argv)) {
         eval_init(&r, argc, argv);
         eval_per_token(&r);

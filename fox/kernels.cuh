@@ -1,0 +1,576 @@
+// fox/kernels.cuh: the element-wise, normalisation, scan and reduction kernels of train_fox.cu
+// (everything but the GEMMs and the attention). Each forward sits next to its backward. Math is fp32;
+// bf16 appears only where a tensor is a GEMM or attention operand. No atomics: every reduction runs
+// in a fixed order, so a step is bitwise reproducible.
+#ifndef FOX_KERNELS_CUH
+#define FOX_KERNELS_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "attention.cuh"
+#include "gemm.cuh"
+
+#define FOX_WARPS 8  // warps per block of the one-warp-per-row kernels
+
+static inline unsigned fox_blocks(size_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+    return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+    return x;
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// log σ(x) without overflow.
+__device__ __forceinline__ float logsigmoidf_(float x) { return fminf(x, 0.0f) - log1pf(expf(-fabsf(x))); }
+
+// Global warp index of the one-warp-per-item kernels.
+__device__ __forceinline__ size_t warp_index() { return (size_t)blockIdx.x * FOX_WARPS + threadIdx.x / 32; }
+
+static inline unsigned warp_blocks(size_t items) { return (unsigned)((items + FOX_WARPS - 1) / FOX_WARPS); }
+
+#define FOX_LAUNCH_CHECK() FOX_CUDA_CHECK(cudaGetLastError())
+
+// ----------------------------------------------------------------------------
+// Embedding
+
+__global__ void embedding_forward_kernel(float *out, const int *tokens, const float *wte, int N, int D) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * D) return;
+    size_t n = i / D, d = i % D;
+    out[i] = wte[(size_t)tokens[n] * D + d];
+}
+
+// dwte[token] += Σ dres over the token's positions, in position order. Tokens come bucketed on the
+// host (bucket b: token bucket_token[b], positions pos[start[b] .. start[b+1])), so no two blocks
+// touch one row and no atomics are needed.
+__global__ void embedding_backward_kernel(float *dwte, const float *dres, const int *bucket_token, const int *start,
+                                          const int *pos, int D) {
+    int b = blockIdx.x;
+    float *row = dwte + (size_t)bucket_token[b] * D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = start[b]; j < start[b + 1]; j++) acc += dres[(size_t)pos[j] * D + d];
+        row[d] += acc;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// RMSNorm of the residual stream (one warp per row): fp32 in, bf16 out (a GEMM operand).
+
+__global__ void rmsnorm_forward_kernel(bf16 *out, const float *in, const float *w, int N, int D, float eps) {
+    size_t row = warp_index();
+    int lane = threadIdx.x % 32;
+    if (row >= (size_t)N) return;
+    const float *x = in + row * D;
+    float ss = 0.0f;
+    for (int i = lane; i < D; i += 32) ss += x[i] * x[i];
+    float rs = 1.0f / sqrtf(warp_sum(ss) / D + eps);
+    for (int i = lane; i < D; i += 32) out[row * D + i] = __float2bfloat16(x[i] * rs * w[i]);
+}
+
+// dx = rstd·(dy⊙w − x̂·mean(dy⊙w⊙x̂)) with rstd recomputed from x; dres = dx (+ dres when accumulate),
+// also as bf16 (the next GEMM's operand); wprod = dy⊙x̂, whose column sums are dw.
+__global__ void rmsnorm_backward_kernel(float *dres, bf16 *dres_bf, float *wprod, const float *dy, const float *in,
+                                        const float *w, int N, int D, float eps, int accumulate) {
+    size_t row = warp_index();
+    int lane = threadIdx.x % 32;
+    if (row >= (size_t)N) return;
+    const float *x = in + row * D, *g = dy + row * D;
+    float ss = 0.0f;
+    for (int i = lane; i < D; i += 32) ss += x[i] * x[i];
+    float rs = 1.0f / sqrtf(warp_sum(ss) / D + eps), dot = 0.0f;
+    for (int i = lane; i < D; i += 32) dot += g[i] * w[i] * x[i] * rs;
+    dot = warp_sum(dot) / D;
+    for (int i = lane; i < D; i += 32) {
+        size_t k = row * D + i;
+        float dx = rs * (g[i] * w[i] - x[i] * rs * dot);
+        float r = accumulate ? dres[k] + dx : dx;
+        dres[k] = r;
+        dres_bf[k] = __float2bfloat16(r);
+        wprod[k] = g[i] * x[i] * rs;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Deterministic column sums: grad[c] += Σ_r x[r, c] over a (rows, cols) fp32 matrix with leading
+// dimension ld. Stage 1: each block sums COLSUM_ROWS rows of 32 columns (8 row lanes, then a fixed
+// tree); stage 2: one thread per column adds the block partials in order.
+#define COLSUM_ROWS 256
+
+__global__ void colsum_partial_kernel(float *part, const float *x, int rows, int cols, int ld) {
+    __shared__ float s[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * COLSUM_ROWS;
+    int r1 = min(rows, r0 + COLSUM_ROWS);
+    float acc = 0.0f;
+    if (c < cols)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += x[(size_t)r * ld + c];
+    s[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float t = 0.0f;
+        for (int y = 0; y < 8; y++) t += s[y][threadIdx.x];
+        part[(size_t)blockIdx.y * cols + c] = t;
+    }
+}
+
+__global__ void colsum_final_kernel(float *grad, const float *part, int nparts, int cols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float t = 0.0f;
+    for (int p = 0; p < nparts; p++) t += part[(size_t)p * cols + c];
+    grad[c] += t;
+}
+
+// Partial buffer size (floats) colsum_accumulate needs for a (rows, cols) matrix.
+static inline size_t colsum_scratch_floats(size_t rows, size_t cols) { return ((rows + COLSUM_ROWS - 1) / COLSUM_ROWS) * cols; }
+
+static inline void colsum_accumulate(float *grad, const float *x, int rows, int cols, int ld, float *part, cudaStream_t s) {
+    int nparts = (rows + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    dim3 grid((cols + 31) / 32, nparts), block(32, 8);
+    colsum_partial_kernel<<<grid, block, 0, s>>>(part, x, rows, cols, ld);
+    FOX_LAUNCH_CHECK();
+    colsum_final_kernel<<<fox_blocks(cols, 256), 256, 0, s>>>(grad, part, nparts, cols);
+    FOX_LAUNCH_CHECK();
+}
+
+// ----------------------------------------------------------------------------
+// Attention inputs: KV-shift, QK-norm and RoPE in one pass over the fp32 projection, writing the
+// attention's bf16 q, k, v in (B, H, T, dh). One warp per (token, head); lane l holds elements
+// l + 32e (e < E = dh/32), so each RoPE pair (i, i + dh/2) lives in one lane (dh % 64 == 0).
+
+typedef struct {
+    const float *proj;           // (N, ld): attn_in_w outputs
+    int ld, cq, ck, cv, cak, cav;  // column offsets (AttnCols), cak/cav < 0 without KV-shift
+    const float *qw, *kw;        // QK-norm weights (NULL without QK-norm); wstride 0 when shared
+    int wstride;
+    const float *rope_cos, *rope_sin;  // (T, dh/2) tables, NULL without RoPE
+    int B, T, H, dh;
+} QkvShape;
+
+template <int E>
+__device__ __forceinline__ void load_shifted(float y[E], const QkvShape &s, size_t n, int t, int col, int ca, int h, int lane) {
+    const float *row = s.proj + n * s.ld;
+    float al = ca >= 0 ? sigmoidf_(row[ca + h]) : 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int k = h * s.dh + lane + 32 * e;
+        float x = row[col + k];
+        y[e] = ca >= 0 ? (t ? al * row[col + k - s.ld] : 0.0f) + (1.0f - al) * x : x;
+    }
+}
+
+template <int E>
+__device__ __forceinline__ float head_rstd(const float x[E], int dh, float eps) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++) ss += x[e] * x[e];
+    return 1.0f / sqrtf(warp_sum(ss) / dh + eps);
+}
+
+// inverse = 1 turns by −angle (the backward of the rotation is its transpose).
+template <int E>
+__device__ __forceinline__ void rope_rotate(float x[E], const QkvShape &s, int t, int lane, int inverse) {
+    int half = s.dh / 2;
+#pragma unroll
+    for (int e = 0; e < E / 2; e++) {
+        int i = lane + 32 * e;
+        float cs = s.rope_cos[(size_t)t * half + i], sn = s.rope_sin[(size_t)t * half + i];
+        if (inverse) sn = -sn;
+        float x1 = x[e], x2 = x[e + E / 2];
+        x[e] = x1 * cs - x2 * sn;
+        x[e + E / 2] = x2 * cs + x1 * sn;
+    }
+}
+
+template <int E>
+__global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvShape s) {
+    size_t w = warp_index();
+    int lane = threadIdx.x % 32;
+    if (w >= (size_t)s.B * s.T * s.H) return;
+    size_t n = w / s.H;
+    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T);
+    float qv[E], kv[E], vv[E];
+    load_shifted<E>(qv, s, n, t, s.cq, -1, h, lane);
+    load_shifted<E>(kv, s, n, t, s.ck, s.cak, h, lane);
+    load_shifted<E>(vv, s, n, t, s.cv, s.cav, h, lane);
+    if (s.qw) {
+        float rq = head_rstd<E>(qv, s.dh, FOX_QK_NORM_EPS), rk = head_rstd<E>(kv, s.dh, FOX_QK_NORM_EPS);
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            int i = h * s.wstride + lane + 32 * e;
+            qv[e] = qv[e] * rq * s.qw[i];
+            kv[e] = kv[e] * rk * s.kw[i];
+        }
+    }
+    if (s.rope_cos) {
+        rope_rotate<E>(qv, s, t, lane, 0);
+        rope_rotate<E>(kv, s, t, lane, 0);
+    }
+    size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int i = lane + 32 * e;
+        q[o + i] = __float2bfloat16(qv[e]);
+        k[o + i] = __float2bfloat16(kv[e]);
+        v[o + i] = __float2bfloat16(vv[e]);
+    }
+}
+
+// Backward through RoPE and QK-norm for q and the shifted k: dproj's q columns (bf16), dks (fp32
+// (N, D): the gradient of the shifted keys, consumed by kv_backward_kernel) and the QK-norm weight
+// products qprod, kprod (fp32 (N, D), NULL without QK-norm).
+template <int E>
+__device__ __forceinline__ void head_norm_backward(float dx[E], float prod[E], const float x[E], const float dy[E],
+                                                   const float *w, int dh, float eps) {
+    float rs = head_rstd<E>(x, dh, eps), dot = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++) dot += dy[e] * w[e * 32] * x[e] * rs;
+    dot = warp_sum(dot) / dh;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        dx[e] = rs * (dy[e] * w[e * 32] - x[e] * rs * dot);
+        prod[e] = dy[e] * x[e] * rs;
+    }
+}
+
+template <int E>
+__global__ void qk_backward_kernel(bf16 *dproj, float *dks, float *qprod, float *kprod, const bf16 *dq, const bf16 *dk,
+                                   QkvShape s) {
+    size_t w = warp_index();
+    int lane = threadIdx.x % 32;
+    if (w >= (size_t)s.B * s.T * s.H) return;
+    size_t n = w / s.H;
+    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T), D = s.H * s.dh;
+    size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
+    float gq[E], gk[E], x[E], dx[E], prod[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        gq[e] = __bfloat162float(dq[o + lane + 32 * e]);
+        gk[e] = __bfloat162float(dk[o + lane + 32 * e]);
+    }
+    if (s.rope_cos) {
+        rope_rotate<E>(gq, s, t, lane, 1);
+        rope_rotate<E>(gk, s, t, lane, 1);
+    }
+    // q
+    load_shifted<E>(x, s, n, t, s.cq, -1, h, lane);
+    if (s.qw) head_norm_backward<E>(dx, prod, x, gq, s.qw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int i = h * s.dh + lane + 32 * e;
+        dproj[n * s.ld + s.cq + i] = __float2bfloat16(s.qw ? dx[e] : gq[e]);
+        if (s.qw) qprod[n * D + i] = prod[e];
+    }
+    // k (shifted)
+    load_shifted<E>(x, s, n, t, s.ck, s.cak, h, lane);
+    if (s.qw) head_norm_backward<E>(dx, prod, x, gk, s.kw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int i = h * s.dh + lane + 32 * e;
+        dks[n * D + i] = s.qw ? dx[e] : gk[e];
+        if (s.qw) kprod[n * D + i] = prod[e];
+    }
+}
+
+// Backward of the KV-shift y_t = α_t x_{t−1} + (1−α_t) x_t for keys (gradient dks fp32 (N, D)) and
+// values (gradient dv bf16 (B, H, T, dh)): dx_t = (1−α_t) dy_t + α_{t+1} dy_{t+1};
+// dα_t = Σ dy_t (x_{t−1} − x_t), through the sigmoid into the α columns. Without the shift, dx = dy.
+template <int E>
+__device__ __forceinline__ void shift_backward(bf16 *dproj, const float gy[E], const float gnext[E], int has_next,
+                                               const QkvShape &s, size_t n, int t, int col, int ca, int h, int lane) {
+    const float *row = s.proj + n * s.ld;
+    if (ca < 0) {
+#pragma unroll
+        for (int e = 0; e < E; e++) dproj[n * s.ld + col + h * s.dh + lane + 32 * e] = __float2bfloat16(gy[e]);
+        return;
+    }
+    float al = sigmoidf_(row[ca + h]), an = has_next ? sigmoidf_(row[s.ld + ca + h]) : 0.0f, dal = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int k = col + h * s.dh + lane + 32 * e;
+        float dx = (1.0f - al) * gy[e] + (has_next ? an * gnext[e] : 0.0f);
+        dproj[n * s.ld + k] = __float2bfloat16(dx);
+        dal += t ? gy[e] * (row[k - s.ld] - row[k]) : -gy[e] * row[k];
+    }
+    dal = warp_sum(dal);
+    if (lane == 0) dproj[n * s.ld + ca + h] = __float2bfloat16(dal * al * (1.0f - al));
+}
+
+template <int E>
+__global__ void kv_backward_kernel(bf16 *dproj, const float *dks, const bf16 *dv, QkvShape s) {
+    size_t w = warp_index();
+    int lane = threadIdx.x % 32;
+    if (w >= (size_t)s.B * s.T * s.H) return;
+    size_t n = w / s.H;
+    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T), D = s.H * s.dh, has_next = t + 1 < s.T;
+    float gy[E], gn[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int i = h * s.dh + lane + 32 * e;
+        gy[e] = dks[n * D + i];
+        gn[e] = has_next ? dks[(n + 1) * D + i] : 0.0f;
+    }
+    shift_backward<E>(dproj, gy, gn, has_next, s, n, t, s.ck, s.cak, h, lane);
+    size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        gy[e] = __bfloat162float(dv[o + lane + 32 * e]);
+        gn[e] = has_next ? __bfloat162float(dv[o + s.dh + lane + 32 * e]) : 0.0f;
+    }
+    shift_backward<E>(dproj, gy, gn, has_next, s, n, t, s.cv, s.cav, h, lane);
+}
+
+// ----------------------------------------------------------------------------
+// Forget gate: c_t = Σ_{l≤t} log σ(b_h + proj[t, f+h]) per (b, h), an inclusive fp32 scan (one
+// block per sequence and head: each thread sums a contiguous chunk, the block scans the chunk totals,
+// then each thread walks its chunk forward from its prefix). cf < 0: the gate has no projection.
+#define SCAN_THREADS_F 1024
+
+__global__ void __launch_bounds__(SCAN_THREADS_F) forget_gate_forward_kernel(float *c, const float *proj, int ld, int cf,
+                                                                            const float *bias, int H, int T) {
+    __shared__ float warp_tot[SCAN_THREADS_F / 32];
+    int bh = blockIdx.x, b = bh / H, h = bh % H;
+    int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int chunk = (T + SCAN_THREADS_F - 1) / SCAN_THREADS_F, lo = min(T, tid * chunk), hi = min(T, lo + chunk);
+    const float *rows = proj + (size_t)b * T * ld;
+    float *cr = c + (size_t)bh * T;
+    float tot = 0.0f;
+    for (int t = lo; t < hi; t++) tot += logsigmoidf_(bias[h] + (cf >= 0 ? rows[(size_t)t * ld + cf + h] : 0.0f));
+    float pre = tot;  // inclusive prefix across lanes, then across warps
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        float o = __shfl_up_sync(0xffffffffu, pre, off);
+        if (lane >= off) pre += o;
+    }
+    if (lane == 31) warp_tot[warp] = pre;
+    __syncthreads();
+    if (warp == 0) {
+        float x = warp_tot[lane];
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            float o = __shfl_up_sync(0xffffffffu, x, off);
+            if (lane >= off) x += o;
+        }
+        warp_tot[lane] = x;
+    }
+    __syncthreads();
+    float run = (pre - tot) + (warp ? warp_tot[warp - 1] : 0.0f);
+    for (int t = lo; t < hi; t++) {
+        run += logsigmoidf_(bias[h] + (cf >= 0 ? rows[(size_t)t * ld + cf + h] : 0.0f));
+        cr[t] = run;
+    }
+}
+
+// d logit = d log f · σ(−logit), into dproj's forget column (when there is one) and dfg (N, H) fp32,
+// whose column sums are the bias gradient.
+__global__ void forget_gate_backward_kernel(bf16 *dproj, float *dfg, const float *dlogf, const float *proj, int ld,
+                                            int cf, const float *bias, int B, int H, int T) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * H * T) return;
+    int t = (int)(i % T), h = (int)((i / T) % H), b = (int)(i / ((size_t)T * H));
+    size_t n = (size_t)b * T + t;
+    float logit = bias[h] + (cf >= 0 ? proj[n * ld + cf + h] : 0.0f);
+    float d = dlogf[i] * sigmoidf_(-logit);
+    if (cf >= 0) dproj[n * ld + cf + h] = __float2bfloat16(d);
+    dfg[n * H + h] = d;
+}
+
+// ----------------------------------------------------------------------------
+// Attention output: z = RMSNorm_head(o) ⊙ σ(g) (each part optional), one warp per (token, head);
+// o and z are (N, D) bf16, g read from proj (fp32) at column cg (< 0: no gate); ow NULL: no norm.
+
+template <int E>
+__global__ void output_forward_kernel(bf16 *z, const bf16 *o, const float *proj, int ld, int cg, const float *ow,
+                                      int N, int H, int dh) {
+    size_t w = warp_index();
+    int lane = threadIdx.x % 32;
+    if (w >= (size_t)N * H) return;
+    size_t n = w / H;
+    int h = (int)(w % H), D = H * dh;
+    float x[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) x[e] = __bfloat162float(o[n * D + h * dh + lane + 32 * e]);
+    float rs = ow ? head_rstd<E>(x, dh, FOX_NORM_EPS) : 1.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int i = h * dh + lane + 32 * e;
+        float y = ow ? x[e] * rs * ow[i] : x[e];
+        if (cg >= 0) y *= sigmoidf_(proj[n * ld + cg + i]);
+        z[n * D + i] = __float2bfloat16(y);
+    }
+}
+
+// Backward of the above: dz (N, D) fp32 → d_o (N, D) bf16 (the attention's dO), the gate's dproj
+// columns, and oprod = d(on)⊙ô (fp32 (N, D), column sums = the output-norm weight gradient).
+template <int E>
+__global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, float *oprod, const float *dz, const bf16 *o,
+                                       const float *proj, int ld, int cg, const float *ow, int N, int H, int dh) {
+    size_t w = warp_index();
+    int lane = threadIdx.x % 32;
+    if (w >= (size_t)N * H) return;
+    size_t n = w / H;
+    int h = (int)(w % H), D = H * dh;
+    float x[E], don[E], dx[E], prod[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) x[e] = __bfloat162float(o[n * D + h * dh + lane + 32 * e]);
+    float rs = ow ? head_rstd<E>(x, dh, FOX_NORM_EPS) : 1.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int i = h * dh + lane + 32 * e;
+        float g = dz[n * D + i];
+        if (cg >= 0) {
+            float on = ow ? x[e] * rs * ow[i] : x[e], sg = sigmoidf_(proj[n * ld + cg + i]);
+            dproj[n * ld + cg + i] = __float2bfloat16(g * on * sg * (1.0f - sg));
+            g *= sg;
+        }
+        don[e] = g;
+    }
+    if (ow) head_norm_backward<E>(dx, prod, x, don, ow + h * dh + lane, dh, FOX_NORM_EPS);
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int i = h * dh + lane + 32 * e;
+        d_o[n * D + i] = __float2bfloat16(ow ? dx[e] : don[e]);
+        if (ow) oprod[n * D + i] = prod[e];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// SwiGLU: h = silu(a) ⊙ b, u = [a | b] (N, 2I) bf16.
+
+__global__ void swiglu_forward_kernel(bf16 *hout, const bf16 *u, int N, int I) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * I) return;
+    size_t n = i / I, j = i % I;
+    float a = __bfloat162float(u[n * 2 * I + j]), b = __bfloat162float(u[n * 2 * I + I + j]);
+    hout[i] = __float2bfloat16(a * sigmoidf_(a) * b);
+}
+
+__global__ void swiglu_backward_kernel(bf16 *du, const float *dh, const bf16 *u, int N, int I) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * I) return;
+    size_t n = i / I, j = i % I;
+    float a = __bfloat162float(u[n * 2 * I + j]), b = __bfloat162float(u[n * 2 * I + I + j]), sg = sigmoidf_(a);
+    float g = dh[i];
+    du[n * 2 * I + j] = __float2bfloat16(g * b * sg * (1.0f + a * (1.0f - sg)));
+    du[n * 2 * I + I + j] = __float2bfloat16(g * a * sg);
+}
+
+// ----------------------------------------------------------------------------
+// Cross entropy over bf16 logits (rows, VP) of which the first V columns are real (the padded
+// vocabulary rows of the lm_head copy are zero and are masked here). One block per row, an online
+// max/sum per thread, then a fixed-order block combine. Forward: per-row loss and lse (fp32);
+// backward: dlogits = (softmax − onehot)·scale, in place, as bf16. No fp32 probabilities are stored.
+#define CE_THREADS 512
+
+__device__ void block_lse(float *out_lse, const bf16 *z, int V) {
+    __shared__ float sm[CE_THREADS / 32], ss[CE_THREADS / 32];
+    float m = -INFINITY, s = 0.0f;
+    for (int i = threadIdx.x; i < V; i += CE_THREADS) {
+        float x = __bfloat162float(z[i]);
+        if (x > m) { s *= expf(m - x); m = x; }
+        s += expf(x - m);
+    }
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float wm = warp_max(m);
+    s = warp_sum(m == -INFINITY ? 0.0f : s * expf(m - wm));
+    if (lane == 0) { sm[warp] = wm; ss[warp] = s; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = -INFINITY, S = 0.0f;
+        for (int w = 0; w < CE_THREADS / 32; w++) M = fmaxf(M, sm[w]);
+        for (int w = 0; w < CE_THREADS / 32; w++) S += ss[w] * expf(sm[w] - M);
+        *out_lse = M + logf(S);
+    }
+}
+
+__global__ void __launch_bounds__(CE_THREADS) crossentropy_forward_kernel(float *losses, float *lse, const bf16 *logits,
+                                                                         const int *targets, int V, int VP) {
+    size_t row = blockIdx.x;
+    const bf16 *z = logits + row * VP;
+    __shared__ float l;
+    block_lse(&l, z, V);
+    if (threadIdx.x == 0) {
+        lse[row] = l;
+        losses[row] = l - __bfloat162float(z[targets[row]]);
+    }
+}
+
+__global__ void __launch_bounds__(CE_THREADS) crossentropy_backward_kernel(bf16 *logits, const float *lse,
+                                                                          const int *targets, int V, int VP, float scale) {
+    size_t row = blockIdx.x;
+    bf16 *z = logits + row * VP;
+    float l = lse[row];
+    int tg = targets[row];
+    for (int i = threadIdx.x; i < VP; i += CE_THREADS) {
+        float p = i < V ? expf(__bfloat162float(z[i]) - l) : 0.0f;
+        z[i] = __float2bfloat16((p - (i == tg ? 1.0f : 0.0f)) * scale);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Optimizer
+
+// Σ g² of an fp32 vector: a fixed grid of SUMSQ_BLOCKS blocks, each a fixed element set and a fixed
+// tree, then one thread adds the block partials in order (in double). Deterministic.
+#define SUMSQ_BLOCKS 1024
+#define SUMSQ_THREADS 256
+
+__global__ void sumsq_partial_kernel(float *part, const float *g, size_t n) {
+    __shared__ float s[SUMSQ_THREADS / 32];
+    float acc = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x; i < n; i += (size_t)SUMSQ_BLOCKS * SUMSQ_THREADS)
+        acc += g[i] * g[i];
+    acc = warp_sum(acc);
+    if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (int w = 0; w < SUMSQ_THREADS / 32; w++) t += s[w];
+        part[blockIdx.x] = t;
+    }
+}
+
+__global__ void sumsq_final_kernel(double *out, const float *part) {
+    double t = 0.0;
+    for (int i = 0; i < SUMSQ_BLOCKS; i++) t += part[i];
+    *out = t;
+}
+
+// AdamW on one tensor (torch semantics, the CPU trainer's arithmetic in double): g ·= clip scale,
+// m, v moments, decoupled decay, update; wbf (may be NULL) receives the bf16 copy, its rows padded
+// from `rows` to `rows_pad` per layer (the padding stays zero).
+typedef struct {
+    double lr, beta1, beta2, eps, decay, bc1, bc2;
+    float gscale;  // 1, or the clip factor
+} AdamStep;
+
+__global__ void adamw_kernel(float *w, bf16 *wbf, const float *grad, float *m, float *v, size_t n, size_t layer_numel,
+                             size_t pad_per_layer, AdamStep a) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = grad[i];
+    if (a.gscale != 1.0f) g *= a.gscale;
+    m[i] = (float)(a.beta1 * m[i] + (1.0 - a.beta1) * g);
+    v[i] = (float)(a.beta2 * v[i] + (1.0 - a.beta2) * g * g);
+    double mhat = m[i] / a.bc1, vhat = v[i] / a.bc2;
+    float nw = (float)(w[i] * (float)a.decay - a.lr * mhat / (sqrt(vhat) + a.eps));
+    w[i] = nw;
+    if (wbf) wbf[i + (i / layer_numel) * pad_per_layer] = __float2bfloat16(nw);
+}
+
+// The bf16 copy of one tensor from its fp32 master (after init or a checkpoint load).
+__global__ void to_bf16_padded_kernel(bf16 *wbf, const float *w, size_t n, size_t layer_numel, size_t pad_per_layer) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    wbf[i + (i / layer_numel) * pad_per_layer] = __float2bfloat16(w[i]);
+}
+
+#endif
