@@ -75,3 +75,43 @@ clean:
 	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox_cpu test_fox_fd fox_data test_data build
 
 .PHONY: all test train clean
+
+# --- CUDA (train_fox.cu) ---
+# With nvcc on PATH: train_fox (the GPU trainer) and test_fox (its parity test against the reference's
+# fixtures), for Hopper (sm_90a) by default, GPU_ARCH=80 for Ampere. `make train` runs ./train_fox when
+# nvcc is here and nvidia-smi finds a GPU, else ./train_fox_cpu (TRAIN_BIN).
+NVCC ?= nvcc
+TRAIN_BIN = ./train_fox_cpu
+ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
+GPU_ARCH ?= 90a
+NVCCFLAGS = -O3 -std=c++17 -gencode=arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp
+CUDA_LDLIBS = -lcublasLt -lcublas -lcudart -lgomp -lblosc -lm
+CUDA_HEADERS = fox/attention.cuh fox/gemm.cuh fox/kernels.cuh $(FOX_HEADERS)
+
+all: train_fox test_fox
+
+train_fox: train_fox.cu $(CUDA_HEADERS)
+	$(NVCC) $(NVCCFLAGS) -I. -o $@ train_fox.cu $(CUDA_LDLIBS)
+
+test_fox: test_fox.cu train_fox.cu fox/fixture.h $(CUDA_HEADERS)
+	$(NVCC) $(NVCCFLAGS) -I. -o $@ test_fox.cu $(CUDA_LDLIBS)
+
+ifneq ($(shell nvidia-smi -L 2>/dev/null | grep -c GPU),0)
+TRAIN_BIN = ./train_fox
+train: train_fox
+endif
+
+# The reference's fixtures at head_dim 64 (d_model 128, 2 heads; the kernel runs head dims 64 and 128),
+# otherwise the standard fixture shape; then the GPU parity test.
+GPU_FIXTURES = build/fixtures_gpu
+test-gpu: train_fox test_fox
+	$(PYTHON) -c 'import train_fox as r; r.FIXTURE_SHAPE.update(d_model=128, n_head=2); r.main(["fixtures", "--out", "$(GPU_FIXTURES)"])'
+	./test_fox $(GPU_FIXTURES)
+
+clean: clean-cuda
+clean-cuda:
+	rm -f train_fox test_fox
+
+.PHONY: test-gpu clean-cuda
+endif
+# --- end CUDA ---

@@ -113,38 +113,38 @@ static inline uint64_t fox_loader_perm_key(const DataLoader *dl, long long epoch
 
 static inline void fox_shard_open(FoxShard *s, const char *path) {
     memset(s, 0, sizeof *s);
-    s->path = fox_data_strdup(path);
+    s->path = fox_strdup(path);
     int fd = open(path, O_RDONLY);
-    if (fd < 0) fox_data_die("%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) fox_fatal("%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0) fox_data_die("%s: cannot stat: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) fox_data_die("%s: not a regular file", path);
+    if (fstat(fd, &st) != 0) fox_fatal("%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fox_fatal("%s: not a regular file", path);
     size_t header_bytes = FOX_SHARD_HEADER_INTS * sizeof(int32_t);
     if ((size_t)st.st_size < header_bytes)
-        fox_data_die("%s: truncated file (%lld bytes, shorter than the 1024-byte header)", path, (long long)st.st_size);
+        fox_fatal("%s: truncated file (%lld bytes, shorter than the 1024-byte header)", path, (long long)st.st_size);
     int32_t header[FOX_SHARD_HEADER_INTS];
-    if (read(fd, header, header_bytes) != (ssize_t)header_bytes) fox_data_die("%s: cannot read header", path);
+    if (read(fd, header, header_bytes) != (ssize_t)header_bytes) fox_fatal("%s: cannot read header", path);
     if (header[0] == FOX_SHARD_MAGIC) {
         if (header[1] != FOX_SHARD_VERSION)
-            fox_data_die("%s: unsupported version %d for uint16 shards (expected %d)", path, header[1], FOX_SHARD_VERSION);
+            fox_fatal("%s: unsupported version %d for uint16 shards (expected %d)", path, header[1], FOX_SHARD_VERSION);
         s->itemsize = 2;
     } else if (header[0] == FOX_SHARD_MAGIC_U32) {
         if (header[1] != FOX_SHARD_VERSION_U32)
-            fox_data_die("%s: unsupported version %d for uint32 shards (expected %d)", path, header[1], FOX_SHARD_VERSION_U32);
+            fox_fatal("%s: unsupported version %d for uint32 shards (expected %d)", path, header[1], FOX_SHARD_VERSION_U32);
         s->itemsize = 4;
     } else {
-        fox_data_die("%s: bad magic %d (not an llm.c token shard: expected %d or %d)", path, header[0],
+        fox_fatal("%s: bad magic %d (not an llm.c token shard: expected %d or %d)", path, header[0],
                      FOX_SHARD_MAGIC, FOX_SHARD_MAGIC_U32);
     }
     s->ntok = header[2];
-    if (s->ntok < 0) fox_data_die("%s: negative token count %lld in header", path, s->ntok);
+    if (s->ntok < 0) fox_fatal("%s: negative token count %lld in header", path, s->ntok);
     long long expect = (long long)header_bytes + s->ntok * s->itemsize;
     if ((long long)st.st_size != expect)
-        fox_data_die("%s: size mismatch: header says %lld tokens (%lld bytes) but the file has %lld bytes%s", path,
+        fox_fatal("%s: size mismatch: header says %lld tokens (%lld bytes) but the file has %lld bytes%s", path,
                      s->ntok, expect, (long long)st.st_size, (long long)st.st_size < expect ? " (truncated)" : "");
     s->map_bytes = (size_t)st.st_size;
     void *m = mmap(NULL, s->map_bytes, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) fox_data_die("%s: mmap failed: %s", path, strerror(errno));
+    if (m == MAP_FAILED) fox_fatal("%s: mmap failed: %s", path, strerror(errno));
     s->map = (const unsigned char *)m;
     close(fd);
 }
@@ -156,10 +156,10 @@ static inline char **fox_loader_glob(const char *spec, int *count) {
     glob_t g;
     memset(&g, 0, sizeof g);
     int rc = glob(spec, 0, NULL, &g);
-    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) fox_data_die("%s: no files match", spec);
-    if (rc != 0) fox_data_die("%s: glob failed", spec);
-    char **paths = (char **)fox_data_malloc(g.gl_pathc * sizeof(char *));
-    for (size_t i = 0; i < g.gl_pathc; i++) paths[i] = fox_data_strdup(g.gl_pathv[i]);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) fox_fatal("%s: no files match", spec);
+    if (rc != 0) fox_fatal("%s: glob failed", spec);
+    char **paths = (char **)fox_malloc(g.gl_pathc * sizeof(char *));
+    for (size_t i = 0; i < g.gl_pathc; i++) paths[i] = fox_strdup(g.gl_pathv[i]);
     *count = (int)g.gl_pathc;
     globfree(&g);
     return paths;
@@ -170,12 +170,12 @@ static inline void fox_loader_open_bin(DataLoader *dl, const char *spec) {
     char **paths;
     if (fox_loader_is_glob(spec)) paths = fox_loader_glob(spec, &n);
     else {
-        paths = (char **)fox_data_malloc(sizeof(char *));
-        paths[0] = fox_data_strdup(spec);
+        paths = (char **)fox_malloc(sizeof(char *));
+        paths[0] = fox_strdup(spec);
         n = 1;
     }
     dl->n_shards = n;
-    dl->shards = (FoxShard *)fox_data_calloc((size_t)n, sizeof(FoxShard));
+    dl->shards = (FoxShard *)fox_calloc((size_t)n, sizeof(FoxShard));
     dl->total = 0;
     dl->vocab_hint = 65536;
     uint64_t fp = FOX_FNV_INIT;
@@ -192,10 +192,10 @@ static inline void fox_loader_open_bin(DataLoader *dl, const char *spec) {
     free(paths);
     dl->fingerprint = fp;
     if (dl->total < dl->world)
-        fox_data_die("%s: T=%d is too long for this data: its %d shard(s) hold %lld window(s) of T+1 tokens, fewer than "
+        fox_fatal("%s: T=%d is too long for this data: its %d shard(s) hold %lld window(s) of T+1 tokens, fewer than "
                      "the %d rank(s) need", spec, dl->T, n, dl->total, dl->world);
-    dl->shard_order = (int *)fox_data_malloc((size_t)n * sizeof(int));
-    dl->shard_start = (long long *)fox_data_malloc((size_t)(n + 1) * sizeof(long long));
+    dl->shard_order = (int *)fox_malloc((size_t)n * sizeof(int));
+    dl->shard_start = (long long *)fox_malloc((size_t)(n + 1) * sizeof(long long));
     dl->order_epoch = -1;
 }
 
@@ -227,7 +227,7 @@ static inline void fox_shard_tokens(const FoxShard *s, long long start, int n, i
         for (int k = 0; k < n; k++) {
             uint32_t v;
             memcpy(&v, base + 4 * (size_t)(start + k), 4);
-            if (v > 0x7fffffffu) fox_data_die("%s: token %u at %lld does not fit an int", s->path, v, start + k);
+            if (v > 0x7fffffffu) fox_fatal("%s: token %u at %lld does not fit an int", s->path, v, start + k);
             out[k] = (int)v;
         }
     }
@@ -256,32 +256,32 @@ static inline void fox_loader_open_zarr(DataLoader *dl, const char *dir) {
     FoxZarr *z = &dl->zarr;
     dl->vocab_hint = z->itemsize == 2 ? 65536 : z->itemsize == 1 ? 256 : 0;
     if (dl->T > z->shape[1])
-        fox_data_die("%s: T=%d is longer than the array's %lld tokens per document", dir, dl->T, (long long)z->shape[1]);
+        fox_fatal("%s: T=%d is longer than the array's %lld tokens per document", dir, dl->T, (long long)z->shape[1]);
     if (dl->B > z->shape[0])
-        fox_data_die("%s: B=%d is more than the array's %lld documents", dir, dl->B, (long long)z->shape[0]);
+        fox_fatal("%s: B=%d is more than the array's %lld documents", dir, dl->B, (long long)z->shape[0]);
     dl->doc_blocks = z->shape[0] / dl->B;
     dl->pos_blocks = z->shape[1] / dl->T;
     dl->total = dl->doc_blocks * dl->pos_blocks;
     if (dl->total < dl->world)
-        fox_data_die("%s: only %lld rectangles of %d docs x %d tokens, fewer than the %d ranks", dir, dl->total, dl->B,
+        fox_fatal("%s: only %lld rectangles of %d docs x %d tokens, fewer than the %d ranks", dir, dl->total, dl->B,
                      dl->T, dl->world);
     int64_t sig[5] = {z->shape[0], z->shape[1], z->chunks[0], z->chunks[1], z->itemsize};
     dl->fingerprint = fox_fnv1a(FOX_FNV_INIT, sig, sizeof sig);
-    dl->rect = (uint32_t *)fox_data_malloc((size_t)dl->B * (size_t)dl->T * sizeof(uint32_t));
+    dl->rect = (uint32_t *)fox_malloc((size_t)dl->B * (size_t)dl->T * sizeof(uint32_t));
 }
 
 // ---- the API ----
 
 static inline void dataloader_init(DataLoader *dl, const char *spec, int B, int T, int rank, int world, uint64_t seed, int train) {
     memset(dl, 0, sizeof *dl);
-    if (!spec || !*spec) fox_data_die("no data source given");
-    if (B <= 0 || T <= 0) fox_data_die("bad batch shape B=%d T=%d", B, T);
-    if (world <= 0 || rank < 0 || rank >= world) fox_data_die("bad rank %d of world %d", rank, world);
+    if (!spec || !*spec) fox_fatal("no data source given");
+    if (B <= 0 || T <= 0) fox_fatal("bad batch shape B=%d T=%d", B, T);
+    if (world <= 0 || rank < 0 || rank >= world) fox_fatal("bad rank %d of world %d", rank, world);
     dl->B = B; dl->T = T; dl->rank = rank; dl->world = world; dl->seed = seed; dl->train = train ? 1 : 0;
     dl->key = fox_rng_key(seed, FOX_STREAM_DATA);
     dl->order_epoch = -1;
     struct stat st;
-    if (!fox_loader_is_glob(spec) && stat(spec, &st) != 0) fox_data_die("%s: cannot open: %s", spec, strerror(errno));
+    if (!fox_loader_is_glob(spec) && stat(spec, &st) != 0) fox_fatal("%s: cannot open: %s", spec, strerror(errno));
     if (!fox_loader_is_glob(spec) && S_ISDIR(st.st_mode)) {
         dl->kind = FOX_SOURCE_ZARR;
         fox_loader_open_zarr(dl, spec);
@@ -299,7 +299,7 @@ static inline void fox_loader_advance(DataLoader *dl) {
 static inline void dataloader_next(DataLoader *dl, int *inputs, int *targets) {
     const int B = dl->B, T = dl->T;
     if (dl->kind == FOX_SOURCE_BIN) {
-        int *window = (int *)fox_data_malloc((size_t)(T + 1) * sizeof(int));
+        int *window = (int *)fox_malloc((size_t)(T + 1) * sizeof(int));
         for (int b = 0; b < B; b++) {
             long long g = dl->index * dl->world + dl->rank;
             int shard;
@@ -322,7 +322,7 @@ static inline void dataloader_next(DataLoader *dl, int *inputs, int *targets) {
         int *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         in[0] = FOX_EOT;
         for (int t = 0; t < T; t++) {
-            if (row[t] > 0x7fffffffu) fox_data_die("%s: token %u does not fit an int", dl->zarr.dir, row[t]);
+            if (row[t] > 0x7fffffffu) fox_fatal("%s: token %u does not fit an int", dl->zarr.dir, row[t]);
             tg[t] = (int)row[t];
             if (t + 1 < T) in[t + 1] = (int)row[t];
         }
@@ -369,16 +369,16 @@ static inline void dataloader_load_state(DataLoader *dl, const void *buf, size_t
     static const char *const names[] = {"magic", "version", "source kind", "B", "T", "rank", "world", "seed",
                                         "train flag", "data fingerprint (shard sizes / array shape)"};
     if (bytes != dataloader_state_bytes(dl))
-        fox_data_die("data-loader state has %zu bytes, expected %zu", bytes, dataloader_state_bytes(dl));
+        fox_fatal("data-loader state has %zu bytes, expected %zu", bytes, dataloader_state_bytes(dl));
     uint64_t mine[FOX_LOADER_STATE_WORDS], saved[FOX_LOADER_STATE_WORDS];
     fox_loader_state_words(dl, mine);
     memcpy(saved, buf, sizeof saved);
     for (int i = 0; i < 10; i++)
         if (mine[i] != saved[i])
-            fox_data_die("data-loader state does not match this loader: %s is %llu in the checkpoint, %llu now", names[i],
+            fox_fatal("data-loader state does not match this loader: %s is %llu in the checkpoint, %llu now", names[i],
                          (unsigned long long)saved[i], (unsigned long long)mine[i]);
     if (saved[11] >= (uint64_t)dl->per_rank || saved[10] > (1ull << 40))
-        fox_data_die("data-loader state is corrupt (epoch %llu, index %llu of %lld)", (unsigned long long)saved[10],
+        fox_fatal("data-loader state is corrupt (epoch %llu, index %llu of %lld)", (unsigned long long)saved[10],
                      (unsigned long long)saved[11], dl->per_rank);
     dl->epoch = (long long)saved[10];
     dl->index = (long long)saved[11];

@@ -45,47 +45,47 @@ static long long parse_count(const char *s, const char *what) {
     char *end = NULL;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < 0) fox_data_die("bad %s '%s' (expected a non-negative integer)", what, s);
+    if (!*s || *end || errno || v < 0) fox_fatal("bad %s '%s' (expected a non-negative integer)", what, s);
     return v;
 }
 
 // "p:q", "p:" (to the end) or ":q"; the end defaults to `limit`.
 static void parse_range(const char *s, long long limit, long long *lo, long long *hi, const char *what) {
     const char *colon = strchr(s, ':');
-    if (!colon) fox_data_die("bad %s range '%s' (expected p:q)", what, s);
+    if (!colon) fox_fatal("bad %s range '%s' (expected p:q)", what, s);
     char left[64], right[64];
     size_t nl = (size_t)(colon - s);
-    if (nl >= sizeof left || strlen(colon + 1) >= sizeof right) fox_data_die("bad %s range '%s'", what, s);
+    if (nl >= sizeof left || strlen(colon + 1) >= sizeof right) fox_fatal("bad %s range '%s'", what, s);
     memcpy(left, s, nl);
     left[nl] = 0;
     strcpy(right, colon + 1);
     *lo = nl ? parse_count(left, what) : 0;
     *hi = right[0] ? parse_count(right, what) : limit;
-    if (*lo >= *hi) fox_data_die("empty %s range %lld:%lld", what, *lo, *hi);
-    if (*hi > limit) fox_data_die("%s range %lld:%lld is beyond the data (%lld)", what, *lo, *hi, limit);
+    if (*lo >= *hi) fox_fatal("empty %s range %lld:%lld", what, *lo, *hi);
+    if (*hi > limit) fox_fatal("%s range %lld:%lld is beyond the data (%lld)", what, *lo, *hi, limit);
 }
 
 static char *read_input(const char *path, size_t *len) {
     if (!strcmp(path, "-")) {
         size_t cap = 1 << 20, n = 0;
-        char *buf = (char *)fox_data_malloc(cap + 1);
+        char *buf = (char *)fox_malloc(cap + 1);
         size_t got;
         while ((got = fread(buf + n, 1, cap - n, stdin)) > 0) {
             n += got;
-            if (n == cap) buf = (char *)fox_data_realloc(buf, (cap *= 2) + 1);
+            if (n == cap) buf = (char *)fox_realloc(buf, (cap *= 2) + 1);
         }
-        if (ferror(stdin)) fox_data_die("reading stdin failed");
+        if (ferror(stdin)) fox_fatal("reading stdin failed");
         buf[n] = 0;
         *len = n;
         return buf;
     }
-    char *buf = fox_data_read_file(path, len);
-    if (!buf) fox_data_die("%s: cannot read: %s", path, strerror(errno));
+    char *buf = fox_read_file(path, len);
+    if (!buf) fox_fatal("%s: cannot read: %s", path, strerror(errno));
     return buf;
 }
 
 static void load_tokenizer(Tokenizer *t, const char *path) {
-    if (!tokenizer_load(t, path)) fox_data_die("%s: cannot load the tokenizer", path);
+    if (!tokenizer_load(t, path)) fox_fatal("%s: cannot load the tokenizer", path);
 }
 
 // ---- JSONL: the "text" field of each line ----
@@ -121,7 +121,7 @@ static int hex4(const char *p, const char *end, uint32_t *v) {
 static char *json_string_value(FoxJson *j, size_t *len) {
     fox_json_expect(j, '"');
     const char *p = j->p;
-    char *out = (char *)fox_data_malloc((size_t)(j->end - p) + 1);
+    char *out = (char *)fox_malloc((size_t)(j->end - p) + 1);
     size_t k = 0;
     while (p < j->end && *p != '"') {
         char c = *p++;
@@ -211,26 +211,26 @@ static void shard_path(const ShardWriter *w, char *path, size_t cap) {
 static void shard_flush(ShardWriter *w) {
     char path[4096];
     shard_path(w, path, sizeof path);
-    if (w->n > 0x7fffffffLL) fox_data_die("%s: %lld tokens do not fit a shard header; use --shard-tokens", path, w->n);
+    if (w->n > 0x7fffffffLL) fox_fatal("%s: %lld tokens do not fit a shard header; use --shard-tokens", path, w->n);
     int32_t header[FOX_SHARD_HEADER_INTS];
     memset(header, 0, sizeof header);
     header[0] = FOX_SHARD_MAGIC;
     header[1] = FOX_SHARD_VERSION;
     header[2] = (int32_t)w->n;
     FILE *f = fopen(path, "wb");
-    if (!f) fox_data_die("%s: cannot create: %s", path, strerror(errno));
+    if (!f) fox_fatal("%s: cannot create: %s", path, strerror(errno));
     if (fwrite(header, sizeof header, 1, f) != 1 || (w->n && fwrite(w->buf, 2, (size_t)w->n, f) != (size_t)w->n) || fclose(f) != 0)
-        fox_data_die("%s: write failed: %s", path, strerror(errno));
+        fox_fatal("%s: write failed: %s", path, strerror(errno));
     w->index++;
     w->files++;
     w->n = 0;
 }
 
 static void shard_push(ShardWriter *w, int id) {
-    if (id < 0 || id > 65535) fox_data_die("token %d does not fit uint16", id);
+    if (id < 0 || id > 65535) fox_fatal("token %d does not fit uint16", id);
     if (w->n == w->cap) {
         w->cap = w->cap ? 2 * w->cap : (1 << 20);
-        w->buf = (uint16_t *)fox_data_realloc(w->buf, (size_t)w->cap * sizeof(uint16_t));
+        w->buf = (uint16_t *)fox_realloc(w->buf, (size_t)w->cap * sizeof(uint16_t));
     }
     w->buf[w->n++] = (uint16_t)id;
     w->total++;
@@ -259,7 +259,7 @@ static void encode_flush(EncodeJob *job) {
     }
     for (int i = 0; i < n; i++) {
         Doc *d = &job->docs[i];
-        if (!d->ids) fox_data_die("out of memory while encoding");
+        if (!d->ids) fox_fatal("out of memory while encoding");
         long long k = job->docs_done++;
         ShardWriter *w = (job->val_every && k % job->val_every == job->val_every / 2) ? &job->val : &job->train;
         shard_push(w, FOX_EOT);
@@ -278,7 +278,7 @@ static void encode_flush(EncodeJob *job) {
 static void encode_add(EncodeJob *job, char *text, size_t len) {
     if (job->n_docs == job->cap_docs) {
         job->cap_docs = job->cap_docs ? 2 * job->cap_docs : 1024;
-        job->docs = (Doc *)fox_data_realloc(job->docs, (size_t)job->cap_docs * sizeof(Doc));
+        job->docs = (Doc *)fox_realloc(job->docs, (size_t)job->cap_docs * sizeof(Doc));
     }
     Doc *d = &job->docs[job->n_docs++];
     d->text = text;
@@ -297,7 +297,7 @@ static int ends_with(const char *s, const char *suffix) {
 // Streams a JSONL file line by line into the job.
 static void encode_jsonl(EncodeJob *job, const char *path) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) fox_data_die("%s: cannot open: %s", path, strerror(errno));
+    if (!f) fox_fatal("%s: cannot open: %s", path, strerror(errno));
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -309,10 +309,10 @@ static void encode_jsonl(EncodeJob *job, const char *path) {
         if (!k) continue;
         size_t len = 0;
         char *text = jsonl_text(line, k, path, lineno, &len);
-        if (!text) fox_data_die("%s:%lld: no \"text\" string field", path, lineno);
+        if (!text) fox_fatal("%s:%lld: no \"text\" string field", path, lineno);
         encode_add(job, text, len);
     }
-    if (ferror(f)) fox_data_die("%s: read failed", path);
+    if (ferror(f)) fox_fatal("%s: read failed", path);
     free(line);
     if (f != stdin) fclose(f);
 }
@@ -321,7 +321,7 @@ static int cmd_encode(int argc, char **argv) {
     const char *out = "data/tokens.bin", *val_out = NULL, *tok_path = FOX_TOKENIZER_DEFAULT_PATH;
     long long shard_tokens = 0, val_every = 0;
     int jsonl = 0, n_inputs = 0;
-    char **inputs = (char **)fox_data_malloc((size_t)argc * sizeof(char *));
+    char **inputs = (char **)fox_malloc((size_t)argc * sizeof(char *));
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--shard-tokens") && i + 1 < argc) shard_tokens = parse_count(argv[++i], "--shard-tokens");
@@ -340,8 +340,8 @@ static int cmd_encode(int argc, char **argv) {
         else inputs[n_inputs++] = argv[i];
     }
     if (!n_inputs) usage();
-    if ((val_out != NULL) != (val_every > 0)) fox_data_die("--val-out and --val-every go together");
-    if (shard_tokens > 0x7fffffffLL) fox_data_die("--shard-tokens %lld is over the 2^31-1 a header can hold", shard_tokens);
+    if ((val_out != NULL) != (val_every > 0)) fox_fatal("--val-out and --val-every go together");
+    if (shard_tokens > 0x7fffffffLL) fox_fatal("--shard-tokens %lld is over the 2^31-1 a header can hold", shard_tokens);
     Tokenizer tok;
     load_tokenizer(&tok, tok_path);
     EncodeJob job;
@@ -386,8 +386,8 @@ static int *shard_range(const char *path, const char *range, long long *count) {
     fox_shard_open(&s, path);
     long long lo = 0, hi = s.ntok;
     if (range) parse_range(range, s.ntok, &lo, &hi, "--pos");
-    else if (s.ntok == 0) fox_data_die("%s: the shard holds no tokens", path);
-    int *ids = (int *)fox_data_malloc((size_t)(hi - lo) * sizeof(int));
+    else if (s.ntok == 0) fox_fatal("%s: the shard holds no tokens", path);
+    int *ids = (int *)fox_malloc((size_t)(hi - lo) * sizeof(int));
     long long done = 0;
     while (done < hi - lo) {  // fox_shard_tokens takes an int count
         int step = (int)((hi - lo - done) < (1 << 30) ? (hi - lo - done) : (1 << 30));
@@ -408,7 +408,7 @@ static void print_ids(const int *ids, long long n) {
 static const char *option(int argc, char **argv, const char *name) {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], name)) {
-            if (i + 1 >= argc) fox_data_die("%s needs a value", name);
+            if (i + 1 >= argc) fox_fatal("%s needs a value", name);
             return argv[i + 1];
         }
     return NULL;
@@ -428,8 +428,8 @@ static int cmd_decode(int argc, char **argv) {
     int *ids = shard_range(argv[0], option(argc, argv, "--pos"), &n);
     size_t len;
     char *text = tokenizer_decode(&tok, ids, (size_t)n, &len);
-    if (!text) fox_data_die("out of memory");
-    if (fwrite(text, 1, len, stdout) != len) fox_data_die("write failed");
+    if (!text) fox_fatal("out of memory");
+    if (fwrite(text, 1, len, stdout) != len) fox_fatal("write failed");
     free(text);
     free(ids);
     tokenizer_free(&tok);
@@ -440,7 +440,7 @@ static int cmd_dump(int argc, char **argv) {
     if (argc < 1) usage();
     const char *pos = option(argc, argv, "--pos"), *docs = option(argc, argv, "--docs");
     if (!is_directory(argv[0])) {
-        if (docs) fox_data_die("--docs applies to zarr arrays; %s is a shard", argv[0]);
+        if (docs) fox_fatal("--docs applies to zarr arrays; %s is a shard", argv[0]);
         long long n;
         int *ids = shard_range(argv[0], pos, &n);
         print_ids(ids, n);
@@ -449,12 +449,12 @@ static int cmd_dump(int argc, char **argv) {
     }
     FoxZarr z;
     fox_zarr_open(&z, argv[0]);
-    if (!docs) fox_data_die("dump of a zarr array needs --docs a:b");
+    if (!docs) fox_fatal("dump of a zarr array needs --docs a:b");
     long long d0, d1, p0 = 0, p1 = z.shape[1];
     parse_range(docs, z.shape[0], &d0, &d1, "--docs");
     if (pos) parse_range(pos, z.shape[1], &p0, &p1, "--pos");
-    uint32_t *rect = (uint32_t *)fox_data_malloc((size_t)(p1 - p0) * sizeof(uint32_t));
-    int *row = (int *)fox_data_malloc((size_t)(p1 - p0) * sizeof(int));
+    uint32_t *rect = (uint32_t *)fox_malloc((size_t)(p1 - p0) * sizeof(uint32_t));
+    int *row = (int *)fox_malloc((size_t)(p1 - p0) * sizeof(int));
     for (long long d = d0; d < d1; d++) {  // one document at a time: bounded memory; the cache keeps chunks
         fox_zarr_read(&z, d, 1, p0, p1 - p0, rect);
         for (long long k = 0; k < p1 - p0; k++) row[k] = (int)rect[k];
@@ -480,7 +480,7 @@ static int cmd_tokenize(int argc, char **argv) {
     size_t len, n;
     char *text = read_input(path, &len);
     int *ids = tokenizer_encode(&tok, text, len, &n, special);
-    if (!ids) fox_data_die("out of memory");
+    if (!ids) fox_fatal("out of memory");
     print_ids(ids, (long long)n);
     free(ids);
     free(text);
@@ -504,8 +504,8 @@ static int cmd_info(int argc, char **argv) {
     char **paths;
     if (fox_loader_is_glob(argv[0])) paths = fox_loader_glob(argv[0], &n);
     else {
-        paths = (char **)fox_data_malloc(sizeof(char *));
-        paths[0] = fox_data_strdup(argv[0]);
+        paths = (char **)fox_malloc(sizeof(char *));
+        paths[0] = fox_strdup(argv[0]);
     }
     long long total = 0;
     for (int i = 0; i < n; i++) {

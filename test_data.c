@@ -36,7 +36,7 @@ static double now_seconds(void) {
 
 static void write_bytes(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
-    if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f) != 0) fox_data_die("%s: cannot write", path);
+    if (!f || (n && fwrite(data, 1, n, f) != n) || fclose(f) != 0) fox_fatal("%s: cannot write", path);
 }
 
 static char *path_in(const char *fmt, ...) {
@@ -70,7 +70,7 @@ static void expect_error(const char *what, const char *cmd) {
     int rc = system(full);
     int clean_exit = rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) != 0;
     size_t len = 0;
-    char *text = fox_data_read_file(err, &len);
+    char *text = fox_read_file(err, &len);
     int lines = 0;
     for (size_t i = 0; text && i < len; i++) lines += text[i] == '\n';
     int one_line = text && len > 7 && !strncmp(text, "error: ", 7) && lines == 1 && text[len - 1] == '\n';
@@ -130,15 +130,15 @@ static void random_case(uint64_t seed, char *out, size_t cap) {
 
 static int *read_ids(const char *path, size_t *n) {
     size_t len;
-    char *text = fox_data_read_file(path, &len);
+    char *text = fox_read_file(path, &len);
     if (!text) return NULL;
     size_t cap = 16, k = 0;
-    int *ids = (int *)fox_data_malloc(cap * sizeof(int));
+    int *ids = (int *)fox_malloc(cap * sizeof(int));
     char *p = text, *end;
     for (;;) {
         long v = strtol(p, &end, 10);
         if (end == p) break;
-        if (k == cap) ids = (int *)fox_data_realloc(ids, (cap *= 2) * sizeof(int));
+        if (k == cap) ids = (int *)fox_realloc(ids, (cap *= 2) * sizeof(int));
         ids[k++] = (int)v;
         p = end;
     }
@@ -171,7 +171,7 @@ static void test_tokenizer(void) {
     {
         DataLoader dl;
         dataloader_init(&dl, "data/val.bin", 1, 60000, 0, 1, 0, 0);
-        int *in = (int *)fox_data_malloc(60000 * sizeof(int)), *tg = (int *)fox_data_malloc(60000 * sizeof(int));
+        int *in = (int *)fox_malloc(60000 * sizeof(int)), *tg = (int *)fox_malloc(60000 * sizeof(int));
         dataloader_next(&dl, in, tg);
         size_t len;
         char *text = tokenizer_decode(&tok, in, 60000, &len);
@@ -195,7 +195,7 @@ static void test_tokenizer(void) {
     int random_ok = 0, random_total = 0;
     for (int c = 0; c < n_cases; c++) {
         size_t len = 0, n_ord, n_all, n_ref_ord = 0, n_ref_all = 0, dlen = 0;
-        char *text = fox_data_read_file(path_in("tok/%s.txt", names[c]), &len);
+        char *text = fox_read_file(path_in("tok/%s.txt", names[c]), &len);
         int *ord = tokenizer_encode(&tok, text, len, &n_ord, 0);
         int *all = tokenizer_encode(&tok, text, len, &n_all, 1);
         int *ref_ord = read_ids(path_in("tok/%s.ord", names[c]), &n_ref_ord);
@@ -231,9 +231,9 @@ static void test_tokenizer(void) {
     // throughput on English text (the bundled corpus decoded, repeated to ~24 MB), one thread
     {
         size_t len;
-        char *val = fox_data_read_file(path_in("tok/bundled_val.txt"), &len);
+        char *val = fox_read_file(path_in("tok/bundled_val.txt"), &len);
         size_t reps = (24u << 20) / len + 1, total = reps * len, n;
-        char *big = (char *)fox_data_malloc(total);
+        char *big = (char *)fox_malloc(total);
         for (size_t r = 0; r < reps; r++) memcpy(big + r * len, val, len);
         double t0 = now_seconds();
         int *ids = tokenizer_encode(&tok, big, total, &n, 1);
@@ -252,7 +252,7 @@ static void test_tokenizer(void) {
 // A uint16 shard whose token k is base + k (so a window's first token names it).
 static void write_shard(const char *path, int magic, int version, long long ntok, long long header_ntok, uint32_t base, int itemsize) {
     FILE *f = fopen(path, "wb");
-    if (!f) fox_data_die("%s: cannot write", path);
+    if (!f) fox_fatal("%s: cannot write", path);
     int32_t header[FOX_SHARD_HEADER_INTS];
     memset(header, 0, sizeof header);
     header[0] = magic;
@@ -264,7 +264,7 @@ static void write_shard(const char *path, int magic, int version, long long ntok
         if (itemsize == 2) { uint16_t s = (uint16_t)v; fwrite(&s, 2, 1, f); }
         else fwrite(&v, 4, 1, f);
     }
-    if (fclose(f) != 0) fox_data_die("%s: write failed", path);
+    if (fclose(f) != 0) fox_fatal("%s: write failed", path);
 }
 
 enum { S0 = 1000, S1 = 2501, S2 = 1777, TT = 16 };
@@ -287,8 +287,8 @@ static int *epoch_windows(const char *spec, int T, int rank, int world, uint64_t
     DataLoader dl;
     dataloader_init(&dl, spec, 1, T, rank, world, seed, train);
     long long n = dataloader_num_windows(&dl);
-    int *firsts = (int *)fox_data_malloc((size_t)n * sizeof(int));
-    int *in = (int *)fox_data_malloc((size_t)T * sizeof(int)), *tg = (int *)fox_data_malloc((size_t)T * sizeof(int));
+    int *firsts = (int *)fox_malloc((size_t)n * sizeof(int));
+    int *in = (int *)fox_malloc((size_t)T * sizeof(int)), *tg = (int *)fox_malloc((size_t)T * sizeof(int));
     *contiguous = 1;
     for (long long i = 0; i < n; i++) {
         dataloader_next(&dl, in, tg);
@@ -312,7 +312,7 @@ static void test_sharding(const char *spec) {
     long long total = expected_windows(TT);
     for (int train = 0; train <= 1; train++) {
         for (int world = 1; world <= 4; world++) {
-            int *all = (int *)fox_data_malloc((size_t)total * sizeof(int));
+            int *all = (int *)fox_malloc((size_t)total * sizeof(int));
             long long got = 0, per = -1;
             int contiguous = 1, valid = 1, equal = 1;
             for (int r = 0; r < world; r++) {
@@ -354,7 +354,7 @@ static void test_sharding(const char *spec) {
         DataLoader dl;
         dataloader_init(&dl, spec, 1, TT, 0, 1, 9, 1);
         long long per = dataloader_num_windows(&dl);
-        int *e0 = (int *)fox_data_malloc((size_t)per * sizeof(int)), *e1 = (int *)fox_data_malloc((size_t)per * sizeof(int));
+        int *e0 = (int *)fox_malloc((size_t)per * sizeof(int)), *e1 = (int *)fox_malloc((size_t)per * sizeof(int));
         int in[TT], tg[TT];
         for (long long i = 0; i < per; i++) { dataloader_next(&dl, in, tg); e0[i] = in[0]; }
         for (long long i = 0; i < per; i++) { dataloader_next(&dl, in, tg); e1[i] = in[0]; }
@@ -372,11 +372,11 @@ static int resume_matches(const char *spec, int B, int T, int rank, int world, u
     DataLoader a, b;
     dataloader_init(&a, spec, B, T, rank, world, seed, train);
     size_t bt = (size_t)B * T;
-    int *ia = (int *)fox_data_malloc(bt * sizeof(int)), *ta = (int *)fox_data_malloc(bt * sizeof(int));
-    int *ib = (int *)fox_data_malloc(bt * sizeof(int)), *tb = (int *)fox_data_malloc(bt * sizeof(int));
+    int *ia = (int *)fox_malloc(bt * sizeof(int)), *ta = (int *)fox_malloc(bt * sizeof(int));
+    int *ib = (int *)fox_malloc(bt * sizeof(int)), *tb = (int *)fox_malloc(bt * sizeof(int));
     for (int i = 0; i < from; i++) dataloader_next(&a, ia, ta);
     size_t bytes = dataloader_state_bytes(&a);
-    void *state = fox_data_malloc(bytes);
+    void *state = fox_malloc(bytes);
     dataloader_save_state(&a, state);
     dataloader_init(&b, spec, B, T, rank, world, seed, train);
     dataloader_next(&b, ib, tb);  // move it off the start: load_state must overwrite the position
@@ -426,7 +426,7 @@ static void test_bin_loader(void) {
     {
         DataLoader dl;
         dataloader_init(&dl, spec, 1, 2500, 0, 1, 0, 0);
-        int *in = (int *)fox_data_malloc(2500 * sizeof(int)), *tg = (int *)fox_data_malloc(2500 * sizeof(int));
+        int *in = (int *)fox_malloc(2500 * sizeof(int)), *tg = (int *)fox_malloc(2500 * sizeof(int));
         dataloader_next(&dl, in, tg);
         check(dataloader_num_windows(&dl) == 1 && in[0] == (int)SHARD_BASE[1] && tg[2499] == (int)SHARD_BASE[1] + 2500,
               "validation window of T=2500 (the longest this data allows)");
@@ -470,7 +470,7 @@ static void test_bin_loader(void) {
 
 static uint16_t *read_u16(const char *path, size_t *n) {
     size_t len;
-    char *b = fox_data_read_file(path, &len);
+    char *b = fox_read_file(path, &len);
     if (!b) return NULL;
     *n = len / 2;
     return (uint16_t *)b;
@@ -490,7 +490,7 @@ static void test_zarr(void) {
         size_t n;
         uint16_t *ref = read_u16(path_in("zarr/%s.u16", good[g]), &n);
         int64_t R = z.shape[0], C = z.shape[1];
-        uint32_t *all = (uint32_t *)fox_data_malloc((size_t)(R * C) * sizeof(uint32_t));
+        uint32_t *all = (uint32_t *)fox_malloc((size_t)(R * C) * sizeof(uint32_t));
         fox_zarr_read(&z, 0, R, 0, C, all);
         int ok = ref && n == (size_t)(R * C);
         for (size_t i = 0; ok && i < n; i++) ok &= all[i] == ref[i];
@@ -594,7 +594,7 @@ static char *capture(const char *fmt, ...) {
     snprintf(cmd + k, sizeof cmd - (size_t)k, " > %s/out.txt 2>/dev/null", tmp);
     if (system(cmd) != 0) return NULL;
     size_t len;
-    return fox_data_read_file(path_in("out.txt"), &len);
+    return fox_read_file(path_in("out.txt"), &len);
 }
 
 static void test_fox_data(void) {
@@ -672,7 +672,7 @@ static void test_fox_data(void) {
 static int helper_open(char **argv) {
     DataLoader dl;
     dataloader_init(&dl, argv[0], atoi(argv[1]), atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 0, 1);
-    int *in = (int *)fox_data_malloc((size_t)dl.B * dl.T * sizeof(int)), *tg = (int *)fox_data_malloc((size_t)dl.B * dl.T * sizeof(int));
+    int *in = (int *)fox_malloc((size_t)dl.B * dl.T * sizeof(int)), *tg = (int *)fox_malloc((size_t)dl.B * dl.T * sizeof(int));
     dataloader_next(&dl, in, tg);
     printf("%lld windows\n", dataloader_num_windows(&dl));
     free(in);
@@ -696,7 +696,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--state-mismatch")) return helper_state_mismatch(argv[2]);
     if (getenv("PYTHON") && *getenv("PYTHON")) python = getenv("PYTHON");
     snprintf(tmp, sizeof tmp, "/tmp/fox_test_data.XXXXXX");
-    if (!mkdtemp(tmp)) fox_data_die("cannot create a temporary directory");
+    if (!mkdtemp(tmp)) fox_fatal("cannot create a temporary directory");
     test_bin_loader();
     test_tokenizer();
     test_zarr();

@@ -306,25 +306,12 @@ static int sh(const char *fmt, ...) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = fox_malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = 0;
-    fclose(f);
-    if (len) *len = got;
-    return buf;
-}
-
 // The binary must fail with exactly one line on stderr that starts with "error:" and names `needle`.
 static void expect_error(const char *label, const char *needle, int status) {
     char path[4200];
     snprintf(path, sizeof(path), "%s/stderr.txt", tmpdir);
-    char *err = slurp(path, NULL);
+    size_t len;
+    char *err = fox_read_file(path, &len);
     int lines = 0;
     for (char *p = err; p && *p; p++) lines += *p == '\n';
     int ok = status != 0 && err && !strncmp(err, "error: ", 7) && lines == 1 && strstr(err, needle);
@@ -378,7 +365,8 @@ static void test_bad_inputs(void) {
 
 // Parses "loss" of every training line of a log.jsonl into losses (up to cap); returns the count.
 static int read_losses(const char *path, double *losses, int cap) {
-    char *text = slurp(path, NULL);
+    size_t len;
+    char *text = fox_read_file(path, &len);
     if (!text) return 0;
     int n = 0;
     for (char *line = strtok(text, "\n"); line && n < cap; line = strtok(NULL, "\n")) {
@@ -391,7 +379,7 @@ static int read_losses(const char *path, double *losses, int cap) {
 
 static int files_equal(const char *a, const char *b) {
     size_t la, lb;
-    char *x = slurp(a, &la), *y = slurp(b, &lb);
+    char *x = fox_read_file(a, &la), *y = fox_read_file(b, &lb);
     int eq = x && y && la == lb && !memcmp(x, y, la);
     free(x);
     free(y);
@@ -449,7 +437,7 @@ static void test_checkpoint_resume(void) {
 // Reads a 1-D float64 .npy that fox_write_npy_f64 wrote; returns its length (0 on failure).
 static size_t read_npy_f64(const char *path, double *x, size_t cap) {
     size_t len;
-    char *buf = slurp(path, &len);
+    char *buf = fox_read_file(path, &len);
     if (!buf || len < 10 || memcmp(buf, "\x93NUMPY", 6)) { free(buf); return 0; }
     size_t start = 10 + (size_t)(unsigned char)buf[8] + 256 * (size_t)(unsigned char)buf[9];
     size_t n = (len - start) / sizeof(double);
@@ -489,7 +477,8 @@ static void test_eval_only(void) {
     for (int t = 0; t < 64; t++) { mx = fmax(mx, fabs(got[t] - ref[t])); mean += ref[t] / 64; }
     check(n == 64 && mx < 1e-6, "per_token_loss.npy has 64 values equal to L(i) recomputed here (max diff %.2e)", mx);
     snprintf(path, sizeof(path), "%s/per_token_loss.json", out);
-    char *js = slurp(path, NULL);
+    size_t len;
+    char *js = fox_read_file(path, &len);
     char *at = js ? strstr(js, "\"64\": ") : NULL;
     double p64 = at ? strtod(at + 6, NULL) : NAN;
     check(fabs(p64 - exp(mean)) < 1e-6 * exp(mean) && js && strstr(js, "\"n_seqs\": 3"),
@@ -554,7 +543,8 @@ static void test_reference_interop(void) {
     double ours_loss = model_forward(&ours, in, tg, B, T);
     st = sh("%s train_fox.py loss --model-bin %s --tokens %s --dtype float64", py, ck, npy);
     snprintf(path, sizeof(path), "%s/stdout.txt", tmpdir);
-    char *outp = slurp(path, NULL);
+    size_t len;
+    char *outp = fox_read_file(path, &len);
     double ref = outp && strstr(outp, "loss ") ? strtod(strstr(outp, "loss ") + 5, NULL) : NAN;
     free(outp);
     check(st == 0 && fabs(ours_loss - ref) <= 1e-5 * fabs(ref), "loss of a fox.c checkpoint: ours %.8f, reference %.8f", ours_loss, ref);

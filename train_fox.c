@@ -585,6 +585,19 @@ static size_t lofs(const Model *m, int l, size_t per_token, int B, int T) {
     return (size_t)l * (size_t)B * T * per_token;
 }
 
+// Block l's slices of the attention activations.
+typedef struct { real *x, *xn, *proj, *ks, *vs, *qn, *kn, *cum, *lse, *att, *on, *z; } AttnLayer;
+
+static AttnLayer attn_layer(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    size_t D = (size_t)m->cfg.d_model, H = (size_t)m->cfg.n_head, NIN = (size_t)m->cols.width;
+    AttnLayer al = {a->resid + lofs(m, l, D, B, T), a->xn1 + lofs(m, l, D, B, T), a->proj + lofs(m, l, NIN, B, T),
+                    a->ks + lofs(m, l, D, B, T), a->vs + lofs(m, l, D, B, T), a->qn + lofs(m, l, D, B, T),
+                    a->kn + lofs(m, l, D, B, T), a->cum + lofs(m, l, H, B, T), a->lse + lofs(m, l, H, B, T),
+                    a->att + lofs(m, l, D, B, T), a->on + lofs(m, l, D, B, T), a->z + lofs(m, l, D, B, T)};
+    return al;
+}
+
 // Forward of block l's attention: resid[l] → mid[l].
 static void attention_block_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
@@ -592,12 +605,9 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
     AttnCols cl = m->cols;
     SeqShape s = seq_shape(m, B, T, NIN);
-    real *x = a->resid + lofs(m, l, D, B, T), *xn = a->xn1 + lofs(m, l, D, B, T);
-    real *proj = a->proj + lofs(m, l, NIN, B, T);
-    real *ks = a->ks + lofs(m, l, D, B, T), *vs = a->vs + lofs(m, l, D, B, T);
-    real *qn = a->qn + lofs(m, l, D, B, T), *kn = a->kn + lofs(m, l, D, B, T);
-    real *cum = a->cum + lofs(m, l, H, B, T), *lse = a->lse + lofs(m, l, H, B, T);
-    real *att = a->att + lofs(m, l, D, B, T), *on = a->on + lofs(m, l, D, B, T), *z = a->z + lofs(m, l, D, B, T);
+    AttnLayer al = attn_layer(m, l, B, T);
+    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks, *vs = al.vs, *qn = al.qn, *kn = al.kn;
+    real *cum = al.cum, *lse = al.lse, *att = al.att, *on = al.on, *z = al.z;
 
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
     rmsnorm_forward(xn, a->ln1_rstd + lofs(m, l, 1, B, T), x, param(m, FOX_P_ln1_w, l), ln);
@@ -701,12 +711,9 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
     AttnCols cl = m->cols;
     SeqShape s = seq_shape(m, B, T, NIN);
-    real *x = a->resid + lofs(m, l, D, B, T), *xn = a->xn1 + lofs(m, l, D, B, T);
-    real *proj = a->proj + lofs(m, l, NIN, B, T);
-    real *ks = a->ks + lofs(m, l, D, B, T), *vs = a->vs + lofs(m, l, D, B, T);
-    real *qn = a->qn + lofs(m, l, D, B, T), *kn = a->kn + lofs(m, l, D, B, T);
-    real *cum = a->cum + lofs(m, l, H, B, T), *lse = a->lse + lofs(m, l, H, B, T);
-    real *att = a->att + lofs(m, l, D, B, T), *on = a->on + lofs(m, l, D, B, T), *z = a->z + lofs(m, l, D, B, T);
+    AttnLayer al = attn_layer(m, l, B, T);
+    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks, *vs = al.vs, *qn = al.qn, *kn = al.kn;
+    real *cum = al.cum, *lse = al.lse, *att = al.att, *on = al.on, *z = al.z;
     int has_fg = c->forget_gate != FOX_FG_NONE;
 
     zero(g->dz, (size_t)N * D);

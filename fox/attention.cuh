@@ -39,8 +39,6 @@ constexpr int FWD_BN = 64;             // forward: keys per pipelined tile
 constexpr int BWD_BN = 128;            // backward: keys per block (16 per warp)
 static_assert(FWD_BM == FOX_ATTN_ACP_BLOCK && BWD_BN == FOX_ATTN_ACP_BLOCK, "tiles must nest in the ACP grid");
 
-// Backward query-tile height: 64 rows at dh 64; 32 at dh 128 keeps dK, dV and S^T in registers.
-template <int DH> struct BwdTile { static constexpr int BM = DH == 64 ? 64 : 32; };
 
 // ---------------------------------------------------------------------------------------------
 // Shared-memory tiles of bf16 rows, 16-byte chunks XOR-swizzled so ldmatrix reads of 8 rows at one
@@ -396,46 +394,65 @@ template <int N> __device__ __forceinline__ void warp_column_sums(float v[N], in
     halve_and_add<N / 4, 4>(v, lane);
 }
 
-__device__ __forceinline__ void atomic_add2(float *p, float x, float y) {
-#if __CUDA_ARCH__ >= 900
-    atomicAdd(reinterpret_cast<float2 *>(p), make_float2(x, y));
-#else
-    atomicAdd(p, x);
-    atomicAdd(p + 1, y);
-#endif
+// Cross-block ordering for the deterministic dQ / dc accumulation (see bwd_kernel).
+__device__ __forceinline__ int ld_acquire_gpu(const int *p) {
+    int v;
+    asm volatile("ld.global.acquire.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
 }
+__device__ __forceinline__ void red_release_gpu_add(int *p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+// Backward tile configuration: BM query rows per tile, MINB blocks per SM (register cap).
+template <int DH> struct BwdCfg {
+    static constexpr int BM = DH == 64 ? 64 : 32;  // dh 128: 32 keeps dK, dV and S^T in registers
+    static constexpr int MINB = 1;
+};
 
 // Backward, step 2. Block = BWD_BN keys of one (b, h); warp w owns keys 16w..16w+15 and keeps their dK,
 // dV in registers while query tiles of BM rows stream through (from the diagonal to the last live one).
 // Per tile each warp forms S^T and dP^T for its keys, P^T, dS^T = P^T (dP^T - D), accumulates
-// dV += P^T dO and dK += dS^T Q, and parks dS^T in smem; then all warps compute dQ = dS K for the tile
-// and add it to an fp32 accumulator with atomics.
+// dV += P^T dO and dK += dS^T Q, and parks dS^T in smem (double-buffered); in the next iteration all
+// warps compute dQ = dS K for that tile (software-pipelined: one block barrier per tile).
 // dc: dc_t = sum_j dS_tj - sum_i dS_it. The row sum would vanish in exact arithmetic (softmax is shift
 // invariant), but D is formed from the bf16-rounded o, and that rounding error e_t enters both sums:
 // dc_t picks up -e_t + sum_i P_it e_i. Summed into dlogf the two parts cancel; with the column sum alone
 // they random-walk (3e-2 relative error in dlogf at T = 1000). So both sums are kept, in fp32: column
-// sums in registers, row sums reduced across the block, both added to dc with atomics.
-template <int DH>
-__global__ void __launch_bounds__(NTHREADS)
+// sums in registers (written to `colsum`, one writer per key), row sums reduced across the block.
+//
+// Determinism: no floating-point atomics. The dQ and dc-row-sum contributions of the key blocks to a
+// query tile are added in a fixed order, highest key block first (the diagonal block writes, the others
+// read-add-write the fp32 accumulator in L2, the lowest live one converts to bf16 and writes dq). A
+// per-tile counter `sem` orders them: every warp of key block n waits until all warps of the live key
+// blocks above n (within the tile's ACP row) have released, then releases its own. Blocks are launched
+// highest key block first (blockIdx.x reversed), so a block only ever waits on blocks launched before it
+// (no deadlock whatever the occupancy), and since block n+1 reaches each query tile one ACP row before
+// block n does, the waits are short.
+template <int DH, int BM, int MINB>
+__global__ void __launch_bounds__(NTHREADS, MINB)
 bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
            const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
-           float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
-           float *__restrict__ dc, int H, int T, const int *__restrict__ q_last) {
-    constexpr int BN = BWD_BN, BM = BwdTile<DH>::BM;
+           float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dq, __nv_bfloat16 *__restrict__ dk,
+           __nv_bfloat16 *__restrict__ dv, float *__restrict__ dc, float *__restrict__ colsum, int *__restrict__ sem,
+           int H, int T, const int *__restrict__ q_last) {
+    constexpr int BN = BWD_BN, TPB = FOX_ATTN_ACP_BLOCK / BM;  // TPB query tiles per ACP row
+    static_assert(FOX_ATTN_ACP_BLOCK % BM == 0, "query tiles nest in the ACP grid");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(smem_raw);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
     __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
     __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
-    __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [BN][BM]: dS^T
-    float *rs = reinterpret_cast<float *>(dSt + BN * BM);               // [2][BM]: a_i - lse_i log2e
+    __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T
+    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: a_i - lse_i log2e
     float *Ds = rs + 2 * BM;                                            // [2][BM]
-    float *rowsum = Ds + 2 * BM;                                        // [NWARPS][BM]: dS row sums
+    float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tq = lane & 3;
-    const int nb = blockIdx.x;  // key block; low indices see the most query tiles, so they go first
+    const int nblk = gridDim.x;
+    const int nb = nblk - 1 - blockIdx.x;  // key block: highest first (see above)
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const size_t head_off = (size_t)bh * T;
     const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
@@ -443,13 +460,18 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const size_t ld_o = (size_t)H * DH;
     const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
     float *dqh = dq_acc + head_off * DH;
+    __nv_bfloat16 *dqo = dq + head_off * DH;
     const int k0 = nb * BN;
     const float c_ref = ch[k0];
 
     const int nqt = (T + BM - 1) / BM;
+    const int *qlh = q_last ? q_last + (size_t)bh * nblk : nullptr;
+    // ACP: the diagonal tile is always live (every query row needs it), so a block covers at least it
+    const int m_last = qlh ? min(nblk - 1, max(qlh[nb], nb)) : nblk - 1;
     const int qt_first = k0 / BM;
-    const int qt_last = q_last ? min(nqt - 1, (q_last[(size_t)bh * gridDim.x + nb] + 1) * (FOX_ATTN_ACP_BLOCK / BM) - 1) : nqt - 1;
+    const int qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
     const int ntiles = qt_last - qt_first + 1;
+    int *semh = sem + (size_t)bh * nqt;
 
     // Loader threads tid < BM fetch per-query values; rows past T get lse = +inf so their P is 0.
     auto fetch_rows = [&](int qt, float &r, float &d) {
@@ -482,6 +504,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const float nb0 = -((j0 < T ? ch[j0] : c_ref) - c_ref) * LOG2E;
     const float nb1 = -((j1 < T ? ch[j1] : c_ref) - c_ref) * LOG2E;
     const float sl2 = LOG2E / sqrtf((float)DH);
+    const float scale = 1.f / sqrtf((float)DH);
 
     float dka[DH / 8][4], dva[DH / 8][4];
 #pragma unroll
@@ -492,132 +515,193 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 
     // dQ work split: warp owns query rows rg*16.. and DQC dh-columns of each tile.
     constexpr int RG = BM / 16, DQC = DH * RG / NWARPS;
+    static_assert(DQC % 16 == 0, "dQ column split");
     const int dq_r = (warp % RG) * 16, dq_c = (warp / RG) * DQC;
+    int ord_m = -1, ord_before = 0;  // ACP row of the cached order; live key blocks above nb in it
+    bool ord_last = false;           // no live key block below nb in it
 
-    for (int it = 0; it < ntiles; it++) {
-        const int qt = qt_first + it, buf = it & 1, i0 = qt * BM;
+    for (int it = 0; it <= ntiles; it++) {
+        const int buf = it & 1;
         cp_async_wait_all();
-        __syncthreads();
+        __syncthreads();  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
         const bool more = it + 1 < ntiles;
         float r_next = 0.f, d_next = 0.f;
         if (more) {
-            load_tile_async<DH, BM>(Qs + (buf ^ 1) * BM * DH, qh, DH, i0 + BM, T, tid);
-            load_tile_async<DH, BM>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i0 + BM, T, tid);
+            const int i1 = (qt_first + it + 1) * BM;
+            load_tile_async<DH, BM>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
+            load_tile_async<DH, BM>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
             cp_async_commit();
-            fetch_rows(qt + 1, r_next, d_next);
+            fetch_rows(qt_first + it + 1, r_next, d_next);
         }
-        const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
-        const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
+        if (it < ntiles) {
+            const int i0 = (qt_first + it) * BM;
+            const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
+            const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
+            __nv_bfloat16 *dSb = dSt + buf * BN * BM;
 
-        float st[BM / 8][4], dpt[BM / 8][4];
+            float st[BM / 8][4], dpt[BM / 8][4];
 #pragma unroll
-        for (int i = 0; i < BM / 8; i++)
+            for (int i = 0; i < BM / 8; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
+                for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < DH / 16; kk++) {
-            uint32_t ka[4], va[4];
-            load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
-            load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
+            for (int kk = 0; kk < DH / 16; kk++) {
+                uint32_t ka[4], va[4];
+                load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
+                load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
 #pragma unroll
-            for (int np = 0; np < BM / 16; np++) {
-                uint32_t bq[4], bo[4];
-                load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
-                mma16816(st[2 * np], ka, bq[0], bq[1]);
-                mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
-                load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
-                mma16816(dpt[2 * np], va, bo[0], bo[1]);
-                mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
-            }
-        }
-
-        // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
-        const bool diag = i0 < k0 + BN - 1;
-        float rsum[BM / 4];
-#pragma unroll
-        for (int nt = 0; nt < BM / 8; nt++) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int col = nt * 8 + 2 * tq + e, i = i0 + col;
-                const float r = rb[col], d = Db[col];
-                float p0 = ex2(fmaf(st[nt][e], sl2, r + nb0));
-                float p1 = ex2(fmaf(st[nt][2 + e], sl2, r + nb1));
-                if (diag) {
-                    if (j0 > i) p0 = 0.f;
-                    if (j1 > i) p1 = 0.f;
+                for (int np = 0; np < BM / 16; np++) {
+                    uint32_t bq[4], bo[4];
+                    load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
+                    mma16816(st[2 * np], ka, bq[0], bq[1]);
+                    mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
+                    load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
+                    mma16816(dpt[2 * np], va, bo[0], bo[1]);
+                    mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
                 }
-                const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
-                cs0 += ds0;
-                cs1 += ds1;
-                rsum[2 * nt + e] = ds0 + ds1;
-                st[nt][e] = p0;
-                st[nt][2 + e] = p1;
-                dpt[nt][e] = ds0;
-                dpt[nt][2 + e] = ds1;
             }
-        }
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) {
-            uint32_t pa[4], sa[4];
-            acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-            acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
-            // park dS^T rows (keys) for the dQ product: sa[0]/sa[2] are row g, sa[1]/sa[3] row g+8
-            const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
-            *reinterpret_cast<uint32_t *>(dSt + swz<BM>(kr, qc)) = sa[0];
-            *reinterpret_cast<uint32_t *>(dSt + swz<BM>(kr + 8, qc)) = sa[1];
-            *reinterpret_cast<uint32_t *>(dSt + swz<BM>(kr, qc + 8)) = sa[2];
-            *reinterpret_cast<uint32_t *>(dSt + swz<BM>(kr + 8, qc + 8)) = sa[3];
-#pragma unroll
-            for (int np = 0; np < DH / 16; np++) {
-                uint32_t bo[4], bq[4];
-                load_b_kn<DH>(bo, dOb, kk * 16, np * 16, lane);
-                mma16816(dva[2 * np], pa, bo[0], bo[1]);
-                mma16816(dva[2 * np + 1], pa, bo[2], bo[3]);
-                load_b_kn<DH>(bq, Qb, kk * 16, np * 16, lane);
-                mma16816(dka[2 * np], sa, bq[0], bq[1]);
-                mma16816(dka[2 * np + 1], sa, bq[2], bq[3]);
-            }
-        }
-        warp_column_sums<BM / 4>(rsum, lane);
-#pragma unroll
-        for (int i = 0; i < BM / 32; i++) {
-            const int cidx = g * (BM / 32) + i;
-            rowsum[warp * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
-        }
-        __syncthreads();  // dS^T and the row sums complete
-        if (tid < BM && i0 + tid < T) {
-            float sum = 0.f;
-#pragma unroll
-            for (int w = 0; w < NWARPS; w++) sum += rowsum[w * BM + tid];
-            atomicAdd(dc + head_off + i0 + tid, sum);
-        }
 
-        float dqa[DQC / 8][4];
+            // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
+            const bool diag = i0 < k0 + BN - 1;
+            float rsum[BM / 4];
 #pragma unroll
-        for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+            for (int nt = 0; nt < BM / 8; nt++) {
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t a[4];
-            load_a_trans<BM>(a, dSt, kk * 16, dq_r, lane);
+                for (int e = 0; e < 2; e++) {
+                    const int col = nt * 8 + 2 * tq + e, i = i0 + col;
+                    const float r = rb[col], d = Db[col];
+                    float p0 = ex2(fmaf(st[nt][e], sl2, r + nb0));
+                    float p1 = ex2(fmaf(st[nt][2 + e], sl2, r + nb1));
+                    if (diag) {
+                        if (j0 > i) p0 = 0.f;
+                        if (j1 > i) p1 = 0.f;
+                    }
+                    const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
+                    cs0 += ds0;
+                    cs1 += ds1;
+                    rsum[2 * nt + e] = ds0 + ds1;
+                    st[nt][e] = p0;
+                    st[nt][2 + e] = p1;
+                    dpt[nt][e] = ds0;
+                    dpt[nt][2 + e] = ds1;
+                }
+            }
 #pragma unroll
-            for (int np = 0; np < DQC / 16; np++) {
-                uint32_t bk[4];
-                load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
-                mma16816(dqa[2 * np], a, bk[0], bk[1]);
-                mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
+            for (int kk = 0; kk < BM / 16; kk++) {
+                uint32_t pa[4], sa[4];
+                acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+                acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+                // park dS^T rows (keys) for the dQ product: sa[0]/sa[2] are row g, sa[1]/sa[3] row g+8
+                const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[0];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[1];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[2];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[3];
+#pragma unroll
+                for (int np = 0; np < DH / 16; np++) {
+                    uint32_t bo[4], bq[4];
+                    load_b_kn<DH>(bo, dOb, kk * 16, np * 16, lane);
+                    mma16816(dva[2 * np], pa, bo[0], bo[1]);
+                    mma16816(dva[2 * np + 1], pa, bo[2], bo[3]);
+                    load_b_kn<DH>(bq, Qb, kk * 16, np * 16, lane);
+                    mma16816(dka[2 * np], sa, bq[0], bq[1]);
+                    mma16816(dka[2 * np + 1], sa, bq[2], bq[3]);
+                }
+            }
+            warp_column_sums<BM / 4>(rsum, lane);
+#pragma unroll
+            for (int i = 0; i < BM / 32; i++) {
+                const int cidx = g * (BM / 32) + i;
+                rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
             }
         }
-        const int qr0 = i0 + dq_r + g, qr1 = qr0 + 8;
+        if (it > 0) {
+            // dQ (and dc row sums) of the previous tile, from its parked dS^T
+            const int pb = buf ^ 1, qt = qt_first + it - 1, i0 = qt * BM;
+            const __nv_bfloat16 *dSb = dSt + pb * BN * BM;
+            float dqa[DQC / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < DQC / 8; nt++) {
-            const int col = dq_c + nt * 8 + 2 * tq;
-            if (qr0 < T) atomic_add2(dqh + (size_t)qr0 * DH + col, dqa[nt][0], dqa[nt][1]);
-            if (qr1 < T) atomic_add2(dqh + (size_t)qr1 * DH + col, dqa[nt][2], dqa[nt][3]);
+            for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                uint32_t a[4];
+                load_a_trans<BM>(a, dSb, kk * 16, dq_r, lane);
+#pragma unroll
+                for (int np = 0; np < DQC / 16; np++) {
+                    uint32_t bk[4];
+                    load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
+                    mma16816(dqa[2 * np], a, bk[0], bk[1]);
+                    mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
+                }
+            }
+            float rtot = 0.f;
+            if (tid < BM) {
+#pragma unroll
+                for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
+            }
+            // this tile's place in the order (same for every tile of one ACP row)
+            const int m = qt / TPB;
+            if (m != ord_m) {
+                ord_m = m;
+                if (!qlh) {
+                    ord_before = m - nb;
+                    ord_last = nb == 0;
+                } else {
+                    int above = 0, below = 0;
+                    for (int base = 0; base <= m; base += 32) {
+                        const int n2 = base + lane;
+                        if (n2 <= m && n2 != nb && max(qlh[n2], n2) >= m) {
+                            above += n2 > nb;
+                            below += n2 < nb;
+                        }
+                    }
+                    ord_before = __reduce_add_sync(0xffffffffu, above);
+                    ord_last = __reduce_add_sync(0xffffffffu, below) == 0;
+                }
+            }
+            int *sp = semh + qt;
+            if (ord_before > 0) {
+                const int target = NWARPS * ord_before;
+                long long spins = 0;
+                while (ld_acquire_gpu(sp) < target) {
+                    __nanosleep(64);
+                    if (++spins > (1ll << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                }
+            }
+            const int qr0 = i0 + dq_r + g;
+#pragma unroll
+            for (int nt = 0; nt < DQC / 8; nt++) {
+                const int col = dq_c + nt * 8 + 2 * tq;
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const int r = qr0 + 8 * hf;
+                    if (r >= T) continue;
+                    float2 x = make_float2(dqa[nt][2 * hf], dqa[nt][2 * hf + 1]);
+                    float2 *p = reinterpret_cast<float2 *>(dqh + (size_t)r * DH + col);
+                    if (ord_before > 0) {
+                        const float2 old = __ldcg(p);
+                        x.x = old.x + x.x;
+                        x.y = old.y + x.y;
+                    }
+                    if (ord_last)
+                        *reinterpret_cast<uint32_t *>(dqo + (size_t)r * DH + col) = pack_bf16(x.x * scale, x.y * scale);
+                    else
+                        __stcg(p, x);
+                }
+            }
+            if (tid < BM && i0 + tid < T) {
+                float *p = dc + head_off + i0 + tid;
+                __stcg(p, ord_before > 0 ? __ldcg(p) + rtot : rtot);
+            }
+            if (!ord_last) {
+                __threadfence();
+                __syncwarp();
+                if (lane == 0) red_release_gpu_add(sp, 1);
+            }
         }
         if (more) store_rows(buf ^ 1, r_next, d_next);
     }
 
-    const float scale = 1.f / sqrtf((float)DH);
     __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
 #pragma unroll
     for (int nt = 0; nt < DH / 8; nt++) {
@@ -634,35 +718,27 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     cs0 = quad_sum(cs0);
     cs1 = quad_sum(cs1);
     if (tq == 0) {
-        if (j0 < T) atomicAdd(dc + head_off + j0, -cs0);
-        if (j1 < T) atomicAdd(dc + head_off + j1, -cs1);
+        if (j0 < T) colsum[head_off + j0] = -cs0;
+        if (j1 < T) colsum[head_off + j1] = -cs1;
     }
 }
 
-// Backward, step 3: dq = scale * fp32 accumulator, as bf16.
-__global__ void dq_convert_kernel(const float4 *__restrict__ acc, __nv_bfloat16 *__restrict__ dq, float scale, size_t n4) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
-        const float4 x = acc[i];
-        uint2 out;
-        out.x = pack_bf16(x.x * scale, x.y * scale);
-        out.y = pack_bf16(x.z * scale, x.w * scale);
-        reinterpret_cast<uint2 *>(dq)[i] = out;
-    }
-}
-
-// Backward, step 4: dlogf_t = sum_{i >= t} dc_i, a true reverse scan in fp32 (one block per (b, h)):
-// each thread sums a contiguous chunk, the block scans the chunk totals, then each thread walks its
-// chunk backwards from its suffix offset. No output is formed as a difference of large sums.
+// Backward, step 3: dc_t = (dS row sum)_t + (minus dS column sum)_t, stored back into dc, and
+// dlogf_t = sum_{i >= t} dc_i, a true reverse scan in fp32 (one block per (b, h)): each thread sums a
+// contiguous chunk, the block scans the chunk totals, then each thread walks its chunk backwards from
+// its suffix offset. No output is formed as a difference of large sums.
 constexpr int SCAN_THREADS = 1024;
-__global__ void __launch_bounds__(SCAN_THREADS) reverse_cumsum_kernel(const float *__restrict__ x, float *__restrict__ y, int T) {
+__global__ void __launch_bounds__(SCAN_THREADS) reverse_cumsum_kernel(float *__restrict__ x, const float *__restrict__ xc,
+                                                                      float *__restrict__ y, int T) {
     __shared__ float warp_tot[SCAN_THREADS / 32];
-    const float *xr = x + (size_t)blockIdx.x * T;
+    float *xr = x + (size_t)blockIdx.x * T;
+    const float *xcr = xc + (size_t)blockIdx.x * T;
     float *yr = y + (size_t)blockIdx.x * T;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int chunk = (T + SCAN_THREADS - 1) / SCAN_THREADS;
     const int lo = min(T, tid * chunk), hi = min(T, lo + chunk);
     float tot = 0.f;
-    for (int t = lo; t < hi; t++) tot += xr[t];
+    for (int t = lo; t < hi; t++) tot += xr[t] + xcr[t];
     // inclusive suffix scan across lanes (lane l gets sum over lanes >= l), then across warps
     float suf = tot;
 #pragma unroll
@@ -685,7 +761,9 @@ __global__ void __launch_bounds__(SCAN_THREADS) reverse_cumsum_kernel(const floa
     __syncthreads();
     float run = (lane < 31 ? after_mine : 0.f) + (warp + 1 < SCAN_THREADS / 32 ? warp_tot[warp + 1] : 0.f);
     for (int t = hi - 1; t >= lo; t--) {
-        run += xr[t];
+        const float xt = xr[t] + xcr[t];
+        xr[t] = xt;
+        run += xt;
         yr[t] = run;
     }
 }
@@ -693,9 +771,8 @@ __global__ void __launch_bounds__(SCAN_THREADS) reverse_cumsum_kernel(const floa
 template <int DH> size_t fwd_smem_bytes() {
     return (size_t)(FWD_BM + 4 * FWD_BN) * DH * 2 + (2 * FWD_BN + 2) * 4;
 }
-template <int DH> size_t bwd_smem_bytes() {
-    constexpr int BM = BwdTile<DH>::BM;
-    return (size_t)(2 * BWD_BN * DH + 4 * BM * DH + BWD_BN * BM) * 2 + (4 + NWARPS) * BM * 4;
+template <int DH, int BM> size_t bwd_smem_bytes() {
+    return (size_t)(2 * BWD_BN * DH + 4 * BM * DH + 2 * BWD_BN * BM) * 2 + (4 + 2 * NWARPS) * BM * 4;
 }
 
 template <int DH>
@@ -708,28 +785,40 @@ void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16
     FOX_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int DH>
-void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
-              const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
-              __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, float *dq_acc, float *D,
-              int B, int H, int T, const int *q_last, cudaStream_t s) {
+// Scratch layout (fp32 unless noted): dq accumulator (B H T dh), D (B H T), dS column sums (B H T),
+// order counters (int, B H ceil(T/16): enough for any query tile of >= 16 rows).
+inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)B * H * ((T + 15) / 16); }
+
+template <int DH, int BM, int MINB>
+void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                  const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
+                  __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
+                  const int *q_last, cudaStream_t s) {
+    const size_t nvec = (size_t)B * H * T;
+    float *dq_acc = static_cast<float *>(scratch);
+    float *D = dq_acc + nvec * DH, *colsum = D + nvec;
+    int *sem = reinterpret_cast<int *>(colsum + nvec);
     const int rows = B * T * H;
     dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, D, H, T, rows);
     FOX_CUDA_CHECK(cudaGetLastError());
-    const size_t nq = (size_t)B * H * T * DH;
-    FOX_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s));
-    FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, (size_t)B * H * T * sizeof(float), s));
-    const size_t smem = bwd_smem_bytes<DH>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
+    const size_t smem = bwd_smem_bytes<DH, BM>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
-    bwd_kernel<DH><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dk, dv, dc, H, T, q_last);
+    bwd_kernel<DH, BM, MINB><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dq, dk, dv, dc, colsum,
+                                                          sem, H, T, q_last);
     FOX_CUDA_CHECK(cudaGetLastError());
-    const size_t conv_blocks = (nq / 4 + 255) / 256;
-    dq_convert_kernel<<<(unsigned)(conv_blocks < 4096 ? conv_blocks : 4096), 256, 0, s>>>(
-        reinterpret_cast<const float4 *>(dq_acc), dq, 1.f / sqrtf((float)DH), nq / 4);
+    reverse_cumsum_kernel<<<B * H, SCAN_THREADS, 0, s>>>(dc, colsum, dlogf, T);
     FOX_CUDA_CHECK(cudaGetLastError());
-    reverse_cumsum_kernel<<<B * H, SCAN_THREADS, 0, s>>>(dc, dlogf, T);
-    FOX_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int DH>
+void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+              const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
+              __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
+              const int *q_last, cudaStream_t s) {
+    backward_cfg<DH, BwdCfg<DH>::BM, BwdCfg<DH>::MINB>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B, H,
+                                                       T, q_last, s);
 }
 
 }  // namespace fox_attn
@@ -752,22 +841,20 @@ static inline void fox_attention_forward(const __nv_bfloat16 *q, const __nv_bflo
 
 // Bytes of device scratch the backward needs: the fp32 dq accumulator and D = rowsum(dO * o).
 static inline size_t fox_attention_backward_scratch_bytes(int B, int H, int T, int dh) {
-    return (size_t)B * H * T * ((size_t)dh + 1) * sizeof(float);
+    return (size_t)B * H * T * ((size_t)dh + 2) * sizeof(float) + fox_attn::bwd_sem_count(B, H, T) * sizeof(int);
 }
 
 // Backward: dq, dk, dv (B, H, T, dh) bf16; dc = dL/dc and dlogf = dL/dlog f (reverse cumsum of dc),
 // both fp32 (B, H, T). scratch: fox_attention_backward_scratch_bytes() bytes, 16-byte aligned.
-// q_last: ACP hook (see top), or NULL.
+// q_last: ACP hook (see top), or NULL. Deterministic: the same inputs give bitwise the same outputs.
 static inline void fox_attention_backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                           const float *c, const __nv_bfloat16 *o, const float *lse,
                                           const __nv_bfloat16 *dout, float *dc, float *dlogf, __nv_bfloat16 *dq,
                                           __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                                           int dh, const int *q_last, cudaStream_t s) {
     fox_attn_check_dh(dh);
-    float *dq_acc = static_cast<float *>(scratch);
-    float *D = dq_acc + (size_t)B * H * T * dh;
-    if (dh == 64) fox_attn::backward<64>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, dq_acc, D, B, H, T, q_last, s);
-    else fox_attn::backward<128>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, dq_acc, D, B, H, T, q_last, s);
+    if (dh == 64) fox_attn::backward<64>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B, H, T, q_last, s);
+    else fox_attn::backward<128>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B, H, T, q_last, s);
 }
 
 #endif  // FOX_ATTENTION_CUH

@@ -11,9 +11,19 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-static inline void fox_fatal(const char *fmt, ...) {
+#if defined(__GNUC__)
+#define FOX_NORETURN __attribute__((noreturn))
+#define FOX_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define FOX_NORETURN
+#define FOX_PRINTF(a, b)
+#endif
+
+// Bad input is never a crash: one line "error: ..." on stderr and exit status 1.
+static inline FOX_NORETURN FOX_PRINTF(1, 2) void fox_fatal(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
+    fflush(stdout);
     fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
@@ -31,6 +41,42 @@ static inline void *fox_calloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) fox_fatal("out of memory allocating %zu x %zu bytes", n, size);
     return p;
+}
+
+static inline void *fox_realloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) fox_fatal("out of memory allocating %zu bytes", bytes);
+    return q;
+}
+
+static inline char *fox_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = (char *)fox_malloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+// Reads a whole file into a malloc'd buffer (NUL-terminated for convenience, *len excludes it).
+// Returns NULL (errno set) if the file cannot be opened or read.
+static inline char *fox_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = (char *)fox_malloc(cap + 1);
+    for (;;) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) {
+            if (ferror(f)) { free(buf); fclose(f); return NULL; }
+            break;
+        }
+        cap *= 2;
+        buf = (char *)fox_realloc(buf, cap + 1);
+    }
+    fclose(f);
+    buf[n] = 0;
+    *len = n;
+    return buf;
 }
 
 static inline FILE *fox_fopen(const char *path, const char *mode) {

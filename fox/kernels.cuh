@@ -362,7 +362,8 @@ __global__ void __launch_bounds__(SCAN_THREADS_F) forget_gate_forward_kernel(flo
         warp_tot[lane] = x;
     }
     __syncthreads();
-    float run = (pre - tot) + (warp ? warp_tot[warp - 1] : 0.0f);
+    float excl = __shfl_up_sync(0xffffffffu, pre, 1);  // exact exclusive prefix (no pre − tot)
+    float run = (lane ? excl : 0.0f) + (warp ? warp_tot[warp - 1] : 0.0f);
     for (int t = lo; t < hi; t++) {
         run += logsigmoidf_(bias[h] + (cf >= 0 ? rows[(size_t)t * ld + cf + h] : 0.0f));
         cr[t] = run;

@@ -59,8 +59,8 @@ static inline void fox_json_ws(FoxJson *j) {
     while (j->p < j->end && isspace((unsigned char)*j->p)) j->p++;
 }
 
-static inline FOX_DATA_NORETURN void fox_json_fail(const FoxJson *j, const char *what) {
-    fox_data_die("%s: malformed .zarray JSON (%s)", j->path, what);
+static inline FOX_NORETURN void fox_json_fail(const FoxJson *j, const char *what) {
+    fox_fatal("%s: malformed .zarray JSON (%s)", j->path, what);
 }
 
 static inline void fox_json_expect(FoxJson *j, char c) {
@@ -167,7 +167,7 @@ static inline void fox_zarr_parse_compressor(FoxZarr *z, FoxJson *j) {
         break;
     }
     if (strcmp(id, "blosc") != 0)
-        fox_data_die("%s: unsupported compressor '%s' (fox.c reads blosc or uncompressed zarr arrays)", z->dir, id);
+        fox_fatal("%s: unsupported compressor '%s' (fox.c reads blosc or uncompressed zarr arrays)", z->dir, id);
     z->compressor = FOX_ZARR_BLOSC;
 }
 
@@ -175,7 +175,7 @@ static inline void fox_zarr_parse_dtype(FoxZarr *z) {
     if (!strcmp(z->dtype, "<u2")) z->itemsize = 2;
     else if (!strcmp(z->dtype, "<u4")) z->itemsize = 4;
     else if (!strcmp(z->dtype, "|u1")) z->itemsize = 1;
-    else fox_data_die("%s: unsupported dtype '%s' (token arrays must be <u2, <u4 or |u1)", z->dir, z->dtype);
+    else fox_fatal("%s: unsupported dtype '%s' (token arrays must be <u2, <u4 or |u1)", z->dir, z->dtype);
 }
 
 static inline void fox_zarr_parse_metadata(FoxZarr *z, const char *json, size_t len, const char *path) {
@@ -195,7 +195,7 @@ static inline void fox_zarr_parse_metadata(FoxZarr *z, const char *json, size_t 
         else if (!strcmp(key, "chunks")) nchunks = fox_json_int_array(&j, z->chunks, 2);
         else if (!strcmp(key, "dtype")) {
             fox_json_ws(&j);
-            if (j.p < j.end && *j.p != '"') fox_data_die("%s: unsupported structured dtype", path);
+            if (j.p < j.end && *j.p != '"') fox_fatal("%s: unsupported structured dtype", path);
             fox_json_string(&j, z->dtype, sizeof z->dtype);
             have_dtype = 1;
         } else if (!strcmp(key, "compressor")) { fox_zarr_parse_compressor(z, &j); have_comp = 1; }
@@ -207,7 +207,7 @@ static inline void fox_zarr_parse_metadata(FoxZarr *z, const char *json, size_t 
                 const char *start = j.p;
                 fox_json_skip_value(&j);
                 if (!(j.p - start == 2 && start[0] == '[' && start[1] == ']'))
-                    fox_data_die("%s: zarr filters are not supported (only a compressor)", path);
+                    fox_fatal("%s: zarr filters are not supported (only a compressor)", path);
             }
         } else if (!strcmp(key, "fill_value")) {
             if (!fox_json_literal(&j, "null")) {
@@ -221,21 +221,21 @@ static inline void fox_zarr_parse_metadata(FoxZarr *z, const char *json, size_t 
         fox_json_expect(&j, '}');
         break;
     }
-    if (format != 2) fox_data_die("%s: zarr_format %d is not supported (zarr v2 only)", path, format);
+    if (format != 2) fox_fatal("%s: zarr_format %d is not supported (zarr v2 only)", path, format);
     if (nshape != 2 || nchunks != 2)
-        fox_data_die("%s: expected a 2-D array (docs x tokens), got %d dimensions", path, nshape);
-    if (!have_dtype) fox_data_die("%s: no dtype", path);
-    if (!have_comp) fox_data_die("%s: no compressor field", path);
-    if (strcmp(order, "C") != 0) fox_data_die("%s: order '%s' is not supported (C order only)", path, order);
-    if (strcmp(sep, ".") && strcmp(sep, "/")) fox_data_die("%s: bad dimension_separator '%s'", path, sep);
+        fox_fatal("%s: expected a 2-D array (docs x tokens), got %d dimensions", path, nshape);
+    if (!have_dtype) fox_fatal("%s: no dtype", path);
+    if (!have_comp) fox_fatal("%s: no compressor field", path);
+    if (strcmp(order, "C") != 0) fox_fatal("%s: order '%s' is not supported (C order only)", path, order);
+    if (strcmp(sep, ".") && strcmp(sep, "/")) fox_fatal("%s: bad dimension_separator '%s'", path, sep);
     z->sep = sep[0];
     for (int d = 0; d < 2; d++) {
-        if (z->shape[d] <= 0) fox_data_die("%s: empty array (shape %lld)", path, (long long)z->shape[d]);
-        if (z->chunks[d] <= 0) fox_data_die("%s: bad chunk size %lld", path, (long long)z->chunks[d]);
+        if (z->shape[d] <= 0) fox_fatal("%s: empty array (shape %lld)", path, (long long)z->shape[d]);
+        if (z->chunks[d] <= 0) fox_fatal("%s: bad chunk size %lld", path, (long long)z->chunks[d]);
     }
     fox_zarr_parse_dtype(z);
     if (z->compressor == FOX_ZARR_BLOSC && blosc_compname_to_compcode(z->cname) < 0)
-        fox_data_die("%s: blosc codec '%s' is not available in this libblosc", path, z->cname);
+        fox_fatal("%s: blosc codec '%s' is not available in this libblosc", path, z->cname);
 }
 
 static inline int fox_zarr_is_dir(const char *path) {
@@ -246,20 +246,20 @@ static inline int fox_zarr_is_dir(const char *path) {
 // Opens a zarr v2 array directory; any problem is a fatal one-line error.
 static inline void fox_zarr_open(FoxZarr *z, const char *dir) {
     memset(z, 0, sizeof *z);
-    z->dir = fox_data_strdup(dir);
+    z->dir = fox_strdup(dir);
     size_t n = strlen(z->dir);
     while (n > 1 && z->dir[n - 1] == '/') z->dir[--n] = 0;
-    if (!fox_zarr_is_dir(z->dir)) fox_data_die("%s: not a directory", z->dir);
-    char *path = (char *)fox_data_malloc(n + 16);
+    if (!fox_zarr_is_dir(z->dir)) fox_fatal("%s: not a directory", z->dir);
+    char *path = (char *)fox_malloc(n + 16);
     snprintf(path, n + 16, "%s/.zarray", z->dir);
     size_t len = 0;
-    char *json = fox_data_read_file(path, &len);
+    char *json = fox_read_file(path, &len);
     if (!json) {
         snprintf(path, n + 16, "%s/.zgroup", z->dir);
         struct stat st;
         if (stat(path, &st) == 0)
-            fox_data_die("%s: is a zarr group, not an array (point at the array inside, e.g. .../train.zarr)", z->dir);
-        fox_data_die("%s: not a zarr v2 array directory (no .zarray)", z->dir);
+            fox_fatal("%s: is a zarr group, not an array (point at the array inside, e.g. .../train.zarr)", z->dir);
+        fox_fatal("%s: not a zarr v2 array directory (no .zarray)", z->dir);
     }
     fox_zarr_parse_metadata(z, json, len, path);
     free(json);
@@ -275,11 +275,11 @@ static inline size_t fox_zarr_chunk_bytes(const FoxZarr *z) {
 static inline void fox_zarr_load_chunk(FoxZarr *z, int64_t ci, int64_t cj, unsigned char *dst) {
     size_t want = fox_zarr_chunk_bytes(z);
     size_t plen = strlen(z->dir) + 48;
-    char *path = (char *)fox_data_malloc(plen);
+    char *path = (char *)fox_malloc(plen);
     snprintf(path, plen, "%s/%lld%c%lld", z->dir, (long long)ci, z->sep, (long long)cj);
     FILE *f = fopen(path, "rb");
     if (!f) {
-        if (errno != ENOENT) fox_data_die("%s: cannot open chunk: %s", path, strerror(errno));
+        if (errno != ENOENT) fox_fatal("%s: cannot open chunk: %s", path, strerror(errno));
         for (size_t i = 0; i < want / (size_t)z->itemsize; i++) {
             if (z->itemsize == 1) dst[i] = (unsigned char)z->fill;
             else if (z->itemsize == 2) { uint16_t v = (uint16_t)z->fill; memcpy(dst + 2 * i, &v, 2); }
@@ -289,27 +289,27 @@ static inline void fox_zarr_load_chunk(FoxZarr *z, int64_t ci, int64_t cj, unsig
         z->chunks_decoded++;
         return;
     }
-    if (fseek(f, 0, SEEK_END) != 0) fox_data_die("%s: cannot seek", path);
+    if (fseek(f, 0, SEEK_END) != 0) fox_fatal("%s: cannot seek", path);
     long size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) fox_data_die("%s: cannot seek", path);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) fox_fatal("%s: cannot seek", path);
     if (z->compressor == FOX_ZARR_RAW) {
         if ((size_t)size != want)
-            fox_data_die("%s: uncompressed chunk has %ld bytes, expected %zu", path, size, want);
-        if (fread(dst, 1, want, f) != want) fox_data_die("%s: read failed", path);
+            fox_fatal("%s: uncompressed chunk has %ld bytes, expected %zu", path, size, want);
+        if (fread(dst, 1, want, f) != want) fox_fatal("%s: read failed", path);
     } else {
         if ((size_t)size > z->cbuf_cap) {
             z->cbuf_cap = (size_t)size;
-            z->cbuf = (unsigned char *)fox_data_realloc(z->cbuf, z->cbuf_cap);
+            z->cbuf = (unsigned char *)fox_realloc(z->cbuf, z->cbuf_cap);
         }
         if (size < BLOSC_MIN_HEADER_LENGTH || fread(z->cbuf, 1, (size_t)size, f) != (size_t)size)
-            fox_data_die("%s: truncated blosc chunk (%ld bytes)", path, size);
+            fox_fatal("%s: truncated blosc chunk (%ld bytes)", path, size);
         size_t nbytes = 0;
         if (blosc_cbuffer_validate(z->cbuf, (size_t)size, &nbytes) < 0)
-            fox_data_die("%s: corrupt or truncated blosc chunk (%ld bytes)", path, size);
-        if (nbytes != want) fox_data_die("%s: blosc chunk holds %zu bytes, expected %zu", path, nbytes, want);
+            fox_fatal("%s: corrupt or truncated blosc chunk (%ld bytes)", path, size);
+        if (nbytes != want) fox_fatal("%s: blosc chunk holds %zu bytes, expected %zu", path, nbytes, want);
         int threads = 4;
         int got = blosc_decompress_ctx(z->cbuf, dst, want, threads);
-        if (got < 0 || (size_t)got != want) fox_data_die("%s: blosc decompression failed (%d)", path, got);
+        if (got < 0 || (size_t)got != want) fox_fatal("%s: blosc decompression failed (%d)", path, got);
     }
     fclose(f);
     free(path);
@@ -327,7 +327,7 @@ static inline const unsigned char *fox_zarr_chunk(FoxZarr *z, int64_t ci, int64_
         if (z->cache[s].last_use < z->cache[victim].last_use) victim = s;
     }
     FoxZarrChunk *c = &z->cache[victim];
-    if (!c->data) c->data = (unsigned char *)fox_data_malloc(fox_zarr_chunk_bytes(z));
+    if (!c->data) c->data = (unsigned char *)fox_malloc(fox_zarr_chunk_bytes(z));
     c->ci = -1;
     fox_zarr_load_chunk(z, ci, cj, c->data);
     c->ci = ci;
@@ -339,7 +339,7 @@ static inline const unsigned char *fox_zarr_chunk(FoxZarr *z, int64_t ci, int64_
 // Makes the cache hold at least `need` chunks (all chunks one rectangle touches).
 static inline void fox_zarr_reserve(FoxZarr *z, int need) {
     if (need <= z->cache_cap) return;
-    z->cache = (FoxZarrChunk *)fox_data_realloc(z->cache, (size_t)need * sizeof(FoxZarrChunk));
+    z->cache = (FoxZarrChunk *)fox_realloc(z->cache, (size_t)need * sizeof(FoxZarrChunk));
     for (int s = z->cache_cap; s < need; s++) {
         z->cache[s].ci = z->cache[s].cj = -1;
         z->cache[s].last_use = 0;
@@ -351,13 +351,13 @@ static inline void fox_zarr_reserve(FoxZarr *z, int need) {
 // Copies rows [r0, r0+nr) x cols [c0, c0+nc) into out (nr x nc, row-major, as uint32).
 static inline void fox_zarr_read(FoxZarr *z, int64_t r0, int64_t nr, int64_t c0, int64_t nc, uint32_t *out) {
     if (r0 < 0 || c0 < 0 || nr <= 0 || nc <= 0 || r0 + nr > z->shape[0] || c0 + nc > z->shape[1])
-        fox_data_die("%s: window docs [%lld, %lld) x pos [%lld, %lld) is outside the array (%lld x %lld)",
+        fox_fatal("%s: window docs [%lld, %lld) x pos [%lld, %lld) is outside the array (%lld x %lld)",
                      z->dir, (long long)r0, (long long)(r0 + nr), (long long)c0, (long long)(c0 + nc),
                      (long long)z->shape[0], (long long)z->shape[1]);
     int64_t ci0 = r0 / z->chunks[0], ci1 = (r0 + nr - 1) / z->chunks[0];
     int64_t cj0 = c0 / z->chunks[1], cj1 = (c0 + nc - 1) / z->chunks[1];
     int64_t touched = (ci1 - ci0 + 1) * (cj1 - cj0 + 1);
-    if (touched > (1 << 20)) fox_data_die("%s: window touches too many chunks (%lld)", z->dir, (long long)touched);
+    if (touched > (1 << 20)) fox_fatal("%s: window touches too many chunks (%lld)", z->dir, (long long)touched);
     fox_zarr_reserve(z, (int)touched);
     for (int64_t ci = ci0; ci <= ci1; ci++) {
         int64_t rs = ci * z->chunks[0] > r0 ? ci * z->chunks[0] : r0;

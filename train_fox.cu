@@ -1,0 +1,979 @@
+// train_fox.cu: the CUDA trainer for the Forgetting Transformer (FoX). It computes the model of
+// train_fox.c (same ops, same order, same run logic: flags, logs, checkpoints, resume, eval,
+// sampling) with the precision of SPEC §2: bf16 GEMM and attention operands with fp32 accumulation;
+// fp32 master weights, AdamW moments, residual stream, gate/norm/softmax statistics and loss.
+// GEMMs: fox/gemm.cuh (cuBLASLt); attention: fox/attention.cuh; other kernels: fox/kernels.cuh.
+// Single GPU; the data-parallel step (NCCL all-reduce of grads, ZeRO-1) goes where train_step says.
+// test_fox.cu includes this file with TESTING set.
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <stdarg.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "fox/config.h"
+#include "fox/rng.h"
+#include "fox/args.h"
+#include "fox/io.h"
+#include "fox/checkpoint.h"
+#include "fox/npy.h"
+#include "fox/train_common.h"
+#include "dataloader.h"
+#include "tokenizer.h"
+#include "fox/attention.cuh"
+#include "fox/gemm.cuh"
+#include "fox/kernels.cuh"
+
+// Largest bf16 logits buffer (bytes); longer batches run the lm_head and cross entropy in chunks
+// of tokens and recompute each chunk's logits in the backward pass.
+#define FOX_LOGITS_BUDGET ((size_t)2 << 30)
+
+// Activation recomputation (--recompute): what the forward keeps for the backward.
+enum { RECOMPUTE_NONE = 0, RECOMPUTE_NORM_MLP = 1, RECOMPUTE_BLOCK = 2 };
+
+// ----------------------------------------------------------------------------
+// Model state (all device memory unless named h_)
+
+// Per-layer activations: each entry points at its layer's slice, or, for what the recompute level
+// drops, at one slice shared by all layers that the backward pass refills.
+typedef struct {
+    float *resid;   // (L+1, N, D): input of each block, then the last block's output (always kept)
+    float **mid;    // (N, D): residual after attention
+    bf16 **xn1;     // (N, D): RMSNorm(resid), attn_in_w's operand
+    float **proj;   // (N, NINP): attn_in_w outputs (fp32: gates and shifts are formed in fp32)
+    bf16 **q, **k, **v;  // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE
+    float **c, **lse;    // (B, H, T): c = Σ log f; attention log-sum-exp
+    bf16 **o, **z;  // (N, D): attention output; output-normed and gated (attn_out_w's operand)
+    bf16 **xn2;     // (N, D): RMSNorm(mid)
+    bf16 **u, **hh; // (N, 2I), (N, I): mlp_in_w output, SwiGLU output
+    bf16 *xnf;      // (N, D)
+    bf16 *logits;   // (ce_rows, VP); the backward pass turns it into dlogits
+    float *losses, *ce_lse;  // (N)
+    float *zero_c;  // (B, H, T) zeros: the gate bias of the presets without a forget gate
+    int *inputs, *targets;   // (N)
+} Acts;
+
+// Gradient scratch for one block at a time.
+typedef struct {
+    float *dres;      // (N, D) dL/d residual
+    bf16 *dres_bf;    // (N, D) the same as a GEMM operand
+    float *dxn;       // (N, D) GEMM output: dL/d normed input, or dL/d z
+    float *dh;        // (N, I)
+    bf16 *du;         // (N, 2I)
+    bf16 *dproj;      // (N, NINP); the padding columns stay zero
+    bf16 *dq, *dk, *dv, *d_o;
+    float *dc, *dlogf, *dfg;  // (B, H, T), (B, H, T), (N, H)
+    float *f1, *f2, *f3;      // (N, D) fp32: norm-weight products, key-shift gradient
+    float *colsum_part, *sumsq_part;
+    double *sumsq;
+    void *attn_scratch;
+    int *bucket_token, *bucket_start, *bucket_pos;  // embedding backward buckets
+} Scratch;
+
+typedef struct {
+    FoxConfig cfg;
+    FoxLayout lay;
+    AttnCols cols;
+    int NINP, VP, Dh, recompute;
+    float *params, *grads, *m, *v;  // fp32, FOX_PARAMS layout (a checkpoint is a straight copy)
+    bf16 *wbf[FOX_NUM_PARAMS];      // bf16 copies of the GEMM weights, rows padded (NULL otherwise)
+    size_t rows_pad[FOX_NUM_PARAMS];
+    float *rope_cos, *rope_sin;     // (T, dh/2), RoPE presets only
+    int B, T, ce_rows, logits_kept;
+    Acts a;
+    Scratch s;
+    Gemm gemm;
+    cudaStream_t stream;
+    float *h_losses;                // (N) host copy of the per-position losses
+    int *h_count, *h_fill, *h_bucket_token, *h_bucket_start, *h_bucket_pos;
+    size_t bytes_weights, bytes_acts, bytes_scratch;
+} Model;
+
+static void *dev_alloc(size_t bytes, size_t *counter) {
+    void *p = NULL;
+    if (bytes == 0) bytes = 16;
+    FOX_CUDA_CHECK(cudaMalloc(&p, bytes));
+    FOX_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    *counter += bytes;
+    return p;
+}
+
+// An array of L pointers into one allocation: per-layer slices when kept, else one shared slice.
+static void **layer_slices(int L, size_t bytes, int kept, size_t *counter) {
+    char *base = (char *)dev_alloc(kept ? bytes * L : bytes, counter);
+    void **p = (void **)fox_calloc((size_t)L, sizeof(void *));
+    for (int l = 0; l < L; l++) p[l] = base + (kept ? bytes * l : 0);
+    return p;
+}
+
+static float *param(Model *m, int which, int layer) {
+    const FoxParamInfo *p = &m->lay.p[which];
+    return m->params + p->offset + (size_t)layer * p->rows * p->cols;
+}
+
+static float *grad(Model *m, int which, int layer) {
+    const FoxParamInfo *p = &m->lay.p[which];
+    return m->grads + p->offset + (size_t)layer * p->rows * p->cols;
+}
+
+static const bf16 *wbf(Model *m, int which, int layer) {
+    return m->wbf[which] + (size_t)layer * m->rows_pad[which] * m->lay.p[which].cols;
+}
+
+static int is_gemm_weight(int k) {
+    return k == FOX_P_attn_in_w || k == FOX_P_attn_out_w || k == FOX_P_mlp_in_w || k == FOX_P_mlp_out_w || k == FOX_P_lm_head_w;
+}
+
+// Rewrites every bf16 GEMM weight from the fp32 masters (after init or a load).
+static void model_refresh_bf16(Model *m) {
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
+        if (!m->wbf[k]) continue;
+        const FoxParamInfo *p = &m->lay.p[k];
+        size_t layer_numel = p->rows * p->cols, pad = (m->rows_pad[k] - p->rows) * p->cols;
+        to_bf16_padded_kernel<<<fox_blocks(p->numel, 256), 256, 0, m->stream>>>(m->wbf[k], m->params + p->offset,
+                                                                                 p->numel, layer_numel, pad);
+        FOX_LAUNCH_CHECK();
+    }
+}
+
+// Copies host fp32 weights (FOX_PARAMS layout) to the device masters and their bf16 copies.
+static void model_set_params(Model *m, const float *host) {
+    FOX_CUDA_CHECK(cudaMemcpy(m->params, host, m->lay.total * sizeof(float), cudaMemcpyHostToDevice));
+    model_refresh_bf16(m);
+}
+
+static void model_get_params(Model *m, float *host) {
+    FOX_CUDA_CHECK(cudaMemcpy(host, m->params, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+static void model_alloc_acts(Model *m, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    int L = c->n_layer, r = m->recompute;
+    size_t N = (size_t)B * T, D = (size_t)c->d_model, H = (size_t)c->n_head, I = (size_t)c->mlp_hidden;
+    size_t NP = (size_t)m->NINP, f = sizeof(float), h = sizeof(bf16), *cnt = &m->bytes_acts;
+    int keep_block = r < RECOMPUTE_BLOCK, keep_norm_mlp = r < RECOMPUTE_NORM_MLP;
+    Acts *a = &m->a;
+    a->resid = (float *)dev_alloc((L + 1) * N * D * f, cnt);
+    a->mid = (float **)layer_slices(L, N * D * f, keep_block, cnt);
+    a->xn1 = (bf16 **)layer_slices(L, N * D * h, keep_norm_mlp, cnt);
+    a->proj = (float **)layer_slices(L, N * NP * f, keep_block, cnt);
+    a->q = (bf16 **)layer_slices(L, N * D * h, keep_block, cnt);
+    a->k = (bf16 **)layer_slices(L, N * D * h, keep_block, cnt);
+    a->v = (bf16 **)layer_slices(L, N * D * h, keep_block, cnt);
+    a->c = (float **)layer_slices(L, N * H * f, keep_block && c->forget_gate != FOX_FG_NONE, cnt);
+    a->lse = (float **)layer_slices(L, N * H * f, keep_block, cnt);
+    a->o = (bf16 **)layer_slices(L, N * D * h, keep_block, cnt);
+    a->z = (bf16 **)layer_slices(L, N * D * h, keep_block, cnt);
+    a->xn2 = (bf16 **)layer_slices(L, N * D * h, keep_norm_mlp, cnt);
+    a->u = (bf16 **)layer_slices(L, N * 2 * I * h, keep_norm_mlp, cnt);
+    a->hh = (bf16 **)layer_slices(L, N * I * h, keep_norm_mlp, cnt);
+    a->xnf = (bf16 *)dev_alloc(N * D * h, cnt);
+    size_t budget_rows = FOX_LOGITS_BUDGET / ((size_t)m->VP * h);
+    m->ce_rows = (int)(N < budget_rows ? N : (budget_rows ? budget_rows : 1));
+    a->logits = (bf16 *)dev_alloc((size_t)m->ce_rows * m->VP * h, cnt);
+    a->losses = (float *)dev_alloc(N * f, cnt);
+    a->ce_lse = (float *)dev_alloc(N * f, cnt);
+    a->zero_c = (float *)dev_alloc(N * H * f, cnt);
+    a->inputs = (int *)dev_alloc(N * sizeof(int), cnt);
+    a->targets = (int *)dev_alloc(N * sizeof(int), cnt);
+
+    Scratch *s = &m->s;
+    cnt = &m->bytes_scratch;
+    s->dres = (float *)dev_alloc(N * D * f, cnt);
+    s->dres_bf = (bf16 *)dev_alloc(N * D * h, cnt);
+    s->dxn = (float *)dev_alloc(N * D * f, cnt);
+    s->dh = (float *)dev_alloc(N * I * f, cnt);
+    s->du = (bf16 *)dev_alloc(N * 2 * I * h, cnt);
+    s->dproj = (bf16 *)dev_alloc(N * NP * h, cnt);
+    s->dq = (bf16 *)dev_alloc(N * D * h, cnt);
+    s->dk = (bf16 *)dev_alloc(N * D * h, cnt);
+    s->dv = (bf16 *)dev_alloc(N * D * h, cnt);
+    s->d_o = (bf16 *)dev_alloc(N * D * h, cnt);
+    s->dc = (float *)dev_alloc(N * H * f, cnt);
+    s->dlogf = (float *)dev_alloc(N * H * f, cnt);
+    s->dfg = (float *)dev_alloc(N * H * f, cnt);
+    s->f1 = (float *)dev_alloc(N * D * f, cnt);
+    s->f2 = (float *)dev_alloc(N * D * f, cnt);
+    s->f3 = (float *)dev_alloc(N * D * f, cnt);
+    s->colsum_part = (float *)dev_alloc(colsum_scratch_floats(N * H, D) * f, cnt);
+    s->sumsq_part = (float *)dev_alloc(SUMSQ_BLOCKS * f, cnt);
+    s->sumsq = (double *)dev_alloc(sizeof(double), cnt);
+    s->attn_scratch = dev_alloc(fox_attention_backward_scratch_bytes(B, (int)H, T, m->Dh), cnt);
+    s->bucket_token = (int *)dev_alloc(N * sizeof(int), cnt);
+    s->bucket_start = (int *)dev_alloc((N + 1) * sizeof(int), cnt);
+    s->bucket_pos = (int *)dev_alloc(N * sizeof(int), cnt);
+
+    size_t V = (size_t)c->vocab_size;
+    m->h_losses = (float *)fox_calloc(N, sizeof(float));
+    m->h_count = (int *)fox_calloc(V, sizeof(int));
+    m->h_fill = (int *)fox_calloc(V, sizeof(int));
+    m->h_bucket_token = (int *)fox_calloc(N, sizeof(int));
+    m->h_bucket_start = (int *)fox_calloc(N + 1, sizeof(int));
+    m->h_bucket_pos = (int *)fox_calloc(N, sizeof(int));
+    if (c->rope) {  // the CPU trainer's angles, in double: t·θ^(−2i/dh)
+        int half = m->Dh / 2;
+        float *cs = (float *)fox_malloc((size_t)T * half * f), *sn = (float *)fox_malloc((size_t)T * half * f);
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < half; i++) {
+                double ang = t * pow((double)c->rope_theta, -2.0 * i / m->Dh);
+                cs[(size_t)t * half + i] = (float)cos(ang);
+                sn[(size_t)t * half + i] = (float)sin(ang);
+            }
+        m->rope_cos = (float *)dev_alloc((size_t)T * half * f, cnt);
+        m->rope_sin = (float *)dev_alloc((size_t)T * half * f, cnt);
+        FOX_CUDA_CHECK(cudaMemcpy(m->rope_cos, cs, (size_t)T * half * f, cudaMemcpyHostToDevice));
+        FOX_CUDA_CHECK(cudaMemcpy(m->rope_sin, sn, (size_t)T * half * f, cudaMemcpyHostToDevice));
+        free(cs);
+        free(sn);
+    }
+    m->B = B;
+    m->T = T;
+}
+
+static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute) {
+    memset(m, 0, sizeof(*m));
+    m->cfg = *c;
+    fox_layout(c, &m->lay);
+    m->cols = attn_cols(c);
+    m->Dh = fox_head_dim(c);
+    fox_attn_check_dh(m->Dh);
+    m->NINP = (m->cols.width + 63) / 64 * 64;
+    m->VP = (c->vocab_size + 63) / 64 * 64;
+    m->recompute = recompute;
+    FOX_CUDA_CHECK(cudaStreamCreate(&m->stream));
+    gemm_init(&m->gemm, m->stream);
+    size_t n = m->lay.total, *cnt = &m->bytes_weights;
+    m->params = (float *)dev_alloc(n * sizeof(float), cnt);
+    m->grads = (float *)dev_alloc(n * sizeof(float), cnt);
+    m->m = (float *)dev_alloc(n * sizeof(float), cnt);
+    m->v = (float *)dev_alloc(n * sizeof(float), cnt);
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
+        const FoxParamInfo *p = &m->lay.p[k];
+        m->rows_pad[k] = k == FOX_P_attn_in_w ? (size_t)m->NINP : k == FOX_P_lm_head_w ? (size_t)m->VP : p->rows;
+        if (is_gemm_weight(k)) {
+            size_t layers = p->layered ? (size_t)c->n_layer : 1;
+            m->wbf[k] = (bf16 *)dev_alloc(layers * m->rows_pad[k] * p->cols * sizeof(bf16), cnt);
+        }
+    }
+    float *init = (float *)fox_malloc(n * sizeof(float));  // the shared init, on the host
+    fox_init_params(c, &m->lay, init, seed);
+    model_set_params(m, init);
+    free(init);
+    model_alloc_acts(m, B, T);
+}
+
+static void model_free(Model *m) {
+    Acts *a = &m->a;
+    Scratch *s = &m->s;
+    void **layered[] = {(void **)a->mid, (void **)a->xn1, (void **)a->proj, (void **)a->q, (void **)a->k, (void **)a->v,
+                        (void **)a->c, (void **)a->lse, (void **)a->o, (void **)a->z, (void **)a->xn2, (void **)a->u,
+                        (void **)a->hh};
+    for (size_t i = 0; i < sizeof(layered) / sizeof(layered[0]); i++) {
+        FOX_CUDA_CHECK(cudaFree(layered[i][0]));
+        free(layered[i]);
+    }
+    void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xnf, a->logits, a->losses, a->ce_lse, a->zero_c,
+                    a->inputs, a->targets, s->dres, s->dres_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
+                    s->d_o, s->dc, s->dlogf, s->dfg, s->f1, s->f2, s->f3, s->colsum_part, s->sumsq_part, s->sumsq,
+                    s->attn_scratch, s->bucket_token, s->bucket_start, s->bucket_pos, m->rope_cos, m->rope_sin};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) FOX_CUDA_CHECK(cudaFree(m->wbf[k]));
+    gemm_free(&m->gemm);
+    FOX_CUDA_CHECK(cudaStreamDestroy(m->stream));
+    free(m->h_losses);
+    free(m->h_count);
+    free(m->h_fill);
+    free(m->h_bucket_token);
+    free(m->h_bucket_start);
+    free(m->h_bucket_pos);
+    memset(m, 0, sizeof(*m));
+}
+
+// ----------------------------------------------------------------------------
+// Launch helpers
+
+static QkvShape qkv_shape(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    QkvShape s;
+    s.proj = m->a.proj[l];
+    s.ld = m->NINP;
+    s.cq = m->cols.q;
+    s.ck = m->cols.k;
+    s.cv = m->cols.v;
+    s.cak = c->kv_shift ? m->cols.ak : -1;
+    s.cav = c->kv_shift ? m->cols.av : -1;
+    s.qw = c->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL;
+    s.kw = c->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL;
+    s.wstride = c->qk_norm_shared ? 0 : m->Dh;
+    s.rope_cos = c->rope ? m->rope_cos : NULL;
+    s.rope_sin = c->rope ? m->rope_sin : NULL;
+    s.B = B;
+    s.T = T;
+    s.H = c->n_head;
+    s.dh = m->Dh;
+    return s;
+}
+
+// Launches a one-warp-per-(token, head) kernel templated on E = dh/32 (2 or 4).
+#define LAUNCH_HEADS(kernel, dh, items, stream, ...)                                                                    \
+    do {                                                                                                                \
+        if ((dh) == 64) kernel<2><<<warp_blocks(items), FOX_WARPS * 32, 0, stream>>>(__VA_ARGS__);                     \
+        else kernel<4><<<warp_blocks(items), FOX_WARPS * 32, 0, stream>>>(__VA_ARGS__);                                \
+        FOX_LAUNCH_CHECK();                                                                                             \
+    } while (0)
+
+static void rmsnorm_forward(Model *m, bf16 *out, const float *in, const float *w, int N) {
+    rmsnorm_forward_kernel<<<warp_blocks(N), FOX_WARPS * 32, 0, m->stream>>>(out, in, w, N, m->cfg.d_model, FOX_NORM_EPS);
+    FOX_LAUNCH_CHECK();
+}
+
+// dres (+)= RMSNorm backward of dxn; dw += Σ dxn⊙x̂.
+static void rmsnorm_backward(Model *m, const float *in, const float *w, float *dw, int N, int accumulate) {
+    Scratch *s = &m->s;
+    int D = m->cfg.d_model;
+    rmsnorm_backward_kernel<<<warp_blocks(N), FOX_WARPS * 32, 0, m->stream>>>(s->dres, s->dres_bf, s->f1, s->dxn, in, w,
+                                                                               N, D, FOX_NORM_EPS, accumulate);
+    FOX_LAUNCH_CHECK();
+    colsum_accumulate(dw, s->f1, N, D, D, s->colsum_part, m->stream);
+}
+
+// ----------------------------------------------------------------------------
+// The model: forward, backward
+
+static float *resid_at(Model *m, int l, int B, int T) { return m->a.resid + (size_t)l * B * T * m->cfg.d_model; }
+
+// Forward of block l's attention: resid[l] → mid[l].
+static void attention_block_forward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    int N = B * T, D = c->d_model, H = c->n_head, Dh = m->Dh;
+    float *x = resid_at(m, l, B, T);
+    rmsnorm_forward(m, a->xn1[l], x, param(m, FOX_P_ln1_w, l), N);
+    linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn1[l], wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
+    QkvShape qs = qkv_shape(m, l, B, T);
+    LAUNCH_HEADS(qkv_forward_kernel, Dh, (size_t)N * H, m->stream, a->q[l], a->k[l], a->v[l], qs);
+    const float *cum = a->zero_c;
+    if (c->forget_gate != FOX_FG_NONE) {
+        int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.f : -1;
+        forget_gate_forward_kernel<<<B * H, SCAN_THREADS_F, 0, m->stream>>>(a->c[l], a->proj[l], m->NINP, cf,
+                                                                            param(m, FOX_P_fgate_b, l), H, T);
+        FOX_LAUNCH_CHECK();
+        cum = a->c[l];
+    }
+    fox_attention_forward(a->q[l], a->k[l], a->v[l], cum, a->o[l], a->lse[l], B, H, T, Dh, NULL, m->stream);
+    LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m->stream, a->z[l], a->o[l], a->proj[l], m->NINP,
+                 c->output_gate ? m->cols.g : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, Dh);
+    // The residual add is the GEMM's epilogue: mid = x + z W_oᵀ.
+    linear_forward(&m->gemm, a->mid[l], x, CUDA_R_32F, D, a->z[l], wbf(m, FOX_P_attn_out_w, l), N, D, D);
+}
+
+// Block l's MLP up to its output projection: xn2, u, h.
+static void mlp_inner_forward(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
+    rmsnorm_forward(m, a->xn2[l], a->mid[l], param(m, FOX_P_ln2_w, l), N);
+    linear_forward(&m->gemm, a->u[l], NULL, CUDA_R_16BF, 2 * I, a->xn2[l], wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
+    swiglu_forward_kernel<<<fox_blocks((size_t)N * I, 256), 256, 0, m->stream>>>(a->hh[l], a->u[l], N, I);
+    FOX_LAUNCH_CHECK();
+}
+
+// Forward of block l's MLP: mid[l] → resid[l+1].
+static void mlp_block_forward(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
+    mlp_inner_forward(m, l, B, T);
+    linear_forward(&m->gemm, resid_at(m, l + 1, B, T), a->mid[l], CUDA_R_32F, D, a->hh[l], wbf(m, FOX_P_mlp_out_w, l),
+                   N, I, D);
+}
+
+// Logits of rows [r0, r0 + rows) into the logits buffer.
+static void lm_head_forward(Model *m, int r0, int rows) {
+    linear_forward(&m->gemm, m->a.logits, NULL, CUDA_R_16BF, m->VP, m->a.xnf + (size_t)r0 * m->cfg.d_model,
+                   wbf(m, FOX_P_lm_head_w, 0), rows, m->cfg.d_model, m->VP);
+}
+
+// Full forward over B×T tokens (B, T within the allocated capacity). With targets, fills the
+// per-position losses (h_losses) and returns their mean; without, returns 0 and stops at xnf
+// (model_logits_row gives a row's logits).
+static double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
+    if (B * T > m->B * m->T) fox_fatal("batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
+    FOX_CUDA_CHECK(cudaMemcpy(a->inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    embedding_forward_kernel<<<fox_blocks((size_t)N * D, 256), 256, 0, m->stream>>>(a->resid, a->inputs,
+                                                                                     param(m, FOX_P_wte, 0), N, D);
+    FOX_LAUNCH_CHECK();
+    for (int l = 0; l < L; l++) {
+        attention_block_forward(m, l, B, T);
+        mlp_block_forward(m, l, B, T);
+    }
+    rmsnorm_forward(m, a->xnf, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), N);
+    m->logits_kept = 0;
+    if (!targets) return 0.0;
+    FOX_CUDA_CHECK(cudaMemcpy(a->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
+        int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
+        lm_head_forward(m, r0, rows);
+        crossentropy_forward_kernel<<<rows, CE_THREADS, 0, m->stream>>>(a->losses + r0, a->ce_lse + r0, a->logits,
+                                                                        a->targets + r0, V, m->VP);
+        FOX_LAUNCH_CHECK();
+    }
+    m->logits_kept = N <= m->ce_rows;
+    FOX_CUDA_CHECK(cudaMemcpy(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
+    double total = 0.0;
+    for (int n = 0; n < N; n++) total += m->h_losses[n];
+    return total / N;
+}
+
+// The fp32 logits of one row after a forward without targets (for sampling).
+static void model_logits_row(Model *m, int row, float *out) {
+    int VP = m->VP;
+    lm_head_forward(m, row, 1);
+    bf16 *tmp = (bf16 *)fox_malloc((size_t)VP * sizeof(bf16));
+    FOX_CUDA_CHECK(cudaMemcpy(tmp, m->a.logits, (size_t)VP * sizeof(bf16), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < m->cfg.vocab_size; i++) out[i] = __bfloat162float(tmp[i]);
+    free(tmp);
+}
+
+// Refills what the recompute level dropped for block l's backward.
+static void recompute_block(Model *m, int l, int B, int T) {
+    if (m->recompute == RECOMPUTE_BLOCK) {
+        attention_block_forward(m, l, B, T);
+        mlp_block_forward(m, l, B, T);  // rewrites resid[l+1] with the bitwise same values
+    } else if (m->recompute == RECOMPUTE_NORM_MLP) {
+        mlp_inner_forward(m, l, B, T);
+        rmsnorm_forward(m, m->a.xn1[l], resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), B * T);
+    }
+}
+
+// Backward of block l's MLP: s.dres holds dL/d resid[l+1] on entry, dL/d mid[l] on exit.
+static void mlp_block_backward(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    Scratch *s = &m->s;
+    int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
+    linear_backward_input(&m->gemm, s->dh, s->dres_bf, D, wbf(m, FOX_P_mlp_out_w, l), N, I, D);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_out_w, l), s->dres_bf, D, a->hh[l], N, I, D);
+    swiglu_backward_kernel<<<fox_blocks((size_t)N * I, 256), 256, 0, m->stream>>>(s->du, s->dh, a->u[l], N, I);
+    FOX_LAUNCH_CHECK();
+    linear_backward_input(&m->gemm, s->dxn, s->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn2[l], N, D, 2 * I);
+    rmsnorm_backward(m, a->mid[l], param(m, FOX_P_ln2_w, l), grad(m, FOX_P_ln2_w, l), N, 1);
+}
+
+// Backward of block l's attention: s.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
+static void attention_block_backward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    Scratch *s = &m->s;
+    int N = B * T, D = c->d_model, H = c->n_head, Dh = m->Dh, NP = m->NINP;
+    int has_fg = c->forget_gate != FOX_FG_NONE;
+    linear_backward_input(&m->gemm, s->dxn, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z[l], N, D, D);
+    const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
+    LAUNCH_HEADS(output_backward_kernel, Dh, (size_t)N * H, m->stream, s->d_o, s->dproj, s->f1, s->dxn, a->o[l],
+                 a->proj[l], NP, c->output_gate ? m->cols.g : -1, ow, N, H, Dh);
+    if (ow) colsum_accumulate(grad(m, FOX_P_onorm_w, l), s->f1, N, D, D, s->colsum_part, m->stream);
+    fox_attention_backward(a->q[l], a->k[l], a->v[l], has_fg ? a->c[l] : a->zero_c, a->o[l], a->lse[l], s->d_o, s->dc,
+                           s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, NULL, m->stream);
+    if (has_fg) {
+        int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.f : -1;
+        forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m->stream>>>(
+            s->dproj, s->dfg, s->dlogf, a->proj[l], NP, cf, param(m, FOX_P_fgate_b, l), B, H, T);
+        FOX_LAUNCH_CHECK();
+        if (c->forget_gate != FOX_FG_FIXED)
+            colsum_accumulate(grad(m, FOX_P_fgate_b, l), s->dfg, N, H, H, s->colsum_part, m->stream);
+    }
+    QkvShape qs = qkv_shape(m, l, B, T);
+    LAUNCH_HEADS(qk_backward_kernel, Dh, (size_t)N * H, m->stream, s->dproj, s->f2, s->f1, s->f3, s->dq, s->dk, qs);
+    if (c->qk_norm) {
+        // Per-head weights: column sums over tokens; one shared vector: over tokens and heads.
+        int rows = c->qk_norm_shared ? N * H : N, cols = c->qk_norm_shared ? Dh : D;
+        colsum_accumulate(grad(m, FOX_P_qnorm_w, l), s->f1, rows, cols, cols, s->colsum_part, m->stream);
+        colsum_accumulate(grad(m, FOX_P_knorm_w, l), s->f3, rows, cols, cols, s->colsum_part, m->stream);
+    }
+    LAUNCH_HEADS(kv_backward_kernel, Dh, (size_t)N * H, m->stream, s->dproj, s->f2, s->dv, qs);
+    linear_backward_input(&m->gemm, s->dxn, s->dproj, NP, wbf(m, FOX_P_attn_in_w, l), N, D, NP);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NP, a->xn1[l], N, D, m->cols.width);
+    rmsnorm_backward(m, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
+}
+
+// Groups positions by token id (counting sort, positions ascending) for the embedding backward.
+static int embedding_buckets(Model *m, const int *inputs, int N) {
+    int V = m->cfg.vocab_size, nb = 0, at = 0;
+    memset(m->h_count, 0, (size_t)V * sizeof(int));
+    for (int n = 0; n < N; n++) m->h_count[inputs[n]]++;
+    for (int v = 0; v < V; v++) {
+        if (!m->h_count[v]) continue;
+        m->h_bucket_token[nb] = v;
+        m->h_bucket_start[nb++] = at;
+        m->h_fill[v] = at;
+        at += m->h_count[v];
+    }
+    m->h_bucket_start[nb] = N;
+    for (int n = 0; n < N; n++) m->h_bucket_pos[m->h_fill[inputs[n]]++] = n;
+    Scratch *s = &m->s;
+    FOX_CUDA_CHECK(cudaMemcpy(s->bucket_token, m->h_bucket_token, (size_t)nb * sizeof(int), cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(s->bucket_start, m->h_bucket_start, (size_t)(nb + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(s->bucket_pos, m->h_bucket_pos, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    return nb;
+}
+
+// Backward of the last model_forward (with targets), adding dloss_scale·∂(mean loss)/∂θ into grads.
+static void model_backward(Model *m, const int *inputs, int B, int T, float dloss_scale) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    Scratch *s = &m->s;
+    int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
+    for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
+        int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
+        if (!m->logits_kept) lm_head_forward(m, r0, rows);
+        crossentropy_backward_kernel<<<rows, CE_THREADS, 0, m->stream>>>(a->logits, a->ce_lse + r0, a->targets + r0, V,
+                                                                         m->VP, dloss_scale / N);
+        FOX_LAUNCH_CHECK();
+        linear_backward_input(&m->gemm, s->dxn + (size_t)r0 * D, a->logits, m->VP, wbf(m, FOX_P_lm_head_w, 0), rows, D, m->VP);
+        linear_backward_weight(&m->gemm, grad(m, FOX_P_lm_head_w, 0), a->logits, m->VP, a->xnf + (size_t)r0 * D, rows, D, V);
+    }
+    m->logits_kept = 0;
+    rmsnorm_backward(m, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), grad(m, FOX_P_lnf_w, 0), N, 0);
+    for (int l = L - 1; l >= 0; l--) {
+        recompute_block(m, l, B, T);
+        mlp_block_backward(m, l, B, T);
+        attention_block_backward(m, l, B, T);
+    }
+    int nb = embedding_buckets(m, inputs, N);
+    embedding_backward_kernel<<<nb, 256, 0, m->stream>>>(grad(m, FOX_P_wte, 0), s->dres, s->bucket_token,
+                                                         s->bucket_start, s->bucket_pos, D);
+    FOX_LAUNCH_CHECK();
+}
+
+static void model_zero_grad(Model *m) {
+    FOX_CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->lay.total * sizeof(float), m->stream));
+}
+
+// ----------------------------------------------------------------------------
+// Optimizer (SPEC §2)
+
+// Global L2 norm of the gradient: fixed per-block partial sums, then one fixed-order sum.
+static double grad_norm(Model *m) {
+    sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, m->stream>>>(m->s.sumsq_part, m->grads, m->lay.total);
+    FOX_LAUNCH_CHECK();
+    sumsq_final_kernel<<<1, 1, 0, m->stream>>>(m->s.sumsq, m->s.sumsq_part);
+    FOX_LAUNCH_CHECK();
+    double ss;
+    FOX_CUDA_CHECK(cudaMemcpy(&ss, m->s.sumsq, sizeof(double), cudaMemcpyDeviceToHost));
+    return sqrt(ss);
+}
+
+// Global-norm clipping (torch.nn.utils.clip_grad_norm_: scale by clip/(norm+1e-6) when the norm
+// exceeds clip) folded into AdamW on every learned tensor; `t` is the 1-based step. Returns the
+// norm before clipping.
+static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
+    double norm = grad_norm(m);
+    AdamStep st;
+    st.lr = lr;
+    st.beta1 = o->beta1;
+    st.beta2 = o->beta2;
+    st.eps = o->eps;
+    st.bc1 = 1.0 - pow(o->beta1, t);
+    st.bc2 = 1.0 - pow(o->beta2, t);
+    st.gscale = (o->grad_clip > 0.0 && norm > o->grad_clip) ? (float)(o->grad_clip / (norm + 1e-6)) : 1.0f;
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
+        const FoxParamInfo *p = &m->lay.p[k];
+        if (!fox_param_learned(&m->cfg, k) || !p->numel) continue;
+        st.decay = p->decay ? (double)(float)(1.0 - lr * o->weight_decay) : 1.0;
+        size_t off = p->offset, layer_numel = p->rows * p->cols, pad = (m->rows_pad[k] - p->rows) * p->cols;
+        adamw_kernel<<<fox_blocks(p->numel, 256), 256, 0, m->stream>>>(m->params + off, m->wbf[k], m->grads + off,
+                                                                       m->m + off, m->v + off, p->numel, layer_numel,
+                                                                       pad, st);
+        FOX_LAUNCH_CHECK();
+    }
+    return norm;
+}
+
+// ----------------------------------------------------------------------------
+// Training run (not part of the test build, which drives the model directly)
+#ifndef TESTING
+
+typedef struct {
+    int rank, world;
+} Dist;
+
+typedef struct {
+    FoxArgs args;
+    Dist dist;
+    Model model;
+    OptConfig opt;
+    DataLoader train, val;
+    int has_val, grad_accum, step, recompute;
+    long long tokens;
+    uint64_t rng;     // counter of the sampling stream
+    int *inputs, *targets;
+    double *pos_loss; // per-position training loss summed since the last save (SPEC §6 L(i))
+    long long pos_loss_seqs;
+    double peak_flops;
+    float *h_params, *h_m, *h_v;  // host staging for checkpoints
+    FILE *log;
+} Run;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// Checks that every token id is a valid index for the model's vocabulary.
+static void check_tokens(const int *ids, size_t n, int vocab, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab) fox_fatal("%s holds token id %d, outside the vocabulary of %d (set --vocab)", what, ids[i], vocab);
+}
+
+// Mean validation loss over up to val_steps batches.
+static double evaluate(Run *r) {
+    int B = r->args.batch, T = r->args.seq_len;
+    long long avail = dataloader_num_windows(&r->val) / B;
+    int steps = (int)(avail < r->args.val_steps ? avail : r->args.val_steps);
+    if (steps < 1) fox_fatal("validation data %s holds fewer than --batch %d sequences of --seq-len %d", r->args.val, B, T);
+    dataloader_reset(&r->val);
+    double sum = 0.0;
+    for (int s = 0; s < steps; s++) {
+        dataloader_next(&r->val, r->inputs, r->targets);
+        check_tokens(r->inputs, (size_t)B * T, r->model.cfg.vocab_size, r->args.val);
+        check_tokens(r->targets, (size_t)B * T, r->model.cfg.vocab_size, r->args.val);
+        sum += model_forward(&r->model, r->inputs, r->targets, B, T);
+    }
+    return (float)(sum / steps);
+}
+
+// One optimizer step: grad_accum micro-batches, clip, AdamW. Returns the mean loss. (Data
+// parallel: the gradient all-reduce goes between the micro-batches and the optimizer.)
+static double train_step(Run *r, double lr, double *norm_out) {
+    Model *m = &r->model;
+    int B = r->args.batch, T = r->args.seq_len, N = B * T;
+    model_zero_grad(m);
+    double loss = 0.0;
+    for (int micro = 0; micro < r->grad_accum; micro++) {
+        dataloader_next(&r->train, r->inputs, r->targets);
+        check_tokens(r->inputs, (size_t)N, m->cfg.vocab_size, r->args.train);
+        check_tokens(r->targets, (size_t)N, m->cfg.vocab_size, r->args.train);
+        loss += model_forward(m, r->inputs, r->targets, B, T) / r->grad_accum;
+        for (int n = 0; n < N; n++) r->pos_loss[n % T] += m->h_losses[n];
+        r->pos_loss_seqs += B;
+        model_backward(m, r->inputs, B, T, 1.0f / r->grad_accum);
+    }
+    *norm_out = optimizer_step(m, &r->opt, lr, r->step + 1);
+    return loss;
+}
+
+static FoxTrainState run_state(const Run *r) {
+    FoxTrainState s;
+    memset(&s, 0, sizeof(s));
+    s.rank = r->dist.rank;
+    s.world = r->dist.world;
+    s.step = r->step;
+    s.seq_len = r->args.seq_len;
+    s.batch = r->args.batch;
+    s.tokens = r->tokens;
+    s.shard_offset = 0;
+    s.shard_count = (long long)r->model.lay.total;
+    s.total_batch = (long long)r->grad_accum * r->args.batch * r->args.seq_len * r->dist.world;
+    s.loader_bytes = (long long)dataloader_state_bytes(&r->train);
+    s.rng = r->rng;
+    return s;
+}
+
+static void state_path(char *buf, size_t cap, const char *dir, int rank) {
+    if (snprintf(buf, cap, "%s/state_%05d.bin", dir, rank) >= (int)cap) fox_fatal("path too long: %s", dir);
+}
+
+static void ensure_host_staging(Run *r) {
+    size_t n = r->model.lay.total;
+    if (r->h_params) return;
+    r->h_params = (float *)fox_malloc(n * sizeof(float));
+    r->h_m = (float *)fox_malloc(n * sizeof(float));
+    r->h_v = (float *)fox_malloc(n * sizeof(float));
+}
+
+// Atomic checkpoint (SPEC §5), in train_fox_cpu's format: the device weights and moments are
+// copied to the host and written by the same functions.
+static void save_checkpoint(Run *r) {
+    const char *out = r->args.out;
+    char tmp[4096], path[4352];
+    Model *m = &r->model;
+    ensure_host_staging(r);
+    model_get_params(m, r->h_params);
+    FOX_CUDA_CHECK(cudaMemcpy(r->h_m, m->m, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost));
+    FOX_CUDA_CHECK(cudaMemcpy(r->h_v, m->v, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost));
+    fox_ckpt_begin(out, r->step, tmp, sizeof(tmp));
+    FoxTrainState s = run_state(r);
+    void *loader = fox_malloc((size_t)s.loader_bytes);
+    dataloader_save_state(&r->train, loader);
+    state_path(path, sizeof(path), tmp, r->dist.rank);
+    fox_write_state(path, &s, r->h_m, r->h_v, loader);
+    free(loader);
+    snprintf(path, sizeof(path), "%s/model.bin", tmp);
+    fox_write_model_bin(path, &m->cfg, r->h_params);
+    fox_ckpt_commit(out, r->step);
+    fox_ckpt_prune(out, r->args.keep);
+    printf("checkpoint %s/ckpt_%08d\n", out, r->step);
+}
+
+static void load_checkpoint(Run *r, int step) {
+    char dir[4096], path[4352];
+    Model *m = &r->model;
+    ensure_host_staging(r);
+    fox_ckpt_dir(dir, sizeof(dir), r->args.out, step, 0);
+    snprintf(path, sizeof(path), "%s/model.bin", dir);
+    fox_read_model_bin(path, &m->cfg, r->h_params);
+    FoxTrainState s = run_state(r);
+    void *loader = fox_malloc((size_t)s.loader_bytes);
+    state_path(path, sizeof(path), dir, r->dist.rank);
+    fox_read_state(path, &s, r->h_m, r->h_v, loader);
+    dataloader_load_state(&r->train, loader, (size_t)s.loader_bytes);
+    free(loader);
+    model_set_params(m, r->h_params);
+    FOX_CUDA_CHECK(cudaMemcpy(m->m, r->h_m, m->lay.total * sizeof(float), cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(m->v, r->h_v, m->lay.total * sizeof(float), cudaMemcpyHostToDevice));
+    r->step = s.step;
+    r->tokens = s.tokens;
+    r->rng = s.rng;
+    printf("resumed from %s at step %d\n", dir, step);
+}
+
+// Saves the mean training loss per position since the last save as OUT/train_loss_pos_SSSSSSSS.npy
+// and starts a new window.
+static void save_train_pos_loss(Run *r) {
+    int T = r->args.seq_len;
+    if (r->pos_loss_seqs > 0) {
+        char path[4352];
+        snprintf(path, sizeof(path), "%s/train_loss_pos_%08d.npy", r->args.out, r->step);
+        for (int t = 0; t < T; t++) r->pos_loss[t] /= (double)r->pos_loss_seqs;
+        fox_write_npy_f64(path, r->pos_loss, (size_t)T);
+    }
+    memset(r->pos_loss, 0, (size_t)T * sizeof(double));
+    r->pos_loss_seqs = 0;
+}
+
+static void log_json(Run *r, const char *fmt, ...) {
+    if (!r->log) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(r->log, fmt, ap);
+    va_end(ap);
+    fputc('\n', r->log);
+    if (fflush(r->log)) fox_fatal("cannot write %s/log.jsonl", r->args.out);
+}
+
+// Greedy (top_k = 1) or top-k sampling of n tokens after an EOT prompt, recomputing the full
+// forward per token (no KV cache, as in the CPU trainer).
+static void sample_tokens(Run *r, int *out, int n) {
+    Model *m = &r->model;
+    int T = m->T < n + 1 ? m->T : n + 1, V = m->cfg.vocab_size, k = r->args.top_k < 1 ? 1 : r->args.top_k;
+    int *ctx = (int *)fox_calloc((size_t)T, sizeof(int));
+    int *best = (int *)fox_calloc((size_t)k, sizeof(int));
+    float *z = (float *)fox_malloc((size_t)V * sizeof(float));
+    ctx[0] = FOX_EOT < V ? FOX_EOT : 0;
+    int len = 1;
+    for (int i = 0; i < n; i++) {
+        int start = len < T ? 0 : len - T + 1, cur = len - start;
+        if (start) memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof(int)), len--, cur = len;
+        model_forward(m, ctx, NULL, 1, cur);
+        model_logits_row(m, cur - 1, z);
+        int nb = 0;  // indices of the k largest logits, by insertion
+        for (int v = 0; v < V; v++) {
+            int at = nb < k ? nb++ : k;
+            if (at == k && z[v] <= z[best[k - 1]]) continue;
+            if (at == k) at = k - 1;
+            while (at > 0 && z[best[at - 1]] < z[v]) { best[at] = best[at - 1]; at--; }
+            best[at] = v;
+        }
+        double total = 0.0;
+        for (int j = 0; j < nb; j++) total += exp((double)(z[best[j]] - z[best[0]]));
+        double u = fox_rng_uniform(fox_rng_key((uint64_t)r->args.seed, FOX_STREAM_SAMPLE), r->rng++) * total;
+        int pick = best[0];
+        for (int j = 0; j < nb; j++) {
+            u -= exp((double)(z[best[j]] - z[best[0]]));
+            if (u < 0) { pick = best[j]; break; }
+        }
+        out[i] = pick;
+        ctx[len++] = pick;
+    }
+    free(ctx);
+    free(best);
+    free(z);
+}
+
+static void print_sample(Run *r) {
+    int n = r->args.sample_tokens;
+    int *ids = (int *)fox_calloc((size_t)n, sizeof(int));
+    sample_tokens(r, ids, n);
+    Tokenizer tok;
+    if (r->model.cfg.vocab_size == FOX_VOCAB_GPT2 && tokenizer_load(&tok, r->args.tokenizer)) {
+        size_t len;
+        char *text = tokenizer_decode(&tok, ids, (size_t)n, &len);
+        printf("sample: %.*s\n", (int)len, text);
+        free(text);
+        tokenizer_free(&tok);
+    } else {
+        printf("sample ids:");
+        for (int i = 0; i < n; i++) printf(" %d", ids[i]);
+        printf("\n");
+    }
+    free(ids);
+}
+
+// --recompute is this trainer's own flag: taken out of argv before the shared parser sees the rest.
+static int take_recompute_flag(int *argc, char **argv) {
+    int level = RECOMPUTE_NONE, out = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *val = NULL;
+        if (!strcmp(argv[i], "--recompute")) {
+            if (i + 1 >= *argc) fox_fatal("--recompute needs a value");
+            val = argv[++i];
+        } else if (!strncmp(argv[i], "--recompute=", 12)) {
+            val = argv[i] + 12;
+        } else {
+            if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+                printf("  --%-20s %-22s %s\n", "recompute", "0",
+                       "activation recomputation: 0 none | 1 norms + MLP | 2 whole blocks (GPU trainer only)");
+            argv[out++] = argv[i];
+            continue;
+        }
+        level = fox_parse_int("recompute", val);
+        if (level < RECOMPUTE_NONE || level > RECOMPUTE_BLOCK) fox_arg_error("recompute", val, "expected 0, 1 or 2");
+    }
+    *argc = out;
+    return level;
+}
+
+// bf16 dense peak of the device (SPEC §6), or 0 when unknown.
+static double device_peak_flops(void) {
+    cudaDeviceProp prop;
+    int dev;
+    FOX_CUDA_CHECK(cudaGetDevice(&dev));
+    FOX_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    if (prop.major == 9) return 989.4e12;
+    if (prop.major == 8 && prop.minor == 0) return 312e12;
+    return 0.0;
+}
+
+// Sets up the run from its arguments: model, optimizer, data, resume.
+static void run_init(Run *r, int argc, char **argv) {
+    memset(r, 0, sizeof(*r));
+    r->dist.rank = 0;
+    r->dist.world = 1;
+    r->recompute = take_recompute_flag(&argc, argv);
+    fox_args_parse(&r->args, argc, argv);
+    FoxArgs *a = &r->args;
+    FoxConfig cfg = fox_args_config(a);
+    if (a->seq_len < 1 || a->batch < 1 || a->steps < 1) fox_fatal("--seq-len, --batch and --steps must be positive");
+    if (a->keep < 1) fox_fatal("--keep must be at least 1");
+    if (a->resume && !a->out[0]) fox_fatal("--resume needs --out");
+    long long per_micro = (long long)a->batch * a->seq_len * r->dist.world;
+    long long total = a->total_batch_tokens ? a->total_batch_tokens : per_micro;
+    if (total % per_micro) fox_fatal("--total-batch-tokens %lld is not a multiple of batch*seq-len*ranks = %lld", total, per_micro);
+    r->grad_accum = (int)(total / per_micro);
+    r->opt = (OptConfig){a->lr, a->min_lr, a->weight_decay, a->grad_clip, 0.9, 0.95, 1e-8,
+                         (int)((a->warmup_tokens + total - 1) / total), a->steps};
+    if (r->opt.warmup_steps < 1) r->opt.warmup_steps = 1;
+    // Data first: a bad path or a --seq-len beyond the data fails before any large allocation.
+    dataloader_init(&r->train, a->train, a->batch, a->seq_len, r->dist.rank, r->dist.world, (uint64_t)a->seed, 1);
+    r->has_val = a->val[0] != 0;
+    if (r->has_val) dataloader_init(&r->val, a->val, a->batch, a->seq_len, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
+    model_init(&r->model, &cfg, a->batch, a->seq_len, (uint64_t)a->seed, r->recompute);
+    if (a->init[0]) {
+        ensure_host_staging(r);
+        fox_read_model_bin(a->init, &cfg, r->h_params);
+        model_set_params(&r->model, r->h_params);
+    }
+    r->inputs = (int *)fox_calloc((size_t)a->batch * a->seq_len, sizeof(int));
+    r->targets = (int *)fox_calloc((size_t)a->batch * a->seq_len, sizeof(int));
+    r->pos_loss = (double *)fox_calloc((size_t)a->seq_len, sizeof(double));
+    r->peak_flops = device_peak_flops();
+    if (a->resume) {
+        int latest = fox_ckpt_latest(a->out);
+        if (latest >= 0) load_checkpoint(r, latest);
+        else printf("no checkpoint in %s: starting fresh\n", a->out);
+    }
+    if (a->out[0]) {
+        fox_mkdir_p(a->out);
+        char path[4352];
+        snprintf(path, sizeof(path), "%s/log.jsonl", a->out);
+        r->log = fox_fopen(path, r->step ? "a" : "w");
+    }
+}
+
+static void run_free(Run *r) {
+    model_free(&r->model);
+    dataloader_free(&r->train);
+    if (r->has_val) dataloader_free(&r->val);
+    free(r->inputs);
+    free(r->targets);
+    free(r->pos_loss);
+    free(r->h_params);
+    free(r->h_m);
+    free(r->h_v);
+    if (r->log && fclose(r->log)) fox_fatal("cannot close the log");
+}
+
+static void print_memory(Run *r) {
+    Model *m = &r->model;
+    size_t free_b, total_b;
+    FOX_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    printf("memory (recompute %d): %.2f GiB in use on the device of %.2f | ours: weights+grads+AdamW %.2f, "
+           "activations %.2f, backward scratch %.2f GiB\n", m->recompute, (total_b - free_b) / gib, total_b / gib,
+           m->bytes_weights / gib, m->bytes_acts / gib, m->bytes_scratch / gib);
+}
+
+static void train(Run *r) {
+    FoxArgs *a = &r->args;
+    Model *m = &r->model;
+    long long step_tokens = (long long)r->grad_accum * a->batch * a->seq_len * r->dist.world;
+    double flops_per_token = fox_flops_per_token(&m->cfg, a->seq_len);
+    printf("model %s: %zu parameters (%.2fM non-embedding), %d layers, d_model %d, %d heads, mlp %d | "
+           "%lld tokens/step = %d x %d x %d accum x %d ranks, warmup %d steps\n",
+           a->model, m->lay.total, fox_mfu_params(&m->cfg) / 1e6, m->cfg.n_layer, m->cfg.d_model,
+           m->cfg.n_head, m->cfg.mlp_hidden, step_tokens, a->batch, a->seq_len, r->grad_accum,
+           r->dist.world, r->opt.warmup_steps);
+    int first = 1;
+    while (r->step < a->steps) {
+        double t0 = now_seconds(), norm, lr = lr_at(&r->opt, r->step);
+        double loss = train_step(r, lr, &norm);
+        FOX_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+        r->step++;
+        r->tokens += step_tokens;
+        double dt = now_seconds() - t0, tps = step_tokens / dt, mfu = r->peak_flops > 0 ? tps * flops_per_token / r->peak_flops : 0.0;
+        if (r->step % a->log_every == 0 || r->step == a->steps) {
+            printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | MFU %.1f%%\n", r->step,
+                   a->steps, loss, lr, norm, dt * 1e3, tps, 100.0 * mfu);
+            log_json(r, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.7g, \"grad_norm\": %.17g, \"ms\": %.3f, "
+                        "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"tokens\": %lld}",
+                     r->step, loss, lr, norm, dt * 1e3, tps, mfu, r->tokens);
+        }
+        if (first) print_memory(r);
+        first = 0;
+        if (r->has_val && a->eval_every > 0 && (r->step % a->eval_every == 0 || r->step == a->steps)) {
+            double vl = evaluate(r);
+            printf("step %5d | val loss %.6f\n", r->step, vl);
+            log_json(r, "{\"step\": %d, \"val_loss\": %.17g}", r->step, vl);
+        }
+        if (a->out[0] && ((a->ckpt_every > 0 && r->step % a->ckpt_every == 0) || r->step == a->steps)) {
+            save_train_pos_loss(r);
+            save_checkpoint(r);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    Run r;
+    run_init(&r, argc, argv);
+    train(&r);
+    if (r.args.sample_tokens > 0) print_sample(&r);
+    run_free(&r);
+    return 0;
+}
+#endif
