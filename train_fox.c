@@ -242,60 +242,96 @@ static void rmsnorm_backward(real *din, real *dw, const real *dout, const real *
     }
 }
 
-// Matmuls work on blocks of MM_BLOCK rows of W so that a block stays in cache while every row of
-// the input streams past it (W can be the 50257-row lm_head).
-#define MM_BLOCK 64
+// The three matmuls share one register-blocked micro-kernel: a 4 x MM_W tile of the result,
+// acc[r][j] += Σ_k a_r[k·as] · b[k·bs + j], where b's rows are contiguous, so the inner loop is a
+// vector FMA with the tile held in registers. Each result element is owned by one thread and summed
+// in a fixed order, so results do not depend on the thread count.
+#define MM_W 64
+#define MM_R 4
 
-// out (N, OUT) = in (N, IN) · Wᵀ, W (OUT, IN) row-major.
-static void matmul_forward(real *out, const real *in, const real *W, int N, int IN, int OUT) {
-    int nblocks = (OUT + MM_BLOCK - 1) / MM_BLOCK;
-    #pragma omp parallel for schedule(dynamic)
-    for (int ob = 0; ob < nblocks; ob++) {
-        int o1 = ob * MM_BLOCK + MM_BLOCK < OUT ? ob * MM_BLOCK + MM_BLOCK : OUT;
-        for (int n = 0; n < N; n++) {
-            const real *x = in + (size_t)n * IN;
-            for (int o = ob * MM_BLOCK; o < o1; o++) {
-                const real *w = W + (size_t)o * IN;
-                real acc = 0.0f;
-                #pragma omp simd reduction(+:acc)
-                for (int i = 0; i < IN; i++) acc += x[i] * w[i];
-                out[(size_t)n * OUT + o] = acc;
+typedef struct { const real *a[MM_R]; size_t as; const real *b; size_t bs; int K, width; } Tile;
+
+static void tile_accumulate(real acc[MM_R][MM_W], Tile t) {
+    if (t.width == MM_W) {
+        for (int k = 0; k < t.K; k++) {
+            const real *b = t.b + (size_t)k * t.bs;
+            for (int r = 0; r < MM_R; r++) {
+                real x = t.a[r][(size_t)k * t.as];
+                #pragma omp simd
+                for (int j = 0; j < MM_W; j++) acc[r][j] += x * b[j];
             }
         }
+    } else {
+        for (int k = 0; k < t.K; k++) {
+            const real *b = t.b + (size_t)k * t.bs;
+            for (int r = 0; r < MM_R; r++) {
+                real x = t.a[r][(size_t)k * t.as];
+                for (int j = 0; j < t.width; j++) acc[r][j] += x * b[j];
+            }
+        }
+    }
+}
+
+// Points the tile's rows at rows r0.. of a (row stride lda), repeating the last valid row past n.
+static void tile_rows(Tile *t, const real *a, size_t lda, int r0, int n) {
+    for (int r = 0; r < MM_R; r++) t->a[r] = a + (size_t)(r0 + r < n ? r0 + r : n - 1) * lda;
+}
+
+static int min_int(int a, int b) { return a < b ? a : b; }
+
+// out (N, OUT) = in (N, IN) · Wᵀ, W (OUT, IN) row-major. Each thread transposes a block of MM_W
+// rows of W once, then streams every input row past it.
+static void matmul_forward(real *out, const real *in, const real *W, int N, int IN, int OUT) {
+    int nblocks = (OUT + MM_W - 1) / MM_W;
+    #pragma omp parallel
+    {
+        real *wt = fox_malloc((size_t)IN * MM_W * sizeof(real));
+        #pragma omp for schedule(dynamic)
+        for (int ob = 0; ob < nblocks; ob++) {
+            int o0 = ob * MM_W, width = min_int(MM_W, OUT - o0);
+            for (int i = 0; i < IN; i++)
+                for (int j = 0; j < MM_W; j++) wt[(size_t)i * MM_W + j] = j < width ? W[(size_t)(o0 + j) * IN + i] : 0;
+            for (int n0 = 0; n0 < N; n0 += MM_R) {
+                real acc[MM_R][MM_W] = {{0}};
+                Tile t = {{NULL}, 1, wt, MM_W, IN, MM_W};
+                tile_rows(&t, in, (size_t)IN, n0, N);
+                tile_accumulate(acc, t);
+                for (int r = 0; r < MM_R && n0 + r < N; r++)
+                    memcpy(out + (size_t)(n0 + r) * OUT + o0, acc[r], (size_t)width * sizeof(real));
+            }
+        }
+        free(wt);
     }
 }
 
 // din += dout · W; dW += doutᵀ · in.
 static void matmul_backward(real *din, real *dW, const real *dout, const real *in, const real *W,
                             int N, int IN, int OUT) {
-    int nrow_blocks = (N + MM_BLOCK - 1) / MM_BLOCK, nout_blocks = (OUT + MM_BLOCK - 1) / MM_BLOCK;
-    #pragma omp parallel for schedule(dynamic)
-    for (int nb = 0; nb < nrow_blocks; nb++) {
-        int n1 = nb * MM_BLOCK + MM_BLOCK < N ? nb * MM_BLOCK + MM_BLOCK : N;
-        for (int ob = 0; ob < nout_blocks; ob++) {
-            int o1 = ob * MM_BLOCK + MM_BLOCK < OUT ? ob * MM_BLOCK + MM_BLOCK : OUT;
-            for (int n = nb * MM_BLOCK; n < n1; n++) {
-                real *dx = din + (size_t)n * IN;
-                for (int o = ob * MM_BLOCK; o < o1; o++) {
-                    real g = dout[(size_t)n * OUT + o];
-                    const real *w = W + (size_t)o * IN;
-                    #pragma omp simd
-                    for (int i = 0; i < IN; i++) dx[i] += g * w[i];
-                }
-            }
+    int ncols = (IN + MM_W - 1) / MM_W, nrows = (N + MM_R - 1) / MM_R, nouts = (OUT + MM_R - 1) / MM_R;
+    // din[n][i0 : i0+MM_W] += Σ_o dout[n][o] W[o][i0 : i0+MM_W]
+    #pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int rb = 0; rb < nrows; rb++) {
+        for (int cb = 0; cb < ncols; cb++) {
+            int n0 = rb * MM_R, i0 = cb * MM_W;
+            real acc[MM_R][MM_W] = {{0}};
+            Tile t = {{NULL}, 1, W + i0, (size_t)IN, OUT, min_int(MM_W, IN - i0)};
+            tile_rows(&t, dout, (size_t)OUT, n0, N);
+            tile_accumulate(acc, t);
+            for (int r = 0; r < MM_R && n0 + r < N; r++)
+                for (int j = 0; j < t.width; j++) din[(size_t)(n0 + r) * IN + i0 + j] += acc[r][j];
         }
     }
-    #pragma omp parallel for schedule(dynamic)
-    for (int ob = 0; ob < nout_blocks; ob++) {
-        int o1 = ob * MM_BLOCK + MM_BLOCK < OUT ? ob * MM_BLOCK + MM_BLOCK : OUT;
-        for (int n = 0; n < N; n++) {
-            const real *x = in + (size_t)n * IN;
-            for (int o = ob * MM_BLOCK; o < o1; o++) {
-                real g = dout[(size_t)n * OUT + o];
-                real *dw = dW + (size_t)o * IN;
-                #pragma omp simd
-                for (int i = 0; i < IN; i++) dw[i] += g * x[i];
-            }
+    // dW[o][i0 : i0+MM_W] += Σ_n dout[n][o] in[n][i0 : i0+MM_W]
+    #pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int ob = 0; ob < nouts; ob++) {
+        for (int cb = 0; cb < ncols; cb++) {
+            int o0 = ob * MM_R, i0 = cb * MM_W;
+            real acc[MM_R][MM_W] = {{0}};
+            Tile t = {{NULL}, (size_t)OUT, in + i0, (size_t)IN, N, min_int(MM_W, IN - i0)};
+            for (int r = 0; r < MM_R; r++) t.a[r] = dout + min_int(o0 + r, OUT - 1);
+            tile_accumulate(acc, t);
+            for (int r = 0; r < MM_R && o0 + r < OUT; r++)
+                for (int j = 0; j < t.width; j++) dW[(size_t)(o0 + r) * IN + i0 + j] += acc[r][j];
         }
     }
 }

@@ -970,6 +970,7 @@ static void train(Run *r) {
 
 int main(int argc, char **argv) {
     Run r;
+    setvbuf(stdout, NULL, _IOLBF, 0);  // progress lines show up promptly under tee
     run_init(&r, argc, argv);
     train(&r);
     if (r.args.sample_tokens > 0) print_sample(&r);

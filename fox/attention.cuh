@@ -429,7 +429,8 @@ template <int DH> struct BwdCfg {
 // highest key block first (blockIdx.x reversed), so a block only ever waits on blocks launched before it
 // (no deadlock whatever the occupancy), and since block n+1 reaches each query tile one ACP row before
 // block n does, the waits are short.
-template <int DH, int BM, int MINB>
+// WAIT = false skips the waits (wrong and nondeterministic results): only to time what the order costs.
+template <int DH, int BM, int MINB, bool WAIT = true>
 __global__ void __launch_bounds__(NTHREADS, MINB)
 bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
@@ -660,12 +661,12 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 }
             }
             int *sp = semh + qt;
-            if (ord_before > 0) {
+            if (WAIT && ord_before > 0) {
                 const int target = NWARPS * ord_before;
-                long long spins = 0;
+                unsigned spins = 0;
                 while (ld_acquire_gpu(sp) < target) {
                     __nanosleep(64);
-                    if (++spins > (1ll << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                    if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
                 }
             }
             const int qr0 = i0 + dq_r + g;
@@ -789,7 +790,7 @@ void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16
 // order counters (int, B H ceil(T/16): enough for any query tile of >= 16 rows).
 inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)B * H * ((T + 15) / 16); }
 
-template <int DH, int BM, int MINB>
+template <int DH, int BM, int MINB, bool WAIT = true>
 void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                   const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
                   __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
@@ -803,9 +804,10 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     FOX_CUDA_CHECK(cudaGetLastError());
     FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
     const size_t smem = bwd_smem_bytes<DH, BM>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, WAIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
     dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
-    bwd_kernel<DH, BM, MINB><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dq, dk, dv, dc, colsum,
+    bwd_kernel<DH, BM, MINB, WAIT><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dq, dk, dv, dc, colsum,
                                                           sem, H, T, q_last);
     FOX_CUDA_CHECK(cudaGetLastError());
     reverse_cumsum_kernel<<<B * H, SCAN_THREADS, 0, s>>>(dc, colsum, dlogf, T);

@@ -43,6 +43,31 @@ template <typename T> static std::vector<T> to_host(const T *p, size_t n) {
     return h;
 }
 
+// Backward variants (tile height BM, blocks per SM): the public API's default first, then the others
+// that are checked and timed beside it.
+typedef void (*BwdFn)(const bf16 *, const bf16 *, const bf16 *, const float *, const bf16 *, const float *,
+                      const bf16 *, float *, float *, bf16 *, bf16 *, bf16 *, void *, int, int, int, const int *,
+                      cudaStream_t);
+struct Variant {
+    const char *name;
+    int dh;
+    BwdFn fn;          // NULL: the public API fox_attention_backward
+    bool timing_only;  // not a correct kernel (an experiment's control): timed, not checked
+};
+static const Variant variants[] = {
+    {"api (BM 64, 1/SM)", 64, nullptr, false},
+    {"BM 32, 2/SM", 64, fox_attn::backward_cfg<64, 32, 2>, false},
+    {"BM 64, 1/SM, no order waits (timing only)", 64, fox_attn::backward_cfg<64, 64, 1, false>, true},
+    {"api (BM 32, 1/SM)", 128, nullptr, false},
+    {"BM 32, 1/SM, no order waits (timing only)", 128, fox_attn::backward_cfg<128, 32, 1, false>, true},
+};
+static void run_bwd(const Variant &var, const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o,
+                    const float *lse, const bf16 *dout, float *dc, float *dlogf, bf16 *dq, bf16 *dk, bf16 *dv,
+                    void *scratch, int B, int H, int T, int dh, const int *q_last) {
+    if (var.fn) var.fn(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B, H, T, q_last, 0);
+    else fox_attention_backward(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B, H, T, dh, q_last, 0);
+}
+
 struct Shape {
     int B, H, T, dh;
     double logf_lo;  // log f ~ U[logf_lo, 0]
@@ -183,11 +208,14 @@ static bool check_shape(const Shape &s) {
     FOX_CUDA_CHECK(cudaMalloc(&dlogf, nvec * sizeof(float)));
     FOX_CUDA_CHECK(cudaMalloc(&scratch, fox_attention_backward_scratch_bytes(B, H, T, dh)));
 
+    // poison every output and the scratch: each element must be written (NaN fails the comparison)
+    const size_t scratch_bytes = fox_attention_backward_scratch_bytes(B, H, T, dh);
+    FOX_CUDA_CHECK(cudaMemset(o, 0xff, nqkv * sizeof(bf16)));
+    FOX_CUDA_CHECK(cudaMemset(lse, 0xff, nvec * sizeof(float)));
     fox_attention_forward(dq_in, dk_in, dv_in, dc_in, o, lse, B, H, T, dh, dkvf, 0);
-    fox_attention_backward(dq_in, dk_in, dv_in, dc_in, o, lse, ddo, dcg, dlogf, gq, gk, gv, scratch, B, H, T, dh, dql, 0);
     FOX_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<bf16> ho = to_host(o, nqkv), hgq = to_host(gq, nqkv), hgk = to_host(gk, nqkv), hgv = to_host(gv, nqkv);
-    std::vector<float> hlse = to_host(lse, nvec), hdc = to_host(dcg, nvec), hdlogf = to_host(dlogf, nvec);
+    std::vector<bf16> ho = to_host(o, nqkv);
+    std::vector<float> hlse = to_host(lse, nvec);
 
     // a second forward must match the first bit for bit (a moving result is a race)
     fox_attention_forward(dq_in, dk_in, dv_in, dc_in, o, lse, B, H, T, dh, dkvf, 0);
@@ -199,11 +227,40 @@ static bool check_shape(const Shape &s) {
     printf("    forward repeat bitwise identical: %s\n", repeat_ok ? "PASS" : "FAIL");
     ok &= compare("o", ho, r.o, 1e-2);
     ok &= compare("lse", hlse, r.lse, 1e-4);
-    ok &= compare("dq", hgq, r.dq, 1e-2);
-    ok &= compare("dk", hgk, r.dk, 1e-2);
-    ok &= compare("dv", hgv, r.dv, 1e-2);
-    ok &= compare("dc", hdc, r.dc, 1e-2);
-    ok &= compare("dlogf", hdlogf, r.dlogf, 1e-2);
+    for (const Variant &var : variants) {
+        if (var.dh != dh || var.timing_only) continue;
+        printf("  backward %s\n", var.name);
+        std::vector<bf16> hgq, hgk, hgv;
+        std::vector<float> hdc, hdlogf;
+        bool same = true;
+        for (int rep = 0; rep < 2; rep++) {
+            FOX_CUDA_CHECK(cudaMemset(gq, 0xff, nqkv * sizeof(bf16)));
+            FOX_CUDA_CHECK(cudaMemset(gk, 0xff, nqkv * sizeof(bf16)));
+            FOX_CUDA_CHECK(cudaMemset(gv, 0xff, nqkv * sizeof(bf16)));
+            FOX_CUDA_CHECK(cudaMemset(dcg, 0xff, nvec * sizeof(float)));
+            FOX_CUDA_CHECK(cudaMemset(dlogf, 0xff, nvec * sizeof(float)));
+            FOX_CUDA_CHECK(cudaMemset(scratch, rep ? 0x00 : 0xff, scratch_bytes));
+            run_bwd(var, dq_in, dk_in, dv_in, dc_in, o, lse, ddo, dcg, dlogf, gq, gk, gv, scratch, B, H, T, dh, dql);
+            FOX_CUDA_CHECK(cudaDeviceSynchronize());
+            if (rep == 0) {
+                hgq = to_host(gq, nqkv), hgk = to_host(gk, nqkv), hgv = to_host(gv, nqkv);
+                hdc = to_host(dcg, nvec), hdlogf = to_host(dlogf, nvec);
+            } else {
+                same &= memcmp(to_host(gq, nqkv).data(), hgq.data(), nqkv * sizeof(bf16)) == 0;
+                same &= memcmp(to_host(gk, nqkv).data(), hgk.data(), nqkv * sizeof(bf16)) == 0;
+                same &= memcmp(to_host(gv, nqkv).data(), hgv.data(), nqkv * sizeof(bf16)) == 0;
+                same &= memcmp(to_host(dcg, nvec).data(), hdc.data(), nvec * sizeof(float)) == 0;
+                same &= memcmp(to_host(dlogf, nvec).data(), hdlogf.data(), nvec * sizeof(float)) == 0;
+            }
+        }
+        printf("    backward repeat bitwise identical: %s\n", same ? "PASS" : "FAIL");
+        ok &= same;
+        ok &= compare("dq", hgq, r.dq, 1e-2);
+        ok &= compare("dk", hgk, r.dk, 1e-2);
+        ok &= compare("dv", hgv, r.dv, 1e-2);
+        ok &= compare("dc", hdc, r.dc, 1e-2);
+        ok &= compare("dlogf", hdlogf, r.dlogf, 1e-2);
+    }
 
     FOX_CUDA_CHECK(cudaFree(dq_in));
     FOX_CUDA_CHECK(cudaFree(dk_in));
@@ -229,6 +286,7 @@ static bool run_checks() {
         {1, 2, 1000, 64, -0.5, false}, {1, 2, 1000, 64, -0.01, false}, {1, 2, 1, 128, -0.5, false},
         {2, 2, 63, 128, -0.5, false},  {1, 3, 257, 128, -0.5, false}, {1, 2, 1000, 128, -0.5, false},
         {1, 2, 1000, 128, -0.01, false}, {1, 2, 1000, 64, -0.01, true}, {1, 2, 1000, 128, -0.01, true},
+        {2, 2, 2000, 64, -0.05, true},  {1, 2, 1800, 128, -0.01, false},
     };
     bool all = true;
     for (const Shape &s : shapes) all &= check_shape(s);
@@ -241,8 +299,9 @@ static float median(std::vector<float> x) {
     return x[x.size() / 2];
 }
 
-// Times forward, backward and both at B*T = 32k tokens (16 heads of 64 or 8 of 128), median of 20 runs.
-static void bench(int T, int dh) {
+// Times forward, backward and both at B*T = 32k tokens (16 heads of 64 or 8 of 128), median of 20 runs,
+// for each backward variant of this dh; then checks that two more backward runs agree bit for bit.
+static bool bench(int T, int dh) {
     const int H = dh == 64 ? 16 : 8, B = 32768 / T;
     const size_t nqkv = (size_t)B * H * T * dh, nvec = (size_t)B * H * T;
     std::vector<bf16> hx;
@@ -268,26 +327,45 @@ static void bench(int T, int dh) {
     FOX_CUDA_CHECK(cudaEventCreate(&e0));
     FOX_CUDA_CHECK(cudaEventCreate(&e1));
     FOX_CUDA_CHECK(cudaEventCreate(&e2));
-    std::vector<float> tf, tb, tfb;
-    for (int rep = 0; rep < 23; rep++) {
-        FOX_CUDA_CHECK(cudaEventRecord(e0));
-        fox_attention_forward(q, k, v, c, o, lse, B, H, T, dh, nullptr, 0);
-        FOX_CUDA_CHECK(cudaEventRecord(e1));
-        fox_attention_backward(q, k, v, c, o, lse, dout, dcg, dlogf, gq, gk, gv, scratch, B, H, T, dh, nullptr, 0);
-        FOX_CUDA_CHECK(cudaEventRecord(e2));
-        FOX_CUDA_CHECK(cudaEventSynchronize(e2));
-        float f, bw;
-        FOX_CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1));
-        FOX_CUDA_CHECK(cudaEventElapsedTime(&bw, e1, e2));
-        if (rep < 3) continue;  // warm-up
-        tf.push_back(f);
-        tb.push_back(bw);
-        tfb.push_back(f + bw);
+    bool all_same = true;
+    for (const Variant &var : variants) {
+        if (var.dh != dh) continue;
+        std::vector<float> tf, tb, tfb;
+        for (int rep = 0; rep < 23; rep++) {
+            FOX_CUDA_CHECK(cudaEventRecord(e0));
+            fox_attention_forward(q, k, v, c, o, lse, B, H, T, dh, nullptr, 0);
+            FOX_CUDA_CHECK(cudaEventRecord(e1));
+            run_bwd(var, q, k, v, c, o, lse, dout, dcg, dlogf, gq, gk, gv, scratch, B, H, T, dh, nullptr);
+            FOX_CUDA_CHECK(cudaEventRecord(e2));
+            FOX_CUDA_CHECK(cudaEventSynchronize(e2));
+            float f, bw;
+            FOX_CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1));
+            FOX_CUDA_CHECK(cudaEventElapsedTime(&bw, e1, e2));
+            if (rep < 3) continue;  // warm-up
+            tf.push_back(f);
+            tb.push_back(bw);
+            tfb.push_back(f + bw);
+        }
+        // determinism at full size, where many key blocks meet on each query tile
+        std::vector<bf16> q1 = to_host(gq, nqkv), k1 = to_host(gk, nqkv);
+        std::vector<float> c1 = to_host(dcg, nvec), l1 = to_host(dlogf, nvec);
+        bool same = true;
+        for (int rep = 0; rep < 2; rep++) {
+            run_bwd(var, q, k, v, c, o, lse, dout, dcg, dlogf, gq, gk, gv, scratch, B, H, T, dh, nullptr);
+            FOX_CUDA_CHECK(cudaDeviceSynchronize());
+            same &= memcmp(to_host(gq, nqkv).data(), q1.data(), nqkv * sizeof(bf16)) == 0;
+            same &= memcmp(to_host(gk, nqkv).data(), k1.data(), nqkv * sizeof(bf16)) == 0;
+            same &= memcmp(to_host(dcg, nvec).data(), c1.data(), nvec * sizeof(float)) == 0;
+            same &= memcmp(to_host(dlogf, nvec).data(), l1.data(), nvec * sizeof(float)) == 0;
+        }
+        if (!var.timing_only) all_same &= same;
+        const double flops_fwd = 2.0 * B * H * (double)T * T * dh;
+        const float mf = median(tf), mb = median(tb), mfb = median(tfb);
+        printf("T=%5d dh=%3d B=%d H=%2d | fwd %7.3f ms %6.1f TFLOP/s | bwd %7.3f ms %6.1f TFLOP/s | fwd+bwd %7.3f ms "
+               "%6.1f TFLOP/s | bwd bitwise repeat %s | %s\n",
+               T, dh, B, H, mf, flops_fwd / mf * 1e-9, mb, 2.5 * flops_fwd / mb * 1e-9, mfb,
+               3.5 * flops_fwd / mfb * 1e-9, same ? "PASS" : "FAIL", var.name);
     }
-    const double flops_fwd = 2.0 * B * H * (double)T * T * dh;
-    const float mf = median(tf), mb = median(tb), mfb = median(tfb);
-    printf("T=%5d dh=%3d B=%d H=%2d | fwd %7.3f ms %6.1f TFLOP/s | bwd %7.3f ms %6.1f TFLOP/s | fwd+bwd %7.3f ms %6.1f TFLOP/s\n",
-           T, dh, B, H, mf, flops_fwd / mf * 1e-9, mb, 2.5 * flops_fwd / mb * 1e-9, mfb, 3.5 * flops_fwd / mfb * 1e-9);
     FOX_CUDA_CHECK(cudaEventDestroy(e0));
     FOX_CUDA_CHECK(cudaEventDestroy(e1));
     FOX_CUDA_CHECK(cudaEventDestroy(e2));
@@ -296,6 +374,7 @@ static void bench(int T, int dh) {
     float *fbufs[] = {c, lse, dcg, dlogf};
     for (float *p : fbufs) FOX_CUDA_CHECK(cudaFree(p));
     FOX_CUDA_CHECK(cudaFree(scratch));
+    return all_same;
 }
 
 int main(int argc, char **argv) {
@@ -305,7 +384,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "check") != 0) {
         const int Ts[] = {4096, 16384}, dhs[] = {64, 128};
         for (int T : Ts)
-            for (int dh : dhs) bench(T, dh);
+            for (int dh : dhs) ok &= bench(T, dh);
     }
     return ok ? 0 : 1;
 }

@@ -1,0 +1,20 @@
+#!/bin/sh
+# scripts/bench_train.sh: end-to-end training throughput of ./train_fox (fox-pro, batch 1 x 16384 tokens,
+# the bundled data/train.bin) for 125M and 760M at every --recompute level: tokens/s and MFU (mean of
+# the steps after the first two) and the device memory in use after the first step.
+# Usage (repository root, on the GPU machine): sh scripts/bench_train.sh [STEPS]   (default 8)
+set -e
+STEPS=${1:-8}
+test -x ./train_fox || { echo "error: build ./train_fox first (make train_fox)"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+COMMON="--model fox-pro --seq-len 16384 --batch 1 --steps $STEPS --val '' --eval-every 0 --sample-tokens 0 --warmup-tokens 1M"
+run() {  # name, recompute level, size flags
+    log=$(eval ./train_fox $COMMON --recompute "$2" $3 2>&1) || { echo "$log" | tail -5; echo "$1 recompute $2: FAILED"; return 0; }
+    echo "$log" | awk -v name="$1" -v rc="$2" '
+        /^step / && /tok\/s/ { n++; for (i = 1; i <= NF; i++) { if ($i == "tok/s") tps = $(i-1); if ($i == "MFU") mfu = $(i+1) }
+                               if (n > 2) { st += tps; sm += mfu + 0; k++ } }
+        /^memory/ { mem = $0; sub(/^memory \(recompute [0-9]\): /, "", mem) }
+        END { printf "%-5s recompute %s: %8.0f tok/s  MFU %5.1f%%  (mean of %d steps) | %s\n", name, rc, st / k, sm / k, k, mem }'
+}
+for level in 0 1 2; do run 125M "$level" "--layers 12 --dim 768 --heads 12"; done
+for level in 0 1 2; do run 760M "$level" "--layers 24 --dim 1536 --heads 24 --lr 1e-3"; done

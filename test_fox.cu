@@ -1,0 +1,301 @@
+// test_fox.cu: checks train_fox.cu on the GPU against the PyTorch reference's float64 fixtures
+// (forward, loss, per-position losses, every gradient, 10 AdamW steps), that the recompute levels
+// give bitwise the same gradients, that training is bitwise reproducible, and that a model.bin
+// written from the GPU state reads back in train_fox_cpu's format.
+// Usage: test_fox FIXTURE_DIR   (fixtures at head_dim 64 or 128: `make test-gpu` writes them)
+#define TESTING
+#include "train_fox.cu"
+#include "fox/fixture.h"
+
+static int passed, failed;
+
+static void check(int ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "PASS" : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (ok) passed++;
+    else failed++;
+}
+
+// Max |a − ref| and that over max |ref| (a norm-relative error, robust to tiny entries).
+typedef struct { double abs, rel; } Err;
+
+static Err compare(const float *a, const double *ref, size_t n) {
+    double mx = 0.0, mref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (d > mx || isnan(d)) mx = isnan(d) ? INFINITY : d;
+        if (fabs(ref[i]) > mref) mref = fabs(ref[i]);
+    }
+    Err e = {mx, mref > 0 ? mx / mref : mx};
+    return e;
+}
+
+static void check_rel(const char *fx, const char *what, const float *a, const double *ref, size_t n, double tol) {
+    Err e = compare(a, ref, n);
+    check(e.rel <= tol, "%-18s %-24s max abs %.3e  rel %.3e  (tol rel %.0e)", fx, what, e.abs, e.rel, tol);
+}
+
+static void check_abs(const char *fx, const char *what, const float *a, const double *ref, size_t n, double tol) {
+    Err e = compare(a, ref, n);
+    check(e.abs <= tol, "%-18s %-24s max abs %.3e  rel %.3e  (tol abs %.0e)", fx, what, e.abs, e.rel, tol);
+}
+
+// Tolerances against the float64 reference. bf16 keeps 8 significant bits (unit roundoff 2^-9 ≈ 2e-3);
+// each GEMM or attention operand is rounded once, with fp32 accumulation, so a forward value carries a
+// few independent 2e-3 relative errors: logits 2e-2 of their largest entry leaves a 3-5x margin, and
+// the losses (a log-sum-exp of those logits) 1e-2 absolute (the issue's bound). A gradient passes
+// through twice as many roundings (the forward operands, then the bf16 copies of dres, dproj, du and
+// the attention's dq/dk/dv), and reductions over tokens (norm weights, gate biases) sum those errors
+// over B·T terms: 5e-2 of the tensor's largest entry. Training is held to the issue's bound on the
+// 10-step losses (1e-2 absolute); the grad norms to 5e-2 relative; the final weights are reported:
+// Adam divides by √v, so a near-zero gradient's rounding becomes a whole lr-sized step.
+#define TOL_LOGITS 2e-2
+#define TOL_LOSS 1e-2
+#define TOL_GRAD 5e-2
+#define TOL_NORM 5e-2
+#define TOL_WEIGHTS 1e-1
+
+static FoxConfig config_from_fixture(const Fixture *fx) {
+    const FixtureTensor *t = fixture_get(fx, "config");
+    FoxConfig c;
+    int i = 0;
+#define FOX_FX_INT(name) c.name = (int)t->data[i++];
+#define FOX_FX_FLOAT(name) c.name = (float)t->data[i++];
+#define X(type, name, dflt) FOX_FX_##type(name)
+    FOX_CONFIG_FIELDS(X)
+#undef X
+    if ((size_t)i != t->numel) fox_fatal("fixture config has %zu fields, this build %d", t->numel, i);
+    return c;
+}
+
+static void to_ints(int *dst, const double *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = (int)src[i];
+}
+
+// The fixture's tensors prefix.<p> as one host vector in the FOX_PARAMS layout.
+static float *fixture_params(const Model *m, const Fixture *fx, const char *prefix) {
+    float *host = (float *)fox_calloc(m->lay.total, sizeof(float));
+    char name[160];
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
+        const FoxParamInfo *p = &m->lay.p[k];
+        if (!p->numel) continue;
+        snprintf(name, sizeof(name), "%s%s", prefix, p->name);
+        const FixtureTensor *t = fixture_get(fx, name);
+        if (t->numel != p->numel) fox_fatal("fixture %s has %zu values, layout needs %zu", name, t->numel, p->numel);
+        for (size_t i = 0; i < p->numel; i++) host[p->offset + i] = (float)t->data[i];
+    }
+    return host;
+}
+
+static float *device_copy(const float *dev, size_t n) {
+    float *h = (float *)fox_malloc(n * sizeof(float));
+    FOX_CUDA_CHECK(cudaMemcpy(h, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// Fresh optimizer state and the given weights.
+static void reset_model(Model *m, const float *host_params) {
+    model_set_params(m, host_params);
+    FOX_CUDA_CHECK(cudaMemset(m->m, 0, m->lay.total * sizeof(float)));
+    FOX_CUDA_CHECK(cudaMemset(m->v, 0, m->lay.total * sizeof(float)));
+}
+
+// `steps` optimizer steps of `accum` micro-batches from the (steps, accum, B, T) token arrays.
+static void train_steps(Model *m, const OptConfig *o, int accum, const double *tin, const double *ttg, int steps, int B,
+                        int T, float *losses, float *norms, float *lrs) {
+    int N = B * T;
+    int *inputs = (int *)fox_malloc((size_t)N * sizeof(int)), *targets = (int *)fox_malloc((size_t)N * sizeof(int));
+    for (int s = 0; s < steps; s++) {
+        model_zero_grad(m);
+        double l = 0.0;
+        for (int a = 0; a < accum; a++) {
+            size_t off = ((size_t)s * accum + a) * N;
+            to_ints(inputs, tin + off, (size_t)N);
+            to_ints(targets, ttg + off, (size_t)N);
+            l += model_forward(m, inputs, targets, B, T) / accum;
+            model_backward(m, inputs, B, T, 1.0f / accum);
+        }
+        double lr = lr_at(o, s);
+        norms[s] = (float)optimizer_step(m, o, lr, s + 1);
+        losses[s] = (float)l;
+        if (lrs) lrs[s] = (float)lr;
+    }
+    free(inputs);
+    free(targets);
+}
+
+// Gradients of one forward/backward at a recompute level (host copy).
+static float *grads_at_level(const FoxConfig *c, int B, int T, int level, const float *params, const int *in, const int *tg) {
+    Model m;
+    model_init(&m, c, B, T, 1234, level);
+    model_set_params(&m, params);
+    model_zero_grad(&m);
+    model_forward(&m, in, tg, B, T);
+    model_backward(&m, in, B, T, 1.0f);
+    float *g = device_copy(m.grads, m.lay.total);
+    model_free(&m);
+    return g;
+}
+
+static void test_fixture(const char *dir, const char *name) {
+    char path[4352], pname[160], what[96];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    Fixture fx;
+    fixture_load(&fx, path);
+    FoxConfig c = config_from_fixture(&fx);
+    int dh = fox_head_dim(&c);
+    if (dh != 64 && dh != 128) {
+        check(0, "%-18s head_dim %d: the attention kernel runs 64 and 128 (write the fixtures with `make test-gpu`)", name, dh);
+        fixture_free(&fx);
+        return;
+    }
+    const FixtureTensor *tin = fixture_get(&fx, "inputs");
+    int B = (int)tin->dims[0], T = (int)tin->dims[1], N = B * T, V = c.vocab_size;
+    const FixtureTensor *hp = fixture_get(&fx, "train.hparams");
+    Model m;
+    model_init(&m, &c, B, T, 1234, RECOMPUTE_NONE);
+
+    // The shared RNG: the weights model_init put on the device equal the reference's init.
+    float *got = device_copy(m.params, m.lay.total);
+    float *init = fixture_params(&m, &fx, "init.");
+    check(!memcmp(got, init, m.lay.total * sizeof(float)), "%-18s init equals the reference's (seed 1234)", name);
+    free(got);
+    free(init);
+
+    float *params = fixture_params(&m, &fx, "param.");
+    model_set_params(&m, params);
+    int *inputs = (int *)fox_malloc((size_t)N * sizeof(int)), *targets = (int *)fox_malloc((size_t)N * sizeof(int));
+    to_ints(inputs, tin->data, (size_t)N);
+    to_ints(targets, fixture_get(&fx, "targets")->data, (size_t)N);
+    float lossf = (float)model_forward(&m, inputs, targets, B, T);
+    bf16 *lb = (bf16 *)fox_malloc((size_t)N * m.VP * sizeof(bf16));
+    float *logits = (float *)fox_malloc((size_t)N * V * sizeof(float));
+    FOX_CUDA_CHECK(cudaMemcpy(lb, m.a.logits, (size_t)N * m.VP * sizeof(bf16), cudaMemcpyDeviceToHost));
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < V; v++) logits[(size_t)n * V + v] = __bfloat162float(lb[(size_t)n * m.VP + v]);
+    check_rel(name, "logits", logits, fixture_get(&fx, "logits")->data, (size_t)N * V, TOL_LOGITS);
+    check_abs(name, "loss", &lossf, fixture_get(&fx, "loss")->data, 1, TOL_LOSS);
+    check_abs(name, "per-position loss", m.h_losses, fixture_get(&fx, "pos_loss")->data, (size_t)N, TOL_LOSS);
+    free(lb);
+    free(logits);
+    model_zero_grad(&m);
+    model_backward(&m, inputs, B, T, 1.0f);
+    float *grads = device_copy(m.grads, m.lay.total);
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
+        const FoxParamInfo *p = &m.lay.p[k];
+        if (!p->numel) continue;
+        snprintf(pname, sizeof(pname), "grad.%s", p->name);
+        snprintf(what, sizeof(what), "d %s", p->name);
+        check_rel(name, what, grads + p->offset, fixture_get(&fx, pname)->data, p->numel, TOL_GRAD);
+    }
+
+    // Recomputation changes where activations come from, never their values.
+    for (int level = RECOMPUTE_NORM_MLP; level <= RECOMPUTE_BLOCK; level++) {
+        float *g = grads_at_level(&c, B, T, level, params, inputs, targets);
+        check(!memcmp(g, grads, m.lay.total * sizeof(float)), "%-18s --recompute %d: gradients bitwise equal to level 0", name, level);
+        free(g);
+    }
+    free(grads);
+
+    // 10 AdamW steps with accumulation, clipping and the warmup/cosine schedule.
+    OptConfig o = {hp->data[0], hp->data[1], hp->data[4], hp->data[5], hp->data[6], hp->data[7], hp->data[8],
+                   (int)hp->data[2], (int)hp->data[3]};
+    int accum = (int)hp->data[9];
+    const FixtureTensor *tri = fixture_get(&fx, "train.inputs"), *trt = fixture_get(&fx, "train.targets");
+    int steps = (int)tri->dims[0];
+    float *losses = (float *)fox_malloc((size_t)steps * sizeof(float)), *norms = (float *)fox_malloc((size_t)steps * sizeof(float));
+    float *lrs = (float *)fox_malloc((size_t)steps * sizeof(float));
+    reset_model(&m, params);
+    train_steps(&m, &o, accum, tri->data, trt->data, steps, B, T, losses, norms, lrs);
+    check_rel(name, "10-step lrs", lrs, fixture_get(&fx, "train.lrs")->data, (size_t)steps, 1e-6);
+    const FixtureTensor *ref_losses = fixture_get(&fx, "train.losses");
+    check_abs(name, "10-step losses", losses, ref_losses->data, (size_t)steps, TOL_LOSS);
+    check_rel(name, "10-step grad norms", norms, fixture_get(&fx, "train.grad_norms")->data, (size_t)steps, TOL_NORM);
+    float *final = device_copy(m.params, m.lay.total);
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
+        const FoxParamInfo *p = &m.lay.p[k];
+        if (!p->numel) continue;
+        snprintf(pname, sizeof(pname), "train.final.%s", p->name);
+        snprintf(what, sizeof(what), "10-step %s", p->name);
+        check_rel(name, what, final + p->offset, fixture_get(&fx, pname)->data, p->numel, TOL_WEIGHTS);
+    }
+
+    // Determinism: the same 3 steps twice give bitwise the same losses and grad norms.
+    float l1[3], n1[3], l2[3], n2[3];
+    reset_model(&m, params);
+    train_steps(&m, &o, accum, tri->data, trt->data, 3, B, T, l1, n1, NULL);
+    reset_model(&m, params);
+    train_steps(&m, &o, accum, tri->data, trt->data, 3, B, T, l2, n2, NULL);
+    check(!memcmp(l1, l2, sizeof(l1)) && !memcmp(n1, n2, sizeof(n1)), "%-18s 3 steps twice: losses and norms bitwise equal", name);
+
+    // A model.bin written from the GPU state is train_fox_cpu's: same config, same bits.
+    snprintf(path, sizeof(path), "%s/%s.gpu_model.bin", dir, name);
+    fox_write_model_bin(path, &m.cfg, final);
+    float *back = (float *)fox_malloc(m.lay.total * sizeof(float));
+    fox_read_model_bin(path, &c, back);
+    check(!memcmp(back, final, m.lay.total * sizeof(float)), "%-18s model.bin round trip (train_fox_cpu's reader)", name);
+    remove(path);
+    free(back);
+    free(final);
+    free(losses);
+    free(norms);
+    free(lrs);
+    free(params);
+    free(inputs);
+    free(targets);
+    model_free(&m);
+    fixture_free(&fx);
+}
+
+// Determinism where the attention has several key blocks per head (T = 1024): a fox-pro model from
+// the shared init, 2 steps twice on random tokens.
+static void test_determinism_long(void) {
+    FoxConfig c;
+    fox_config_defaults(&c);
+    c.vocab_size = 512;
+    c.n_layer = 2;
+    c.d_model = 128;
+    c.n_head = 2;
+    fox_config_apply_preset(&c, "fox-pro");
+    int B = 2, T = 1024, steps = 2, N = B * T;
+    Model m;
+    model_init(&m, &c, B, T, 1234, RECOMPUTE_NONE);
+    float *params = device_copy(m.params, m.lay.total);
+    double *tok = (double *)fox_malloc((size_t)2 * steps * N * sizeof(double));
+    for (size_t i = 0; i < (size_t)2 * steps * N; i++)
+        tok[i] = (double)fox_rng_below(fox_rng_key(77, 0), i, (uint64_t)c.vocab_size);
+    OptConfig o = {1e-3, 1e-4, 0.1, 1.0, 0.9, 0.95, 1e-8, 1, steps};
+    float l1[2], n1[2], l2[2], n2[2];
+    reset_model(&m, params);
+    train_steps(&m, &o, 1, tok, tok + (size_t)steps * N, steps, B, T, l1, n1, NULL);
+    reset_model(&m, params);
+    train_steps(&m, &o, 1, tok, tok + (size_t)steps * N, steps, B, T, l2, n2, NULL);
+    check(!memcmp(l1, l2, sizeof(l1)) && !memcmp(n1, n2, sizeof(n1)),
+          "%-18s 2 steps twice at T=%d: losses %.9g %.9g / %.9g %.9g, norms %.9g %.9g / %.9g %.9g", "determinism", T,
+          l1[0], l1[1], l2[0], l2[1], n1[0], n1[1], n2[0], n2[1]);
+    free(tok);
+    free(params);
+    model_free(&m);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s FIXTURE_DIR\n", argv[0]);
+        return 2;
+    }
+    char path[4352], line[512];
+    snprintf(path, sizeof(path), "%s/manifest.txt", argv[1]);
+    FILE *f = fox_fopen(path, "r");
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (line[0]) test_fixture(argv[1], line);
+    }
+    fclose(f);
+    test_determinism_long();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
