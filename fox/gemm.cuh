@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublasLt.h>
@@ -24,10 +25,20 @@ static inline void fox_cublas_check(cublasStatus_t st, const char *what, const c
 #define FOX_GEMM_WORKSPACE (32u << 20)
 #define FOX_GEMM_CACHE 128
 
-// One GEMM shape; the cache maps it to the algorithm the heuristic chose the first time.
+// One GEMM shape and operand alignment; the cache maps it to the algorithm the heuristic chose the
+// first time.
 typedef struct {
-    int ta, tb, m, n, k, lda, ldb, ldd, dtype, accumulate;
+    int ta, tb, m, n, k, lda, ldb, ldd, dtype, accumulate, align_a, align_b, align_cd;
 } GemmKey;
+
+// Alignment of a pointer in bytes, up to 256. cuBLASLt assumes 256 unless told: weight-gradient
+// slices of the flat fp32 vector can sit at any 4-byte offset (the small tensors between them).
+static inline int ptr_alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int al = 1;
+    while (al < 256 && !(a & (uintptr_t)al)) al <<= 1;
+    return al;
+}
 
 typedef struct {
     cublasLtHandle_t lt;
@@ -63,7 +74,8 @@ static void gemm_colmajor(Gemm *g, int ta, int tb, int m, int n, int k, const bf
     FOX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
     FOX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
     FOX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, dtype, m, n, ldd));
-    GemmKey key = {ta, tb, m, n, k, lda, ldb, ldd, (int)dtype, accumulate};
+    int align_c = accumulate && ptr_alignment(C) < ptr_alignment(D) ? ptr_alignment(C) : ptr_alignment(D);
+    GemmKey key = {ta, tb, m, n, k, lda, ldb, ldd, (int)dtype, accumulate, ptr_alignment(A), ptr_alignment(B), align_c};
     int slot = -1;
     for (int i = 0; i < g->ncached && slot < 0; i++)
         if (!memcmp(&g->keys[i], &key, sizeof(key))) slot = i;
@@ -75,6 +87,12 @@ static void gemm_colmajor(Gemm *g, int ta, int tb, int m, int n, int k, const bf
         size_t ws = FOX_GEMM_WORKSPACE;
         FOX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
         FOX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+        uint32_t al[4] = {(uint32_t)key.align_a, (uint32_t)key.align_b, (uint32_t)key.align_cd, (uint32_t)key.align_cd};
+        const cublasLtMatmulPreferenceAttributes_t which[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4; i++)
+            FOX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof(al[i])));
         cublasLtMatmulHeuristicResult_t heur;
         int found = 0;
         FOX_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, desc, la, lb, lc, lc, pref, 1, &heur, &found));
