@@ -68,8 +68,9 @@ test: train_fox_cpu test_fox_cpu test_fox_fd fox_data test_data $(MPI_BIN) $(FIX
 # minutes on two CPU cores, then a decoded sample.
 TRAIN_ARGS = --model fox-pro --layers 4 --dim 128 --heads 2 --seq-len 128 --batch 4 --steps 150 \
              --lr 3e-3 --min-lr 3e-4 --warmup-tokens 10K --eval-every 50 --val-steps 8 --out runs/train
+# TRAIN_BIN (set in the CUDA block below): ./train_fox when it is built and a GPU is present.
 train: train_fox_cpu
-	./train_fox_cpu $(TRAIN_ARGS)
+	$(TRAIN_BIN) $(TRAIN_ARGS)
 
 clean:
 	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox_cpu test_fox_fd fox_data test_data build
@@ -101,12 +102,15 @@ TRAIN_BIN = ./train_fox
 train: train_fox
 endif
 
-# The reference's fixtures at head_dim 64 (d_model 128, 2 heads; the kernel runs head dims 64 and 128),
-# otherwise the standard fixture shape; then the GPU parity test.
+# The reference's fixtures at the head dims the attention kernel runs (the standard fixtures have
+# head_dim 16): all presets at d_model 128 / 2 heads (64), two at d_model 256 / 2 heads (128); then
+# the GPU parity test on each set.
 GPU_FIXTURES = build/fixtures_gpu
 test-gpu: train_fox test_fox
-	$(PYTHON) -c 'import train_fox as r; r.FIXTURE_SHAPE.update(d_model=128, n_head=2); r.main(["fixtures", "--out", "$(GPU_FIXTURES)"])'
+	$(PYTHON) train_fox.py fixtures --dim 128 --heads 2 --out $(GPU_FIXTURES)
+	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro --out $(GPU_FIXTURES)_dh128
 	./test_fox $(GPU_FIXTURES)
+	./test_fox $(GPU_FIXTURES)_dh128
 
 clean: clean-cuda
 clean-cuda:

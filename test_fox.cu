@@ -44,19 +44,20 @@ static void check_abs(const char *fx, const char *what, const float *a, const do
     check(e.abs <= tol, "%-18s %-24s max abs %.3e  rel %.3e  (tol abs %.0e)", fx, what, e.abs, e.rel, tol);
 }
 
-// Tolerances against the float64 reference. bf16 keeps 8 significant bits (unit roundoff 2^-9 ≈ 2e-3);
-// each GEMM or attention operand is rounded once, with fp32 accumulation, so a forward value carries a
-// few independent 2e-3 relative errors: logits 2e-2 of their largest entry leaves a 3-5x margin, and
-// the losses (a log-sum-exp of those logits) 1e-2 absolute (the issue's bound). A gradient passes
-// through twice as many roundings (the forward operands, then the bf16 copies of dres, dproj, du and
-// the attention's dq/dk/dv), and reductions over tokens (norm weights, gate biases) sum those errors
-// over B·T terms: 5e-2 of the tensor's largest entry. Training is held to the issue's bound on the
-// 10-step losses (1e-2 absolute); the grad norms to 5e-2 relative; the final weights are reported:
-// Adam divides by √v, so a near-zero gradient's rounding becomes a whole lr-sized step.
+// Tolerances against the float64 reference, as max |error| over the tensor's largest |entry|. bf16
+// keeps 8 significant bits (unit roundoff 2^-9 = 2e-3); every GEMM and attention operand is rounded
+// once and accumulated in fp32, so a forward value carries a few independent 2e-3 relative errors:
+// logits 2e-2 (H200, 2026-11-21: worst 7.3e-3 over the seven fixtures), losses 1e-2 absolute (the
+// issue's bound; worst 1.3e-4 for the loss, 3.9e-3 for one position's loss). A gradient passes through
+// about twice as many roundings (the forward operands, then the bf16 dres, dproj, du, dO and the
+// attention's dq/dk/dv) and the norm-weight and gate-bias gradients sum them over B·T tokens: 3e-2
+// (worst 1.3e-2, d qnorm_w). Training: the issue's 1e-2 absolute on the 10 losses (worst 8.2e-4),
+// grad norms 2e-2 (worst 7.7e-3); the final weights only to 1e-1 (worst 5.6e-2): Adam divides by √v,
+// so the rounding of a near-zero gradient becomes a whole lr-sized step of that weight.
 #define TOL_LOGITS 2e-2
 #define TOL_LOSS 1e-2
-#define TOL_GRAD 5e-2
-#define TOL_NORM 5e-2
+#define TOL_GRAD 3e-2
+#define TOL_NORM 2e-2
 #define TOL_WEIGHTS 1e-1
 
 static FoxConfig config_from_fixture(const Fixture *fx) {
@@ -141,6 +142,23 @@ static float *grads_at_level(const FoxConfig *c, int B, int T, int level, const 
     return g;
 }
 
+// The (N, V) logits of the last forward, chunk by chunk as the lm_head computes them (this
+// recomputes the chunks, so call it before the backward pass).
+static float *all_logits(Model *m, int N) {
+    int V = m->cfg.vocab_size;
+    bf16 *lb = (bf16 *)fox_malloc((size_t)m->ce_rows * m->VP * sizeof(bf16));
+    float *out = (float *)fox_malloc((size_t)N * V * sizeof(float));
+    for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
+        int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
+        lm_head_forward(m, r0, rows);
+        FOX_CUDA_CHECK(cudaMemcpy(lb, m->a.logits, (size_t)rows * m->VP * sizeof(bf16), cudaMemcpyDeviceToHost));
+        for (int n = 0; n < rows; n++)
+            for (int v = 0; v < V; v++) out[(size_t)(r0 + n) * V + v] = __bfloat162float(lb[(size_t)n * m->VP + v]);
+    }
+    free(lb);
+    return out;
+}
+
 static void test_fixture(const char *dir, const char *name) {
     char path[4352], pname[160], what[96];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
@@ -172,15 +190,10 @@ static void test_fixture(const char *dir, const char *name) {
     to_ints(inputs, tin->data, (size_t)N);
     to_ints(targets, fixture_get(&fx, "targets")->data, (size_t)N);
     float lossf = (float)model_forward(&m, inputs, targets, B, T);
-    bf16 *lb = (bf16 *)fox_malloc((size_t)N * m.VP * sizeof(bf16));
-    float *logits = (float *)fox_malloc((size_t)N * V * sizeof(float));
-    FOX_CUDA_CHECK(cudaMemcpy(lb, m.a.logits, (size_t)N * m.VP * sizeof(bf16), cudaMemcpyDeviceToHost));
-    for (int n = 0; n < N; n++)
-        for (int v = 0; v < V; v++) logits[(size_t)n * V + v] = __bfloat162float(lb[(size_t)n * m.VP + v]);
+    float *logits = all_logits(&m, N);
     check_rel(name, "logits", logits, fixture_get(&fx, "logits")->data, (size_t)N * V, TOL_LOGITS);
     check_abs(name, "loss", &lossf, fixture_get(&fx, "loss")->data, 1, TOL_LOSS);
     check_abs(name, "per-position loss", m.h_losses, fixture_get(&fx, "pos_loss")->data, (size_t)N, TOL_LOSS);
-    free(lb);
     free(logits);
     model_zero_grad(&m);
     model_backward(&m, inputs, B, T, 1.0f);
@@ -282,19 +295,86 @@ static void test_determinism_long(void) {
     model_free(&m);
 }
 
+// The cross-entropy kernels at GPT-2's vocabulary (the fixtures' is 128): per-row loss and the
+// in-place dlogits against float64 on the same bf16 logits.
+static void test_crossentropy_large_vocab(void) {
+    int R = 64, V = FOX_VOCAB_GPT2, VP = (V + 63) / 64 * 64;
+    bf16 *z = (bf16 *)fox_calloc((size_t)R * VP, sizeof(bf16));
+    int *tg = (int *)fox_malloc((size_t)R * sizeof(int));
+    uint64_t key = fox_rng_key(31, 0);
+    for (int r = 0; r < R; r++) {
+        tg[r] = (int)fox_rng_below(key, (uint64_t)r, (uint64_t)V);
+        for (int v = 0; v < V; v++) z[(size_t)r * VP + v] = __float2bfloat16((float)(3.0 * fox_rng_normal(key, 1000 + (uint64_t)r * VP + v)));
+    }
+    double *ref_loss = (double *)fox_malloc((size_t)R * sizeof(double)), *ref_d = (double *)fox_malloc((size_t)R * V * sizeof(double));
+    float scale = 1.0f / R;
+    for (int r = 0; r < R; r++) {
+        double mx = -INFINITY, sum = 0.0;
+        for (int v = 0; v < V; v++) mx = fmax(mx, (double)__bfloat162float(z[(size_t)r * VP + v]));
+        for (int v = 0; v < V; v++) sum += exp((double)__bfloat162float(z[(size_t)r * VP + v]) - mx);
+        ref_loss[r] = log(sum) + mx - (double)__bfloat162float(z[(size_t)r * VP + tg[r]]);
+        for (int v = 0; v < V; v++)
+            ref_d[(size_t)r * V + v] = (exp((double)__bfloat162float(z[(size_t)r * VP + v]) - mx) / sum - (v == tg[r])) * scale;
+    }
+    bf16 *dz;
+    float *dloss, *dlse;
+    int *dtg;
+    FOX_CUDA_CHECK(cudaMalloc(&dz, (size_t)R * VP * sizeof(bf16)));
+    FOX_CUDA_CHECK(cudaMalloc(&dloss, (size_t)R * sizeof(float)));
+    FOX_CUDA_CHECK(cudaMalloc(&dlse, (size_t)R * sizeof(float)));
+    FOX_CUDA_CHECK(cudaMalloc(&dtg, (size_t)R * sizeof(int)));
+    FOX_CUDA_CHECK(cudaMemcpy(dz, z, (size_t)R * VP * sizeof(bf16), cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(dtg, tg, (size_t)R * sizeof(int), cudaMemcpyHostToDevice));
+    crossentropy_forward_kernel<<<R, CE_THREADS>>>(dloss, dlse, dz, dtg, V, VP);
+    FOX_LAUNCH_CHECK();
+    crossentropy_backward_kernel<<<R, CE_THREADS>>>(dz, dlse, dtg, V, VP, scale);
+    FOX_LAUNCH_CHECK();
+    float *loss = (float *)fox_malloc((size_t)R * sizeof(float)), *d = (float *)fox_malloc((size_t)R * V * sizeof(float));
+    FOX_CUDA_CHECK(cudaMemcpy(loss, dloss, (size_t)R * sizeof(float), cudaMemcpyDeviceToHost));
+    FOX_CUDA_CHECK(cudaMemcpy(z, dz, (size_t)R * VP * sizeof(bf16), cudaMemcpyDeviceToHost));
+    int pad_zero = 1;
+    for (int r = 0; r < R; r++) {
+        for (int v = 0; v < V; v++) d[(size_t)r * V + v] = __bfloat162float(z[(size_t)r * VP + v]);
+        for (int v = V; v < VP; v++) pad_zero &= __bfloat162float(z[(size_t)r * VP + v]) == 0.0f;
+    }
+    // fp32 log-sum-exp over 50257 terms: 1e-5 relative; dlogits are stored as bf16: 2^-9 of the largest.
+    check_abs("cross entropy", "loss, V = 50257", loss, ref_loss, (size_t)R, 1e-4);
+    check_rel("cross entropy", "dlogits, V = 50257", d, ref_d, (size_t)R * V, 5e-3);
+    check(pad_zero, "%-18s padded vocabulary columns get zero gradient", "cross entropy");
+    FOX_CUDA_CHECK(cudaFree(dz));
+    FOX_CUDA_CHECK(cudaFree(dloss));
+    FOX_CUDA_CHECK(cudaFree(dlse));
+    FOX_CUDA_CHECK(cudaFree(dtg));
+    free(z);
+    free(tg);
+    free(ref_loss);
+    free(ref_d);
+    free(loss);
+    free(d);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s FIXTURE_DIR\n", argv[0]);
         return 2;
     }
-    char path[4352], line[512];
+    char path[4352], line[512], first[512] = "";
     snprintf(path, sizeof(path), "%s/manifest.txt", argv[1]);
     FILE *f = fox_fopen(path, "r");
     while (fgets(line, sizeof(line), f)) {
         line[strcspn(line, "\r\n")] = 0;
-        if (line[0]) test_fixture(argv[1], line);
+        if (!line[0]) continue;
+        if (!first[0]) snprintf(first, sizeof(first), "%s", line);
+        test_fixture(argv[1], line);
     }
     fclose(f);
+    // The first fixture again with a logits buffer of 48 rows: the lm_head and cross entropy run in
+    // chunks, and the backward recomputes each chunk's logits.
+    fox_logits_budget = (size_t)48 * 128 * sizeof(bf16);
+    printf("-- %s with the lm_head in chunks of 48 tokens\n", first);
+    test_fixture(argv[1], first);
+    fox_logits_budget = (size_t)2 << 30;
+    test_crossentropy_large_vocab();
     test_determinism_long();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -28,8 +28,9 @@
 #include "fox/kernels.cuh"
 
 // Largest bf16 logits buffer (bytes); longer batches run the lm_head and cross entropy in chunks
-// of tokens and recompute each chunk's logits in the backward pass.
-#define FOX_LOGITS_BUDGET ((size_t)2 << 30)
+// of tokens and recompute each chunk's logits in the backward pass. (test_fox lowers it to test
+// the chunked path.)
+static size_t fox_logits_budget = (size_t)2 << 30;
 
 // Activation recomputation (--recompute): what the forward keeps for the backward.
 enum { RECOMPUTE_NONE = 0, RECOMPUTE_NORM_MLP = 1, RECOMPUTE_BLOCK = 2 };
@@ -171,7 +172,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->u = (bf16 **)layer_slices(L, N * 2 * I * h, keep_norm_mlp, cnt);
     a->hh = (bf16 **)layer_slices(L, N * I * h, keep_norm_mlp, cnt);
     a->xnf = (bf16 *)dev_alloc(N * D * h, cnt);
-    size_t budget_rows = FOX_LOGITS_BUDGET / ((size_t)m->VP * h);
+    size_t budget_rows = fox_logits_budget / ((size_t)m->VP * h);
     m->ce_rows = (int)(N < budget_rows ? N : (budget_rows ? budget_rows : 1));
     a->logits = (bf16 *)dev_alloc((size_t)m->ce_rows * m->VP * h, cnt);
     a->losses = (float *)dev_alloc(N * f, cnt);
@@ -615,6 +616,7 @@ typedef struct {
     double *pos_loss; // per-position training loss summed since the last save (SPEC §6 L(i))
     long long pos_loss_seqs;
     double peak_flops;
+    int train_seq_len;            // --eval-only: the evaluated checkpoint's training context (0 = unknown)
     float *h_params, *h_m, *h_v;  // host staging for checkpoints
     FILE *log;
 } Run;
@@ -689,12 +691,14 @@ static void state_path(char *buf, size_t cap, const char *dir, int rank) {
     if (snprintf(buf, cap, "%s/state_%05d.bin", dir, rank) >= (int)cap) fox_fatal("path too long: %s", dir);
 }
 
-static void ensure_host_staging(Run *r) {
+// Host buffers for weights (and, for checkpoints, the AdamW moments), allocated on first use.
+static void ensure_host_staging(Run *r, int moments) {
     size_t n = r->model.lay.total;
-    if (r->h_params) return;
-    r->h_params = (float *)fox_malloc(n * sizeof(float));
-    r->h_m = (float *)fox_malloc(n * sizeof(float));
-    r->h_v = (float *)fox_malloc(n * sizeof(float));
+    if (!r->h_params) r->h_params = (float *)fox_malloc(n * sizeof(float));
+    if (moments && !r->h_m) {
+        r->h_m = (float *)fox_malloc(n * sizeof(float));
+        r->h_v = (float *)fox_malloc(n * sizeof(float));
+    }
 }
 
 // Atomic checkpoint (SPEC §5), in train_fox_cpu's format: the device weights and moments are
@@ -703,7 +707,7 @@ static void save_checkpoint(Run *r) {
     const char *out = r->args.out;
     char tmp[4096], path[4352];
     Model *m = &r->model;
-    ensure_host_staging(r);
+    ensure_host_staging(r, 1);
     model_get_params(m, r->h_params);
     FOX_CUDA_CHECK(cudaMemcpy(r->h_m, m->m, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost));
     FOX_CUDA_CHECK(cudaMemcpy(r->h_v, m->v, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost));
@@ -724,7 +728,7 @@ static void save_checkpoint(Run *r) {
 static void load_checkpoint(Run *r, int step) {
     char dir[4096], path[4352];
     Model *m = &r->model;
-    ensure_host_staging(r);
+    ensure_host_staging(r, 1);
     fox_ckpt_dir(dir, sizeof(dir), r->args.out, step, 0);
     snprintf(path, sizeof(path), "%s/model.bin", dir);
     fox_read_model_bin(path, &m->cfg, r->h_params);
@@ -825,30 +829,6 @@ static void print_sample(Run *r) {
     free(ids);
 }
 
-// --recompute is this trainer's own flag: taken out of argv before the shared parser sees the rest.
-static int take_recompute_flag(int *argc, char **argv) {
-    int level = RECOMPUTE_NONE, out = 1;
-    for (int i = 1; i < *argc; i++) {
-        const char *val = NULL;
-        if (!strcmp(argv[i], "--recompute")) {
-            if (i + 1 >= *argc) fox_fatal("--recompute needs a value");
-            val = argv[++i];
-        } else if (!strncmp(argv[i], "--recompute=", 12)) {
-            val = argv[i] + 12;
-        } else {
-            if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
-                printf("  --%-20s %-22s %s\n", "recompute", "0",
-                       "activation recomputation: 0 none | 1 norms + MLP | 2 whole blocks (GPU trainer only)");
-            argv[out++] = argv[i];
-            continue;
-        }
-        level = fox_parse_int("recompute", val);
-        if (level < RECOMPUTE_NONE || level > RECOMPUTE_BLOCK) fox_arg_error("recompute", val, "expected 0, 1 or 2");
-    }
-    *argc = out;
-    return level;
-}
-
 // bf16 dense peak of the device (SPEC §6), or 0 when unknown.
 static double device_peak_flops(void) {
     cudaDeviceProp prop;
@@ -865,10 +845,10 @@ static void run_init(Run *r, int argc, char **argv) {
     memset(r, 0, sizeof(*r));
     r->dist.rank = 0;
     r->dist.world = 1;
-    r->recompute = take_recompute_flag(&argc, argv);
     fox_args_parse(&r->args, argc, argv);
     FoxArgs *a = &r->args;
     FoxConfig cfg = fox_args_config(a);
+    r->recompute = a->recompute;
     if (a->seq_len < 1 || a->batch < 1 || a->steps < 1) fox_fatal("--seq-len, --batch and --steps must be positive");
     if (a->keep < 1) fox_fatal("--keep must be at least 1");
     if (a->resume && !a->out[0]) fox_fatal("--resume needs --out");
@@ -885,7 +865,7 @@ static void run_init(Run *r, int argc, char **argv) {
     if (r->has_val) dataloader_init(&r->val, a->val, a->batch, a->seq_len, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
     model_init(&r->model, &cfg, a->batch, a->seq_len, (uint64_t)a->seed, r->recompute);
     if (a->init[0]) {
-        ensure_host_staging(r);
+        ensure_host_staging(r, 0);
         fox_read_model_bin(a->init, &cfg, r->h_params);
         model_set_params(&r->model, r->h_params);
     }
@@ -906,9 +886,100 @@ static void run_init(Run *r, int argc, char **argv) {
     }
 }
 
+static int eval_weights_path(const FoxArgs *a, char *path, size_t cap) {
+    if (a->init[0]) { snprintf(path, cap, "%s", a->init); return 0; }
+    int latest = fox_ckpt_latest(a->out);
+    if (latest < 0) fox_fatal("--eval-only needs --init PATH or a checkpoint in --out %s", a->out);
+    char dir[4096];
+    fox_ckpt_dir(dir, sizeof(dir), a->out, latest, 0);
+    if (snprintf(path, cap, "%s/state_00000.bin", dir) >= (int)cap) fox_fatal("path too long: %s", dir);
+    int train_T = fox_state_seq_len(path);
+    snprintf(path, cap, "%s/model.bin", dir);
+    return train_T;
+}
+
+// Sets up --eval-only: the model takes the checkpoint's own config; one sequence per forward
+// (--recompute 2 keeps only the block inputs, for long evaluation contexts).
+static void eval_init(Run *r, int argc, char **argv) {
+    memset(r, 0, sizeof(*r));
+    r->dist.rank = 0;
+    r->dist.world = 1;
+    fox_args_parse(&r->args, argc, argv);
+    FoxArgs *a = &r->args;
+    if (a->recompute < RECOMPUTE_NONE || a->recompute > RECOMPUTE_BLOCK) fox_fatal("--recompute must be 0, 1 or 2");
+    r->recompute = a->recompute;
+    if (!a->out[0]) fox_fatal("--eval-only needs --out (where per_token_loss.npy and .json go)");
+    if (!a->val[0]) fox_fatal("--eval-only needs --val");
+    if (a->eval_seqs < 1) fox_fatal("--eval-seqs must be positive");
+    int T = a->eval_seq_len ? a->eval_seq_len : a->seq_len;
+    if (T < 1) fox_fatal("--eval-seq-len must be positive");
+    char path[4352];
+    r->train_seq_len = eval_weights_path(a, path, sizeof(path));
+    FoxConfig cfg = fox_read_model_config(path);
+    dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
+    r->has_val = 1;
+    model_init(&r->model, &cfg, 1, T, (uint64_t)a->seed, r->recompute);
+    ensure_host_staging(r, 0);
+    fox_read_model_bin(path, &cfg, r->h_params);
+    model_set_params(&r->model, r->h_params);
+    r->inputs = (int *)fox_calloc((size_t)T, sizeof(int));
+    r->targets = (int *)fox_calloc((size_t)T, sizeof(int));
+    r->pos_loss = (double *)fox_calloc((size_t)T, sizeof(double));
+    printf("evaluating %s (%zu parameters) at context %d\n", path, r->model.lay.total, T);
+}
+
+// SPEC §6: L(i) = mean over sequences of the loss at position i (float64 sums), P(l) =
+// exp(mean_{i<l} L(i)); written as OUT/per_token_loss.npy and OUT/per_token_loss.json (P at
+// l = 512, 1024, 2048, ... and at the full context), as train_fox_cpu --eval-only writes them.
+static void eval_per_token(Run *r) {
+    FoxArgs *a = &r->args;
+    int T = r->model.T;
+    long long avail = dataloader_num_windows(&r->val), mine = a->eval_seqs < avail ? a->eval_seqs : avail;
+    double t0 = now_seconds(), count = (double)mine;
+    for (long long s = 0; s < mine; s++) {
+        dataloader_next(&r->val, r->inputs, r->targets);
+        check_tokens(r->inputs, (size_t)T, r->model.cfg.vocab_size, a->val);
+        check_tokens(r->targets, (size_t)T, r->model.cfg.vocab_size, a->val);
+        model_forward(&r->model, r->inputs, r->targets, 1, T);
+        for (int t = 0; t < T; t++) r->pos_loss[t] += r->model.h_losses[t];
+    }
+    if (count < 1) fox_fatal("%s holds no sequence of %d tokens", a->val, T);
+    double mean = 0.0;
+    for (int t = 0; t < T; t++) { r->pos_loss[t] /= count; mean += r->pos_loss[t]; }
+    mean /= T;
+    char path[4352];
+    snprintf(path, sizeof(path), "%s/per_token_loss.npy", a->out);
+    fox_mkdir_p(a->out);
+    fox_write_npy_f64(path, r->pos_loss, (size_t)T);
+    snprintf(path, sizeof(path), "%s/per_token_loss.json.tmp", a->out);
+    FILE *f = fox_fopen(path, "w");
+    fprintf(f, "{\"eval_seq_len\": %d, ", T);
+    if (r->train_seq_len) fprintf(f, "\"train_seq_len\": %d, ", r->train_seq_len);
+    fprintf(f, "\"n_seqs\": %.0f, \"mean_loss\": %.10g, \"P\": {", count, mean);
+    printf("%.0f sequences of %d tokens in %.1f s: mean loss %.6f\n%10s %12s\n", count, T, now_seconds() - t0, mean, "l", "P(l)");
+    double prefix = 0.0;
+    int next = 512, first = 1;
+    for (int t = 0; t < T; t++) {
+        prefix += r->pos_loss[t];
+        int l = t + 1;
+        if (l != next && l != T) continue;
+        double P = exp(prefix / l);
+        fprintf(f, "%s\"%d\": %.10g", first ? "" : ", ", l, P);
+        printf("%10d %12.4f\n", l, P);
+        first = 0;
+        if (l == next) next *= 2;
+    }
+    fprintf(f, "}}\n");
+    fox_fclose_synced(f, path);
+    char final_path[4352];
+    snprintf(final_path, sizeof(final_path), "%s/per_token_loss.json", a->out);
+    if (rename(path, final_path)) fox_fatal("cannot rename %s: %s", path, strerror(errno));
+    printf("wrote %s/per_token_loss.npy and per_token_loss.json\n", a->out);
+}
+
 static void run_free(Run *r) {
     model_free(&r->model);
-    dataloader_free(&r->train);
+    if (!r->args.eval_only) dataloader_free(&r->train);
     if (r->has_val) dataloader_free(&r->val);
     free(r->inputs);
     free(r->targets);
@@ -968,12 +1039,23 @@ static void train(Run *r) {
     }
 }
 
+static int wants_eval_only(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--eval-only") || !strcmp(argv[i], "--eval-only=1") || !strcmp(argv[i], "--eval-only=on")) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     Run r;
     setvbuf(stdout, NULL, _IOLBF, 0);  // progress lines show up promptly under tee
-    run_init(&r, argc, argv);
-    train(&r);
-    if (r.args.sample_tokens > 0) print_sample(&r);
+    if (wants_eval_only(argc, argv)) {
+        eval_init(&r, argc, argv);
+        eval_per_token(&r);
+    } else {
+        run_init(&r, argc, argv);
+        train(&r);
+        if (r.args.sample_tokens > 0) print_sample(&r);
+    }
     run_free(&r);
     return 0;
 }

@@ -625,9 +625,9 @@ TRAIN_HPARAMS = dict(lr=3e-3, min_lr=3e-4, warmup_steps=3, total_steps=10, weigh
                      grad_clip=0.9, beta1=0.9, beta2=0.95, eps=1e-6, accum=2)
 
 
-def fixture_config(name):
+def fixture_config(name, shape=FIXTURE_SHAPE):
     preset, overrides = next((p, o) for n, p, o in FIXTURES if n == name)
-    return make_config(preset, **FIXTURE_SHAPE, **overrides)
+    return make_config(preset, **shape, **overrides)
 
 
 def perturbed_params(c, init):
@@ -649,9 +649,9 @@ def perturbed_params(c, init):
     return out
 
 
-def make_fixture(name):
+def make_fixture(name, shape=FIXTURE_SHAPE):
     """All tensors of one fixture, computed in float64; returns ([(name, array)], grad norms)."""
-    c = fixture_config(name)
+    c = fixture_config(name, shape)
     V, B, T = c["vocab_size"], FIXTURE_B, FIXTURE_T
     init = init_params(c, FIXTURE_SEED)
     params = perturbed_params(c, init)
@@ -690,9 +690,14 @@ def make_fixture(name):
 def cmd_fixtures(args):
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    shape = dict(FIXTURE_SHAPE, d_model=args.dim, n_head=args.heads)
+    wanted = args.only.split(",") if args.only else [n for n, _, _ in FIXTURES]
+    unknown = [n for n in wanted if n not in [f for f, _, _ in FIXTURES]]
+    if unknown:
+        raise SystemExit("train_fox.py fixtures: unknown fixture %s" % ", ".join(unknown))
     names = []
-    for name, _, _ in FIXTURES:
-        tensors, norms = make_fixture(name)
+    for name in wanted:
+        tensors, norms = make_fixture(name, shape)
         write_fixture(out_dir / (name + ".fix"), tensors)
         names.append(name + ".fix")
         clipped = sum(n > TRAIN_HPARAMS["grad_clip"] for n in norms)
@@ -932,6 +937,10 @@ def main(argv=None):
                        description="Writes DIR/<name>.fix for %s (vocab 128, 2 layers, d 64, 4 heads, "
                        "mlp 96, B 2, T 64, seed 1234) and DIR/manifest.txt." % ", ".join(n for n, _, _ in FIXTURES))
     p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--dim", type=int, default=FIXTURE_SHAPE["d_model"],
+                   help="d_model (default %(default)s; the GPU kernel needs head_dim 64 or 128)")
+    p.add_argument("--heads", type=int, default=FIXTURE_SHAPE["n_head"], help="heads (default %(default)s)")
+    p.add_argument("--only", metavar="NAMES", help="comma-separated subset of the fixtures")
     p.set_defaults(func=cmd_fixtures)
 
     p = sub.add_parser("init", help="write reference-initialised weights as a fox.c model.bin")

@@ -120,6 +120,85 @@ __device__ __forceinline__ void load_tile_async(__nv_bfloat16 *dst, const __nv_b
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Hopper warpgroup MMA (sm_90a; the backward's BWD_WGMMA path). Shared-memory operands are described by
+// 64-bit descriptors: 128-byte swizzle (our swz<64> layout: 16-byte chunk ^= row & 7 in rows of 128 bytes,
+// tiles 1024-byte aligned), 8-row groups 1024 bytes apart. A K-major operand advances 32 bytes per k16
+// step; an MN-major one 16 rows (2048 bytes).
+__device__ __forceinline__ uint64_t gmma_desc(const void *p) {
+    const uint32_t a = smem_u32(p);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ void wg_fence() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit_wait() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// generic-proxy smem writes (st.shared, cp.async) -> later reads by wgmma (async proxy)
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// D (64 x 64, fp32, m16n8 accumulator layout per warp) += A (64 x 16) B (16 x 64), both from smem
+// descriptors; TA / TB: A / B stored MN-major (transposed) rather than K-major.
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n64_ss(float (&d)[8][4], uint64_t da, uint64_t db) {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %36, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
+#else
+    __trap();
+#endif
+}
+// D (64 x 64) += A (64 x 16, registers: this warp's 16 rows as an mma.m16n8k16 A fragment) B (smem).
+template <int TB>
+__device__ __forceinline__ void wgmma_m64n64_rs(float (&d)[8][4], const uint32_t a[4], uint64_t db) {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %38, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB), "r"(1));
+#else
+    __trap();
+#endif
+}
+// D (64 x 32) += A (64 x 16) B (16 x 32), both from smem descriptors.
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n32_ss(float (&d)[4][4], uint64_t da, uint64_t db) {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %20, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %18, %19;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
+#else
+    __trap();
+#endif
+}
+
 // Convert two n8 accumulator tiles (16 x 16 of one row block) to an A fragment, as bf16.
 __device__ __forceinline__ void acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
     a[0] = pack_bf16(lo[0], lo[1]);
@@ -394,12 +473,34 @@ template <int N> __device__ __forceinline__ void warp_column_sums(float v[N], in
     halve_and_add<N / 4, 4>(v, lane);
 }
 
+// How the backward adds dQ and the dc row sums across key blocks. BWD_ATOMIC: fp32 atomics in whatever
+// order they land (not deterministic; kept to time the order's cost). BWD_ORDERED: the same adds, in
+// a fixed order (see bwd_kernel). BWD_STAGGER: ordered, and half the warps do their dQ step before the
+// tile's other work, so each scheduler has one warp computing while the other waits on memory.
+// BWD_BLOCK: ordered, one thread per block polls and releases (see bwd_kernel).
+enum { BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3 };
+
+__device__ __forceinline__ void atomic_add2(float *p, float x, float y) {
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(p), make_float2(x, y));
+#else
+    atomicAdd(p, x);
+    atomicAdd(p + 1, y);
+#endif
+}
+
 // Cross-block ordering for the deterministic dQ / dc accumulation (see bwd_kernel).
 __device__ __forceinline__ int ld_acquire_gpu(const int *p) {
     int v;
     asm volatile("ld.global.acquire.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+__device__ __forceinline__ int ld_relaxed_gpu(const int *p) {
+    int v;
+    asm volatile("ld.global.relaxed.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 __device__ __forceinline__ void red_release_gpu_add(int *p, int v) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
@@ -414,34 +515,38 @@ template <int DH> struct BwdCfg {
 // dV in registers while query tiles of BM rows stream through (from the diagonal to the last live one).
 // Per tile each warp forms S^T and dP^T for its keys, P^T, dS^T = P^T (dP^T - D), accumulates
 // dV += P^T dO and dK += dS^T Q, and parks dS^T in smem (double-buffered); in the next iteration all
-// warps compute dQ = dS K for that tile (software-pipelined: one block barrier per tile).
+// warps compute dQ = dS K for that tile and add it to the fp32 accumulator (software-pipelined: one
+// block barrier per tile).
 // dc: dc_t = sum_j dS_tj - sum_i dS_it. The row sum would vanish in exact arithmetic (softmax is shift
 // invariant), but D is formed from the bf16-rounded o, and that rounding error e_t enters both sums:
 // dc_t picks up -e_t + sum_i P_it e_i. Summed into dlogf the two parts cancel; with the column sum alone
 // they random-walk (3e-2 relative error in dlogf at T = 1000). So both sums are kept, in fp32: column
 // sums in registers (written to `colsum`, one writer per key), row sums reduced across the block.
 //
-// Determinism: no floating-point atomics. The dQ and dc-row-sum contributions of the key blocks to a
-// query tile are added in a fixed order, highest key block first (the diagonal block writes, the others
-// read-add-write the fp32 accumulator in L2, the lowest live one converts to bf16 and writes dq). A
-// per-tile counter `sem` orders them: every warp of key block n waits until all warps of the live key
-// blocks above n (within the tile's ACP row) have released, then releases its own. Blocks are launched
-// highest key block first (blockIdx.x reversed), so a block only ever waits on blocks launched before it
-// (no deadlock whatever the occupancy), and since block n+1 reaches each query tile one ACP row before
-// block n does, the waits are short.
-// WAIT = false skips the waits (wrong and nondeterministic results): only to time what the order costs.
-template <int DH, int BM, int MINB, bool WAIT = true>
+// Determinism (BWD_ORDERED, BWD_STAGGER): the dQ and dc-row-sum contributions of the key blocks to a
+// query tile are fp32 atomic adds (fire and forget, into a zeroed accumulator), but issued in a fixed
+// order, highest key block first, so each address sees the same sequence of adds every run. A per-tile
+// counter `sem` orders them: every warp of key block n waits (acquire) until all warps of the live key
+// blocks above n in the tile's ACP row have released, adds, and releases one tile later (by then its
+// adds have landed, so the release costs no wait). Blocks are launched highest key block first
+// (blockIdx.x reversed), so a block only ever waits on blocks launched before it (no deadlock whatever
+// the occupancy), and block n+1 reaches each query tile one ACP row before block n does, so the waits
+// are short. dK, dV and the column sums are per-block register sums: deterministic by construction.
+// WG: the five products on Hopper warpgroup MMA (sm_90a; dh 64, BM 64): warpgroup w4 (warps 4w4..4w4+3)
+// owns keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared.
+template <int DH, int BM, int MINB, int MODE, bool WG>
 __global__ void __launch_bounds__(NTHREADS, MINB)
 bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
            const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
-           float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dq, __nv_bfloat16 *__restrict__ dk,
+           float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk,
            __nv_bfloat16 *__restrict__ dv, float *__restrict__ dc, float *__restrict__ colsum, int *__restrict__ sem,
            int H, int T, const int *__restrict__ q_last) {
     constexpr int BN = BWD_BN, TPB = FOX_ATTN_ACP_BLOCK / BM;  // TPB query tiles per ACP row
     static_assert(FOX_ATTN_ACP_BLOCK % BM == 0, "query tiles nest in the ACP grid");
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(smem_raw);  // [BN][DH]
+    static_assert(!WG || (DH == 64 && BM == 64), "warpgroup path: 128-byte smem rows");
+    extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
     __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
     __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
@@ -450,7 +555,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     float *Ds = rs + 2 * BM;                                            // [2][BM]
     float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, w4 = warp >> 2;
     const int g = lane >> 2, tq = lane & 3;
     const int nblk = gridDim.x;
     const int nb = nblk - 1 - blockIdx.x;  // key block: highest first (see above)
@@ -461,7 +566,6 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const size_t ld_o = (size_t)H * DH;
     const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
     float *dqh = dq_acc + head_off * DH;
-    __nv_bfloat16 *dqo = dq + head_off * DH;
     const int k0 = nb * BN;
     const float c_ref = ch[k0];
 
@@ -520,11 +624,100 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const int dq_r = (warp % RG) * 16, dq_c = (warp / RG) * DQC;
     int ord_m = -1, ord_before = 0;  // ACP row of the cached order; live key blocks above nb in it
     bool ord_last = false;           // no live key block below nb in it
+    int *pending = nullptr;          // counter this warp still has to release (one tile later)
+    const bool early = (MODE == BWD_STAGGER && warp < NWARPS / 2) || MODE == BWD_BLOCK;
+    // this block's place in the order for ACP row m (same for every tile of the row); warp-uniform
+    auto ord_update = [&](int m) {
+        if (m == ord_m) return;
+        ord_m = m;
+        if (!qlh) {
+            ord_before = m - nb;
+            ord_last = nb == 0;
+        } else {
+            int above = 0, below = 0;
+            for (int base = 0; base <= m; base += 32) {
+                const int n2 = base + lane;
+                if (n2 <= m && n2 != nb && max(qlh[n2], n2) >= m) {
+                    above += n2 > nb;
+                    below += n2 < nb;
+                }
+            }
+            ord_before = __reduce_add_sync(0xffffffffu, above);
+            ord_last = __reduce_add_sync(0xffffffffu, below) == 0;
+        }
+    };
+
+    // dQ (and dc row sums) of tile it-1, from its parked dS^T, added to the fp32 accumulators.
+    auto dq_phase = [&](int it) {
+        const int pb = (it - 1) & 1, qt = qt_first + it - 1, i0 = qt * BM;
+        const __nv_bfloat16 *dSb = dSt + pb * BN * BM;
+        float dqa[DQC / 8][4];
+#pragma unroll
+        for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+        if constexpr (WG) {
+            // warpgroup w4: all 64 query rows, dh columns 32 w4..; A = dS (dS^T in smem: MN-major), B = K (MN-major)
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++)
+                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32));
+            wg_commit_wait();
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                uint32_t a[4];
+                load_a_trans<BM>(a, dSb, kk * 16, dq_r, lane);
+#pragma unroll
+                for (int np = 0; np < DQC / 16; np++) {
+                    uint32_t bk[4];
+                    load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
+                    mma16816(dqa[2 * np], a, bk[0], bk[1]);
+                    mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
+                }
+            }
+        }
+        float rtot = 0.f;
+        if (tid < BM) {
+#pragma unroll
+            for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
+        }
+        int *sp = semh + qt;
+        if (MODE == BWD_ORDERED || MODE == BWD_STAGGER) {
+            // release the previous tile (its adds were issued an iteration ago, so the fence is cheap)
+            if (pending) {
+                __syncwarp();
+                if (lane == 0) red_release_gpu_add(pending, 1);
+                pending = nullptr;
+            }
+            ord_update(qt / TPB);
+            if (ord_before > 0) {
+                const int target = NWARPS * ord_before;
+                unsigned spins = 0;
+                while (ld_acquire_gpu(sp) < target) {
+                    __nanosleep(64);
+                    if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                }
+            }
+        }
+        // fp32 adds; in the ordered modes every address sees its adds in one fixed order
+        const int qr0 = i0 + dq_r + g;
+#pragma unroll
+        for (int nt = 0; nt < DQC / 8; nt++) {
+            const int col = dq_c + nt * 8 + 2 * tq;
+            if (qr0 < T) atomic_add2(dqh + (size_t)qr0 * DH + col, dqa[nt][0], dqa[nt][1]);
+            if (qr0 + 8 < T) atomic_add2(dqh + (size_t)(qr0 + 8) * DH + col, dqa[nt][2], dqa[nt][3]);
+        }
+        if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
+        if ((MODE == BWD_ORDERED || MODE == BWD_STAGGER) && !ord_last) pending = sp;
+    };
 
     for (int it = 0; it <= ntiles; it++) {
         const int buf = it & 1;
         cp_async_wait_all();
+        if constexpr (WG) fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
         __syncthreads();  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
+        // BWD_BLOCK: every warp issued tile it-2's adds before this barrier (and long ago): release them
+        if (MODE == BWD_BLOCK && tid == 0 && it >= 2) red_release_gpu_add(semh + qt_first + it - 2, 1);
+        if (early && it > 0) dq_phase(it);
         const bool more = it + 1 < ntiles;
         float r_next = 0.f, d_next = 0.f;
         if (more) {
@@ -533,6 +726,13 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             load_tile_async<DH, BM>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
             cp_async_commit();
             fetch_rows(qt_first + it + 1, r_next, d_next);
+        }
+        // BWD_BLOCK: tile it's adds come in the next iteration, after the next barrier; thread 0 must have
+        // seen the blocks above release it by then. Read the counter now, check it after this tile's work.
+        int poll = 0;
+        if (MODE == BWD_BLOCK && warp == 0 && it < ntiles) {
+            ord_update((qt_first + it) / TPB);
+            if (lane == 0 && ord_before > 0) poll = ld_relaxed_gpu(semh + qt_first + it);
         }
         if (it < ntiles) {
             const int i0 = (qt_first + it) * BM;
@@ -545,20 +745,32 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             for (int i = 0; i < BM / 8; i++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
+            if constexpr (WG) {
+                // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
+                wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++) {
-                uint32_t ka[4], va[4];
-                load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
-                load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
+                for (int kk = 0; kk < DH / 16; kk++)
+                    wgmma_m64n64_ss<0, 0>(st, gmma_desc(Ks + w4 * 64 * DH + kk * 16), gmma_desc(Qb + kk * 16));
 #pragma unroll
-                for (int np = 0; np < BM / 16; np++) {
-                    uint32_t bq[4], bo[4];
-                    load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
-                    mma16816(st[2 * np], ka, bq[0], bq[1]);
-                    mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
-                    load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
-                    mma16816(dpt[2 * np], va, bo[0], bo[1]);
-                    mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
+                for (int kk = 0; kk < DH / 16; kk++)
+                    wgmma_m64n64_ss<0, 0>(dpt, gmma_desc(Vs + w4 * 64 * DH + kk * 16), gmma_desc(dOb + kk * 16));
+                wg_commit_wait();
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < DH / 16; kk++) {
+                    uint32_t ka[4], va[4];
+                    load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
+                    load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
+#pragma unroll
+                    for (int np = 0; np < BM / 16; np++) {
+                        uint32_t bq[4], bo[4];
+                        load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
+                        mma16816(st[2 * np], ka, bq[0], bq[1]);
+                        mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
+                        load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
+                        mma16816(dpt[2 * np], va, bo[0], bo[1]);
+                        mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
+                    }
                 }
             }
 
@@ -587,6 +799,27 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     dpt[nt][2 + e] = ds1;
                 }
             }
+            if constexpr (WG) {
+                // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
+                uint32_t pa[BM / 16][4], sa[BM / 16][4];
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; kk++) {
+                    acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
+                    acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+                    const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[kk][0];
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[kk][1];
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[kk][2];
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[kk][3];
+                }
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; kk++) {
+                    wgmma_m64n64_rs<1>(dva, pa[kk], gmma_desc(dOb + kk * 16 * DH));
+                    wgmma_m64n64_rs<1>(dka, sa[kk], gmma_desc(Qb + kk * 16 * DH));
+                }
+                wg_commit_wait();
+            } else
 #pragma unroll
             for (int kk = 0; kk < BM / 16; kk++) {
                 uint32_t pa[4], sa[4];
@@ -616,91 +849,27 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
             }
         }
-        if (it > 0) {
-            // dQ (and dc row sums) of the previous tile, from its parked dS^T
-            const int pb = buf ^ 1, qt = qt_first + it - 1, i0 = qt * BM;
-            const __nv_bfloat16 *dSb = dSt + pb * BN * BM;
-            float dqa[DQC / 8][4];
-#pragma unroll
-            for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
-                uint32_t a[4];
-                load_a_trans<BM>(a, dSb, kk * 16, dq_r, lane);
-#pragma unroll
-                for (int np = 0; np < DQC / 16; np++) {
-                    uint32_t bk[4];
-                    load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
-                    mma16816(dqa[2 * np], a, bk[0], bk[1]);
-                    mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
-                }
-            }
-            float rtot = 0.f;
-            if (tid < BM) {
-#pragma unroll
-                for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
-            }
-            // this tile's place in the order (same for every tile of one ACP row)
-            const int m = qt / TPB;
-            if (m != ord_m) {
-                ord_m = m;
-                if (!qlh) {
-                    ord_before = m - nb;
-                    ord_last = nb == 0;
-                } else {
-                    int above = 0, below = 0;
-                    for (int base = 0; base <= m; base += 32) {
-                        const int n2 = base + lane;
-                        if (n2 <= m && n2 != nb && max(qlh[n2], n2) >= m) {
-                            above += n2 > nb;
-                            below += n2 < nb;
-                        }
-                    }
-                    ord_before = __reduce_add_sync(0xffffffffu, above);
-                    ord_last = __reduce_add_sync(0xffffffffu, below) == 0;
-                }
-            }
-            int *sp = semh + qt;
-            if (WAIT && ord_before > 0) {
-                const int target = NWARPS * ord_before;
+        if (!early && it > 0) dq_phase(it);
+        if (MODE == BWD_BLOCK && tid == 0 && it < ntiles && ord_before > 0) {
+            if (poll >= ord_before) {
+                fence_acq_rel_gpu();  // relaxed read + fence: an acquire (own adds landed long ago: cheap)
+            } else {
                 unsigned spins = 0;
-                while (ld_acquire_gpu(sp) < target) {
+                while (ld_acquire_gpu(semh + qt_first + it) < ord_before) {
                     __nanosleep(64);
                     if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
                 }
             }
-            const int qr0 = i0 + dq_r + g;
-#pragma unroll
-            for (int nt = 0; nt < DQC / 8; nt++) {
-                const int col = dq_c + nt * 8 + 2 * tq;
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    const int r = qr0 + 8 * hf;
-                    if (r >= T) continue;
-                    float2 x = make_float2(dqa[nt][2 * hf], dqa[nt][2 * hf + 1]);
-                    float2 *p = reinterpret_cast<float2 *>(dqh + (size_t)r * DH + col);
-                    if (ord_before > 0) {
-                        const float2 old = __ldcg(p);
-                        x.x = old.x + x.x;
-                        x.y = old.y + x.y;
-                    }
-                    if (ord_last)
-                        *reinterpret_cast<uint32_t *>(dqo + (size_t)r * DH + col) = pack_bf16(x.x * scale, x.y * scale);
-                    else
-                        __stcg(p, x);
-                }
-            }
-            if (tid < BM && i0 + tid < T) {
-                float *p = dc + head_off + i0 + tid;
-                __stcg(p, ord_before > 0 ? __ldcg(p) + rtot : rtot);
-            }
-            if (!ord_last) {
-                __threadfence();
-                __syncwarp();
-                if (lane == 0) red_release_gpu_add(sp, 1);
-            }
         }
         if (more) store_rows(buf ^ 1, r_next, d_next);
+    }
+    if (pending) {
+        __syncwarp();
+        if (lane == 0) red_release_gpu_add(pending, 1);
+    }
+    if (MODE == BWD_BLOCK) {
+        __syncthreads();  // the last tile's adds
+        if (tid == 0) red_release_gpu_add(semh + qt_first + ntiles - 1, 1);
     }
 
     __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
@@ -724,7 +893,18 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     }
 }
 
-// Backward, step 3: dc_t = (dS row sum)_t + (minus dS column sum)_t, stored back into dc, and
+// Backward, step 3: dq = scale * fp32 accumulator, as bf16.
+__global__ void dq_convert_kernel(const float4 *__restrict__ acc, __nv_bfloat16 *__restrict__ dq, float scale, size_t n4) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        const float4 x = acc[i];
+        uint2 out;
+        out.x = pack_bf16(x.x * scale, x.y * scale);
+        out.y = pack_bf16(x.z * scale, x.w * scale);
+        reinterpret_cast<uint2 *>(dq)[i] = out;
+    }
+}
+
+// Backward, step 4: dc_t = (dS row sum)_t + (minus dS column sum)_t, stored back into dc, and
 // dlogf_t = sum_{i >= t} dc_i, a true reverse scan in fp32 (one block per (b, h)): each thread sums a
 // contiguous chunk, the block scans the chunk totals, then each thread walks its chunk backwards from
 // its suffix offset. No output is formed as a difference of large sums.
@@ -790,37 +970,63 @@ void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16
 // order counters (int, B H ceil(T/16): enough for any query tile of >= 16 rows).
 inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)B * H * ((T + 15) / 16); }
 
-template <int DH, int BM, int MINB, bool WAIT = true>
+template <int DH, int BM, int MINB, int MODE, bool WG = false>
 void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                   const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
                   __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                   const int *q_last, cudaStream_t s) {
-    const size_t nvec = (size_t)B * H * T;
+    const size_t nvec = (size_t)B * H * T, nq = nvec * DH;
     float *dq_acc = static_cast<float *>(scratch);
-    float *D = dq_acc + nvec * DH, *colsum = D + nvec;
+    float *D = dq_acc + nq, *colsum = D + nvec;
     int *sem = reinterpret_cast<int *>(colsum + nvec);
     const int rows = B * T * H;
     dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, D, H, T, rows);
     FOX_CUDA_CHECK(cudaGetLastError());
+    FOX_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
     FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
     const size_t smem = bwd_smem_bytes<DH, BM>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, WAIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem));
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, MODE, WG>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
-    bwd_kernel<DH, BM, MINB, WAIT><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dq, dk, dv, dc, colsum,
-                                                          sem, H, T, q_last);
+    bwd_kernel<DH, BM, MINB, MODE, WG><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dk, dv, dc, colsum,
+                                                                sem, H, T, q_last);
+    FOX_CUDA_CHECK(cudaGetLastError());
+    const size_t conv_blocks = (nq / 4 + 255) / 256;
+    dq_convert_kernel<<<(unsigned)(conv_blocks < 4096 ? conv_blocks : 4096), 256, 0, s>>>(
+        reinterpret_cast<const float4 *>(dq_acc), dq, 1.f / sqrtf((float)DH), nq / 4);
     FOX_CUDA_CHECK(cudaGetLastError());
     reverse_cumsum_kernel<<<B * H, SCAN_THREADS, 0, s>>>(dc, colsum, dlogf, T);
     FOX_CUDA_CHECK(cudaGetLastError());
 }
 
+// Compute capability major of the current device (queried once).
+inline int device_sm_major() {
+    static const int major = [] {
+        int dev = 0, m = 0;
+        FOX_CUDA_CHECK(cudaGetDevice(&dev));
+        FOX_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
+        return m;
+    }();
+    return major;
+}
+
+// The public backward: warpgroup MMA at dh 64 on Hopper (needs an sm_90a build), mma.sync otherwise;
+// both deterministic (BWD_BLOCK order).
 template <int DH>
 void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
               const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
               __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
               const int *q_last, cudaStream_t s) {
-    backward_cfg<DH, BwdCfg<DH>::BM, BwdCfg<DH>::MINB>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B, H,
-                                                       T, q_last, s);
+    if constexpr (DH == 64) {
+        if (device_sm_major() == 9) {
+            backward_cfg<64, 64, 1, BWD_BLOCK, true>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B, H, T,
+                                                     q_last, s);
+            return;
+        }
+    }
+    backward_cfg<DH, BwdCfg<DH>::BM, BwdCfg<DH>::MINB, BWD_BLOCK>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv,
+                                                                  scratch, B, H, T, q_last, s);
 }
 
 }  // namespace fox_attn

@@ -52,14 +52,18 @@ struct Variant {
     const char *name;
     int dh;
     BwdFn fn;          // NULL: the public API fox_attention_backward
-    bool timing_only;  // not a correct kernel (an experiment's control): timed, not checked
+    bool timing_only;  // an experiment's control, not deterministic: timed, not checked
 };
 static const Variant variants[] = {
-    {"api (BM 64, 1/SM)", 64, nullptr, false},
-    {"BM 32, 2/SM", 64, fox_attn::backward_cfg<64, 32, 2>, false},
-    {"BM 64, 1/SM, no order waits (timing only)", 64, fox_attn::backward_cfg<64, 64, 1, false>, true},
-    {"api (BM 32, 1/SM)", 128, nullptr, false},
-    {"BM 32, 1/SM, no order waits (timing only)", 128, fox_attn::backward_cfg<128, 32, 1, false>, true},
+    {"api", 64, nullptr, false},
+    {"BM 64, 1/SM, ordered, block sync, wgmma", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_BLOCK, true>, false},
+    {"BM 64, 1/SM, ordered, block sync", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_BLOCK>, false},
+    {"BM 64, 1/SM, ordered, staggered warp sync", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_STAGGER>, false},
+    {"BM 64, 1/SM, atomics (nondeterministic)", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_ATOMIC>, true},
+    {"api", 128, nullptr, false},
+    {"BM 32, 1/SM, ordered, block sync", 128, fox_attn::backward_cfg<128, 32, 1, fox_attn::BWD_BLOCK>, false},
+    {"BM 32, 1/SM, ordered, staggered warp sync", 128, fox_attn::backward_cfg<128, 32, 1, fox_attn::BWD_STAGGER>, false},
+    {"BM 32, 1/SM, atomics (nondeterministic)", 128, fox_attn::backward_cfg<128, 32, 1, fox_attn::BWD_ATOMIC>, true},
 };
 static void run_bwd(const Variant &var, const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o,
                     const float *lse, const bf16 *dout, float *dc, float *dlogf, bf16 *dq, bf16 *dk, bf16 *dv,

@@ -1,0 +1,106 @@
+// dev/cuda/step_profile.cu: where one training step of train_fox goes. Builds the model of the
+// arguments (default fox-pro 760M, batch 1 x 16384, random tokens), runs one step to warm up, then
+// times each piece of layer 0 (and the lm_head, embedding and optimizer) with CUDA events, scaled by
+// the number of layers where a piece runs once per layer.
+// Usage: ./step_profile [layers dim heads T]   (repository root: make -C dev/cuda step_profile)
+#define TESTING
+#include "../../train_fox.cu"
+
+static cudaEvent_t ev0, ev1;
+static double total_ms;
+
+#define TIME(label, per_layer, ...)                                                                     \
+    do {                                                                                                \
+        __VA_ARGS__;                                                                                    \
+        FOX_CUDA_CHECK(cudaEventRecord(ev0, m.stream));                                                 \
+        for (int rep = 0; rep < 3; rep++) { __VA_ARGS__; }                                                     \
+        FOX_CUDA_CHECK(cudaEventRecord(ev1, m.stream));                                                 \
+        FOX_CUDA_CHECK(cudaEventSynchronize(ev1));                                                      \
+        float ms;                                                                                       \
+        FOX_CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));                                            \
+        double step_ms = ms / 3 * ((per_layer) ? L : 1);                                                \
+        total_ms += step_ms;                                                                            \
+        printf("%-34s %9.3f ms %s  -> %8.2f ms/step\n", label, ms / 3, (per_layer) ? "x L" : "   ", step_ms); \
+    } while (0)
+
+int main(int argc, char **argv) {
+    int L = argc > 1 ? atoi(argv[1]) : 24, D = argc > 2 ? atoi(argv[2]) : 1536, H = argc > 3 ? atoi(argv[3]) : 24;
+    int T = argc > 4 ? atoi(argv[4]) : 16384, B = 1, N = B * T;
+    FoxConfig c;
+    fox_config_defaults(&c);
+    c.n_layer = L;
+    c.d_model = D;
+    c.n_head = H;
+    fox_config_apply_preset(&c, "fox-pro");
+    Model m;
+    model_init(&m, &c, B, T, 1337, RECOMPUTE_NONE);
+    int *in = (int *)fox_malloc((size_t)N * sizeof(int)), *tg = (int *)fox_malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) {
+        in[i] = (int)fox_rng_below(fox_rng_key(5, 0), (uint64_t)i, (uint64_t)c.vocab_size);
+        tg[i] = (int)fox_rng_below(fox_rng_key(5, 1), (uint64_t)i, (uint64_t)c.vocab_size);
+    }
+    OptConfig o = {1e-3, 0.0, 0.1, 1.0, 0.9, 0.95, 1e-8, 10, 100};
+    FOX_CUDA_CHECK(cudaEventCreate(&ev0));
+    FOX_CUDA_CHECK(cudaEventCreate(&ev1));
+    double t0 = 0;
+    for (int s = 0; s < 3; s++) {
+        FOX_CUDA_CHECK(cudaDeviceSynchronize());
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        model_zero_grad(&m);
+        model_forward(&m, in, tg, B, T);
+        model_backward(&m, in, B, T, 1.0f);
+        optimizer_step(&m, &o, 1e-4, s + 1);
+        FOX_CUDA_CHECK(cudaDeviceSynchronize());
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        t0 = (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) * 1e-6;
+        printf("whole step %d: %.1f ms (%.0f tok/s)\n", s, t0, N / t0 * 1e3);
+    }
+    model_forward(&m, in, tg, B, T);  // fills every buffer; logits kept for the lm_head pieces
+    Acts *a = &m.a;
+    Scratch *s = &m.s;
+    int I = c.mlp_hidden, NP = m.NINP, Dh = m.Dh, V = c.vocab_size;
+    QkvShape qs = qkv_shape(&m, 0, B, T);
+    float *x = resid_at(&m, 0, B, T);
+    printf("--- forward (layer 0, x L)\n");
+    TIME("rmsnorm fwd", 1, rmsnorm_forward(&m, a->xn1[0], x, param(&m, FOX_P_ln1_w, 0), N));
+    TIME("gemm attn_in (fp32 out)", 1, linear_forward(&m.gemm, a->proj[0], NULL, CUDA_R_32F, NP, a->xn1[0], wbf(&m, FOX_P_attn_in_w, 0), N, D, NP));
+    TIME("qkv fwd (shift, qk-norm)", 1, LAUNCH_HEADS(qkv_forward_kernel, Dh, (size_t)N * H, m.stream, a->q[0], a->k[0], a->v[0], qs));
+    TIME("forget-gate scan", 1, forget_gate_forward_kernel<<<B * H, SCAN_THREADS_F, 0, m.stream>>>(a->c[0], a->proj[0], NP, m.cols.f, param(&m, FOX_P_fgate_b, 0), H, T));
+    TIME("attention fwd", 1, fox_attention_forward(a->q[0], a->k[0], a->v[0], a->c[0], a->o[0], a->lse[0], B, H, T, Dh, NULL, m.stream));
+    TIME("output norm+gate fwd", 1, LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m.stream, a->z[0], a->o[0], a->proj[0], NP, m.cols.g, param(&m, FOX_P_onorm_w, 0), N, H, Dh));
+    TIME("gemm attn_out (+resid)", 1, linear_forward(&m.gemm, a->mid[0], x, CUDA_R_32F, D, a->z[0], wbf(&m, FOX_P_attn_out_w, 0), N, D, D));
+    TIME("gemm mlp_in (bf16 out)", 1, linear_forward(&m.gemm, a->u[0], NULL, CUDA_R_16BF, 2 * I, a->xn2[0], wbf(&m, FOX_P_mlp_in_w, 0), N, D, 2 * I));
+    TIME("swiglu fwd", 1, (swiglu_forward_kernel<<<fox_blocks((size_t)N * I, 256), 256, 0, m.stream>>>(a->hh[0], a->u[0], N, I)));
+    TIME("gemm mlp_out (+resid)", 1, linear_forward(&m.gemm, resid_at(&m, 1, B, T), a->mid[0], CUDA_R_32F, D, a->hh[0], wbf(&m, FOX_P_mlp_out_w, 0), N, I, D));
+    TIME("rmsnorm fwd (ln2)", 1, rmsnorm_forward(&m, a->xn2[0], a->mid[0], param(&m, FOX_P_ln2_w, 0), N));
+    printf("--- head\n");
+    TIME("gemm lm_head", 0, lm_head_forward(&m, 0, N));
+    TIME("cross entropy fwd", 0, (crossentropy_forward_kernel<<<N, CE_THREADS, 0, m.stream>>>(a->losses, a->ce_lse, a->logits, a->targets, V, m.VP)));
+    TIME("cross entropy bwd", 0, (crossentropy_backward_kernel<<<N, CE_THREADS, 0, m.stream>>>(a->logits, a->ce_lse, a->targets, V, m.VP, 1.0f / N)));
+    TIME("gemm lm_head dx", 0, linear_backward_input(&m.gemm, s->dxn, a->logits, m.VP, wbf(&m, FOX_P_lm_head_w, 0), N, D, m.VP));
+    TIME("gemm lm_head dW", 0, linear_backward_weight(&m.gemm, grad(&m, FOX_P_lm_head_w, 0), a->logits, m.VP, a->xnf, N, D, V));
+    printf("--- backward (layer 0, x L)\n");
+    TIME("gemm mlp_out dx", 1, linear_backward_input(&m.gemm, s->dh, s->dres_bf, D, wbf(&m, FOX_P_mlp_out_w, 0), N, I, D));
+    TIME("gemm mlp_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_mlp_out_w, 0), s->dres_bf, D, a->hh[0], N, I, D));
+    TIME("swiglu bwd", 1, (swiglu_backward_kernel<<<fox_blocks((size_t)N * I, 256), 256, 0, m.stream>>>(s->du, s->dh, a->u[0], N, I)));
+    TIME("gemm mlp_in dx", 1, linear_backward_input(&m.gemm, s->dxn, s->du, 2 * I, wbf(&m, FOX_P_mlp_in_w, 0), N, D, 2 * I));
+    TIME("gemm mlp_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_mlp_in_w, 0), s->du, 2 * I, a->xn2[0], N, D, 2 * I));
+    TIME("rmsnorm bwd + colsum (x2/layer)", 1, rmsnorm_backward(&m, a->mid[0], param(&m, FOX_P_ln2_w, 0), grad(&m, FOX_P_ln2_w, 0), N, 1); rmsnorm_backward(&m, a->mid[0], param(&m, FOX_P_ln2_w, 0), grad(&m, FOX_P_ln2_w, 0), N, 1));
+    TIME("gemm attn_out dx", 1, linear_backward_input(&m.gemm, s->dxn, s->dres_bf, D, wbf(&m, FOX_P_attn_out_w, 0), N, D, D));
+    TIME("gemm attn_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_out_w, 0), s->dres_bf, D, a->z[0], N, D, D));
+    TIME("output bwd", 1, LAUNCH_HEADS(output_backward_kernel, Dh, (size_t)N * H, m.stream, s->d_o, s->dproj, s->f1, s->dxn, a->o[0], a->proj[0], NP, m.cols.g, param(&m, FOX_P_onorm_w, 0), N, H, Dh));
+    TIME("colsum (N x D)", 1, colsum_accumulate(grad(&m, FOX_P_onorm_w, 0), s->f1, N, D, D, s->colsum_part, m.stream));
+    TIME("attention bwd", 1, fox_attention_backward(a->q[0], a->k[0], a->v[0], a->c[0], a->o[0], a->lse[0], s->d_o, s->dc, s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, NULL, m.stream));
+    TIME("forget-gate bwd + colsum", 1, forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m.stream>>>(s->dproj, s->dfg, s->dlogf, a->proj[0], NP, m.cols.f, param(&m, FOX_P_fgate_b, 0), B, H, T); colsum_accumulate(grad(&m, FOX_P_fgate_b, 0), s->dfg, N, H, H, s->colsum_part, m.stream));
+    TIME("qk bwd", 1, LAUNCH_HEADS(qk_backward_kernel, Dh, (size_t)N * H, m.stream, s->dproj, s->f2, s->f1, s->f3, s->dq, s->dk, qs));
+    TIME("kv bwd", 1, LAUNCH_HEADS(kv_backward_kernel, Dh, (size_t)N * H, m.stream, s->dproj, s->f2, s->dv, qs));
+    TIME("gemm attn_in dx", 1, linear_backward_input(&m.gemm, s->dxn, s->dproj, NP, wbf(&m, FOX_P_attn_in_w, 0), N, D, NP));
+    TIME("gemm attn_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_in_w, 0), s->dproj, NP, a->xn1[0], N, D, m.cols.width));
+    printf("--- once per step\n");
+    TIME("embedding bwd (incl. host buckets)", 0, { int nb = embedding_buckets(&m, in, N); embedding_backward_kernel<<<nb, 256, 0, m.stream>>>(grad(&m, FOX_P_wte, 0), s->dres, s->bucket_token, s->bucket_start, s->bucket_pos, D); });
+    TIME("optimizer (norm + AdamW)", 0, optimizer_step(&m, &o, 1e-4, 5));
+    printf("sum of pieces %.1f ms; whole step %.1f ms\n", total_ms, t0);
+    model_free(&m);
+    return 0;
+}
