@@ -6,69 +6,9 @@
 #define TESTING
 #include "train_fox.c"
 #include "fox/fixture.h"
-
-static int passed, failed;
-
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) passed++;
-    else failed++;
-}
+#include "fox/testing.h"
 
 #ifndef FOX_REAL_DOUBLE
-// Max |a − ref| and that over max |ref| (a norm-relative error, robust to tiny entries).
-typedef struct { double abs, rel; } Err;
-
-static Err compare(const float *a, const double *ref, size_t n) {
-    double mx = 0.0, mref = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (d > mx || isnan(d)) mx = isnan(d) ? INFINITY : d;
-        if (fabs(ref[i]) > mref) mref = fabs(ref[i]);
-    }
-    Err e = {mx, mref > 0 ? mx / mref : mx};
-    return e;
-}
-
-static void check_close(const char *fx, const char *what, const float *a, const double *ref, size_t n, double tol) {
-    Err e = compare(a, ref, n);
-    check(e.rel <= tol, "%-18s %-22s max abs %.3e  rel %.3e  (tol %.0e)", fx, what, e.abs, e.rel, tol);
-}
-
-static FoxConfig config_from_fixture(const Fixture *fx) {
-    const FixtureTensor *t = fixture_get(fx, "config");
-    FoxConfig c;
-    int i = 0;
-#define FOX_FX_INT(name) c.name = (int)t->data[i++];
-#define FOX_FX_FLOAT(name) c.name = (float)t->data[i++];
-#define X(type, name, dflt) FOX_FX_##type(name)
-    FOX_CONFIG_FIELDS(X)
-#undef X
-    if ((size_t)i != t->numel) fox_fatal("fixture config has %zu fields, this build %d", t->numel, i);
-    return c;
-}
-
-static void to_ints(int *dst, const double *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = (int)src[i];
-}
-
-static void load_fixture_params(Model *m, const Fixture *fx, const char *prefix) {
-    char name[160];
-    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
-        const FoxParamInfo *p = &m->lay.p[k];
-        if (!p->numel) continue;
-        snprintf(name, sizeof(name), "%s%s", prefix, p->name);
-        const FixtureTensor *t = fixture_get(fx, name);
-        if (t->numel != p->numel) fox_fatal("fixture %s has %zu values, layout needs %zu", name, t->numel, p->numel);
-        for (size_t i = 0; i < p->numel; i++) m->params[p->offset + i] = (float)t->data[i];
-    }
-}
-
 // Tolerances (fp32 against a float64 reference, T = 64), relative to the tensor's largest entry:
 // forward values and losses 1e-5; gradients 1e-4; the weights after 10 AdamW steps 3e-4, since
 // Adam divides by √v and so turns rounding in near-zero gradients into whole-step differences
@@ -82,7 +22,7 @@ static void test_fixture(const char *dir, const char *name) {
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     Fixture fx;
     fixture_load(&fx, path);
-    FoxConfig c = config_from_fixture(&fx);
+    FoxConfig c = fixture_config(&fx);
     const FixtureTensor *tin = fixture_get(&fx, "inputs");
     int B = (int)tin->dims[0], T = (int)tin->dims[1], N = B * T;
     const FixtureTensor *hp = fixture_get(&fx, "train.hparams");
@@ -101,15 +41,15 @@ static void test_fixture(const char *dir, const char *name) {
         else passed++;
     }
 
-    load_fixture_params(&m, &fx, "param.");
+    fixture_params(&fx, &m.lay, "param.", m.params);
     int *inputs = fox_malloc((size_t)N * sizeof(int)), *targets = fox_malloc((size_t)N * sizeof(int));
-    to_ints(inputs, tin->data, (size_t)N);
-    to_ints(targets, fixture_get(&fx, "targets")->data, (size_t)N);
+    fixture_ints(inputs, tin->data, (size_t)N);
+    fixture_ints(targets, fixture_get(&fx, "targets")->data, (size_t)N);
     double loss = model_forward(&m, inputs, targets, B, T);
     float lossf = (float)loss;
-    check_close(name, "logits", m.a.logits, fixture_get(&fx, "logits")->data, (size_t)N * c.vocab_size, TOL_FWD);
-    check_close(name, "loss", &lossf, fixture_get(&fx, "loss")->data, 1, TOL_FWD);
-    check_close(name, "per-position loss", m.a.losses, fixture_get(&fx, "pos_loss")->data, (size_t)N, TOL_FWD);
+    check_rel(name, "logits", m.a.logits, fixture_get(&fx, "logits")->data, (size_t)N * c.vocab_size, TOL_FWD);
+    check_rel(name, "loss", &lossf, fixture_get(&fx, "loss")->data, 1, TOL_FWD);
+    check_rel(name, "per-position loss", m.a.losses, fixture_get(&fx, "pos_loss")->data, (size_t)N, TOL_FWD);
     zero(m.grads, m.lay.total);
     model_backward(&m, inputs, targets, B, T, 1.0f);
     for (int k = 0; k < FOX_NUM_PARAMS; k++) {
@@ -118,7 +58,7 @@ static void test_fixture(const char *dir, const char *name) {
         snprintf(pname, sizeof(pname), "grad.%s", p->name);
         char what[64];
         snprintf(what, sizeof(what), "d %s", p->name);
-        check_close(name, what, m.grads + p->offset, fixture_get(&fx, pname)->data, p->numel, TOL_GRAD);
+        check_rel(name, what, m.grads + p->offset, fixture_get(&fx, pname)->data, p->numel, TOL_GRAD);
     }
 
     // 10 AdamW steps with accumulation, clipping and the warmup/cosine schedule.
@@ -134,8 +74,8 @@ static void test_fixture(const char *dir, const char *name) {
         double l = 0.0;
         for (int a = 0; a < accum; a++) {
             size_t off = ((size_t)s * accum + a) * N;
-            to_ints(inputs, tri->data + off, (size_t)N);
-            to_ints(targets, trt->data + off, (size_t)N);
+            fixture_ints(inputs, tri->data + off, (size_t)N);
+            fixture_ints(targets, trt->data + off, (size_t)N);
             l += model_forward(&m, inputs, targets, B, T) / accum;
             model_backward(&m, inputs, targets, B, T, 1.0f / accum);
         }
@@ -144,19 +84,19 @@ static void test_fixture(const char *dir, const char *name) {
         losses[s] = (float)l;
         lrs[s] = (float)lr;
     }
-    check_close(name, "10-step lrs", lrs, fixture_get(&fx, "train.lrs")->data, (size_t)steps, 1e-6);
+    check_rel(name, "10-step lrs", lrs, fixture_get(&fx, "train.lrs")->data, (size_t)steps, 1e-6);
     const FixtureTensor *ref_losses = fixture_get(&fx, "train.losses");
-    check_close(name, "10-step losses", losses, ref_losses->data, (size_t)steps, TOL_FWD);
+    check_rel(name, "10-step losses", losses, ref_losses->data, (size_t)steps, TOL_FWD);
     if (compare(losses, ref_losses->data, (size_t)steps).rel > TOL_FWD)
         for (int s = 0; s < steps; s++) printf("     step %d: loss %.8f ref %.8f  norm %.6f\n", s, losses[s], ref_losses->data[s], norms[s]);
-    check_close(name, "10-step grad norms", norms, fixture_get(&fx, "train.grad_norms")->data, (size_t)steps, TOL_GRAD);
+    check_rel(name, "10-step grad norms", norms, fixture_get(&fx, "train.grad_norms")->data, (size_t)steps, TOL_GRAD);
     for (int k = 0; k < FOX_NUM_PARAMS; k++) {
         const FoxParamInfo *p = &m.lay.p[k];
         if (!p->numel) continue;
         snprintf(pname, sizeof(pname), "train.final.%s", p->name);
         char what[64];
         snprintf(what, sizeof(what), "10-step %s", p->name);
-        check_close(name, what, m.params + p->offset, fixture_get(&fx, pname)->data, p->numel, TOL_TRAIN);
+        check_rel(name, what, m.params + p->offset, fixture_get(&fx, pname)->data, p->numel, TOL_TRAIN);
     }
     free(losses);
     free(norms);

@@ -6,38 +6,7 @@
 #define TESTING
 #include "train_fox.cu"
 #include "fox/fixture.h"
-
-static int passed, failed;
-
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok) passed++;
-    else failed++;
-}
-
-// Max |a − ref| and that over max |ref| (a norm-relative error, robust to tiny entries).
-typedef struct { double abs, rel; } Err;
-
-static Err compare(const float *a, const double *ref, size_t n) {
-    double mx = 0.0, mref = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (d > mx || isnan(d)) mx = isnan(d) ? INFINITY : d;
-        if (fabs(ref[i]) > mref) mref = fabs(ref[i]);
-    }
-    Err e = {mx, mref > 0 ? mx / mref : mx};
-    return e;
-}
-
-static void check_rel(const char *fx, const char *what, const float *a, const double *ref, size_t n, double tol) {
-    Err e = compare(a, ref, n);
-    check(e.rel <= tol, "%-18s %-24s max abs %.3e  rel %.3e  (tol rel %.0e)", fx, what, e.abs, e.rel, tol);
-}
+#include "fox/testing.h"
 
 static void check_abs(const char *fx, const char *what, const float *a, const double *ref, size_t n, double tol) {
     Err e = compare(a, ref, n);
@@ -60,35 +29,13 @@ static void check_abs(const char *fx, const char *what, const float *a, const do
 #define TOL_NORM 2e-2
 #define TOL_WEIGHTS 1e-1
 
-static FoxConfig config_from_fixture(const Fixture *fx) {
-    const FixtureTensor *t = fixture_get(fx, "config");
-    FoxConfig c;
-    int i = 0;
-#define FOX_FX_INT(name) c.name = (int)t->data[i++];
-#define FOX_FX_FLOAT(name) c.name = (float)t->data[i++];
-#define X(type, name, dflt) FOX_FX_##type(name)
-    FOX_CONFIG_FIELDS(X)
-#undef X
-    if ((size_t)i != t->numel) fox_fatal("fixture config has %zu fields, this build %d", t->numel, i);
-    return c;
-}
 
-static void to_ints(int *dst, const double *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = (int)src[i];
-}
 
 // The fixture's tensors prefix.<p> as one host vector in the FOX_PARAMS layout.
-static float *fixture_params(const Model *m, const Fixture *fx, const char *prefix) {
+// The fixture's prefix.* tensors as a new host vector in the FOX_PARAMS layout.
+static float *fixture_host_params(const Model *m, const Fixture *fx, const char *prefix) {
     float *host = (float *)fox_calloc(m->lay.total, sizeof(float));
-    char name[160];
-    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
-        const FoxParamInfo *p = &m->lay.p[k];
-        if (!p->numel) continue;
-        snprintf(name, sizeof(name), "%s%s", prefix, p->name);
-        const FixtureTensor *t = fixture_get(fx, name);
-        if (t->numel != p->numel) fox_fatal("fixture %s has %zu values, layout needs %zu", name, t->numel, p->numel);
-        for (size_t i = 0; i < p->numel; i++) host[p->offset + i] = (float)t->data[i];
-    }
+    fixture_params(fx, &m->lay, prefix, host);
     return host;
 }
 
@@ -115,8 +62,8 @@ static void train_steps(Model *m, const OptConfig *o, int accum, const double *t
         double l = 0.0;
         for (int a = 0; a < accum; a++) {
             size_t off = ((size_t)s * accum + a) * N;
-            to_ints(inputs, tin + off, (size_t)N);
-            to_ints(targets, ttg + off, (size_t)N);
+            fixture_ints(inputs, tin + off, (size_t)N);
+            fixture_ints(targets, ttg + off, (size_t)N);
             l += model_forward(m, inputs, targets, B, T) / accum;
             model_backward(m, inputs, B, T, 1.0f / accum);
         }
@@ -164,7 +111,7 @@ static void test_fixture(const char *dir, const char *name) {
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     Fixture fx;
     fixture_load(&fx, path);
-    FoxConfig c = config_from_fixture(&fx);
+    FoxConfig c = fixture_config(&fx);
     int dh = fox_head_dim(&c);
     if (dh != 64 && dh != 128) {
         check(0, "%-18s head_dim %d: the attention kernel runs 64 and 128 (write the fixtures with `make test-gpu`)", name, dh);
@@ -179,16 +126,16 @@ static void test_fixture(const char *dir, const char *name) {
 
     // The shared RNG: the weights model_init put on the device equal the reference's init.
     float *got = device_copy(m.params, m.lay.total);
-    float *init = fixture_params(&m, &fx, "init.");
+    float *init = fixture_host_params(&m, &fx, "init.");
     check(!memcmp(got, init, m.lay.total * sizeof(float)), "%-18s init equals the reference's (seed 1234)", name);
     free(got);
     free(init);
 
-    float *params = fixture_params(&m, &fx, "param.");
+    float *params = fixture_host_params(&m, &fx, "param.");
     model_set_params(&m, params);
     int *inputs = (int *)fox_malloc((size_t)N * sizeof(int)), *targets = (int *)fox_malloc((size_t)N * sizeof(int));
-    to_ints(inputs, tin->data, (size_t)N);
-    to_ints(targets, fixture_get(&fx, "targets")->data, (size_t)N);
+    fixture_ints(inputs, tin->data, (size_t)N);
+    fixture_ints(targets, fixture_get(&fx, "targets")->data, (size_t)N);
     float lossf = (float)model_forward(&m, inputs, targets, B, T);
     float *logits = all_logits(&m, N);
     check_rel(name, "logits", logits, fixture_get(&fx, "logits")->data, (size_t)N * V, TOL_LOGITS);

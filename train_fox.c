@@ -7,13 +7,6 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
-#include <time.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-#ifdef FOX_MPI
-#include <mpi.h>
-#endif
 #include "fox/config.h"
 #include "fox/rng.h"
 #include "fox/args.h"
@@ -21,6 +14,7 @@
 #include "fox/checkpoint.h"
 #include "fox/npy.h"
 #include "fox/train_common.h"
+#include "fox/dist.h"
 #include "dataloader.h"
 #include "tokenizer.h"
 
@@ -872,480 +866,51 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
 }
 
 // ----------------------------------------------------------------------------
-// Training run (not part of the test build, which drives the model directly)
+// The run (fox/run.h): what it needs from this model. Not part of the test build.
 #ifndef TESTING
 
-typedef struct {
-    int rank, world;
-} Dist;
-
-static void dist_init(Dist *d, int *argc, char ***argv) {
-    d->rank = 0;
-    d->world = 1;
-#ifdef FOX_MPI
-    if (MPI_Init(argc, argv) != MPI_SUCCESS) fox_fatal("MPI_Init failed");
-    if (MPI_Comm_rank(MPI_COMM_WORLD, &d->rank) != MPI_SUCCESS || MPI_Comm_size(MPI_COMM_WORLD, &d->world) != MPI_SUCCESS)
-        fox_fatal("MPI_Comm_rank/size failed");
-#else
-    (void)argc;
-    (void)argv;
-#endif
+static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute) {
+    (void)recompute;  // the CPU trainer keeps every activation
+    model_init(m, c, B, T, seed);
 }
 
-// Sum of x over ranks, in place (average = caller divides).
-static void dist_allreduce_sum(const Dist *d, float *x, size_t n) {
-#ifdef FOX_MPI
-    if (d->world > 1) {
-        for (size_t at = 0; at < n;) {
-            int cnt = n - at > (size_t)1 << 30 ? 1 << 30 : (int)(n - at);
-            if (MPI_Allreduce(MPI_IN_PLACE, x + at, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
-                fox_fatal("MPI_Allreduce failed");
-            at += (size_t)cnt;
-        }
-    }
-#else
-    (void)d; (void)x; (void)n;
-#endif
+static const float *run_model_losses(Model *m) { return m->a.losses; }
+
+static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
+    model_backward(m, inputs, targets, B, T, dloss_scale);
 }
 
-static void dist_allreduce_sum_f64(const Dist *d, double *x, size_t n) {
-#ifdef FOX_MPI
-    if (d->world > 1 && MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
-        fox_fatal("MPI_Allreduce failed");
-#else
-    (void)d; (void)x; (void)n;
-#endif
+static void run_model_zero_grad(Model *m) { zero(m->grads, m->lay.total); }
+
+static void run_model_average_grads(Model *m, const Dist *d) {
+    dist_allreduce_sum(d, m->grads, m->lay.total);
+    float inv = 1.0f / d->world;
+    for (size_t i = 0; i < m->lay.total; i++) m->grads[i] *= inv;
 }
 
-static void dist_barrier(const Dist *d) {
-#ifdef FOX_MPI
-    if (d->world > 1 && MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS) fox_fatal("MPI_Barrier failed");
-#else
-    (void)d;
-#endif
+static void copy_out(float *dst, const float *src, size_t n) { if (dst) memcpy(dst, src, n * sizeof(float)); }
+
+static void run_model_get(Model *m, float *params, float *m1, float *m2) {
+    copy_out(params, m->params, m->lay.total);
+    copy_out(m1, m->m, m->lay.total);
+    copy_out(m2, m->v, m->lay.total);
 }
 
-static void dist_finalize(void) {
-#ifdef FOX_MPI
-    MPI_Finalize();
-#endif
+static void run_model_set(Model *m, const float *params, const float *m1, const float *m2) {
+    if (params) copy_out(m->params, params, m->lay.total);
+    if (m1) copy_out(m->m, m1, m->lay.total);
+    if (m2) copy_out(m->v, m2, m->lay.total);
 }
 
-typedef struct {
-    FoxArgs args;
-    Dist dist;
-    Model model;
-    OptConfig opt;
-    DataLoader train, val;
-    int has_val, grad_accum, step;
-    long long tokens;
-    uint64_t rng;     // counter of the sampling stream
-    int *inputs, *targets;
-    double *pos_loss; // per-position training loss summed since the last save (SPEC §6 L(i))
-    long long pos_loss_seqs;
-    int train_seq_len; // --eval-only: the evaluated checkpoint's training context (0 = unknown)
-    FILE *log;
-} Run;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+static void run_model_logits_row(Model *m, int row, float *out) {
+    copy_out(out, m->a.logits + (size_t)row * m->cfg.vocab_size, (size_t)m->cfg.vocab_size);
 }
 
-// Checks that every token id is a valid index for the model's vocabulary.
-static void check_tokens(const int *ids, size_t n, int vocab, const char *what) {
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= vocab) fox_fatal("%s holds token id %d, outside the vocabulary of %d (set --vocab)", what, ids[i], vocab);
-}
+static void run_model_sync(Model *m) { (void)m; }
+static double run_model_peak_flops(void) { return 0.0; }  // CPU peaks vary: the log shows GFLOP/s
+static void run_model_report(Model *m) { (void)m; }
 
-// Mean validation loss over up to val_steps batches (averaged across ranks).
-static double evaluate(Run *r) {
-    int B = r->args.batch, T = r->args.seq_len;
-    long long avail = dataloader_num_windows(&r->val) / B;
-    int steps = (int)(avail < r->args.val_steps ? avail : r->args.val_steps);
-    if (steps < 1) fox_fatal("validation data %s holds fewer than --batch %d sequences of --seq-len %d", r->args.val, B, T);
-    dataloader_reset(&r->val);
-    double sum = 0.0;
-    for (int s = 0; s < steps; s++) {
-        dataloader_next(&r->val, r->inputs, r->targets);
-        check_tokens(r->inputs, (size_t)B * T, r->model.cfg.vocab_size, r->args.val);
-        check_tokens(r->targets, (size_t)B * T, r->model.cfg.vocab_size, r->args.val);
-        sum += model_forward(&r->model, r->inputs, r->targets, B, T);
-    }
-    float mean = (float)(sum / steps);
-    dist_allreduce_sum(&r->dist, &mean, 1);
-    return mean / r->dist.world;
-}
+#include "fox/run.h"
 
-// One optimizer step: grad_accum micro-batches, all-reduce, clip, AdamW. Returns the mean loss.
-static double train_step(Run *r, double lr, double *norm_out) {
-    Model *m = &r->model;
-    int B = r->args.batch, T = r->args.seq_len, N = B * T;
-    zero(m->grads, m->lay.total);
-    double loss = 0.0;
-    for (int micro = 0; micro < r->grad_accum; micro++) {
-        dataloader_next(&r->train, r->inputs, r->targets);
-        check_tokens(r->inputs, (size_t)N, m->cfg.vocab_size, r->args.train);
-        check_tokens(r->targets, (size_t)N, m->cfg.vocab_size, r->args.train);
-        loss += model_forward(m, r->inputs, r->targets, B, T) / r->grad_accum;
-        for (int n = 0; n < N; n++) r->pos_loss[n % T] += m->a.losses[n];
-        r->pos_loss_seqs += B;
-        model_backward(m, r->inputs, r->targets, B, T, 1.0f / r->grad_accum);
-    }
-    if (r->dist.world > 1) {
-        dist_allreduce_sum(&r->dist, m->grads, m->lay.total);
-        float inv = 1.0f / r->dist.world, l = (float)loss;
-        for (size_t i = 0; i < m->lay.total; i++) m->grads[i] *= inv;
-        dist_allreduce_sum(&r->dist, &l, 1);
-        loss = l * inv;
-    }
-    *norm_out = optimizer_step(m, &r->opt, lr, r->step + 1);
-    return loss;
-}
-
-static FoxTrainState run_state(const Run *r) {
-    FoxTrainState s;
-    memset(&s, 0, sizeof(s));
-    s.rank = r->dist.rank;
-    s.world = r->dist.world;
-    s.step = r->step;
-    s.seq_len = r->args.seq_len;
-    s.batch = r->args.batch;
-    s.tokens = r->tokens;
-    s.shard_offset = 0;
-    s.shard_count = (long long)r->model.lay.total;
-    s.total_batch = (long long)r->grad_accum * r->args.batch * r->args.seq_len * r->dist.world;
-    s.loader_bytes = (long long)dataloader_state_bytes(&r->train);
-    s.rng = r->rng;
-    return s;
-}
-
-static void state_path(char *buf, size_t cap, const char *dir, int rank) {
-    if (snprintf(buf, cap, "%s/state_%05d.bin", dir, rank) >= (int)cap) fox_fatal("path too long: %s", dir);
-}
-
-// Atomic checkpoint (SPEC §5): every rank writes its state into the temporary directory, rank 0
-// the weights, then rank 0 renames it into place and prunes old ones.
-static void save_checkpoint(Run *r) {
-    const char *out = r->args.out;
-    char tmp[4096], path[4352];
-    if (r->dist.rank == 0) fox_ckpt_begin(out, r->step, tmp, sizeof(tmp));
-    dist_barrier(&r->dist);
-    fox_ckpt_dir(tmp, sizeof(tmp), out, r->step, 1);
-    FoxTrainState s = run_state(r);
-    void *loader = fox_malloc((size_t)s.loader_bytes);
-    dataloader_save_state(&r->train, loader);
-    state_path(path, sizeof(path), tmp, r->dist.rank);
-    fox_write_state(path, &s, r->model.m, r->model.v, loader);
-    free(loader);
-    dist_barrier(&r->dist);
-    if (r->dist.rank == 0) {
-        snprintf(path, sizeof(path), "%s/model.bin", tmp);
-        fox_write_model_bin(path, &r->model.cfg, r->model.params);
-        fox_ckpt_commit(out, r->step);
-        fox_ckpt_prune(out, r->args.keep);
-        printf("checkpoint %s/ckpt_%08d\n", out, r->step);
-    }
-    dist_barrier(&r->dist);
-}
-
-static void load_checkpoint(Run *r, int step) {
-    char dir[4096], path[4352];
-    fox_ckpt_dir(dir, sizeof(dir), r->args.out, step, 0);
-    snprintf(path, sizeof(path), "%s/model.bin", dir);
-    fox_read_model_bin(path, &r->model.cfg, r->model.params);
-    FoxTrainState s = run_state(r);
-    void *loader = fox_malloc((size_t)s.loader_bytes);
-    state_path(path, sizeof(path), dir, r->dist.rank);
-    fox_read_state(path, &s, r->model.m, r->model.v, loader);
-    dataloader_load_state(&r->train, loader, (size_t)s.loader_bytes);
-    free(loader);
-    r->step = s.step;
-    r->tokens = s.tokens;
-    r->rng = s.rng;
-    if (r->dist.rank == 0) printf("resumed from %s at step %d\n", dir, step);
-}
-
-// Saves the mean training loss per position since the last save as OUT/train_loss_pos_SSSSSSSS.npy
-// (this rank's sequences; rank 0 writes) and starts a new window.
-static void save_train_pos_loss(Run *r) {
-    int T = r->args.seq_len;
-    if (r->dist.rank == 0 && r->pos_loss_seqs > 0) {
-        char path[4352];
-        snprintf(path, sizeof(path), "%s/train_loss_pos_%08d.npy", r->args.out, r->step);
-        for (int t = 0; t < T; t++) r->pos_loss[t] /= (double)r->pos_loss_seqs;
-        fox_write_npy_f64(path, r->pos_loss, (size_t)T);
-    }
-    memset(r->pos_loss, 0, (size_t)T * sizeof(double));
-    r->pos_loss_seqs = 0;
-}
-
-static void log_json(Run *r, const char *fmt, ...) {
-    if (!r->log) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(r->log, fmt, ap);
-    va_end(ap);
-    fputc('\n', r->log);
-    if (fflush(r->log)) fox_fatal("cannot write %s/log.jsonl", r->args.out);
-}
-
-// Greedy (top_k = 1) or top-k sampling of n tokens after an EOT prompt, recomputing the full
-// forward per token (the CPU reference keeps no KV cache).
-static void sample_tokens(Run *r, int *out, int n) {
-    Model *m = &r->model;
-    int T = m->T < n + 1 ? m->T : n + 1, V = m->cfg.vocab_size, k = r->args.top_k < 1 ? 1 : r->args.top_k;
-    int *ctx = fox_calloc((size_t)T, sizeof(int));
-    int *best = fox_calloc((size_t)k, sizeof(int));
-    ctx[0] = FOX_EOT < V ? FOX_EOT : 0;
-    int len = 1;
-    for (int i = 0; i < n; i++) {
-        int start = len < T ? 0 : len - T + 1, cur = len - start;
-        if (start) memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof(int)), len--, cur = len;
-        model_forward(m, ctx, NULL, 1, cur);
-        const float *z = m->a.logits + (size_t)(cur - 1) * V;
-        int nb = 0;  // indices of the k largest logits, by insertion
-        for (int v = 0; v < V; v++) {
-            int at = nb < k ? nb++ : k;
-            if (at == k && z[v] <= z[best[k - 1]]) continue;
-            if (at == k) at = k - 1;
-            while (at > 0 && z[best[at - 1]] < z[v]) { best[at] = best[at - 1]; at--; }
-            best[at] = v;
-        }
-        double total = 0.0;
-        for (int j = 0; j < nb; j++) total += exp((double)(z[best[j]] - z[best[0]]));
-        double u = fox_rng_uniform(fox_rng_key((uint64_t)r->args.seed, FOX_STREAM_SAMPLE), r->rng++) * total;
-        int pick = best[0];
-        for (int j = 0; j < nb; j++) {
-            u -= exp((double)(z[best[j]] - z[best[0]]));
-            if (u < 0) { pick = best[j]; break; }
-        }
-        out[i] = pick;
-        ctx[len++] = pick;
-    }
-    free(ctx);
-    free(best);
-}
-
-static void print_sample(Run *r) {
-    int n = r->args.sample_tokens;
-    int *ids = fox_calloc((size_t)n, sizeof(int));
-    sample_tokens(r, ids, n);
-    Tokenizer tok;
-    if (r->model.cfg.vocab_size == FOX_VOCAB_GPT2 && tokenizer_load(&tok, r->args.tokenizer)) {
-        size_t len;
-        char *text = tokenizer_decode(&tok, ids, (size_t)n, &len);
-        printf("sample: %.*s\n", (int)len, text);
-        free(text);
-        tokenizer_free(&tok);
-    } else {
-        printf("sample ids:");
-        for (int i = 0; i < n; i++) printf(" %d", ids[i]);
-        printf("\n");
-    }
-    free(ids);
-}
-
-// Sets up the run from its arguments: model, optimizer, data, resume.
-static void run_init(Run *r, int argc, char **argv) {
-    memset(r, 0, sizeof(*r));
-    dist_init(&r->dist, &argc, &argv);
-    fox_args_parse(&r->args, argc, argv);
-    FoxArgs *a = &r->args;
-    FoxConfig cfg = fox_args_config(a);
-    if (a->seq_len < 1 || a->batch < 1 || a->steps < 1) fox_fatal("--seq-len, --batch and --steps must be positive");
-    if (a->keep < 1) fox_fatal("--keep must be at least 1");
-    if (a->resume && !a->out[0]) fox_fatal("--resume needs --out");
-    long long per_micro = (long long)a->batch * a->seq_len * r->dist.world;
-    long long total = a->total_batch_tokens ? a->total_batch_tokens : per_micro;
-    if (total % per_micro) fox_fatal("--total-batch-tokens %lld is not a multiple of batch*seq-len*ranks = %lld", total, per_micro);
-    r->grad_accum = (int)(total / per_micro);
-    r->opt = (OptConfig){a->lr, a->min_lr, a->weight_decay, a->grad_clip, 0.9, 0.95, 1e-8,
-                         (int)((a->warmup_tokens + total - 1) / total), a->steps};
-    if (r->opt.warmup_steps < 1) r->opt.warmup_steps = 1;
-    // Data first: a bad path or a --seq-len beyond the data fails before any large allocation.
-    dataloader_init(&r->train, a->train, a->batch, a->seq_len, r->dist.rank, r->dist.world, (uint64_t)a->seed, 1);
-    r->has_val = a->val[0] != 0;
-    if (r->has_val) dataloader_init(&r->val, a->val, a->batch, a->seq_len, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
-    model_init(&r->model, &cfg, a->batch, a->seq_len, (uint64_t)a->seed);
-    if (a->init[0]) fox_read_model_bin(a->init, &cfg, r->model.params);
-    r->inputs = fox_calloc((size_t)a->batch * a->seq_len, sizeof(int));
-    r->targets = fox_calloc((size_t)a->batch * a->seq_len, sizeof(int));
-    r->pos_loss = fox_calloc((size_t)a->seq_len, sizeof(double));
-    if (a->resume) {
-        int latest = fox_ckpt_latest(a->out);
-        if (latest >= 0) load_checkpoint(r, latest);
-        else if (r->dist.rank == 0) printf("no checkpoint in %s: starting fresh\n", a->out);
-    }
-    if (a->out[0] && r->dist.rank == 0) {
-        fox_mkdir_p(a->out);
-        char path[4352];
-        snprintf(path, sizeof(path), "%s/log.jsonl", a->out);
-        r->log = fox_fopen(path, r->step ? "a" : "w");
-    }
-}
-
-// Path of the weights --eval-only reads: --init, else the newest checkpoint's model.bin in --out.
-// Returns the training context of that checkpoint (0 when unknown, as for --init).
-static int eval_weights_path(const FoxArgs *a, char *path, size_t cap) {
-    if (a->init[0]) { snprintf(path, cap, "%s", a->init); return 0; }
-    int latest = fox_ckpt_latest(a->out);
-    if (latest < 0) fox_fatal("--eval-only needs --init PATH or a checkpoint in --out %s", a->out);
-    char dir[4096];
-    fox_ckpt_dir(dir, sizeof(dir), a->out, latest, 0);
-    if (snprintf(path, cap, "%s/state_00000.bin", dir) >= (int)cap) fox_fatal("path too long: %s", dir);
-    int train_T = fox_state_seq_len(path);
-    snprintf(path, cap, "%s/model.bin", dir);
-    return train_T;
-}
-
-// Sets up --eval-only: the model takes the checkpoint's own config; one sequence per forward.
-static void eval_init(Run *r, int argc, char **argv) {
-    memset(r, 0, sizeof(*r));
-    dist_init(&r->dist, &argc, &argv);
-    fox_args_parse(&r->args, argc, argv);
-    FoxArgs *a = &r->args;
-    if (!a->out[0]) fox_fatal("--eval-only needs --out (where per_token_loss.npy and .json go)");
-    if (!a->val[0]) fox_fatal("--eval-only needs --val");
-    if (a->eval_seqs < 1) fox_fatal("--eval-seqs must be positive");
-    int T = a->eval_seq_len ? a->eval_seq_len : a->seq_len;
-    if (T < 1) fox_fatal("--eval-seq-len must be positive");
-    char path[4352];
-    r->train_seq_len = eval_weights_path(a, path, sizeof(path));
-    FoxConfig cfg = fox_read_model_config(path);
-    dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
-    r->has_val = 1;
-    model_init(&r->model, &cfg, 1, T, (uint64_t)a->seed);
-    fox_read_model_bin(path, &cfg, r->model.params);
-    r->inputs = fox_calloc((size_t)T, sizeof(int));
-    r->targets = fox_calloc((size_t)T, sizeof(int));
-    r->pos_loss = fox_calloc((size_t)T, sizeof(double));
-    if (r->dist.rank == 0) printf("evaluating %s (%zu parameters) at context %d\n", path, r->model.lay.total, T);
-}
-
-// SPEC §6: L(i) = mean over sequences of the loss at position i (float64 sums, memory independent
-// of the number of sequences), P(l) = exp(mean_{i<l} L(i)); written as OUT/per_token_loss.npy and
-// OUT/per_token_loss.json (P at l = 512, 1024, 2048, ... and at the full context).
-static void eval_per_token(Run *r) {
-    FoxArgs *a = &r->args;
-    int T = r->model.T;
-    long long avail = dataloader_num_windows(&r->val);
-    long long mine = (a->eval_seqs - r->dist.rank + r->dist.world - 1) / r->dist.world;
-    if (mine > avail) mine = avail;
-    double t0 = now_seconds(), count = (double)mine;
-    for (long long s = 0; s < mine; s++) {
-        dataloader_next(&r->val, r->inputs, r->targets);
-        check_tokens(r->inputs, (size_t)T, r->model.cfg.vocab_size, a->val);
-        check_tokens(r->targets, (size_t)T, r->model.cfg.vocab_size, a->val);
-        model_forward(&r->model, r->inputs, r->targets, 1, T);
-        for (int t = 0; t < T; t++) r->pos_loss[t] += r->model.a.losses[t];
-    }
-    dist_allreduce_sum_f64(&r->dist, r->pos_loss, (size_t)T);
-    dist_allreduce_sum_f64(&r->dist, &count, 1);
-    if (count < 1) fox_fatal("%s holds no sequence of %d tokens", a->val, T);
-    if (r->dist.rank) return;
-    double mean = 0.0;
-    for (int t = 0; t < T; t++) { r->pos_loss[t] /= count; mean += r->pos_loss[t]; }
-    mean /= T;
-    char path[4352];
-    snprintf(path, sizeof(path), "%s/per_token_loss.npy", a->out);
-    fox_mkdir_p(a->out);
-    fox_write_npy_f64(path, r->pos_loss, (size_t)T);
-    snprintf(path, sizeof(path), "%s/per_token_loss.json.tmp", a->out);
-    FILE *f = fox_fopen(path, "w");
-    fprintf(f, "{\"eval_seq_len\": %d, ", T);
-    if (r->train_seq_len) fprintf(f, "\"train_seq_len\": %d, ", r->train_seq_len);
-    fprintf(f, "\"n_seqs\": %.0f, \"mean_loss\": %.10g, \"P\": {", count, mean);
-    printf("%.0f sequences of %d tokens in %.1f s: mean loss %.6f\n%10s %12s\n", count, T, now_seconds() - t0, mean, "l", "P(l)");
-    double prefix = 0.0;
-    int next = 512, first = 1;
-    for (int t = 0; t < T; t++) {
-        prefix += r->pos_loss[t];
-        int l = t + 1;
-        if (l != next && l != T) continue;
-        double P = exp(prefix / l);
-        fprintf(f, "%s\"%d\": %.10g", first ? "" : ", ", l, P);
-        printf("%10d %12.4f\n", l, P);
-        first = 0;
-        if (l == next) next *= 2;
-    }
-    fprintf(f, "}}\n");
-    fox_fclose_synced(f, path);
-    char final[4352];
-    snprintf(final, sizeof(final), "%s/per_token_loss.json", a->out);
-    if (rename(path, final)) fox_fatal("cannot rename %s: %s", path, strerror(errno));
-    printf("wrote %s/per_token_loss.npy and per_token_loss.json\n", a->out);
-}
-
-static void run_free(Run *r) {
-    model_free(&r->model);
-    if (!r->args.eval_only) dataloader_free(&r->train);
-    if (r->has_val) dataloader_free(&r->val);
-    free(r->inputs);
-    free(r->targets);
-    free(r->pos_loss);
-    if (r->log && fclose(r->log)) fox_fatal("cannot close the log");
-}
-
-static void train(Run *r) {
-    FoxArgs *a = &r->args;
-    Model *m = &r->model;
-    long long step_tokens = (long long)r->grad_accum * a->batch * a->seq_len * r->dist.world;
-    double flops_per_token = fox_flops_per_token(&m->cfg, a->seq_len);
-    if (r->dist.rank == 0)
-        printf("model %s: %zu parameters (%.2fM non-embedding), %d layers, d_model %d, %d heads, mlp %d | "
-               "%lld tokens/step = %d x %d x %d accum x %d ranks, warmup %d steps\n",
-               a->model, m->lay.total, fox_mfu_params(&m->cfg) / 1e6, m->cfg.n_layer, m->cfg.d_model,
-               m->cfg.n_head, m->cfg.mlp_hidden, step_tokens, a->batch, a->seq_len, r->grad_accum,
-               r->dist.world, r->opt.warmup_steps);
-    while (r->step < a->steps) {
-        double t0 = now_seconds(), norm, lr = lr_at(&r->opt, r->step);
-        double loss = train_step(r, lr, &norm);
-        r->step++;
-        r->tokens += step_tokens;
-        double dt = now_seconds() - t0, tps = step_tokens / dt;
-        if (r->dist.rank == 0 && (r->step % a->log_every == 0 || r->step == a->steps)) {
-            printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.2f GFLOP/s\n", r->step,
-                   a->steps, loss, lr, norm, dt * 1e3, tps, tps * flops_per_token / 1e9);
-            log_json(r, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.7g, \"grad_norm\": %.17g, \"ms\": %.3f, "
-                        "\"tokens_per_s\": %.1f, \"tokens\": %lld}",
-                     r->step, loss, lr, norm, dt * 1e3, tps, r->tokens);
-        }
-        if (r->has_val && a->eval_every > 0 && (r->step % a->eval_every == 0 || r->step == a->steps)) {
-            double vl = evaluate(r);
-            if (r->dist.rank == 0) {
-                printf("step %5d | val loss %.6f\n", r->step, vl);
-                log_json(r, "{\"step\": %d, \"val_loss\": %.17g}", r->step, vl);
-            }
-        }
-        if (a->out[0] && ((a->ckpt_every > 0 && r->step % a->ckpt_every == 0) || r->step == a->steps)) {
-            save_train_pos_loss(r);
-            save_checkpoint(r);
-        }
-    }
-}
-
-// --eval-only is read before the full parse, which the chosen init repeats.
-static int wants_eval_only(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--eval-only") || !strcmp(argv[i], "--eval-only=1") || !strcmp(argv[i], "--eval-only=on")) return 1;
-    return 0;
-}
-
-int main(int argc, char **argv) {
-    Run r;
-    setvbuf(stdout, NULL, _IOLBF, 0);  // progress lines show up promptly under tee and mpirun
-    if (wants_eval_only(argc, argv)) {
-        eval_init(&r, argc, argv);
-        eval_per_token(&r);
-    } else {
-        run_init(&r, argc, argv);
-        train(&r);
-        if (r.dist.rank == 0 && r.args.sample_tokens > 0) print_sample(&r);
-    }
-    run_free(&r);
-    dist_finalize();
-    return 0;
-}
+int main(int argc, char **argv) { return run_main(argc, argv); }
 #endif

@@ -14,6 +14,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <stdint.h>
 #include <math.h>
 #include <cuda_runtime.h>
@@ -148,8 +149,10 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 }
 // D (64 x 64, fp32, m16n8 accumulator layout per warp) += A (64 x 16) B (16 x 64), both from smem
 // descriptors; TA / TB: A / B stored MN-major (transposed) rather than K-major.
+// scale_d = 0: D = A B (D's old contents ignored, so no zeroing: zeroing the accumulator registers
+// makes ptxas serialize the warpgroup MMAs).
 template <int TA, int TB>
-__device__ __forceinline__ void wgmma_m64n64_ss(float (&d)[8][4], uint64_t da, uint64_t db) {
+__device__ __forceinline__ void wgmma_m64n64_ss(float (&d)[8][4], uint64_t da, uint64_t db, int scale_d) {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
     asm volatile(
         "{\n"
@@ -159,7 +162,7 @@ __device__ __forceinline__ void wgmma_m64n64_ss(float (&d)[8][4], uint64_t da, u
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35;\n"
         "}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
+        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(scale_d));
 #else
     __trap();
 #endif
@@ -232,20 +235,24 @@ __device__ __forceinline__ float quad_sum(float x) {
 // formed from differences, never from c*log2e products. Each key tile takes c_ref = c at its first
 // key; a_i = (c_i - c_ref) log2e per row and nb_j = -(c_j - c_ref) log2e per key are small for every
 // tile that matters, and s_ij log2e = a_i + fma(qk, scale log2e, nb_j).
-template <int DH> struct FwdCfg {
-    static constexpr int MT = DH == 64 ? 2 : 1;  // dh 128 has no registers for a second row tile
+// WG: S = Q K^T and O += P V on Hopper warpgroup MMA (sm_90a, dh 64): 8 warps of 16 rows, warpgroup w4
+// owning rows 64 w4.., operands straight from the swizzled smem tiles; the rest of the kernel is shared.
+template <int DH, bool WG = false> struct FwdCfg {
+    static constexpr int MT = DH == 64 && !WG ? 2 : 1;  // dh 128 has no registers for a second row tile
     static constexpr int THREADS = FWD_BM / (16 * MT) * 32;
-    static constexpr int MIN_BLOCKS = DH == 64 ? 2 : 1;  // 3 would cap dh 64 at 168 registers: spills
+    // dh 64: 3 would cap mma.sync at 168 registers (spills); the warpgroup path needs ~126 at 256 threads
+    static constexpr int MIN_BLOCKS = DH == 64 ? 2 : 1;
 };
 
-template <int DH>
-__global__ void __launch_bounds__(FwdCfg<DH>::THREADS, FwdCfg<DH>::MIN_BLOCKS)
+template <int DH, bool WG = false>
+__global__ void __launch_bounds__(FwdCfg<DH, WG>::THREADS, FwdCfg<DH, WG>::MIN_BLOCKS)
 fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
            float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH>::MT, NT = FwdCfg<DH>::THREADS;
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(smem_raw);
+    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    static_assert(!WG || (DH == 64 && MT == 1), "warpgroup path: 128-byte smem rows, 16 rows per warp");
+    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
     __nv_bfloat16 *Ks = Qs + BM * DH;          // [2][BN][DH]
     __nv_bfloat16 *Vs = Ks + 2 * BN * DH;      // [2][BN][DH]
     float *nbs = reinterpret_cast<float *>(Vs + 2 * BN * DH);  // [2][BN]: -(c_j - c_ref) log2e
@@ -310,6 +317,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     for (int it = 0; it < ntiles; it++) {
         const int n = n_last - it, buf = it & 1;
         cp_async_wait_all();
+        if constexpr (WG) fence_proxy_async_smem();  // cp.async writes -> wgmma reads
         __syncthreads();
         const bool more = it + 1 < ntiles;
         float cj_next = 0.f, cref_next = 0.f;
@@ -319,7 +327,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             cp_async_commit();
             fetch_c(n - 1, cj_next, cref_next);
         }
-        if (it == 0) {
+        if (!WG && it == 0) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -329,6 +337,14 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         const float *nb = nbs + buf * BN;
 
         float s[MT][BN / 8][4];
+        if constexpr (WG) {
+            const int w4 = warp >> 2;
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                wgmma_m64n64_ss<0, 0>(s[0], gmma_desc(Qs + w4 * 64 * DH + kk * 16), gmma_desc(Kb + kk * 16), kk > 0);
+            wg_commit_wait();
+        } else {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -345,6 +361,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     mma16816(s[mt][2 * np + 1], qf[mt][kk], bf[2], bf[3]);
                 }
             }
+        }
         }
 
         const bool diag = n * BN + BN - 1 > q0;
@@ -393,6 +410,15 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 #pragma unroll
                 for (int x = 0; x < 4; x++) oacc[mt][i][x] *= al[x >> 1];
         }
+        if constexpr (WG) {
+            uint32_t pa[BN / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[0][2 * kk], s[0][2 * kk + 1]);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pa[kk], gmma_desc(Vb + kk * 16 * DH));
+            wg_commit_wait();
+        } else
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
             uint32_t pa[MT][4];
@@ -741,19 +767,21 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             __nv_bfloat16 *dSb = dSt + buf * BN * BM;
 
             float st[BM / 8][4], dpt[BM / 8][4];
+            if constexpr (!WG) {
 #pragma unroll
-            for (int i = 0; i < BM / 8; i++)
+                for (int i = 0; i < BM / 8; i++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
+                    for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
+            }
             if constexpr (WG) {
                 // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++)
-                    wgmma_m64n64_ss<0, 0>(st, gmma_desc(Ks + w4 * 64 * DH + kk * 16), gmma_desc(Qb + kk * 16));
+                    wgmma_m64n64_ss<0, 0>(st, gmma_desc(Ks + w4 * 64 * DH + kk * 16), gmma_desc(Qb + kk * 16), kk > 0);
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++)
-                    wgmma_m64n64_ss<0, 0>(dpt, gmma_desc(Vs + w4 * 64 * DH + kk * 16), gmma_desc(dOb + kk * 16));
+                    wgmma_m64n64_ss<0, 0>(dpt, gmma_desc(Vs + w4 * 64 * DH + kk * 16), gmma_desc(dOb + kk * 16), kk > 0);
                 wg_commit_wait();
             } else {
 #pragma unroll
@@ -956,14 +984,41 @@ template <int DH, int BM> size_t bwd_smem_bytes() {
     return (size_t)(2 * BWD_BN * DH + 4 * BM * DH + 2 * BWD_BN * BM) * 2 + (4 + 2 * NWARPS) * BM * 4;
 }
 
+// Whether the dh 64 kernels take the warpgroup-MMA path: the current device (queried once) is a Hopper
+// (compute capability 9.x; the build must then be sm_90a), and FOX_ATTN_NO_WGMMA is unset or "0"
+// (set it to fall back to the mma.sync kernels, e.g. to compare).
+inline bool use_wgmma() {
+    static const bool yes = [] {
+        int dev = 0, m = 0;
+        FOX_CUDA_CHECK(cudaGetDevice(&dev));
+        FOX_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
+        const char *e = getenv("FOX_ATTN_NO_WGMMA");
+        return m == 9 && !(e && e[0] && strcmp(e, "0") != 0);
+    }();
+    return yes;
+}
+
+template <int DH, bool WG = false>
+void forward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                 __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
+    const size_t smem = fwd_smem_bytes<DH>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
+    fwd_kernel<DH, WG><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
+    FOX_CUDA_CHECK(cudaGetLastError());
+}
+
+// The public forward: warpgroup MMA at dh 64 on Hopper (needs an sm_90a build), mma.sync otherwise.
 template <int DH>
 void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
              __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_smem_bytes<DH>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_kernel<DH><<<grid, FwdCfg<DH>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
-    FOX_CUDA_CHECK(cudaGetLastError());
+    if constexpr (DH == 64) {
+        if (use_wgmma()) {
+            forward_cfg<64, true>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+            return;
+        }
+    }
+    forward_cfg<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 
 // Scratch layout (fp32 unless noted): dq accumulator (B H T dh), D (B H T), dS column sums (B H T),
@@ -1000,17 +1055,6 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     FOX_CUDA_CHECK(cudaGetLastError());
 }
 
-// Compute capability major of the current device (queried once).
-inline int device_sm_major() {
-    static const int major = [] {
-        int dev = 0, m = 0;
-        FOX_CUDA_CHECK(cudaGetDevice(&dev));
-        FOX_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
-        return m;
-    }();
-    return major;
-}
-
 // The public backward: warpgroup MMA at dh 64 on Hopper (needs an sm_90a build), mma.sync otherwise;
 // both deterministic (BWD_BLOCK order).
 template <int DH>
@@ -1019,7 +1063,7 @@ void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat1
               __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
               const int *q_last, cudaStream_t s) {
     if constexpr (DH == 64) {
-        if (device_sm_major() == 9) {
+        if (use_wgmma()) {
             backward_cfg<64, 64, 1, BWD_BLOCK, true>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B, H, T,
                                                      q_last, s);
             return;

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include "io.h"
+#include "config.h"
 
 typedef struct {
     char name[128];
@@ -53,6 +54,40 @@ static inline const FixtureTensor *fixture_get(const Fixture *fx, const char *na
         if (!strcmp(fx->t[i].name, name)) return &fx->t[i];
     fox_fatal("fixture has no tensor %s", name);
     return NULL;
+}
+
+// The model config a fixture was computed for (its "config" tensor, FOX_CONFIG_FIELDS order).
+static inline FoxConfig fixture_config(const Fixture *fx) {
+    const FixtureTensor *t = fixture_get(fx, "config");
+    FoxConfig c;
+    int i = 0;
+#define FOX_FX_INT(name) c.name = (int)t->data[i++];
+#define FOX_FX_FLOAT(name) c.name = (float)t->data[i++];
+#define X(type, name, dflt) FOX_FX_##type(name)
+    FOX_CONFIG_FIELDS(X)
+#undef X
+#undef FOX_FX_INT
+#undef FOX_FX_FLOAT
+    if ((size_t)i != t->numel) fox_fatal("fixture config has %zu fields, this build %d", t->numel, i);
+    return c;
+}
+
+// Token ids stored as float64 values, back to ints.
+static inline void fixture_ints(int *dst, const double *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = (int)src[i];
+}
+
+// The fixture's tensors prefix.<name> (e.g. "param.") as one fp32 vector in the FOX_PARAMS layout.
+static inline void fixture_params(const Fixture *fx, const FoxLayout *lay, const char *prefix, float *dst) {
+    char name[160];
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
+        const FoxParamInfo *p = &lay->p[k];
+        if (!p->numel) continue;
+        snprintf(name, sizeof(name), "%s%s", prefix, p->name);
+        const FixtureTensor *t = fixture_get(fx, name);
+        if (t->numel != p->numel) fox_fatal("fixture %s has %zu values, layout needs %zu", name, t->numel, p->numel);
+        for (size_t i = 0; i < p->numel; i++) dst[p->offset + i] = (float)t->data[i];
+    }
 }
 
 static inline void fixture_free(Fixture *fx) {

@@ -56,15 +56,32 @@ struct Variant {
 };
 static const Variant variants[] = {
     {"api", 64, nullptr, false},
-    {"BM 64, 1/SM, ordered, block sync, wgmma", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_BLOCK, true>, false},
-    {"BM 64, 1/SM, ordered, block sync", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_BLOCK>, false},
-    {"BM 64, 1/SM, ordered, staggered warp sync", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_STAGGER>, false},
-    {"BM 64, 1/SM, atomics (nondeterministic)", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_ATOMIC>, true},
+    {"mma.sync, BM 64, block-ordered", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_BLOCK>, false},
+    {"mma.sync, BM 64, warp-ordered, staggered", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_STAGGER>, false},
+    {"wgmma, atomics (nondeterministic)", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_ATOMIC, true>, true},
+    {"mma.sync, BM 64, atomics (nondeterministic)", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_ATOMIC>, true},
     {"api", 128, nullptr, false},
-    {"BM 32, 1/SM, ordered, block sync", 128, fox_attn::backward_cfg<128, 32, 1, fox_attn::BWD_BLOCK>, false},
-    {"BM 32, 1/SM, ordered, staggered warp sync", 128, fox_attn::backward_cfg<128, 32, 1, fox_attn::BWD_STAGGER>, false},
-    {"BM 32, 1/SM, atomics (nondeterministic)", 128, fox_attn::backward_cfg<128, 32, 1, fox_attn::BWD_ATOMIC>, true},
+    {"mma.sync, BM 32, warp-ordered, staggered", 128, fox_attn::backward_cfg<128, 32, 1, fox_attn::BWD_STAGGER>, false},
+    {"mma.sync, BM 32, atomics (nondeterministic)", 128, fox_attn::backward_cfg<128, 32, 1, fox_attn::BWD_ATOMIC>, true},
 };
+typedef void (*FwdFn)(const bf16 *, const bf16 *, const bf16 *, const float *, bf16 *, float *, int, int, int,
+                      const int *, cudaStream_t);
+struct FwdVariant {
+    const char *name;
+    int dh;
+    FwdFn fn;  // NULL: the public API fox_attention_forward
+};
+static const FwdVariant fwd_variants[] = {
+    {"api", 64, nullptr},
+    {"mma.sync (4 warps x 2 row tiles, 2/SM)", 64, fox_attn::forward_cfg<64, false>},
+    {"wgmma (8 warps, 2/SM)", 64, fox_attn::forward_cfg<64, true>},
+    {"api", 128, nullptr},
+};
+static void run_fwd(const FwdVariant &var, const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o,
+                    float *lse, int B, int H, int T, int dh, const int *kv_first) {
+    if (var.fn) var.fn(q, k, v, c, o, lse, B, H, T, kv_first, 0);
+    else fox_attention_forward(q, k, v, c, o, lse, B, H, T, dh, kv_first, 0);
+}
 static void run_bwd(const Variant &var, const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o,
                     const float *lse, const bf16 *dout, float *dc, float *dlogf, bf16 *dq, bf16 *dk, bf16 *dv,
                     void *scratch, int B, int H, int T, int dh, const int *q_last) {
@@ -214,23 +231,34 @@ static bool check_shape(const Shape &s) {
 
     // poison every output and the scratch: each element must be written (NaN fails the comparison)
     const size_t scratch_bytes = fox_attention_backward_scratch_bytes(B, H, T, dh);
-    FOX_CUDA_CHECK(cudaMemset(o, 0xff, nqkv * sizeof(bf16)));
-    FOX_CUDA_CHECK(cudaMemset(lse, 0xff, nvec * sizeof(float)));
-    fox_attention_forward(dq_in, dk_in, dv_in, dc_in, o, lse, B, H, T, dh, dkvf, 0);
-    FOX_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<bf16> ho = to_host(o, nqkv);
-    std::vector<float> hlse = to_host(lse, nvec);
-
-    // a second forward must match the first bit for bit (a moving result is a race)
-    fox_attention_forward(dq_in, dk_in, dv_in, dc_in, o, lse, B, H, T, dh, dkvf, 0);
-    FOX_CUDA_CHECK(cudaDeviceSynchronize());
-    const bool repeat_ok = memcmp(to_host(o, nqkv).data(), ho.data(), nqkv * sizeof(bf16)) == 0;
-
     const Reference r = reference(s, q, k, v, c, dout, kv_first);
-    bool ok = repeat_ok;
-    printf("    forward repeat bitwise identical: %s\n", repeat_ok ? "PASS" : "FAIL");
-    ok &= compare("o", ho, r.o, 1e-2);
-    ok &= compare("lse", hlse, r.lse, 1e-4);
+    bool ok = true;
+    // forward variants (the API's last, so o and lse below are the API's)
+    std::vector<const FwdVariant *> fv;
+    for (const FwdVariant &var : fwd_variants)
+        if (var.dh == dh && var.fn) fv.push_back(&var);
+    for (const FwdVariant &var : fwd_variants)
+        if (var.dh == dh && !var.fn) fv.push_back(&var);
+    std::vector<bf16> ho;
+    std::vector<float> hlse;
+    for (const FwdVariant *var : fv) {
+        printf("  forward %s\n", var->name);
+        FOX_CUDA_CHECK(cudaMemset(o, 0xff, nqkv * sizeof(bf16)));
+        FOX_CUDA_CHECK(cudaMemset(lse, 0xff, nvec * sizeof(float)));
+        run_fwd(*var, dq_in, dk_in, dv_in, dc_in, o, lse, B, H, T, dh, dkvf);
+        FOX_CUDA_CHECK(cudaDeviceSynchronize());
+        ho = to_host(o, nqkv);
+        hlse = to_host(lse, nvec);
+        // a second forward must match the first bit for bit (a moving result is a race)
+        run_fwd(*var, dq_in, dk_in, dv_in, dc_in, o, lse, B, H, T, dh, dkvf);
+        FOX_CUDA_CHECK(cudaDeviceSynchronize());
+        const bool repeat_ok = memcmp(to_host(o, nqkv).data(), ho.data(), nqkv * sizeof(bf16)) == 0 &&
+                               memcmp(to_host(lse, nvec).data(), hlse.data(), nvec * sizeof(float)) == 0;
+        printf("    forward repeat bitwise identical: %s\n", repeat_ok ? "PASS" : "FAIL");
+        ok &= repeat_ok;
+        ok &= compare("o", ho, r.o, 1e-2);
+        ok &= compare("lse", hlse, r.lse, 1e-4);
+    }
     for (const Variant &var : variants) {
         if (var.dh != dh || var.timing_only) continue;
         printf("  backward %s\n", var.name);
@@ -332,6 +360,23 @@ static bool bench(int T, int dh) {
     FOX_CUDA_CHECK(cudaEventCreate(&e1));
     FOX_CUDA_CHECK(cudaEventCreate(&e2));
     bool all_same = true;
+    const double flops_fwd = 2.0 * B * H * (double)T * T * dh;
+    for (const FwdVariant &var : fwd_variants) {
+        if (var.dh != dh) continue;
+        std::vector<float> tf;
+        for (int rep = 0; rep < 23; rep++) {
+            FOX_CUDA_CHECK(cudaEventRecord(e0));
+            run_fwd(var, q, k, v, c, o, lse, B, H, T, dh, nullptr);
+            FOX_CUDA_CHECK(cudaEventRecord(e1));
+            FOX_CUDA_CHECK(cudaEventSynchronize(e1));
+            float f;
+            FOX_CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1));
+            if (rep >= 3) tf.push_back(f);
+        }
+        const float mf = median(tf);
+        printf("T=%5d dh=%3d B=%d H=%2d | fwd %7.3f ms %6.1f TFLOP/s | forward %s\n", T, dh, B, H, mf,
+               flops_fwd / mf * 1e-9, var.name);
+    }
     for (const Variant &var : variants) {
         if (var.dh != dh) continue;
         std::vector<float> tf, tb, tfb;
@@ -363,7 +408,6 @@ static bool bench(int T, int dh) {
             same &= memcmp(to_host(dlogf, nvec).data(), l1.data(), nvec * sizeof(float)) == 0;
         }
         if (!var.timing_only) all_same &= same;
-        const double flops_fwd = 2.0 * B * H * (double)T * T * dh;
         const float mf = median(tf), mb = median(tb), mfb = median(tfb);
         printf("T=%5d dh=%3d B=%d H=%2d | fwd %7.3f ms %6.1f TFLOP/s | bwd %7.3f ms %6.1f TFLOP/s | fwd+bwd %7.3f ms "
                "%6.1f TFLOP/s | bwd bitwise repeat %s | %s\n",

@@ -1,0 +1,248 @@
+// dev/cuda/attn_inputs.cu: checks the attention-input kernels of fox/kernels.cuh (KV-shift, QK-norm and
+// RoPE fused) against an fp64 CPU reference, then times them, with train_fox.cu's launches and order:
+//   forward:  qkv_forward_kernel (fp32 projection → bf16 q, k, v in (B, H, T, dh))
+//   backward: qk_backward_kernel (dproj's q columns, dks, qprod, kprod), colsum_accumulate of qprod and
+//             kprod (QK-norm weight gradients), kv_backward_kernel (dproj's k, v and shift-logit columns).
+//   make attn_inputs && ./attn_inputs
+#include "kcheck.h"
+
+#define LAUNCH_HEADS(kernel, dh, items, ...)                                            \
+    do {                                                                                \
+        if ((dh) == 64) kernel<2><<<warp_blocks(items), FOX_WARPS * 32>>>(__VA_ARGS__); \
+        else kernel<4><<<warp_blocks(items), FOX_WARPS * 32>>>(__VA_ARGS__);            \
+        FOX_LAUNCH_CHECK();                                                             \
+    } while (0)
+
+struct Cfg {
+    int B, T, H, dh;
+    bool shift, norm, shared, rope;
+};
+
+static void run(const Cfg &c) {
+    const int B = c.B, T = c.T, H = c.H, dh = c.dh, D = H * dh, N = B * T, half = dh / 2;
+    // the column layout of attn_cols (fox-pro with an output gate and a data-dependent forget gate)
+    const int cq = 0, ck = D, cv = 2 * D, cak = c.shift ? 4 * D : -1, cav = c.shift ? 4 * D + H : -1;
+    const int ld = (4 * D + 3 * H + 63) / 64 * 64, wst = c.shared ? 0 : dh, nw = c.shared ? dh : D;
+    std::string shape = fmt("B=%d T=%d H=%d dh=%d%s%s%s%s", B, T, H, dh, c.shift ? "" : " no-shift", c.norm ? "" : " no-qknorm",
+                            c.shared ? " shared-w" : "", c.rope ? " rope" : "");
+    printf("attn_inputs %s\n", shape.c_str());
+    const size_t n = (size_t)N * D;
+    std::vector<float> proj((size_t)N * ld);
+    for (size_t r = 0; r < (size_t)N; r++) {
+        for (int h = 0; h < H; h++) {  // per-head scales, so the QK-norm rstd varies
+            double sq = uniform(0.1, 3.0), sk = uniform(0.1, 3.0), sv = uniform(0.1, 3.0);
+            for (int i = 0; i < dh; i++) {
+                proj[r * ld + cq + h * dh + i] = (float)(sq * uniform(-1, 1));
+                proj[r * ld + ck + h * dh + i] = (float)(sk * uniform(-1, 1));
+                proj[r * ld + cv + h * dh + i] = (float)(sv * uniform(-1, 1));
+            }
+        }
+        for (int k = 3 * D; k < ld; k++) proj[r * ld + k] = (float)uniform(-4, 4);  // gate, shift logits, forget
+    }
+    std::vector<float> qw = rand_f32(nw, 0.5, 1.5), kw = rand_f32(nw, 0.5, 1.5), dqw0 = rand_f32(nw, -1, 1),
+                       dkw0 = rand_f32(nw, -1, 1), cs((size_t)T * half), sn((size_t)T * half);
+    const double theta = 500000.0;  // the config's rope_theta
+    std::vector<double> ang((size_t)T * half);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            double a = t * pow(theta, -2.0 * i / dh);
+            ang[(size_t)t * half + i] = a;
+            cs[(size_t)t * half + i] = (float)cos(a);
+            sn[(size_t)t * half + i] = (float)sin(a);
+        }
+    std::vector<bf16> dq = rand_bf16(n, -1, 1), dk = rand_bf16(n, -1, 1), dv = rand_bf16(n, -1, 1);
+
+    float *d_proj = to_device(proj), *d_qw = to_device(qw), *d_kw = to_device(kw), *d_cs = to_device(cs),
+          *d_sn = to_device(sn), *d_dks = dmalloc<float>(n), *d_qprod = dmalloc<float>(n), *d_kprod = dmalloc<float>(n),
+          *d_dqw = dmalloc<float>(nw), *d_dkw = dmalloc<float>(nw),
+          *d_part = dmalloc<float>(colsum_scratch_floats((size_t)N * H, D));
+    bf16 *d_q = dmalloc<bf16>(n), *d_k = dmalloc<bf16>(n), *d_v = dmalloc<bf16>(n), *d_dq = to_device(dq),
+         *d_dk = to_device(dk), *d_dv = to_device(dv), *d_dproj = dmalloc<bf16>((size_t)N * ld);
+    QkvShape s;
+    s.proj = d_proj;
+    s.ld = ld;
+    s.cq = cq;
+    s.ck = ck;
+    s.cv = cv;
+    s.cak = cak;
+    s.cav = cav;
+    s.qw = c.norm ? d_qw : nullptr;
+    s.kw = c.norm ? d_kw : nullptr;
+    s.wstride = wst;
+    s.rope_cos = c.rope ? d_cs : nullptr;
+    s.rope_sin = c.rope ? d_sn : nullptr;
+    s.B = B;
+    s.T = T;
+    s.H = H;
+    s.dh = dh;
+
+    // ---- fp64 reference
+    auto P = [&](size_t nn, int col) { return (double)proj[nn * ld + col]; };
+    auto alpha = [&](size_t nn, int ca, int h) { return sigmoid_d(P(nn, ca + h)); };
+    auto shifted = [&](size_t nn, int t, int col, int ca, int h, int i) {  // KV-shift of column col + h·dh + i
+        const int k = col + h * dh + i;
+        if (ca < 0) return P(nn, k);
+        const double al = alpha(nn, ca, h);
+        return (t ? al * P(nn - 1, k) : 0.0) + (1.0 - al) * P(nn, k);
+    };
+    std::vector<double> rq(n), rk(n), rv(n), dks(n), rdproj_q(n), rdproj_k(n), rdproj_v(n), rdak((size_t)N * H),
+        rdav((size_t)N * H), rdqw(nw), rdkw(nw);
+    for (int i = 0; i < nw; i++) rdqw[i] = dqw0[i], rdkw[i] = dkw0[i];
+    std::vector<double> x(dh), y(dh), g(dh);
+    // norm forward of x (in place, returns rstd) and backward (dx into g, prod accumulated into dw)
+    auto norm_fwd = [&](std::vector<double> &v, const std::vector<float> &w, int h) {
+        double ss = 0;
+        for (int i = 0; i < dh; i++) ss += v[i] * v[i];
+        const double rs = 1.0 / sqrt(ss / dh + (double)FOX_QK_NORM_EPS);
+        for (int i = 0; i < dh; i++) v[i] = v[i] * rs * w[h * wst + i];
+    };
+    auto norm_bwd = [&](std::vector<double> &gr, const std::vector<double> &xin, const std::vector<float> &w, int h,
+                        std::vector<double> &dw) {
+        double ss = 0, dot = 0;
+        for (int i = 0; i < dh; i++) ss += xin[i] * xin[i];
+        const double rs = 1.0 / sqrt(ss / dh + (double)FOX_QK_NORM_EPS);
+        for (int i = 0; i < dh; i++) dot += gr[i] * w[h * wst + i] * xin[i] * rs;
+        dot /= dh;
+        for (int i = 0; i < dh; i++) {
+            dw[h * wst + i] += gr[i] * xin[i] * rs;
+            gr[i] = rs * (gr[i] * w[h * wst + i] - xin[i] * rs * dot);
+        }
+    };
+    auto rope = [&](std::vector<double> &v, int t, int inverse) {
+        for (int i = 0; i < half; i++) {
+            const double a = ang[(size_t)t * half + i], co = cos(a), si = inverse ? -sin(a) : sin(a);
+            const double x1 = v[i], x2 = v[i + half];
+            v[i] = x1 * co - x2 * si;
+            v[i + half] = x2 * co + x1 * si;
+        }
+    };
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                const size_t nn = (size_t)b * T + t, o = (((size_t)b * H + h) * T + t) * dh, f = nn * D + (size_t)h * dh;
+                // forward
+                for (int i = 0; i < dh; i++) y[i] = P(nn, cq + h * dh + i);
+                if (c.norm) norm_fwd(y, qw, h);
+                if (c.rope) rope(y, t, 0);
+                for (int i = 0; i < dh; i++) rq[o + i] = y[i];
+                for (int i = 0; i < dh; i++) y[i] = shifted(nn, t, ck, cak, h, i);
+                if (c.norm) norm_fwd(y, kw, h);
+                if (c.rope) rope(y, t, 0);
+                for (int i = 0; i < dh; i++) rk[o + i] = y[i];
+                for (int i = 0; i < dh; i++) rv[o + i] = shifted(nn, t, cv, cav, h, i);
+                // backward through RoPE and QK-norm
+                for (int i = 0; i < dh; i++) g[i] = bf(dq[o + i]), x[i] = P(nn, cq + h * dh + i);
+                if (c.rope) rope(g, t, 1);
+                if (c.norm) norm_bwd(g, x, qw, h, rdqw);
+                for (int i = 0; i < dh; i++) rdproj_q[f + i] = g[i];
+                for (int i = 0; i < dh; i++) g[i] = bf(dk[o + i]), x[i] = shifted(nn, t, ck, cak, h, i);
+                if (c.rope) rope(g, t, 1);
+                if (c.norm) norm_bwd(g, x, kw, h, rdkw);
+                for (int i = 0; i < dh; i++) dks[f + i] = g[i];
+            }
+    // backward of the KV-shift: dx_t = (1 − α_t) dy_t + α_{t+1} dy_{t+1}; dα_t = Σ dy_t (x_{t−1} − x_t)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                const size_t nn = (size_t)b * T + t, f = nn * D + (size_t)h * dh;
+                const size_t o = (((size_t)b * H + h) * T + t) * dh;
+                for (int kv = 0; kv < 2; kv++) {
+                    const int col = kv ? cv : ck, ca = kv ? cav : cak;
+                    auto gy = [&](int tt, int i) {
+                        return kv ? bf(dv[o + (size_t)(tt - t) * dh + i]) : dks[f + (size_t)(tt - t) * D + i];
+                    };
+                    std::vector<double> &out = kv ? rdproj_v : rdproj_k;
+                    if (ca < 0) {
+                        for (int i = 0; i < dh; i++) out[f + i] = gy(t, i);
+                        continue;
+                    }
+                    const double al = alpha(nn, ca, h), an = t + 1 < T ? alpha(nn + 1, ca, h) : 0.0;
+                    double dal = 0;
+                    for (int i = 0; i < dh; i++) {
+                        const int k = col + h * dh + i;
+                        out[f + i] = (1.0 - al) * gy(t, i) + (t + 1 < T ? an * gy(t + 1, i) : 0.0);
+                        dal += gy(t, i) * ((t ? P(nn - 1, k) : 0.0) - P(nn, k));
+                    }
+                    (kv ? rdav : rdak)[nn * H + h] = dal * al * (1.0 - al);
+                }
+            }
+
+    // ---- GPU
+    auto fwd = [&] { LAUNCH_HEADS(qkv_forward_kernel, dh, (size_t)N * H, d_q, d_k, d_v, s); };
+    const int crows = c.shared ? N * H : N, ccols = c.shared ? dh : D;
+    auto bwd = [&] {
+        LAUNCH_HEADS(qk_backward_kernel, dh, (size_t)N * H, d_dproj, d_dks, d_qprod, d_kprod, d_dq, d_dk, s);
+        if (c.norm) {
+            colsum_accumulate(d_dqw, d_qprod, crows, ccols, ccols, d_part, 0);
+            colsum_accumulate(d_dkw, d_kprod, crows, ccols, ccols, d_part, 0);
+        }
+        LAUNCH_HEADS(kv_backward_kernel, dh, (size_t)N * H, d_dproj, d_dks, d_dv, s);
+    };
+    Group gf, gb;
+    poison(d_q, n);
+    poison(d_k, n);
+    poison(d_v, n);
+    fwd();
+    check_bf16(gf, "q", d_q, rq);
+    check_bf16(gf, "k", d_k, rk);
+    check_bf16(gf, "v", d_v, rv);
+
+    poison(d_dproj, (size_t)N * ld);
+    poison(d_dks, n);
+    upload(d_dqw, dqw0);
+    upload(d_dkw, dkw0);
+    bwd();
+    std::vector<bf16> dp = to_host(d_dproj, (size_t)N * ld);
+    auto cols = [&](int col, int w) {
+        std::vector<double> v((size_t)N * w);
+        for (int nn = 0; nn < N; nn++)
+            for (int k = 0; k < w; k++) v[(size_t)nn * w + k] = bf(dp[(size_t)nn * ld + col + k]);
+        return v;
+    };
+    check_values(gb, "dproj[q]", cols(cq, D), rdproj_q, TOL_BF16);
+    check_f32(gb, "dks", d_dks, dks, TOL_F32);
+    check_values(gb, "dproj[k]", cols(ck, D), rdproj_k, TOL_BF16);
+    check_values(gb, "dproj[v]", cols(cv, D), rdproj_v, TOL_BF16);
+    if (c.shift) {
+        check_values(gb, "dproj[ak]", cols(cak, H), rdak, TOL_BF16);
+        check_values(gb, "dproj[av]", cols(cav, H), rdav, TOL_BF16);
+    }
+    if (c.norm) {
+        check_f32(gb, "dqw (colsum)", d_dqw, rdqw, TOL_F32_RED);
+        check_f32(gb, "dkw (colsum)", d_dkw, rdkw, TOL_F32_RED);
+    }
+
+    double tf = time_ms(fwd), tb = time_ms(bwd);
+    // bytes per element of (N, D): fwd reads the q, k, v columns (fp32) and writes q, k, v (bf16); the
+    // shift logits, RoPE tables and norm weights are per head / per position.
+    const double al = c.shift ? 2.0 * N * H * 4 : 0.0, rt = c.rope ? 2.0 * T * half * 4 : 0.0;
+    const double bytes_f = n * (12.0 + 6.0) + al + rt;
+    // bwd: qk reads dq, dk (bf16), proj q, k (fp32, for the norm), writes dproj q (bf16), dks (fp32), qprod and
+    // kprod (fp32, read again by the column sums); kv reads dks, dv, proj k, v (for dα), writes dproj k, v.
+    const double bytes_b = n * (4.0 + (c.norm ? 8.0 : 0.0) + 2.0 + 4.0 + (c.norm ? 16.0 : 0.0) + 4.0 + 2.0 +
+                                (c.shift ? 8.0 : 0.0) + 4.0) +
+                           2 * al + rt;
+    summary("attn_inputs", "fwd", shape, gf, tf, bytes_f);
+    summary("attn_inputs", "bwd(qk+colsum+kv)", shape, gb, tb, bytes_b);
+    float *fl[] = {d_proj, d_qw, d_kw, d_cs, d_sn, d_dks, d_qprod, d_kprod, d_dqw, d_dkw, d_part};
+    for (float *p : fl) cudaFree(p);
+    bf16 *bl[] = {d_q, d_k, d_v, d_dq, d_dk, d_dv, d_dproj};
+    for (bf16 *p : bl) cudaFree(p);
+}
+
+int main() {
+    print_device();
+    const int Ts[] = {1, 7, 255, 1000};
+    for (int T : Ts) run({2, T, 1, 64, true, true, false, true});    // D = 64
+    for (int T : Ts) run({2, T, 12, 64, true, true, false, true});   // D = 768, everything on
+    for (int T : Ts) run({2, T, 12, 128, true, true, false, true});  // D = 1536, dh 128
+    run({2, 255, 12, 64, false, true, false, true});
+    run({2, 255, 12, 64, true, false, false, true});
+    run({2, 255, 12, 64, true, true, true, true});
+    run({2, 255, 12, 64, true, true, false, false});
+    run({2, 255, 12, 64, false, false, false, false});
+    run({1, 16384, 24, 64, true, true, false, false});  // 760M fox-pro (no RoPE)
+    run({1, 16384, 12, 64, true, true, false, false});  // 125M fox-pro
+    run({1, 16384, 12, 128, true, true, false, true});  // dh 128 with RoPE
+    return kc_finish("attn_inputs");
+}

@@ -1,0 +1,110 @@
+// dev/cuda/output_gate.cu: checks the attention-output kernels of fox/kernels.cuh against an fp64 CPU
+// reference, then times them: z = RMSNorm_head(o) ⊙ σ(g) (output_forward_kernel) and its backward
+// (output_backward_kernel: d_o, the gate's dproj columns, oprod) followed by colsum_accumulate for the
+// output-norm weight gradient, as train_fox.cu launches them (one warp per (token, head), E = dh/32).
+//   make output_gate && ./output_gate
+#include "kcheck.h"
+
+#define LAUNCH_HEADS(kernel, dh, items, ...)                                            \
+    do {                                                                                \
+        if ((dh) == 64) kernel<2><<<warp_blocks(items), FOX_WARPS * 32>>>(__VA_ARGS__); \
+        else kernel<4><<<warp_blocks(items), FOX_WARPS * 32>>>(__VA_ARGS__);            \
+        FOX_LAUNCH_CHECK();                                                             \
+    } while (0)
+
+struct Cfg {
+    int B, T, H, dh;
+    bool norm, gate;
+};
+
+static void run(const Cfg &c) {
+    const int N = c.B * c.T, H = c.H, dh = c.dh, D = H * dh;
+    const int ld = (3 * D + D + 3 * H + 63) / 64 * 64, cg = c.gate ? 3 * D : -1;  // fox-pro's column layout
+    std::string shape = fmt("B=%d T=%d H=%d dh=%d%s%s", c.B, c.T, H, dh, c.norm ? "" : " no-norm", c.gate ? "" : " no-gate");
+    printf("output_gate %s\n", shape.c_str());
+    const size_t n = (size_t)N * D;
+    std::vector<bf16> o(n);
+    for (size_t r = 0; r < (size_t)N * H; r++) {  // per-head scales, so rstd varies
+        double s = uniform(0.05, 3.0);
+        for (int i = 0; i < dh; i++) o[r * dh + i] = __float2bfloat16((float)(s * uniform(-1, 1)));
+    }
+    std::vector<float> proj = rand_f32((size_t)N * ld, -6, 6), ow = rand_f32(D, 0.5, 1.5), dz = rand_f32(n, -1, 1),
+                       dow0 = rand_f32(D, -1, 1);
+    bf16 *d_o_in = to_device(o), *dz_out = dmalloc<bf16>(n), *dd_o = dmalloc<bf16>(n), *ddproj = dmalloc<bf16>((size_t)N * ld);
+    float *dproj_in = to_device(proj), *dow = c.norm ? to_device(ow) : nullptr, *ddz = to_device(dz),
+          *doprod = dmalloc<float>(n), *ddow = dmalloc<float>(D), *dpart = dmalloc<float>(colsum_scratch_floats(N, D));
+
+    std::vector<double> z(n), rdo(n), rdg(n), rdow(D);
+    for (int i = 0; i < D; i++) rdow[i] = dow0[i];
+    for (int nn = 0; nn < N; nn++)
+        for (int h = 0; h < H; h++) {
+            const size_t base = (size_t)nn * D + (size_t)h * dh;
+            double ss = 0;
+            for (int i = 0; i < dh; i++) ss += bf(o[base + i]) * bf(o[base + i]);
+            const double rs = c.norm ? 1.0 / sqrt(ss / dh + (double)FOX_NORM_EPS) : 1.0;
+            std::vector<double> don(dh);
+            double dot = 0;
+            for (int i = 0; i < dh; i++) {
+                const int k = h * dh + i;
+                const double xh = bf(o[base + i]) * rs, on = c.norm ? xh * ow[k] : xh;
+                const double sg = c.gate ? sigmoid_d(proj[(size_t)nn * ld + cg + k]) : 1.0;
+                z[base + i] = on * sg;
+                rdg[base + i] = dz[base + i] * on * sg * (1.0 - sg);
+                don[i] = dz[base + i] * sg;
+                if (c.norm) dot += don[i] * ow[k] * xh;
+            }
+            dot /= dh;
+            for (int i = 0; i < dh; i++) {
+                const int k = h * dh + i;
+                const double xh = bf(o[base + i]) * rs;
+                rdo[base + i] = c.norm ? rs * (don[i] * ow[k] - xh * dot) : don[i];
+                if (c.norm) rdow[k] += don[i] * xh;
+            }
+        }
+
+    auto fwd = [&] { LAUNCH_HEADS(output_forward_kernel, dh, (size_t)N * H, dz_out, d_o_in, dproj_in, ld, cg, dow, N, H, dh); };
+    auto bwd = [&] {
+        LAUNCH_HEADS(output_backward_kernel, dh, (size_t)N * H, dd_o, ddproj, doprod, ddz, d_o_in, dproj_in, ld, cg, dow, N,
+                     H, dh);
+        if (dow) colsum_accumulate(ddow, doprod, N, D, D, dpart, 0);
+    };
+    Group gf, gb;
+    poison(dz_out, n);
+    fwd();
+    check_bf16(gf, "z", dz_out, z);
+    poison(dd_o, n);
+    poison(ddproj, (size_t)N * ld);
+    upload(ddow, dow0);
+    bwd();
+    check_bf16(gb, "d_o", dd_o, rdo);
+    if (c.gate) {
+        std::vector<bf16> dp = to_host(ddproj, (size_t)N * ld);
+        std::vector<double> g(n);
+        for (int nn = 0; nn < N; nn++)
+            for (int k = 0; k < D; k++) g[(size_t)nn * D + k] = bf(dp[(size_t)nn * ld + cg + k]);
+        check_values(gb, "dproj[gate]", g, rdg, TOL_BF16);
+    }
+    if (c.norm) check_f32(gb, "dow (colsum)", ddow, rdow, TOL_F32_RED);
+
+    double tf = time_ms(fwd), tb = time_ms(bwd);
+    // fwd: o (bf16), gate (fp32) in, z (bf16) out; bwd: dz (fp32), o, gate in; d_o, dproj (bf16), oprod out,
+    // oprod read again by the column sums
+    const double gt = c.gate ? 4.0 : 0.0, nm = c.norm ? 8.0 : 0.0;
+    summary("output_gate", "fwd", shape, gf, tf, n * (2.0 + gt + 2.0));
+    summary("output_gate", "bwd+colsum", shape, gb, tb, n * (4.0 + 2.0 + gt + 2.0 + (c.gate ? 2.0 : 0.0) + nm));
+    cudaFree(d_o_in); cudaFree(dz_out); cudaFree(dd_o); cudaFree(ddproj); cudaFree(dproj_in); if (dow) cudaFree(dow);
+    cudaFree(ddz); cudaFree(doprod); cudaFree(ddow); cudaFree(dpart);
+}
+
+int main() {
+    print_device();
+    const int Ts[] = {1, 7, 255, 1000};
+    for (int T : Ts) run({2, T, 1, 64, true, true});    // D = 64
+    for (int T : Ts) run({2, T, 12, 64, true, true});   // D = 768 (125M)
+    for (int T : Ts) run({2, T, 12, 128, true, true});  // D = 1536, dh 128
+    run({2, 255, 12, 64, false, true});
+    run({2, 255, 12, 64, true, false});
+    run({1, 16384, 24, 64, true, true});  // 760M: D = 1536, 24 heads of 64
+    run({1, 16384, 12, 128, true, true});
+    return kc_finish("output_gate");
+}

@@ -1,0 +1,93 @@
+// dev/cuda/rmsnorm.cu: checks the residual-stream RMSNorm of fox/kernels.cuh against an fp64 CPU
+// reference, then times it. Forward: rmsnorm_forward_kernel (fp32 in, bf16 out). Backward (as
+// train_fox.cu's rmsnorm_backward): rmsnorm_backward_kernel (dres = dx, or dres += dx; dres_bf; wprod)
+// then colsum_accumulate (dw += Σ_rows wprod). Launch configurations are train_fox.cu's.
+//   make rmsnorm && ./rmsnorm
+#include "kcheck.h"
+
+static void launch_fwd(bf16 *out, const float *x, const float *w, int N, int D) {
+    rmsnorm_forward_kernel<<<warp_blocks(N), FOX_WARPS * 32>>>(out, x, w, N, D, FOX_NORM_EPS);
+    FOX_LAUNCH_CHECK();
+}
+static void launch_bwd(float *dres, bf16 *dres_bf, float *wprod, float *dw, float *part, const float *dy,
+                       const float *x, const float *w, int N, int D, int acc) {
+    rmsnorm_backward_kernel<<<warp_blocks(N), FOX_WARPS * 32>>>(dres, dres_bf, wprod, dy, x, w, N, D, FOX_NORM_EPS, acc);
+    FOX_LAUNCH_CHECK();
+    colsum_accumulate(dw, wprod, N, D, D, part, 0);
+}
+
+static void run(int N, int D, bool bench) {
+    std::string shape = fmt("N=%d D=%d", N, D);
+    printf("rmsnorm %s\n", shape.c_str());
+    const size_t n = (size_t)N * D;
+    // rows with different scales, so rstd varies
+    std::vector<float> x(n), w = rand_f32(D, 0.5, 1.5), dy = rand_f32(n, -1, 1), dres0 = rand_f32(n, -1, 1),
+                             dw0 = rand_f32(D, -1, 1);
+    for (int r = 0; r < N; r++) {
+        double s = uniform(0.05, 5.0);
+        for (int i = 0; i < D; i++) x[(size_t)r * D + i] = (float)(s * uniform(-1, 1));
+    }
+    float *dx_in = to_device(x), *dw_ = to_device(w), *ddy = to_device(dy), *ddres = dmalloc<float>(n),
+          *dwprod = dmalloc<float>(n), *ddw = dmalloc<float>(D), *dpart = dmalloc<float>(colsum_scratch_floats(N, D));
+    bf16 *dout = dmalloc<bf16>(n), *ddres_bf = dmalloc<bf16>(n);
+
+    // fp64 reference
+    std::vector<double> out(n), dx(n), dwr(D, 0.0);
+    for (int r = 0; r < N; r++) {
+        const float *xr = &x[(size_t)r * D], *g = &dy[(size_t)r * D];
+        double ss = 0;
+        for (int i = 0; i < D; i++) ss += (double)xr[i] * xr[i];
+        const double rs = 1.0 / sqrt(ss / D + (double)FOX_NORM_EPS);
+        double dot = 0;
+        for (int i = 0; i < D; i++) dot += (double)g[i] * w[i] * xr[i] * rs;
+        dot /= D;
+        for (int i = 0; i < D; i++) {
+            out[(size_t)r * D + i] = xr[i] * rs * w[i];
+            dx[(size_t)r * D + i] = rs * ((double)g[i] * w[i] - xr[i] * rs * dot);
+            dwr[i] += (double)g[i] * xr[i] * rs;
+        }
+    }
+
+    Group gf;
+    poison(dout, n);
+    launch_fwd(dout, dx_in, dw_, N, D);
+    check_bf16(gf, "out", dout, out);
+
+    Group gb;
+    for (int acc = 0; acc < 2; acc++) {
+        upload(ddres, dres0);
+        if (!acc) poison(ddres, n);
+        upload(ddw, dw0);
+        poison(ddres_bf, n);
+        poison(dwprod, n);
+        launch_bwd(ddres, ddres_bf, dwprod, ddw, dpart, ddy, dx_in, dw_, N, D, acc);
+        std::vector<double> rres(n), rdw(D);
+        for (size_t i = 0; i < n; i++) rres[i] = dx[i] + (acc ? dres0[i] : 0.0);
+        for (int i = 0; i < D; i++) rdw[i] = dwr[i] + dw0[i];
+        check_f32(gb, acc ? "dres (acc)" : "dres", ddres, rres, TOL_F32);
+        check_bf16(gb, acc ? "dres_bf (acc)" : "dres_bf", ddres_bf, rres);
+        check_f32(gb, acc ? "dw (acc)" : "dw", ddw, rdw, TOL_F32_RED);
+    }
+
+    // timing: fwd; bwd with accumulate (what the blocks do); bytes each input once, each output once
+    double tf = time_ms([&] { launch_fwd(dout, dx_in, dw_, N, D); });
+    double tb = time_ms([&] { launch_bwd(ddres, ddres_bf, dwprod, ddw, dpart, ddy, dx_in, dw_, N, D, 1); });
+    double bf_ = n * (4.0 + 2.0) + D * 4.0;
+    // kernel: dy, x, dres in; dres, dres_bf, wprod out; colsum: wprod in (+ partials), dw in/out
+    double bb = n * (4.0 + 4.0 + 4.0 + 4.0 + 2.0 + 4.0 + 4.0) + D * 12.0;
+    summary("rmsnorm", "fwd", shape, gf, tf, bf_);
+    summary("rmsnorm", "bwd+colsum", shape, gb, tb, bb);
+    (void)bench;
+    cudaFree(dx_in); cudaFree(dw_); cudaFree(ddy); cudaFree(ddres); cudaFree(dwprod); cudaFree(ddw); cudaFree(dpart);
+    cudaFree(dout); cudaFree(ddres_bf);
+}
+
+int main() {
+    print_device();
+    const int Ds[] = {64, 768, 1536}, Ns[] = {1, 7, 255, 1000};
+    for (int D : Ds)
+        for (int N : Ns) run(N, D, false);
+    run(16384, 768, true);
+    run(16384, 1536, true);
+    return kc_finish("rmsnorm");
+}
