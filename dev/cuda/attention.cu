@@ -53,12 +53,13 @@ struct Variant {
     int dh;
     BwdFn fn;          // NULL: the public API fox_attention_backward
     bool timing_only;  // an experiment's control, not deterministic: timed, not checked
+    bool wg = false;   // needs the warpgroup path (skipped where fox_attn::use_wgmma() is false)
 };
 static const Variant variants[] = {
     {"api", 64, nullptr, false},
     {"mma.sync, BM 64, block-ordered", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_BLOCK>, false},
     {"mma.sync, BM 64, warp-ordered, staggered", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_STAGGER>, false},
-    {"wgmma, atomics (nondeterministic)", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_ATOMIC, true>, true},
+    {"wgmma, atomics (nondeterministic)", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_ATOMIC, true>, true, true},
     {"mma.sync, BM 64, atomics (nondeterministic)", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_ATOMIC>, true},
     {"api", 128, nullptr, false},
     {"mma.sync, BM 32, warp-ordered, staggered", 128, fox_attn::backward_cfg<128, 32, 1, fox_attn::BWD_STAGGER>, false},
@@ -70,11 +71,12 @@ struct FwdVariant {
     const char *name;
     int dh;
     FwdFn fn;  // NULL: the public API fox_attention_forward
+    bool wg = false;
 };
 static const FwdVariant fwd_variants[] = {
     {"api", 64, nullptr},
     {"mma.sync (4 warps x 2 row tiles, 2/SM)", 64, fox_attn::forward_cfg<64, false>},
-    {"wgmma (8 warps, 2/SM)", 64, fox_attn::forward_cfg<64, true>},
+    {"wgmma (8 warps, 2/SM)", 64, fox_attn::forward_cfg<64, true>, true},
     {"api", 128, nullptr},
 };
 static void run_fwd(const FwdVariant &var, const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o,
@@ -236,7 +238,7 @@ static bool check_shape(const Shape &s) {
     // forward variants (the API's last, so o and lse below are the API's)
     std::vector<const FwdVariant *> fv;
     for (const FwdVariant &var : fwd_variants)
-        if (var.dh == dh && var.fn) fv.push_back(&var);
+        if (var.dh == dh && var.fn && (!var.wg || fox_attn::use_wgmma())) fv.push_back(&var);
     for (const FwdVariant &var : fwd_variants)
         if (var.dh == dh && !var.fn) fv.push_back(&var);
     std::vector<bf16> ho;
@@ -362,7 +364,7 @@ static bool bench(int T, int dh) {
     bool all_same = true;
     const double flops_fwd = 2.0 * B * H * (double)T * T * dh;
     for (const FwdVariant &var : fwd_variants) {
-        if (var.dh != dh) continue;
+        if (var.dh != dh || (var.wg && !fox_attn::use_wgmma())) continue;
         std::vector<float> tf;
         for (int rep = 0; rep < 23; rep++) {
             FOX_CUDA_CHECK(cudaEventRecord(e0));
@@ -378,7 +380,7 @@ static bool bench(int T, int dh) {
                flops_fwd / mf * 1e-9, var.name);
     }
     for (const Variant &var : variants) {
-        if (var.dh != dh) continue;
+        if (var.dh != dh || (var.wg && !fox_attn::use_wgmma())) continue;
         std::vector<float> tf, tb, tfb;
         for (int rep = 0; rep < 23; rep++) {
             FOX_CUDA_CHECK(cudaEventRecord(e0));
@@ -427,6 +429,7 @@ static bool bench(int T, int dh) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
+    printf("dh 64 kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok = run_checks();
     if (strcmp(mode, "check") != 0) {
