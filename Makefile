@@ -22,7 +22,7 @@ else
 endif
 LDLIBS = -lblosc -lm
 
-FOX_HEADERS = fox/train_common.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
+FOX_HEADERS = fox/run.h fox/dist.h fox/testing.h fox/fixture.h fox/train_common.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
 
 # With MPI (Debian: libopenmpi-dev openmpi-bin) the data-parallel build train_fox_cpu_mpi is made
 # too: mpirun -np N ./train_fox_cpu_mpi ... (N ranks, gradients averaged with MPI_Allreduce).

@@ -1,5 +1,7 @@
 // fox/attention.cuh: Forgetting Attention (SPEC §1), forward and backward, FlashAttention-2 style on
-// tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation; runs on sm_80 and sm_90).
+// tensor cores, bf16 operands with fp32 accumulation: warpgroup MMA (wgmma) at d_h = 64 on Hopper
+// (sm_90a builds), mma.sync m16n8k16 otherwise (d_h = 128, sm_80). FOX_ATTN_NO_WGMMA=1 forces mma.sync.
+// The backward is deterministic: the same inputs give bitwise the same outputs, run after run.
 //
 // Per (batch b, head h), scale = 1/sqrt(d_h), j <= i:
 //   s_ij = scale q_i.k_j + c_i - c_j,  P = softmax_j(s),  o_i = sum_j P_ij v_j,  lse_i = logsumexp_j s_ij.
@@ -503,7 +505,8 @@ template <int N> __device__ __forceinline__ void warp_column_sums(float v[N], in
 // order they land (not deterministic; kept to time the order's cost). BWD_ORDERED: the same adds, in
 // a fixed order (see bwd_kernel). BWD_STAGGER: ordered, and half the warps do their dQ step before the
 // tile's other work, so each scheduler has one warp computing while the other waits on memory.
-// BWD_BLOCK: ordered, one thread per block polls and releases (see bwd_kernel).
+// BWD_BLOCK: ordered, one thread per block polls and releases (see bwd_kernel). Measured (H200, T 16k,
+// dh 64): mma.sync ATOMIC 231, ORDERED 183, STAGGER 205, BLOCK 179; wgmma ATOMIC 307, BLOCK 214 TFLOP/s.
 enum { BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3 };
 
 __device__ __forceinline__ void atomic_add2(float *p, float x, float y) {
@@ -558,6 +561,10 @@ template <int DH> struct BwdCfg {
 // (blockIdx.x reversed), so a block only ever waits on blocks launched before it (no deadlock whatever
 // the occupancy), and block n+1 reaches each query tile one ACP row before block n does, so the waits
 // are short. dK, dV and the column sums are per-block register sums: deterministic by construction.
+// BWD_BLOCK: the same order, kept per block instead of per warp: thread 0 reads the counter of tile it
+// (relaxed) while the tile is computed, checks it at the end (fence.acq_rel, or spins with acquire)
+// before the barrier after which every warp adds tile it; and releases tile it-2 right after the
+// barrier that follows all warps' adds of it. Both sit on the block's critical path (about 1 us a tile).
 // WG: the five products on Hopper warpgroup MMA (sm_90a; dh 64, BM 64): warpgroup w4 (warps 4w4..4w4+3)
 // owns keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared.
 template <int DH, int BM, int MINB, int MODE, bool WG>
@@ -1055,8 +1062,9 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     FOX_CUDA_CHECK(cudaGetLastError());
 }
 
-// The public backward: warpgroup MMA at dh 64 on Hopper (needs an sm_90a build), mma.sync otherwise;
-// both deterministic (BWD_BLOCK order).
+// The public backward, deterministic either way: warpgroup MMA with the block-level order (BWD_BLOCK) at
+// dh 64 on Hopper (needs an sm_90a build); otherwise mma.sync with the staggered warp-level order
+// (BWD_STAGGER), which measured faster than BWD_BLOCK there (dev/cuda/NOTES.md).
 template <int DH>
 void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
               const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
@@ -1069,8 +1077,8 @@ void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat1
             return;
         }
     }
-    backward_cfg<DH, BwdCfg<DH>::BM, BwdCfg<DH>::MINB, BWD_BLOCK>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv,
-                                                                  scratch, B, H, T, q_last, s);
+    backward_cfg<DH, BwdCfg<DH>::BM, BwdCfg<DH>::MINB, BWD_STAGGER>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv,
+                                                                    scratch, B, H, T, q_last, s);
 }
 
 }  // namespace fox_attn

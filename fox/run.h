@@ -188,20 +188,6 @@ static void load_checkpoint(Run *r, int step) {
     if (r->dist.rank == 0) printf("resumed from %s at step %d\n", dir, step);
 }
 
-// Saves the mean training loss per position since the last save as OUT/train_loss_pos_SSSSSSSS.npy
-// (this rank's sequences; rank 0 writes) and starts a new window.
-static void save_train_pos_loss(Run *r) {
-    int T = r->args.seq_len;
-    if (r->dist.rank == 0 && r->pos_loss_seqs > 0) {
-        char path[4352];
-        snprintf(path, sizeof(path), "%s/train_loss_pos_%08d.npy", r->args.out, r->step);
-        for (int t = 0; t < T; t++) r->pos_loss[t] /= (double)r->pos_loss_seqs;
-        fox_write_npy_f64(path, r->pos_loss, (size_t)T);
-    }
-    memset(r->pos_loss, 0, (size_t)T * sizeof(double));
-    r->pos_loss_seqs = 0;
-}
-
 static FOX_PRINTF(2, 3) void log_json(Run *r, const char *fmt, ...) {
     if (!r->log) return;
     va_list ap;
@@ -211,6 +197,23 @@ static FOX_PRINTF(2, 3) void log_json(Run *r, const char *fmt, ...) {
     fputc('\n', r->log);
     if (fflush(r->log)) fox_fatal("cannot write %s/log.jsonl", r->args.out);
 }
+
+// Saves the mean training loss per position since the last save as OUT/train_loss_pos_SSSSSSSS.npy
+// (this rank's sequences; rank 0 writes) and starts a new window.
+static void save_train_pos_loss(Run *r) {
+    int T = r->args.seq_len;
+    if (r->dist.rank == 0 && r->pos_loss_seqs > 0) {
+        char name[64], path[4352];
+        snprintf(name, sizeof(name), "train_loss_pos_%08d.npy", r->step);
+        snprintf(path, sizeof(path), "%s/%s", r->args.out, name);
+        for (int t = 0; t < T; t++) r->pos_loss[t] /= (double)r->pos_loss_seqs;
+        fox_write_npy_f64(path, r->pos_loss, (size_t)T);
+        log_json(r, "{\"step\": %d, \"train_loss_pos\": \"%s\", \"sequences\": %lld}", r->step, name, r->pos_loss_seqs);
+    }
+    memset(r->pos_loss, 0, (size_t)T * sizeof(double));
+    r->pos_loss_seqs = 0;
+}
+
 
 // Index of the token drawn from logits z: among the k largest, in proportion to exp(z), with the
 // uniform u in [0, 1) (k = 1: the argmax).
@@ -447,9 +450,11 @@ static void train(Run *r) {
             else snprintf(rate, sizeof(rate), "%.2f GFLOP/s", flops / 1e9);
             printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s\n", r->step, a->steps,
                    loss, lr, norm, dt * 1e3, tps, rate);
+            char mfu[48] = "";
+            if (peak > 0) snprintf(mfu, sizeof(mfu), "\"mfu\": %.4f, ", flops / peak);
             log_json(r, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.7g, \"grad_norm\": %.17g, \"ms\": %.3f, "
-                        "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"tokens\": %lld}",
-                     r->step, loss, lr, norm, dt * 1e3, tps, peak > 0 ? flops / peak : 0.0, r->tokens);
+                        "\"tokens_per_s\": %.1f, %s\"tokens\": %lld}",
+                     r->step, loss, lr, norm, dt * 1e3, tps, mfu, r->tokens);
         }
         if (first && r->dist.rank == 0) run_model_report(m);
         first = 0;

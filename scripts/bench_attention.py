@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Forgetting Attention kernel (fox/attention.cuh through dev/cuda/libfoxattn.so) beside PyTorch SDPA.
 
-1. Checks our forward and backward against an fp32 PyTorch reference with the forget gate on small cases.
+1. Checks our forward and backward against an fp32 PyTorch reference with the forget gate on small cases,
+   and that a second forward+backward gives bitwise the same outputs (the backward is deterministic).
 2. Times forward and forward+backward at T in {4096, 16384}, d_h in {64, 128} (B*T = 32k tokens,
    16 heads of 64 or 8 of 128) for ours and for causal SDPA (flash and cuDNN backends, no gate), with
    triton.testing.do_bench medians, and prints TFLOP/s (causal forward = 2 B H T^2 d_h, fwd+bwd = 3.5x).
 
     cd dev/cuda && make libfoxattn.so && cd ../.. && python3 scripts/bench_attention.py
+(FOX_ATTN_NO_WGMMA=1 times the mma.sync kernels instead of the Hopper wgmma ones at d_h = 64.)
 """
 import ctypes
 import math

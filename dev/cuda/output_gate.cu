@@ -28,8 +28,10 @@ static void run(const Cfg &c) {
         double s = uniform(0.05, 3.0);
         for (int i = 0; i < dh; i++) o[r * dh + i] = __float2bfloat16((float)(s * uniform(-1, 1)));
     }
-    std::vector<float> proj = rand_f32((size_t)N * ld, -6, 6), ow = rand_f32(D, 0.5, 1.5), dz = rand_f32(n, -1, 1),
+    std::vector<float> proj((size_t)N * ld, 0.0f), ow = rand_f32(D, 0.5, 1.5), dz = rand_f32(n, -1, 1),
                        dow0 = rand_f32(D, -1, 1);
+    for (int nn = 0; nn < N; nn++)  // the gate columns (the rest of the projection is not read)
+        for (int k = 0; k < D; k++) proj[(size_t)nn * ld + 3 * D + k] = (float)uniform(-6, 6);
     bf16 *d_o_in = to_device(o), *dz_out = dmalloc<bf16>(n), *dd_o = dmalloc<bf16>(n), *ddproj = dmalloc<bf16>((size_t)N * ld);
     float *dproj_in = to_device(proj), *dow = c.norm ? to_device(ow) : nullptr, *ddz = to_device(dz),
           *doprod = dmalloc<float>(n), *ddow = dmalloc<float>(D), *dpart = dmalloc<float>(colsum_scratch_floats(N, D));

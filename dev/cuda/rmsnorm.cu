@@ -16,7 +16,7 @@ static void launch_bwd(float *dres, bf16 *dres_bf, float *wprod, float *dw, floa
     colsum_accumulate(dw, wprod, N, D, D, part, 0);
 }
 
-static void run(int N, int D, bool bench) {
+static void run(int N, int D) {
     std::string shape = fmt("N=%d D=%d", N, D);
     printf("rmsnorm %s\n", shape.c_str());
     const size_t n = (size_t)N * D;
@@ -77,7 +77,6 @@ static void run(int N, int D, bool bench) {
     double bb = n * (4.0 + 4.0 + 4.0 + 4.0 + 2.0 + 4.0 + 4.0) + D * 12.0;
     summary("rmsnorm", "fwd", shape, gf, tf, bf_);
     summary("rmsnorm", "bwd+colsum", shape, gb, tb, bb);
-    (void)bench;
     cudaFree(dx_in); cudaFree(dw_); cudaFree(ddy); cudaFree(ddres); cudaFree(dwprod); cudaFree(ddw); cudaFree(dpart);
     cudaFree(dout); cudaFree(ddres_bf);
 }
@@ -86,8 +85,8 @@ int main() {
     print_device();
     const int Ds[] = {64, 768, 1536}, Ns[] = {1, 7, 255, 1000};
     for (int D : Ds)
-        for (int N : Ns) run(N, D, false);
-    run(16384, 768, true);
-    run(16384, 1536, true);
+        for (int N : Ns) run(N, D);
+    run(16384, 768);
+    run(16384, 1536);
     return kc_finish("rmsnorm");
 }
