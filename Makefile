@@ -106,11 +106,13 @@ endif
 # head_dim 16): all presets at d_model 128 / 2 heads (64), two at d_model 256 / 2 heads (128); then
 # the GPU parity test on each set.
 GPU_FIXTURES = build/fixtures_gpu
-test-gpu: train_fox test_fox
+test-gpu: train_fox test_fox train_fox_cpu
 	$(PYTHON) train_fox.py fixtures --dim 128 --heads 2 --out $(GPU_FIXTURES)
 	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro --out $(GPU_FIXTURES)_dh128
-	./test_fox $(GPU_FIXTURES)
-	./test_fox $(GPU_FIXTURES)_dh128
+	PYTHON=$(PYTHON) sh scripts/run_tests.sh \
+	  "gpu parity, head_dim 64=./test_fox $(GPU_FIXTURES)" \
+	  "gpu parity, head_dim 128=./test_fox $(GPU_FIXTURES)_dh128" \
+	  "gpu end to end=sh scripts/test_gpu_e2e.sh"
 
 clean: clean-cuda
 clean-cuda:

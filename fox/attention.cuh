@@ -1085,7 +1085,7 @@ void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat1
 
 static inline void fox_attn_check_dh(int dh) {
     if (dh != 64 && dh != 128) {
-        fprintf(stderr, "fox attention: head dim %d unsupported (64 or 128)\n", dh);
+        fprintf(stderr, "error: head_dim %d is not supported by the attention kernel (64 or 128: choose --dim and --heads to match)\n", dh);
         exit(EXIT_FAILURE);
     }
 }
