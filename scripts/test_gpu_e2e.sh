@@ -54,7 +54,7 @@ print('GPU mean L %.5f, CPU %.5f, |diff| %.2e' % (g.mean(), c.mean(), d))
 sys.exit(not (g.shape == c.shape == (512,) and d < 2e-2))"
 check $? "L(i) of the GPU and the CPU agree in the mean within 2e-2 (bf16 vs fp32)"
 
-$GPU $ARGS --dim 96 --resume --out "$tmp/a" > "$tmp/bad.txt" 2>&1
+$GPU $ARGS --dim 256 --heads 4 --resume --out "$tmp/a" > "$tmp/bad.txt" 2>&1
 st=$?
 [ "$st" -ne 0 ] && [ "$(wc -l < "$tmp/bad.txt")" -eq 1 ] && grep -q '^error: .*d_model' "$tmp/bad.txt"
 check $? "a checkpoint of another config: $(head -c 150 "$tmp/bad.txt")"
