@@ -445,6 +445,19 @@ static void test_data_parallel(void) {
     int n1 = read_losses(p1, l1, 8), n2 = read_losses(p2, l2, 8);
     for (int i = 0; i < n1 && i < n2; i++) mx = fmax(mx, fabs(l1[i] - l2[i]) / l1[i]);
     check(st == 0 && n1 == 5 && n2 == 5 && mx < 1e-5, "2 ranks x batch 2 = 1 rank x 2 micro-batches: 5 losses within %.1e (tol 1e-5)", mx);
+    // --eval-only across ranks: rank r takes sequences r, r+2, ..., so 2 ranks cover the same 5.
+    const char *ev = "--eval-only --val data/val.bin --eval-seqs 5 --eval-seq-len 64";
+    st = sh("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 mpirun --oversubscribe "
+            "-np 2 ./%s %s --out %s/dp2", bin, ev, tmpdir);
+    snprintf(p2, sizeof(p2), "%s/dp2/per_token_loss.npy", tmpdir);
+    double e2[64], e1[64];
+    size_t m2 = st == 0 ? read_npy_f64(p2, e2, 64) : 0;
+    st = sh("OMP_NUM_THREADS=1 ./train_fox_cpu %s --init %s/dp2/ckpt_00000005/model.bin --out %s/dp1", ev, tmpdir, tmpdir);
+    snprintf(p1, sizeof(p1), "%s/dp1/per_token_loss.npy", tmpdir);
+    size_t m1 = st == 0 ? read_npy_f64(p1, e1, 64) : 0;
+    mx = 0.0;
+    for (size_t i = 0; i < m1 && i < m2; i++) mx = fmax(mx, fabs(e1[i] - e2[i]));
+    check(m1 == 64 && m2 == 64 && mx < 1e-6, "--eval-only on 2 ranks gives the L(i) of 1 rank (max diff %.1e)", mx);
 }
 
 // fox.c and the PyTorch reference exchange weights: the reference's init loads here (and equals
