@@ -67,7 +67,8 @@ test: train_fox_cpu test_fox_cpu test_fox_fd fox_data test_data $(MPI_BIN) $(FIX
 # The main job: a small FoX (Pro) (head_dim 64, as in the paper) on the bundled corpus, about four
 # minutes on two CPU cores, then a decoded sample.
 TRAIN_ARGS = --model fox-pro --layers 4 --dim 128 --heads 2 --seq-len 128 --batch 4 --steps 150 \
-             --lr 3e-3 --min-lr 3e-4 --warmup-tokens 10K --eval-every 50 --val-steps 8 --out runs/train
+             --lr 3e-3 --min-lr 3e-4 --warmup-tokens 10K --eval-every 50 --val-steps 8 --top-k 40 \
+             --sample-tokens 96 --out runs/train
 # TRAIN_BIN (set in the CUDA block below): ./train_fox when it is built and a GPU is present.
 train: train_fox_cpu
 	$(TRAIN_BIN) $(TRAIN_ARGS)
