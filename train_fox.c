@@ -874,6 +874,8 @@ static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t 
     model_init(m, c, B, T, seed);
 }
 
+static void run_model_options(const FoxArgs *a) { (void)a; }  // nothing to choose on the CPU
+
 static const float *run_model_losses(Model *m) { return m->a.losses; }
 
 static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale) {

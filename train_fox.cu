@@ -603,6 +603,9 @@ static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t 
     model_init(m, c, B, T, seed, recompute);
 }
 
+// --deterministic 0 trades bitwise reproducibility of the attention backward for speed.
+static void run_model_options(const FoxArgs *a) { fox_attention_set_deterministic(a->deterministic); }
+
 static const float *run_model_losses(Model *m) { return m->h_losses; }
 
 static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale) {

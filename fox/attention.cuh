@@ -1,7 +1,8 @@
 // fox/attention.cuh: Forgetting Attention (SPEC §1), forward and backward, FlashAttention-2 style on
 // tensor cores, bf16 operands with fp32 accumulation: warpgroup MMA (wgmma) at d_h = 64 on Hopper
 // (sm_90a builds), mma.sync m16n8k16 otherwise (d_h = 128, sm_80). FOX_ATTN_NO_WGMMA=1 forces mma.sync.
-// The backward is deterministic: the same inputs give bitwise the same outputs, run after run.
+// The backward is deterministic by default: the same inputs give bitwise the same outputs, run after run
+// (fox_attention_set_deterministic(0) picks the faster arrival-order atomics instead).
 //
 // Per (batch b, head h), scale = 1/sqrt(d_h), j <= i:
 //   s_ij = scale q_i.k_j + c_i - c_j,  P = softmax_j(s),  o_i = sum_j P_ij v_j,  lse_i = logsumexp_j s_ij.
@@ -505,9 +506,26 @@ template <int N> __device__ __forceinline__ void warp_column_sums(float v[N], in
 // order they land (not deterministic; kept to time the order's cost). BWD_ORDERED: the same adds, in
 // a fixed order (see bwd_kernel). BWD_STAGGER: ordered, and half the warps do their dQ step before the
 // tile's other work, so each scheduler has one warp computing while the other waits on memory.
-// BWD_BLOCK: ordered, one thread per block polls and releases (see bwd_kernel). Measured (H200, T 16k,
-// dh 64): mma.sync ATOMIC 231, ORDERED 183, STAGGER 205, BLOCK 179; wgmma ATOMIC 307, BLOCK 214 TFLOP/s.
-enum { BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3 };
+// BWD_BLOCK: ordered, one thread per block polls and releases (see bwd_kernel). BWD_SYNC: ordered, a 9th
+// "sync" warp alone waits on and releases the counters (see bwd_kernel). BWD_SYNC2: the same with two
+// such warps, one releasing and one acquiring, so their latencies overlap. BWD_SYNC_NOWAIT: BWD_SYNC
+// without the waits (a timing control, not deterministic). BWD_SYNC_LATE: a sync warp off the per-tile
+// barrier, the dQ step after the tile's other work (see bwd_kernel); the public default at dh 64 on Hopper.
+// BWD_ATOMIC_EARLY: BWD_ATOMIC with the dQ step before the tile's other work (a timing control).
+// Measured (H200, T 16k, dh 64, backward TFLOP/s): mma.sync ATOMIC 231, ORDERED 183, STAGGER 205, BLOCK 179;
+// wgmma ATOMIC 317, ATOMIC_EARLY 290, BLOCK 215, SYNC 276, SYNC2 278, SYNC_NOWAIT 276, SYNC_LATE 277. The
+// sync-warp kernels are held back by registers, not by the order: ptxas sizes a 288-thread block as 12
+// warps (3 per SM sub-partition), so the compute warps get 168 registers instead of 210-222 (NOTES.md).
+enum {
+    BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3, BWD_SYNC = 4, BWD_SYNC2 = 5, BWD_SYNC_NOWAIT = 6,
+    BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8
+};
+// threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
+constexpr int bwd_threads(int mode) {
+    return mode == BWD_SYNC || mode == BWD_SYNC_NOWAIT || mode == BWD_SYNC_LATE ? NTHREADS + 32
+           : mode == BWD_SYNC2                                                   ? NTHREADS + 64
+                                                                                 : NTHREADS;
+}
 
 __device__ __forceinline__ void atomic_add2(float *p, float x, float y) {
 #if __CUDA_ARCH__ >= 900
@@ -532,6 +550,33 @@ __device__ __forceinline__ int ld_relaxed_gpu(const int *p) {
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 __device__ __forceinline__ void red_release_gpu_add(int *p, int v) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+// Named barrier 1 between the compute warps (arrive, no wait) and the sync warp (waits) of BWD_SYNC.
+__device__ __forceinline__ void named_bar_arrive(int id, int nthreads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+__device__ __forceinline__ void named_bar_sync(int id, int nthreads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+// Key block nb's place in the add order of ACP row m (the same for every query tile of the row), computed
+// by one whole warp: `before` = live key blocks above nb in the row (its adds wait for all of theirs),
+// `last` = no live key block below nb. Warp-uniform results.
+__device__ __forceinline__ void acp_order(int m, int nb, const int *qlh, int lane, int &before, bool &last) {
+    if (!qlh) {
+        before = m - nb;
+        last = nb == 0;
+        return;
+    }
+    int above = 0, below = 0;
+    for (int base = 0; base <= m; base += 32) {
+        const int n2 = base + lane;
+        if (n2 <= m && n2 != nb && max(qlh[n2], n2) >= m) {
+            above += n2 > nb;
+            below += n2 < nb;
+        }
+    }
+    before = __reduce_add_sync(0xffffffffu, above);
+    last = __reduce_add_sync(0xffffffffu, below) == 0;
 }
 
 // Backward tile configuration: BM query rows per tile, MINB blocks per SM (register cap).
@@ -565,10 +610,23 @@ template <int DH> struct BwdCfg {
 // (relaxed) while the tile is computed, checks it at the end (fence.acq_rel, or spins with acquire)
 // before the barrier after which every warp adds tile it; and releases tile it-2 right after the
 // barrier that follows all warps' adds of it. Both sit on the block's critical path (about 1 us a tile).
+// BWD_SYNC: the same order as BWD_BLOCK, with the counters taken off the compute warps' path: a 9th warp
+// (the sync warp, NWARPS * 32 + 32 threads per block) joins the per-tile block barrier and does nothing
+// else. In iteration it, after barrier it, it waits on named barrier 1, which every compute warp arrives
+// at (without waiting) once it has issued tile it-1's adds, releases tile it-1, then acquires tile it
+// (spins until the live key blocks above have released it) before it arrives at barrier it+1, after
+// which the compute warps add tile it. Its fence and spin stall only itself. BWD_SYNC2: warp NWARPS
+// only releases, warp NWARPS + 1 only acquires (from barrier it on, in parallel with the release).
+// BWD_SYNC_LATE: the sync warp stays off the per-tile barrier (the compute warps use barrier 0 with a
+// count of NWARPS * 32), and the dQ step of tile it-1 comes after tile it's other work (as in
+// BWD_ATOMIC). Per tile t the sync warp acquires t, arrives at named barrier 2 (which the compute warps
+// wait on just before adding t, after its dQ product), waits on named barrier 1 (every compute warp has
+// issued its adds of t), releases t, and moves on to t+1: it has a whole tile's work for release and
+// acquire, and neither its fence nor its spin is on the compute warps' path unless a predecessor is late.
 // WG: the five products on Hopper warpgroup MMA (sm_90a; dh 64, BM 64): warpgroup w4 (warps 4w4..4w4+3)
 // owns keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared.
 template <int DH, int BM, int MINB, int MODE, bool WG>
-__global__ void __launch_bounds__(NTHREADS, MINB)
+__global__ void __launch_bounds__(bwd_threads(MODE), MINB)
 bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
            const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
@@ -588,7 +646,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     float *Ds = rs + 2 * BM;                                            // [2][BM]
     float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, w4 = warp >> 2;
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
     const int nblk = gridDim.x;
     const int nb = nblk - 1 - blockIdx.x;  // key block: highest first (see above)
@@ -610,6 +669,65 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const int qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
     const int ntiles = qt_last - qt_first + 1;
     int *semh = sem + (size_t)bh * nqt;
+
+    constexpr bool SYNCW = MODE == BWD_SYNC || MODE == BWD_SYNC2 || MODE == BWD_SYNC_NOWAIT || MODE == BWD_SYNC_LATE;
+    if constexpr (MODE == BWD_SYNC_LATE) {
+        if (warp == NWARPS) {  // the sync warp (see above)
+            int ord_row = -1, before = 0;
+            bool last = false;
+            for (int t = qt_first; t <= qt_last; t++) {
+                const int m = t / TPB;
+                if (m != ord_row) {
+                    ord_row = m;
+                    acp_order(m, nb, qlh, lane, before, last);
+                }
+                if (lane == 0 && before > 0) {
+                    unsigned spins = 0;
+                    while (ld_acquire_gpu(semh + t) < before) {
+                        __nanosleep(32);
+                        if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                    }
+                }
+                __syncwarp();
+                named_bar_arrive(2, NTHREADS + 32);  // t acquired: the compute warps may add it
+                named_bar_sync(1, NTHREADS + 32);    // every compute warp has issued its adds of t
+                if (lane == 0) red_release_gpu_add(semh + t, 1);
+                __syncwarp();
+            }
+            return;
+        }
+    } else if constexpr (SYNCW) {
+        if (warp >= NWARPS) {  // the sync warp(s) (see above): the compute warps never touch the counters
+            const bool rel = warp == NWARPS, acq = MODE != BWD_SYNC2 || warp == NWARPS + 1;
+            int ord_row = -1, before = 0;
+            bool last = false;
+            for (int it = 0; it <= ntiles; it++) {
+                __syncthreads();  // barrier it
+                if (rel && it > 0) {
+                    named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued tile it-1's adds
+                    if (lane == 0) red_release_gpu_add(semh + qt_first + it - 1, 1);
+                }
+                if (acq && it < ntiles) {
+                    const int m = (qt_first + it) / TPB;
+                    if (m != ord_row) {
+                        ord_row = m;
+                        acp_order(m, nb, qlh, lane, before, last);
+                    }
+                    if (MODE == BWD_SYNC_NOWAIT && lane == 0 && before > 0) {
+                        (void)ld_acquire_gpu(semh + qt_first + it);  // the load, without waiting on it
+                    } else if (lane == 0 && before > 0) {
+                        unsigned spins = 0;
+                        while (ld_acquire_gpu(semh + qt_first + it) < before) {
+                            __nanosleep(32);
+                            if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                        }
+                    }
+                }
+                __syncwarp();
+            }
+            return;
+        }
+    }
 
     // Loader threads tid < BM fetch per-query values; rows past T get lse = +inf so their P is 0.
     auto fetch_rows = [&](int qt, float &r, float &d) {
@@ -658,26 +776,13 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     int ord_m = -1, ord_before = 0;  // ACP row of the cached order; live key blocks above nb in it
     bool ord_last = false;           // no live key block below nb in it
     int *pending = nullptr;          // counter this warp still has to release (one tile later)
-    const bool early = (MODE == BWD_STAGGER && warp < NWARPS / 2) || MODE == BWD_BLOCK;
+    const bool early = (MODE == BWD_STAGGER && warp < NWARPS / 2) || MODE == BWD_BLOCK || MODE == BWD_ATOMIC_EARLY ||
+                       (SYNCW && MODE != BWD_SYNC_LATE);
     // this block's place in the order for ACP row m (same for every tile of the row); warp-uniform
     auto ord_update = [&](int m) {
         if (m == ord_m) return;
         ord_m = m;
-        if (!qlh) {
-            ord_before = m - nb;
-            ord_last = nb == 0;
-        } else {
-            int above = 0, below = 0;
-            for (int base = 0; base <= m; base += 32) {
-                const int n2 = base + lane;
-                if (n2 <= m && n2 != nb && max(qlh[n2], n2) >= m) {
-                    above += n2 > nb;
-                    below += n2 < nb;
-                }
-            }
-            ord_before = __reduce_add_sync(0xffffffffu, above);
-            ord_last = __reduce_add_sync(0xffffffffu, below) == 0;
-        }
+        acp_order(m, nb, qlh, lane, ord_before, ord_last);
     };
 
     // dQ (and dc row sums) of tile it-1, from its parked dS^T, added to the fp32 accumulators.
@@ -731,6 +836,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 }
             }
         }
+        if (MODE == BWD_SYNC_LATE) named_bar_sync(2, NTHREADS + 32);  // the sync warp has acquired tile it-1
         // fp32 adds; in the ordered modes every address sees its adds in one fixed order
         const int qr0 = i0 + dq_r + g;
 #pragma unroll
@@ -741,13 +847,16 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
         if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
         if ((MODE == BWD_ORDERED || MODE == BWD_STAGGER) && !ord_last) pending = sp;
+        if (SYNCW) named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
     };
 
     for (int it = 0; it <= ntiles; it++) {
         const int buf = it & 1;
         cp_async_wait_all();
         if constexpr (WG) fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
-        __syncthreads();  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
+        // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
+        if constexpr (MODE == BWD_SYNC_LATE) named_bar_sync(0, NTHREADS);  // the compute warps only
+        else __syncthreads();
         // BWD_BLOCK: every warp issued tile it-2's adds before this barrier (and long ago): release them
         if (MODE == BWD_BLOCK && tid == 0 && it >= 2) red_release_gpu_add(semh + qt_first + it - 2, 1);
         if (early && it > 0) dq_phase(it);
@@ -1051,7 +1160,7 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, MODE, WG>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
-    bwd_kernel<DH, BM, MINB, MODE, WG><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dk, dv, dc, colsum,
+    bwd_kernel<DH, BM, MINB, MODE, WG><<<grid, bwd_threads(MODE), smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dk, dv, dc, colsum,
                                                                 sem, H, T, q_last);
     FOX_CUDA_CHECK(cudaGetLastError());
     const size_t conv_blocks = (nq / 4 + 255) / 256;
@@ -1062,23 +1171,40 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     FOX_CUDA_CHECK(cudaGetLastError());
 }
 
-// The public backward, deterministic either way: warpgroup MMA with the block-level order (BWD_BLOCK) at
-// dh 64 on Hopper (needs an sm_90a build); otherwise mma.sync with the staggered warp-level order
-// (BWD_STAGGER), which measured faster than BWD_BLOCK there (dev/cuda/NOTES.md).
+// Whether the public backward is deterministic (1, the default) or adds dQ / dc in arrival order (0).
+// One flag per process (an inline function's static: shared by every translation unit).
+inline int &deterministic_flag() {
+    static int on = 1;
+    return on;
+}
+
+// The public backward. Deterministic (default): warpgroup MMA with the sync-warp order (BWD_SYNC_LATE) at dh 64
+// on Hopper (needs an sm_90a build); otherwise mma.sync with the staggered warp-level order (BWD_STAGGER),
+// which measured faster than BWD_BLOCK there (dev/cuda/NOTES.md). Nondeterministic (see
+// fox_attention_set_deterministic): the same kernels with plain fp32 atomics (BWD_ATOMIC).
 template <int DH>
 void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
               const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
               __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
               const int *q_last, cudaStream_t s) {
+    const bool det = deterministic_flag() != 0;
     if constexpr (DH == 64) {
         if (use_wgmma()) {
-            backward_cfg<64, 64, 1, BWD_BLOCK, true>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B, H, T,
-                                                     q_last, s);
+            if (det)
+                backward_cfg<64, 64, 1, BWD_SYNC_LATE, true>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch,
+                                                             B, H, T, q_last, s);
+            else
+                backward_cfg<64, 64, 1, BWD_ATOMIC, true>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B,
+                                                          H, T, q_last, s);
             return;
         }
     }
-    backward_cfg<DH, BwdCfg<DH>::BM, BwdCfg<DH>::MINB, BWD_STAGGER>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv,
-                                                                    scratch, B, H, T, q_last, s);
+    if (det)
+        backward_cfg<DH, BwdCfg<DH>::BM, BwdCfg<DH>::MINB, BWD_STAGGER>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk,
+                                                                        dv, scratch, B, H, T, q_last, s);
+    else
+        backward_cfg<DH, BwdCfg<DH>::BM, BwdCfg<DH>::MINB, BWD_ATOMIC>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk,
+                                                                       dv, scratch, B, H, T, q_last, s);
 }
 
 }  // namespace fox_attn
@@ -1104,9 +1230,17 @@ static inline size_t fox_attention_backward_scratch_bytes(int B, int H, int T, i
     return (size_t)B * H * T * ((size_t)dh + 2) * sizeof(float) + fox_attn::bwd_sem_count(B, H, T) * sizeof(int);
 }
 
+// Chooses the backward's accumulation order for the whole process (host side; takes effect at the next
+// fox_attention_backward call). on = 1 (the default): deterministic, the same inputs give bitwise the
+// same outputs, run after run. on = 0: dq and dc are added with fp32 atomics in arrival order, so their
+// low bits (and dlogf's) can differ between runs; faster (H200, T 16384, d_h 64: see docs/perf.md).
+// Reading it back: fox_attention_get_deterministic().
+static inline void fox_attention_set_deterministic(int on) { fox_attn::deterministic_flag() = on ? 1 : 0; }
+static inline int fox_attention_get_deterministic(void) { return fox_attn::deterministic_flag(); }
+
 // Backward: dq, dk, dv (B, H, T, dh) bf16; dc = dL/dc and dlogf = dL/dlog f (reverse cumsum of dc),
 // both fp32 (B, H, T). scratch: fox_attention_backward_scratch_bytes() bytes, 16-byte aligned.
-// q_last: ACP hook (see top), or NULL. Deterministic: the same inputs give bitwise the same outputs.
+// q_last: ACP hook (see top), or NULL. Deterministic by default (fox_attention_set_deterministic).
 static inline void fox_attention_backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                           const float *c, const __nv_bfloat16 *o, const float *lse,
                                           const __nv_bfloat16 *dout, float *dc, float *dlogf, __nv_bfloat16 *dq,

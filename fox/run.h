@@ -2,6 +2,7 @@
 // --eval-only and sampling — shared by train_fox_cpu (train_fox.c) and train_fox (train_fox.cu).
 // Each trainer defines its Model (with fields cfg, lay and T) and these before including this file:
 //   void   run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute);
+//   void   run_model_options(const FoxArgs *a);   trainer-specific flags (e.g. --deterministic)
 //   void   model_free(Model *m);
 //   double model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
 //   const float *run_model_losses(Model *m);     per-position losses of the last forward, on the host
@@ -285,6 +286,7 @@ static void run_init(Run *r, int argc, char **argv) {
     fox_args_parse(&r->args, argc, argv);
     FoxArgs *a = &r->args;
     FoxConfig cfg = fox_args_config(a);
+    run_model_options(a);
     if (a->seq_len < 1 || a->batch < 1 || a->steps < 1) fox_fatal("--seq-len, --batch and --steps must be positive");
     if (a->keep < 1) fox_fatal("--keep must be at least 1");
     if (a->resume && !a->out[0]) fox_fatal("--resume needs --out");

@@ -6,6 +6,8 @@
 2. Times forward and forward+backward at T in {4096, 16384}, d_h in {64, 128} (B*T = 32k tokens,
    16 heads of 64 or 8 of 128) for ours and for causal SDPA (flash and cuDNN backends, no gate), with
    triton.testing.do_bench medians, and prints TFLOP/s (causal forward = 2 B H T^2 d_h, fwd+bwd = 3.5x).
+   "ours" is the default (deterministic) backward; "nondet" is fox_attention_set_deterministic(0) (fp32
+   atomics in arrival order), timed beside it.
 
     cd dev/cuda && make libfoxattn.so && cd ../.. && python3 scripts/bench_attention.py
 (FOX_ATTN_NO_WGMMA=1 times the mma.sync kernels instead of the Hopper wgmma ones at d_h = 64.)
@@ -32,6 +34,8 @@ def load_lib():
     lib.foxattn_backward_scratch_bytes.restype = ctypes.c_size_t
     lib.foxattn_backward.argtypes = [p, p, p, p, p, p, p, p, p, p, p, p, p, i, i, i, i, p, p]
     lib.foxattn_backward.restype = None
+    lib.foxattn_set_deterministic.argtypes = [i]
+    lib.foxattn_set_deterministic.restype = None
     return lib
 
 
@@ -132,6 +136,9 @@ def bench(lib):
             ours = FoxAttention(lib, q, k, v, c, dout)
             row = [T, d, tflops(flops, do_bench(ours.forward, return_mode="median")),
                    tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median"))]
+            lib.foxattn_set_deterministic(0)
+            row.append(tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median")))
+            lib.foxattn_set_deterministic(1)
             del ours
             qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
             dout_bhtd = dout.transpose(1, 2).contiguous()
@@ -149,8 +156,9 @@ def bench(lib):
             rows.append(row)
             torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; TFLOP/s (causal fwd = 2*B*H*T^2*d, fwd+bwd = 3.5x)")
-    print("| T | d_h | FoX ours fwd | FoX ours fwd+bwd | SDPA flash fwd | SDPA flash fwd+bwd | SDPA cuDNN fwd | SDPA cuDNN fwd+bwd |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| T | d_h | FoX ours fwd | FoX ours fwd+bwd | FoX ours fwd+bwd, nondet | SDPA flash fwd | SDPA flash fwd+bwd "
+          "| SDPA cuDNN fwd | SDPA cuDNN fwd+bwd |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | " + " | ".join(f"{x:.0f}" for x in r[2:]) + " |")
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # scripts/bench_train.sh: end-to-end training throughput of ./train_fox (fox-pro, batch 1 x 16384 tokens,
 # the bundled data/train.bin) for 125M and 760M at every --recompute level: tokens/s and MFU (mean of
-# the steps after the first two) and the device memory in use after the first step.
+# the steps after the first two) and the device memory in use after the first step; also, at recompute 0,
+# with the faster nondeterministic attention backward (--deterministic 0).
 # Usage (repository root, on the GPU machine): sh scripts/bench_train.sh [STEPS]   (default 8)
 set -e
 STEPS=${1:-8}
@@ -14,7 +15,9 @@ run() {  # name, recompute level, size flags
         /^step / && /tok\/s/ { n++; for (i = 1; i <= NF; i++) { if ($i == "tok/s") tps = $(i-1); if ($i == "MFU") mfu = $(i+1) }
                                if (n > 2) { st += tps; sm += mfu + 0; k++ } }
         /^memory/ { mem = $0; sub(/^memory \(recompute [0-9]\): /, "", mem) }
-        END { printf "%-5s recompute %s: %8.0f tok/s  MFU %5.1f%%  (mean of %d steps) | %s\n", name, rc, st / k, sm / k, k, mem }'
+        END { printf "%-24s recompute %s: %8.0f tok/s  MFU %5.1f%%  (mean of %d steps) | %s\n", name, rc, st / k, sm / k, k, mem }'
 }
 for level in 0 1 2; do run 125M "$level" "--layers 12 --dim 768 --heads 12"; done
+run "125M --deterministic 0" 0 "--layers 12 --dim 768 --heads 12 --deterministic 0"
 for level in 0 1 2; do run 760M "$level" "--layers 24 --dim 1536 --heads 24 --lr 1e-3"; done
+run "760M --deterministic 0" 0 "--layers 24 --dim 1536 --heads 24 --lr 1e-3 --deterministic 0"

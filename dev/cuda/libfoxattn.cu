@@ -10,6 +10,9 @@ void foxattn_forward(const void *q, const void *k, const void *v, const float *c
                           (__nv_bfloat16 *)o, lse, B, H, T, dh, kv_first, (cudaStream_t)stream);
 }
 
+// 1 (default): deterministic backward; 0: fp32 atomics in arrival order (fox_attention_set_deterministic).
+void foxattn_set_deterministic(int on) { fox_attention_set_deterministic(on); }
+
 size_t foxattn_backward_scratch_bytes(int B, int H, int T, int dh) {
     return fox_attention_backward_scratch_bytes(B, H, T, dh);
 }
