@@ -90,7 +90,11 @@ NVCCFLAGS = -O3 -std=c++17 -gencode=arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
 CUDA_LDLIBS = -lcublasLt -lcublas -lcudart -lgomp -lblosc -lm
 CUDA_HEADERS = fox/attention.cuh fox/gemm.cuh fox/kernels.cuh $(FOX_HEADERS)
 
-all: train_fox test_fox
+all: train_fox test_fox cuda-dev
+
+# The per-kernel check-and-benchmark programs (so CI compiles every CUDA file).
+cuda-dev:
+	$(MAKE) -C dev/cuda NVCC=$(NVCC) ARCH=$(GPU_ARCH)
 
 train_fox: train_fox.cu $(CUDA_HEADERS)
 	$(NVCC) $(NVCCFLAGS) -I. -o $@ train_fox.cu $(CUDA_LDLIBS)
@@ -119,6 +123,6 @@ clean: clean-cuda
 clean-cuda:
 	rm -f train_fox test_fox
 
-.PHONY: test-gpu clean-cuda
+.PHONY: test-gpu clean-cuda cuda-dev
 endif
 # --- end CUDA ---

@@ -510,7 +510,9 @@ template <int N> __device__ __forceinline__ void warp_column_sums(float v[N], in
 // "sync" warp alone waits on and releases the counters (see bwd_kernel). BWD_SYNC2: the same with two
 // such warps, one releasing and one acquiring, so their latencies overlap. BWD_SYNC_NOWAIT: BWD_SYNC
 // without the waits (a timing control, not deterministic). BWD_SYNC_LATE: a sync warp off the per-tile
-// barrier, the dQ step after the tile's other work (see bwd_kernel); the public default at dh 64 on Hopper.
+// barrier, the dQ step after the tile's other work (see bwd_kernel). BWD_SYNC_WG: BWD_SYNC_LATE in a
+// 384-thread block whose third warpgroup holds the sync warp and gives its registers to the two compute
+// warpgroups (setmaxnreg: 240 / 24 instead of 168 for all); the public default at dh 64 on Hopper.
 // BWD_ATOMIC_EARLY: BWD_ATOMIC with the dQ step before the tile's other work (a timing control).
 // Measured (H200, T 16k, dh 64, backward TFLOP/s): mma.sync ATOMIC 231, ORDERED 183, STAGGER 205, BLOCK 179;
 // wgmma ATOMIC 317, ATOMIC_EARLY 290, BLOCK 215, SYNC 276, SYNC2 278, SYNC_NOWAIT 276, SYNC_LATE 277. The
@@ -518,12 +520,13 @@ template <int N> __device__ __forceinline__ void warp_column_sums(float v[N], in
 // warps (3 per SM sub-partition), so the compute warps get 168 registers instead of 210-222 (NOTES.md).
 enum {
     BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3, BWD_SYNC = 4, BWD_SYNC2 = 5, BWD_SYNC_NOWAIT = 6,
-    BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8
+    BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9
 };
 // threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
 constexpr int bwd_threads(int mode) {
     return mode == BWD_SYNC || mode == BWD_SYNC_NOWAIT || mode == BWD_SYNC_LATE ? NTHREADS + 32
            : mode == BWD_SYNC2                                                   ? NTHREADS + 64
+           : mode == BWD_SYNC_WG                                                 ? NTHREADS + 128
                                                                                  : NTHREADS;
 }
 
@@ -550,6 +553,17 @@ __device__ __forceinline__ int ld_relaxed_gpu(const int *p) {
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 __device__ __forceinline__ void red_release_gpu_add(int *p, int v) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+// Warpgroup register reallocation (sm_90a; BWD_SYNC_WG): every warp of a warpgroup runs the same one.
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
 }
 // Named barrier 1 between the compute warps (arrive, no wait) and the sync warp (waits) of BWD_SYNC.
 __device__ __forceinline__ void named_bar_arrive(int id, int nthreads) {
@@ -578,6 +592,10 @@ __device__ __forceinline__ void acp_order(int m, int nb, const int *qlh, int lan
     before = __reduce_add_sync(0xffffffffu, above);
     last = __reduce_add_sync(0xffffffffu, below) == 0;
 }
+
+// BWD_SYNC_WG register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24 =
+// 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).
+constexpr int BWD_SYNC_WG_REGS_COMPUTE = 240, BWD_SYNC_WG_REGS_SYNC = 24;
 
 // Backward tile configuration: BM query rows per tile, MINB blocks per SM (register cap).
 template <int DH> struct BwdCfg {
@@ -623,6 +641,9 @@ template <int DH> struct BwdCfg {
 // wait on just before adding t, after its dQ product), waits on named barrier 1 (every compute warp has
 // issued its adds of t), releases t, and moves on to t+1: it has a whole tile's work for release and
 // acquire, and neither its fence nor its spin is on the compute warps' path unless a predecessor is late.
+// BWD_SYNC_WG: the same protocol; warps NWARPS..NWARPS+3 form a third warpgroup that runs setmaxnreg.dec
+// (then all but warp NWARPS exit), the compute warpgroups setmaxnreg.inc: ptxas caps the 384-thread
+// block at 168 registers per thread at entry and compiles the compute path for BWD_SYNC_WG_REGS_COMPUTE.
 // WG: the five products on Hopper warpgroup MMA (sm_90a; dh 64, BM 64): warpgroup w4 (warps 4w4..4w4+3)
 // owns keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared.
 template <int DH, int BM, int MINB, int MODE, bool WG>
@@ -670,9 +691,13 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const int ntiles = qt_last - qt_first + 1;
     int *semh = sem + (size_t)bh * nqt;
 
-    constexpr bool SYNCW = MODE == BWD_SYNC || MODE == BWD_SYNC2 || MODE == BWD_SYNC_NOWAIT || MODE == BWD_SYNC_LATE;
-    if constexpr (MODE == BWD_SYNC_LATE) {
-        if (warp == NWARPS) {  // the sync warp (see above)
+    constexpr bool LATE = MODE == BWD_SYNC_LATE || MODE == BWD_SYNC_WG;
+    constexpr bool SYNCW = MODE == BWD_SYNC || MODE == BWD_SYNC2 || MODE == BWD_SYNC_NOWAIT || LATE;
+    static_assert(MODE != BWD_SYNC_WG || WG, "BWD_SYNC_WG: setmaxnreg needs the sm_90a warpgroup path");
+    if constexpr (LATE) {
+        if (warp >= NWARPS) {  // the sync warp (see above); BWD_SYNC_WG: its warpgroup gives registers back
+            if constexpr (MODE == BWD_SYNC_WG) setmaxnreg_dec<BWD_SYNC_WG_REGS_SYNC>();
+            if (warp != NWARPS) return;  // BWD_SYNC_WG: warps NWARPS+1.. have nothing to do
             int ord_row = -1, before = 0;
             bool last = false;
             for (int t = qt_first; t <= qt_last; t++) {
@@ -696,6 +721,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             }
             return;
         }
+        if constexpr (MODE == BWD_SYNC_WG) setmaxnreg_inc<BWD_SYNC_WG_REGS_COMPUTE>();
     } else if constexpr (SYNCW) {
         if (warp >= NWARPS) {  // the sync warp(s) (see above): the compute warps never touch the counters
             const bool rel = warp == NWARPS, acq = MODE != BWD_SYNC2 || warp == NWARPS + 1;
@@ -777,7 +803,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     bool ord_last = false;           // no live key block below nb in it
     int *pending = nullptr;          // counter this warp still has to release (one tile later)
     const bool early = (MODE == BWD_STAGGER && warp < NWARPS / 2) || MODE == BWD_BLOCK || MODE == BWD_ATOMIC_EARLY ||
-                       (SYNCW && MODE != BWD_SYNC_LATE);
+                       (SYNCW && !LATE);
     // this block's place in the order for ACP row m (same for every tile of the row); warp-uniform
     auto ord_update = [&](int m) {
         if (m == ord_m) return;
@@ -836,7 +862,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 }
             }
         }
-        if (MODE == BWD_SYNC_LATE) named_bar_sync(2, NTHREADS + 32);  // the sync warp has acquired tile it-1
+        if (LATE) named_bar_sync(2, NTHREADS + 32);  // the sync warp has acquired tile it-1
         // fp32 adds; in the ordered modes every address sees its adds in one fixed order
         const int qr0 = i0 + dq_r + g;
 #pragma unroll
@@ -855,7 +881,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         cp_async_wait_all();
         if constexpr (WG) fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
         // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
-        if constexpr (MODE == BWD_SYNC_LATE) named_bar_sync(0, NTHREADS);  // the compute warps only
+        if constexpr (LATE) named_bar_sync(0, NTHREADS);  // the compute warps only
         else __syncthreads();
         // BWD_BLOCK: every warp issued tile it-2's adds before this barrier (and long ago): release them
         if (MODE == BWD_BLOCK && tid == 0 && it >= 2) red_release_gpu_add(semh + qt_first + it - 2, 1);
@@ -1178,7 +1204,10 @@ inline int &deterministic_flag() {
     return on;
 }
 
-// The public backward. Deterministic (default): warpgroup MMA with the sync-warp order (BWD_SYNC_LATE) at dh 64
+// The deterministic warpgroup-MMA backward the public API uses at dh 64 on Hopper (see the enum above).
+constexpr int BWD_DET_WG_MODE = BWD_SYNC_WG;
+
+// The public backward. Deterministic (default): warpgroup MMA with the sync-warp order (BWD_DET_WG_MODE) at dh 64
 // on Hopper (needs an sm_90a build); otherwise mma.sync with the staggered warp-level order (BWD_STAGGER),
 // which measured faster than BWD_BLOCK there (dev/cuda/NOTES.md). Nondeterministic (see
 // fox_attention_set_deterministic): the same kernels with plain fp32 atomics (BWD_ATOMIC).
@@ -1191,8 +1220,8 @@ void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat1
     if constexpr (DH == 64) {
         if (use_wgmma()) {
             if (det)
-                backward_cfg<64, 64, 1, BWD_SYNC_LATE, true>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch,
-                                                             B, H, T, q_last, s);
+                backward_cfg<64, 64, 1, BWD_DET_WG_MODE, true>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv,
+                                                               scratch, B, H, T, q_last, s);
             else
                 backward_cfg<64, 64, 1, BWD_ATOMIC, true>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B,
                                                           H, T, q_last, s);
