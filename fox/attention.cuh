@@ -512,21 +512,30 @@ template <int N> __device__ __forceinline__ void warp_column_sums(float v[N], in
 // without the waits (a timing control, not deterministic). BWD_SYNC_LATE: a sync warp off the per-tile
 // barrier, the dQ step after the tile's other work (see bwd_kernel). BWD_SYNC_WG: BWD_SYNC_LATE in a
 // 384-thread block whose third warpgroup holds the sync warp and gives its registers to the two compute
-// warpgroups (setmaxnreg: 240 / 24 instead of 168 for all); the public default at dh 64 on Hopper.
+// warpgroups (setmaxnreg: 240 / 24 instead of 168 for all), and each compute warpgroup waits for the sync
+// warp's acquire on its own named barrier (2, 3) instead of one shared by all 8 compute warps, so the two
+// warpgroups do not wait on each other there; the public default at dh 64 on Hopper.
 // BWD_ATOMIC_EARLY: BWD_ATOMIC with the dQ step before the tile's other work (a timing control).
+// BWD_SYNC_WG_FULLBAR: BWD_SYNC_WG with BWD_SYNC_LATE's single barrier 2 (all 8 compute warps meet the sync
+// warp before their adds); BWD_SYNC_LATE_WGBAR: BWD_SYNC_LATE (288 threads, 168 registers) with BWD_SYNC_WG's
+// barrier per warpgroup. Both are controls.
 // Measured (H200, T 16k, dh 64, backward TFLOP/s): mma.sync ATOMIC 231, ORDERED 183, STAGGER 205, BLOCK 179;
 // wgmma ATOMIC 317, ATOMIC_EARLY 290, BLOCK 215, SYNC 276, SYNC2 278, SYNC_NOWAIT 276, SYNC_LATE 277. The
 // sync-warp kernels are held back by registers, not by the order: ptxas sizes a 288-thread block as 12
 // warps (3 per SM sub-partition), so the compute warps get 168 registers instead of 210-222 (NOTES.md).
+// H100, session 4 (same run, backward TFLOP/s, T 16k, dh 64): ATOMIC 322, SYNC_LATE 279, SYNC_WG_FULLBAR 283,
+// SYNC_LATE_WGBAR 303, SYNC_WG 307: the loss was mostly SYNC_LATE's barrier 2, which made the two compute
+// warpgroups meet once more per tile; registers were worth ~1%.
 enum {
     BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3, BWD_SYNC = 4, BWD_SYNC2 = 5, BWD_SYNC_NOWAIT = 6,
-    BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9
+    BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9, BWD_SYNC_WG_FULLBAR = 10, BWD_SYNC_LATE_WGBAR = 11
 };
 // threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
 constexpr int bwd_threads(int mode) {
-    return mode == BWD_SYNC || mode == BWD_SYNC_NOWAIT || mode == BWD_SYNC_LATE ? NTHREADS + 32
+    return mode == BWD_SYNC || mode == BWD_SYNC_NOWAIT || mode == BWD_SYNC_LATE || mode == BWD_SYNC_LATE_WGBAR
+               ? NTHREADS + 32
            : mode == BWD_SYNC2                                                   ? NTHREADS + 64
-           : mode == BWD_SYNC_WG                                                 ? NTHREADS + 128
+           : mode == BWD_SYNC_WG || mode == BWD_SYNC_WG_FULLBAR                  ? NTHREADS + 128
                                                                                  : NTHREADS;
 }
 
@@ -643,7 +652,11 @@ template <int DH> struct BwdCfg {
 // acquire, and neither its fence nor its spin is on the compute warps' path unless a predecessor is late.
 // BWD_SYNC_WG: the same protocol; warps NWARPS..NWARPS+3 form a third warpgroup that runs setmaxnreg.dec
 // (then all but warp NWARPS exit), the compute warpgroups setmaxnreg.inc: ptxas caps the 384-thread
-// block at 168 registers per thread at entry and compiles the compute path for BWD_SYNC_WG_REGS_COMPUTE.
+// block at 168 registers per thread at entry and compiles the compute path for BWD_SYNC_WG_REGS_COMPUTE
+// (highest register R194 in the SASS). Barrier 2 is split per warpgroup: the sync warp arrives at 2 and 3 (128 + 32 each), compute
+// warpgroup w4 syncs on 2 + w4. Each warpgroup adds only its own dQ columns (and warpgroup 0 the dc row
+// sums), so every address still sees this block's adds of a tile between the same acquire and release,
+// and the sync warp still waits (barrier 1) for all 8 compute warps' adds before it releases.
 // WG: the five products on Hopper warpgroup MMA (sm_90a; dh 64, BM 64): warpgroup w4 (warps 4w4..4w4+3)
 // owns keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared.
 template <int DH, int BM, int MINB, int MODE, bool WG>
@@ -691,12 +704,15 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const int ntiles = qt_last - qt_first + 1;
     int *semh = sem + (size_t)bh * nqt;
 
-    constexpr bool LATE = MODE == BWD_SYNC_LATE || MODE == BWD_SYNC_WG;
+    constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR;  // setmaxnreg split
+    constexpr bool WGBAR = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_LATE_WGBAR;   // barrier 2 per warpgroup
+    constexpr bool LATE = MODE == BWD_SYNC_LATE || REGS || MODE == BWD_SYNC_LATE_WGBAR;
     constexpr bool SYNCW = MODE == BWD_SYNC || MODE == BWD_SYNC2 || MODE == BWD_SYNC_NOWAIT || LATE;
-    static_assert(MODE != BWD_SYNC_WG || WG, "BWD_SYNC_WG: setmaxnreg needs the sm_90a warpgroup path");
+    static_assert(!REGS || WG, "BWD_SYNC_WG: setmaxnreg needs the sm_90a warpgroup path");
+    static_assert(!WGBAR || WG, "per-warpgroup barriers: a warpgroup adds its own dQ columns (warpgroup path)");
     if constexpr (LATE) {
         if (warp >= NWARPS) {  // the sync warp (see above); BWD_SYNC_WG: its warpgroup gives registers back
-            if constexpr (MODE == BWD_SYNC_WG) setmaxnreg_dec<BWD_SYNC_WG_REGS_SYNC>();
+            if constexpr (REGS) setmaxnreg_dec<BWD_SYNC_WG_REGS_SYNC>();
             if (warp != NWARPS) return;  // BWD_SYNC_WG: warps NWARPS+1.. have nothing to do
             int ord_row = -1, before = 0;
             bool last = false;
@@ -714,14 +730,19 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     }
                 }
                 __syncwarp();
-                named_bar_arrive(2, NTHREADS + 32);  // t acquired: the compute warps may add it
+                if constexpr (WGBAR) {  // t acquired: each compute warpgroup may add it, independently
+                    named_bar_arrive(2, 128 + 32);
+                    named_bar_arrive(3, 128 + 32);
+                } else {
+                    named_bar_arrive(2, NTHREADS + 32);  // t acquired: the compute warps may add it
+                }
                 named_bar_sync(1, NTHREADS + 32);    // every compute warp has issued its adds of t
                 if (lane == 0) red_release_gpu_add(semh + t, 1);
                 __syncwarp();
             }
             return;
         }
-        if constexpr (MODE == BWD_SYNC_WG) setmaxnreg_inc<BWD_SYNC_WG_REGS_COMPUTE>();
+        if constexpr (REGS) setmaxnreg_inc<BWD_SYNC_WG_REGS_COMPUTE>();
     } else if constexpr (SYNCW) {
         if (warp >= NWARPS) {  // the sync warp(s) (see above): the compute warps never touch the counters
             const bool rel = warp == NWARPS, acq = MODE != BWD_SYNC2 || warp == NWARPS + 1;
@@ -862,7 +883,13 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 }
             }
         }
-        if (LATE) named_bar_sync(2, NTHREADS + 32);  // the sync warp has acquired tile it-1
+        // the sync warp has acquired tile it-1 (WGBAR: a barrier per warpgroup, so the two warpgroups do not
+        // wait on each other here)
+        if (LATE) {
+            if (WGBAR && w4 == 0) named_bar_sync(2, 128 + 32);  // constant ids: ptxas counts 4 barriers, not 16
+            else if (WGBAR) named_bar_sync(3, 128 + 32);
+            else named_bar_sync(2, NTHREADS + 32);
+        }
         // fp32 adds; in the ordered modes every address sees its adds in one fixed order
         const int qr0 = i0 + dq_r + g;
 #pragma unroll

@@ -68,8 +68,12 @@ struct Variant {
 static const Variant variants[] = {
     {"api", 64, nullptr, false},
     {"api, fox_attention_set_deterministic(0)", 64, api_nondeterministic<64>, true},
-    {"wgmma, sync warpgroup + setmaxnreg 240/24 (BWD_SYNC_WG)", 64,
+    {"wgmma, sync warpgroup + setmaxnreg 240/24, barrier per warpgroup (BWD_SYNC_WG)", 64,
      fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_SYNC_WG, true>, false, true},
+    {"wgmma, sync warpgroup + setmaxnreg 240/24, one barrier (BWD_SYNC_WG_FULLBAR)", 64,
+     fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_SYNC_WG_FULLBAR, true>, false, true},
+    {"wgmma, sync warp, 168 registers, barrier per warpgroup (BWD_SYNC_LATE_WGBAR)", 64,
+     fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_SYNC_LATE_WGBAR, true>, false, true},
     {"wgmma, sync warp, dQ step last, 168 registers (BWD_SYNC_LATE)", 64,
      fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_SYNC_LATE, true>, false, true},
     {"wgmma, sync warp, dQ step first (BWD_SYNC)", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_SYNC, true>,
