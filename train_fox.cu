@@ -318,13 +318,6 @@ static QkvShape qkv_shape(Model *m, int l, int B, int T) {
     return s;
 }
 
-// Launches a one-warp-per-(token, head) kernel templated on E = dh/32 (2 or 4).
-#define LAUNCH_HEADS(kernel, dh, items, stream, ...)                                                                    \
-    do {                                                                                                                \
-        if ((dh) == 64) kernel<2><<<warp_blocks(items), FOX_WARPS * 32, 0, stream>>>(__VA_ARGS__);                     \
-        else kernel<4><<<warp_blocks(items), FOX_WARPS * 32, 0, stream>>>(__VA_ARGS__);                                \
-        FOX_LAUNCH_CHECK();                                                                                             \
-    } while (0)
 
 static void rmsnorm_forward(Model *m, bf16 *out, const float *in, const float *w, int N) {
     rmsnorm_forward_kernel<<<warp_blocks(N), FOX_WARPS * 32, 0, m->stream>>>(out, in, w, N, m->cfg.d_model, FOX_NORM_EPS);

@@ -36,6 +36,14 @@ __device__ __forceinline__ size_t warp_index() { return (size_t)blockIdx.x * FOX
 
 static inline unsigned warp_blocks(size_t items) { return (unsigned)((items + FOX_WARPS - 1) / FOX_WARPS); }
 
+// Launches a one-warp-per-(token, head) kernel templated on E = dh/32 (2 or 4).
+#define LAUNCH_HEADS(kernel, dh, items, stream, ...)                                                                    \
+    do {                                                                                                                \
+        if ((dh) == 64) kernel<2><<<warp_blocks(items), FOX_WARPS * 32, 0, stream>>>(__VA_ARGS__);                     \
+        else kernel<4><<<warp_blocks(items), FOX_WARPS * 32, 0, stream>>>(__VA_ARGS__);                                \
+        FOX_LAUNCH_CHECK();                                                                                             \
+    } while (0)
+
 #define FOX_LAUNCH_CHECK() FOX_CUDA_CHECK(cudaGetLastError())
 
 // ----------------------------------------------------------------------------

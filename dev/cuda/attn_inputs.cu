@@ -6,13 +6,6 @@
 //   make attn_inputs && ./attn_inputs
 #include "kcheck.h"
 
-#define LAUNCH_HEADS(kernel, dh, items, ...)                                            \
-    do {                                                                                \
-        if ((dh) == 64) kernel<2><<<warp_blocks(items), FOX_WARPS * 32>>>(__VA_ARGS__); \
-        else kernel<4><<<warp_blocks(items), FOX_WARPS * 32>>>(__VA_ARGS__);            \
-        FOX_LAUNCH_CHECK();                                                             \
-    } while (0)
-
 struct Cfg {
     int B, T, H, dh;
     bool shift, norm, shared, rope;
@@ -175,15 +168,15 @@ static void run(const Cfg &c) {
             }
 
     // ---- GPU
-    auto fwd = [&] { LAUNCH_HEADS(qkv_forward_kernel, dh, (size_t)N * H, d_q, d_k, d_v, s); };
+    auto fwd = [&] { LAUNCH_HEADS(qkv_forward_kernel, dh, (size_t)N * H, 0, d_q, d_k, d_v, s); };
     const int crows = c.shared ? N * H : N, ccols = c.shared ? dh : D;
     auto bwd = [&] {
-        LAUNCH_HEADS(qk_backward_kernel, dh, (size_t)N * H, d_dproj, d_dks, d_qprod, d_kprod, d_dq, d_dk, s);
+        LAUNCH_HEADS(qk_backward_kernel, dh, (size_t)N * H, 0, d_dproj, d_dks, d_qprod, d_kprod, d_dq, d_dk, s);
         if (c.norm) {
             colsum_accumulate(d_dqw, d_qprod, crows, ccols, ccols, d_part, 0);
             colsum_accumulate(d_dkw, d_kprod, crows, ccols, ccols, d_part, 0);
         }
-        LAUNCH_HEADS(kv_backward_kernel, dh, (size_t)N * H, d_dproj, d_dks, d_dv, s);
+        LAUNCH_HEADS(kv_backward_kernel, dh, (size_t)N * H, 0, d_dproj, d_dks, d_dv, s);
     };
     Group gf, gb;
     poison(d_q, n);

@@ -5,13 +5,6 @@
 //   make output_gate && ./output_gate
 #include "kcheck.h"
 
-#define LAUNCH_HEADS(kernel, dh, items, ...)                                            \
-    do {                                                                                \
-        if ((dh) == 64) kernel<2><<<warp_blocks(items), FOX_WARPS * 32>>>(__VA_ARGS__); \
-        else kernel<4><<<warp_blocks(items), FOX_WARPS * 32>>>(__VA_ARGS__);            \
-        FOX_LAUNCH_CHECK();                                                             \
-    } while (0)
-
 struct Cfg {
     int B, T, H, dh;
     bool norm, gate;
@@ -64,9 +57,9 @@ static void run(const Cfg &c) {
             }
         }
 
-    auto fwd = [&] { LAUNCH_HEADS(output_forward_kernel, dh, (size_t)N * H, dz_out, d_o_in, dproj_in, ld, cg, dow, N, H, dh); };
+    auto fwd = [&] { LAUNCH_HEADS(output_forward_kernel, dh, (size_t)N * H, 0, dz_out, d_o_in, dproj_in, ld, cg, dow, N, H, dh); };
     auto bwd = [&] {
-        LAUNCH_HEADS(output_backward_kernel, dh, (size_t)N * H, dd_o, ddproj, doprod, ddz, d_o_in, dproj_in, ld, cg, dow, N,
+        LAUNCH_HEADS(output_backward_kernel, dh, (size_t)N * H, 0, dd_o, ddproj, doprod, ddz, d_o_in, dproj_in, ld, cg, dow, N,
                      H, dh);
         if (dow) colsum_accumulate(ddow, doprod, N, D, D, dpart, 0);
     };
