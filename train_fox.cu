@@ -67,7 +67,8 @@ typedef struct {
     bf16 *dproj;      // (N, NINP); the padding columns stay zero
     bf16 *dq, *dk, *dv, *d_o;
     float *dc, *dlogf, *dfg;  // (B, H, T), (B, H, T), (N, H)
-    float *f1, *f2, *f3;      // (N, D) fp32: norm-weight products, key-shift gradient
+    float *dks;               // (N, D) fp32: gradient of the shifted keys
+    float *colsum_rows;       // block partials of the fused norm-weight column sums
     float *colsum_part, *sumsq_part;
     double *sumsq;
     void *attn_scratch;
@@ -196,9 +197,8 @@ static void model_alloc_acts(Model *m, int B, int T) {
     s->dc = (float *)dev_alloc(N * H * f, cnt);
     s->dlogf = (float *)dev_alloc(N * H * f, cnt);
     s->dfg = (float *)dev_alloc(N * H * f, cnt);
-    s->f1 = (float *)dev_alloc(N * D * f, cnt);
-    s->f2 = (float *)dev_alloc(N * D * f, cnt);
-    s->f3 = (float *)dev_alloc(N * D * f, cnt);
+    s->dks = (float *)dev_alloc(N * D * f, cnt);
+    s->colsum_rows = (float *)dev_alloc(2 * colsum_rows_floats((int)N, (int)D) * f, cnt);
     s->colsum_part = (float *)dev_alloc(colsum_scratch_floats(N * H, D) * f, cnt);
     s->sumsq_part = (float *)dev_alloc(SUMSQ_BLOCKS * f, cnt);
     s->sumsq = (double *)dev_alloc(sizeof(double), cnt);
@@ -278,7 +278,7 @@ static void model_free(Model *m) {
     }
     void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xnf, a->logits, a->losses, a->ce_lse, a->zero_c,
                     a->inputs, a->targets, s->dres, s->dres_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
-                    s->d_o, s->dc, s->dlogf, s->dfg, s->f1, s->f2, s->f3, s->colsum_part, s->sumsq_part, s->sumsq,
+                    s->d_o, s->dc, s->dlogf, s->dfg, s->dks, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
                     s->attn_scratch, s->bucket_token, s->bucket_start, s->bucket_pos, m->rope_cos, m->rope_sin};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
     for (int k = 0; k < FOX_NUM_PARAMS; k++) FOX_CUDA_CHECK(cudaFree(m->wbf[k]));
@@ -320,18 +320,14 @@ static QkvShape qkv_shape(Model *m, int l, int B, int T) {
 
 
 static void rmsnorm_forward(Model *m, bf16 *out, const float *in, const float *w, int N) {
-    rmsnorm_forward_kernel<<<warp_blocks(N), FOX_WARPS * 32, 0, m->stream>>>(out, in, w, N, m->cfg.d_model, FOX_NORM_EPS);
-    FOX_LAUNCH_CHECK();
+    fox_rmsnorm_forward(out, in, w, N, m->cfg.d_model, m->stream);
 }
 
 // dres (+)= RMSNorm backward of dxn; dw += Σ dxn⊙x̂.
 static void rmsnorm_backward(Model *m, const float *in, const float *w, float *dw, int N, int accumulate) {
     Scratch *s = &m->s;
-    int D = m->cfg.d_model;
-    rmsnorm_backward_kernel<<<warp_blocks(N), FOX_WARPS * 32, 0, m->stream>>>(s->dres, s->dres_bf, s->f1, s->dxn, in, w,
-                                                                               N, D, FOX_NORM_EPS, accumulate);
-    FOX_LAUNCH_CHECK();
-    colsum_accumulate(dw, s->f1, N, D, D, s->colsum_part, m->stream);
+    fox_rmsnorm_backward(s->dres, s->dres_bf, dw, s->dxn, in, w, N, m->cfg.d_model, accumulate, s->colsum_rows,
+                         s->colsum_part, m->stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -370,8 +366,7 @@ static void mlp_inner_forward(Model *m, int l, int B, int T) {
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
     rmsnorm_forward(m, a->xn2[l], a->mid[l], param(m, FOX_P_ln2_w, l), N);
     linear_forward(&m->gemm, a->u[l], NULL, CUDA_R_16BF, 2 * I, a->xn2[l], wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
-    swiglu_forward_kernel<<<fox_blocks((size_t)N * I, 256), 256, 0, m->stream>>>(a->hh[l], a->u[l], N, I);
-    FOX_LAUNCH_CHECK();
+    fox_swiglu_forward(a->hh[l], a->u[l], N, I, m->stream);
 }
 
 // Forward of block l's MLP: mid[l] → resid[l+1].
@@ -451,8 +446,7 @@ static void mlp_block_backward(Model *m, int l, int B, int T) {
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
     linear_backward_input(&m->gemm, s->dh, s->dres_bf, D, wbf(m, FOX_P_mlp_out_w, l), N, I, D);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_out_w, l), s->dres_bf, D, a->hh[l], N, I, D);
-    swiglu_backward_kernel<<<fox_blocks((size_t)N * I, 256), 256, 0, m->stream>>>(s->du, s->dh, a->u[l], N, I);
-    FOX_LAUNCH_CHECK();
+    fox_swiglu_backward(s->du, s->dh, a->u[l], N, I, m->stream);
     linear_backward_input(&m->gemm, s->dxn, s->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn2[l], N, D, 2 * I);
     rmsnorm_backward(m, a->mid[l], param(m, FOX_P_ln2_w, l), grad(m, FOX_P_ln2_w, l), N, 1);
@@ -468,9 +462,8 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     linear_backward_input(&m->gemm, s->dxn, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z[l], N, D, D);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
-    LAUNCH_HEADS(output_backward_kernel, Dh, (size_t)N * H, m->stream, s->d_o, s->dproj, s->f1, s->dxn, a->o[l],
-                 a->proj[l], NP, c->output_gate ? m->cols.g : -1, ow, N, H, Dh);
-    if (ow) colsum_accumulate(grad(m, FOX_P_onorm_w, l), s->f1, N, D, D, s->colsum_part, m->stream);
+    fox_output_backward(s->d_o, s->dproj, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], NP,
+                        c->output_gate ? m->cols.g : -1, ow, N, H, Dh, s->colsum_rows, s->colsum_part, m->stream);
     fox_attention_backward(a->q[l], a->k[l], a->v[l], has_fg ? a->c[l] : a->zero_c, a->o[l], a->lse[l], s->d_o, s->dc,
                            s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, NULL, m->stream);
     if (has_fg) {
@@ -482,14 +475,8 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
             colsum_accumulate(grad(m, FOX_P_fgate_b, l), s->dfg, N, H, H, s->colsum_part, m->stream);
     }
     QkvShape qs = qkv_shape(m, l, B, T);
-    LAUNCH_HEADS(qk_backward_kernel, Dh, (size_t)N * H, m->stream, s->dproj, s->f2, s->f1, s->f3, s->dq, s->dk, qs);
-    if (c->qk_norm) {
-        // Per-head weights: column sums over tokens; one shared vector: over tokens and heads.
-        int rows = c->qk_norm_shared ? N * H : N, cols = c->qk_norm_shared ? Dh : D;
-        colsum_accumulate(grad(m, FOX_P_qnorm_w, l), s->f1, rows, cols, cols, s->colsum_part, m->stream);
-        colsum_accumulate(grad(m, FOX_P_knorm_w, l), s->f3, rows, cols, cols, s->colsum_part, m->stream);
-    }
-    LAUNCH_HEADS(kv_backward_kernel, Dh, (size_t)N * H, m->stream, s->dproj, s->f2, s->dv, qs);
+    fox_qkv_backward(s->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
+                     s->dq, s->dk, s->dv, qs, s->dks, s->colsum_rows, s->colsum_part, m->stream);
     linear_backward_input(&m->gemm, s->dxn, s->dproj, NP, wbf(m, FOX_P_attn_in_w, l), N, D, NP);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NP, a->xn1[l], N, D, m->cols.width);
     rmsnorm_backward(m, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);

@@ -138,11 +138,20 @@ __device__ __forceinline__ void wg_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wg_commit_wait() {
+__device__ __forceinline__ void wg_commit() {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
+}
+// Waits until at most N committed groups of this warpgroup's MMAs are still running.
+template <int N> __device__ __forceinline__ void wg_wait() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit_wait() {
+    wg_commit();
+    wg_wait<0>();
 }
 // generic-proxy smem writes (st.shared, cp.async) -> later reads by wgmma (async proxy)
 __device__ __forceinline__ void fence_proxy_async_smem() {
@@ -187,9 +196,9 @@ __device__ __forceinline__ void wgmma_m64n64_rs(float (&d)[8][4], const uint32_t
     __trap();
 #endif
 }
-// D (64 x 32) += A (64 x 16) B (16 x 32), both from smem descriptors.
+// D (64 x 32) += A (64 x 16) B (16 x 32), both from smem descriptors (scale_d = 0: D = A B).
 template <int TA, int TB>
-__device__ __forceinline__ void wgmma_m64n32_ss(float (&d)[4][4], uint64_t da, uint64_t db) {
+__device__ __forceinline__ void wgmma_m64n32_ss(float (&d)[4][4], uint64_t da, uint64_t db, int scale_d) {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
     asm volatile(
         "{\n"
@@ -199,7 +208,7 @@ __device__ __forceinline__ void wgmma_m64n32_ss(float (&d)[4][4], uint64_t da, u
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %18, %19;\n"
         "}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(1));
+        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(scale_d));
 #else
     __trap();
 #endif
@@ -514,7 +523,7 @@ template <int N> __device__ __forceinline__ void warp_column_sums(float v[N], in
 // 384-thread block whose third warpgroup holds the sync warp and gives its registers to the two compute
 // warpgroups (setmaxnreg: 240 / 24 instead of 168 for all), and each compute warpgroup waits for the sync
 // warp's acquire on its own named barrier (2, 3) instead of one shared by all 8 compute warps, so the two
-// warpgroups do not wait on each other there; the public default at dh 64 on Hopper.
+// warpgroups do not wait on each other there (the public default at dh 64 on Hopper until BWD_SYNC_WG_PIPE).
 // BWD_ATOMIC_EARLY: BWD_ATOMIC with the dQ step before the tile's other work (a timing control).
 // BWD_SYNC_WG_FULLBAR: BWD_SYNC_WG with BWD_SYNC_LATE's single barrier 2 (all 8 compute warps meet the sync
 // warp before their adds); BWD_SYNC_LATE_WGBAR: BWD_SYNC_LATE (288 threads, 168 registers) with BWD_SYNC_WG's
@@ -526,16 +535,22 @@ template <int N> __device__ __forceinline__ void warp_column_sums(float v[N], in
 // H100, session 4 (same run, backward TFLOP/s, T 16k, dh 64): ATOMIC 322, SYNC_LATE 279, SYNC_WG_FULLBAR 283,
 // SYNC_LATE_WGBAR 303, SYNC_WG 307: the loss was mostly SYNC_LATE's barrier 2, which made the two compute
 // warpgroups meet once more per tile; registers were worth ~1%.
+// BWD_SYNC_WG_PIPE / BWD_ATOMIC_PIPE: BWD_SYNC_WG / BWD_ATOMIC with the warpgroup MMAs pipelined across
+// the tile's steps (see bwd_kernel): tile it-1's dQ product runs on the tensor cores during tile it's
+// softmax work, and tile it's dV/dK products during tile it-1's dQ adds. The public defaults at dh 64 on
+// Hopper (deterministic / not). Same results bit for bit as without the pipelining.
+// H100, session 5 (same run, backward TFLOP/s, T 16k, dh 64): SYNC_WG 308, SYNC_WG_PIPE 327, ATOMIC_PIPE 340.
 enum {
     BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3, BWD_SYNC = 4, BWD_SYNC2 = 5, BWD_SYNC_NOWAIT = 6,
-    BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9, BWD_SYNC_WG_FULLBAR = 10, BWD_SYNC_LATE_WGBAR = 11
+    BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9, BWD_SYNC_WG_FULLBAR = 10, BWD_SYNC_LATE_WGBAR = 11,
+    BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13
 };
 // threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
 constexpr int bwd_threads(int mode) {
     return mode == BWD_SYNC || mode == BWD_SYNC_NOWAIT || mode == BWD_SYNC_LATE || mode == BWD_SYNC_LATE_WGBAR
                ? NTHREADS + 32
            : mode == BWD_SYNC2                                                   ? NTHREADS + 64
-           : mode == BWD_SYNC_WG || mode == BWD_SYNC_WG_FULLBAR                  ? NTHREADS + 128
+           : mode == BWD_SYNC_WG || mode == BWD_SYNC_WG_FULLBAR || mode == BWD_SYNC_WG_PIPE ? NTHREADS + 128
                                                                                  : NTHREADS;
 }
 
@@ -659,6 +674,12 @@ template <int DH> struct BwdCfg {
 // and the sync warp still waits (barrier 1) for all 8 compute warps' adds before it releases.
 // WG: the five products on Hopper warpgroup MMA (sm_90a; dh 64, BM 64): warpgroup w4 (warps 4w4..4w4+3)
 // owns keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared.
+// PIPE (BWD_SYNC_WG_PIPE, BWD_ATOMIC_PIPE): per tile it a warpgroup commits three MMA groups, S^T/dP^T of
+// tile it, then dQ of tile it-1, then dV/dK of tile it, and waits for each only where its result is
+// needed: S^T/dP^T before the softmax step (dQ keeps running), dQ before its adds (dV/dK keep running),
+// dV/dK before the next tile's barrier (their register operands, and the Q/dO buffer the next prefetch
+// overwrites). The dQ issue is unconditional (at it = 0 on a zeroed dS^T buffer, result unused): ptxas
+// serializes every warpgroup MMA of the kernel when the issue sits under a branch (C7514).
 template <int DH, int BM, int MINB, int MODE, bool WG>
 __global__ void __launch_bounds__(bwd_threads(MODE), MINB)
 bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
@@ -704,12 +725,14 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const int ntiles = qt_last - qt_first + 1;
     int *semh = sem + (size_t)bh * nqt;
 
-    constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR;  // setmaxnreg split
-    constexpr bool WGBAR = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_LATE_WGBAR;   // barrier 2 per warpgroup
+    constexpr bool PIPE = MODE == BWD_SYNC_WG_PIPE || MODE == BWD_ATOMIC_PIPE;  // pipelined warpgroup MMAs
+    constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR || MODE == BWD_SYNC_WG_PIPE;  // setmaxnreg
+    constexpr bool WGBAR = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_LATE_WGBAR || MODE == BWD_SYNC_WG_PIPE;  // barrier 2 per wg
     constexpr bool LATE = MODE == BWD_SYNC_LATE || REGS || MODE == BWD_SYNC_LATE_WGBAR;
     constexpr bool SYNCW = MODE == BWD_SYNC || MODE == BWD_SYNC2 || MODE == BWD_SYNC_NOWAIT || LATE;
     static_assert(!REGS || WG, "BWD_SYNC_WG: setmaxnreg needs the sm_90a warpgroup path");
     static_assert(!WGBAR || WG, "per-warpgroup barriers: a warpgroup adds its own dQ columns (warpgroup path)");
+    static_assert(!PIPE || WG, "pipelined MMAs: warpgroup path");
     if constexpr (LATE) {
         if (warp >= NWARPS) {  // the sync warp (see above); BWD_SYNC_WG: its warpgroup gives registers back
             if constexpr (REGS) setmaxnreg_dec<BWD_SYNC_WG_REGS_SYNC>();
@@ -792,6 +815,10 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
     };
 
+    if constexpr (PIPE) {  // dS^T buffer 1: the operand of the unused dQ product issued in iteration 0
+        uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
+        for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
     load_tile_async<DH, BN>(Ks, kh, DH, k0, T, tid);
     load_tile_async<DH, BN>(Vs, vh, DH, k0, T, tid);
     load_tile_async<DH, BM>(Qs, qh, DH, qt_first * BM, T, tid);
@@ -832,21 +859,26 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         acp_order(m, nb, qlh, lane, ord_before, ord_last);
     };
 
-    // dQ (and dc row sums) of tile it-1, from its parked dS^T, added to the fp32 accumulators.
-    auto dq_phase = [&](int it) {
+    // dQ of tile it-1 = dS K from its parked dS^T. WG: warpgroup w4 takes all 64 query rows and dh columns
+    // 32 w4..; A = dS (dS^T in smem: MN-major), B = K (MN-major); issued only (the caller fences, commits
+    // and waits).
+    auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
+        const __nv_bfloat16 *dSb = dSt + ((it - 1) & 1) * BN * BM;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+            wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
+    };
+    // dQ (and dc row sums) of tile it-1 added to the fp32 accumulators (dqa: its dQ product, complete).
+    auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
         const int pb = (it - 1) & 1, qt = qt_first + it - 1, i0 = qt * BM;
         const __nv_bfloat16 *dSb = dSt + pb * BN * BM;
-        float dqa[DQC / 8][4];
-#pragma unroll
-        for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
-        if constexpr (WG) {
-            // warpgroup w4: all 64 query rows, dh columns 32 w4..; A = dS (dS^T in smem: MN-major), B = K (MN-major)
+        if constexpr (WG && !PIPE) {
             wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32));
+            dq_mma_issue(it, dqa);
             wg_commit_wait();
-        } else {
+        } else if constexpr (!WG) {
+#pragma unroll
+            for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) {
                 uint32_t a[4];
@@ -903,6 +935,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         if (SYNCW) named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
     };
 
+    float dqp[DQC / 8][4];  // dQ product of tile it-1 (PIPE: in flight during tile it's softmax work)
     for (int it = 0; it <= ntiles; it++) {
         const int buf = it & 1;
         cp_async_wait_all();
@@ -912,7 +945,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         else __syncthreads();
         // BWD_BLOCK: every warp issued tile it-2's adds before this barrier (and long ago): release them
         if (MODE == BWD_BLOCK && tid == 0 && it >= 2) red_release_gpu_add(semh + qt_first + it - 2, 1);
-        if (early && it > 0) dq_phase(it);
+        if (early && it > 0) dq_phase(it, dqp);
         const bool more = it + 1 < ntiles;
         float r_next = 0.f, d_next = 0.f;
         if (more) {
@@ -951,7 +984,14 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++)
                     wgmma_m64n64_ss<0, 0>(dpt, gmma_desc(Vs + w4 * 64 * DH + kk * 16), gmma_desc(dOb + kk * 16), kk > 0);
-                wg_commit_wait();
+                if constexpr (PIPE) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
+                    wg_commit();
+                    dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                    wg_commit();
+                    wg_wait<1>();
+                } else {
+                    wg_commit_wait();
+                }
             } else {
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++) {
@@ -1015,7 +1055,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     wgmma_m64n64_rs<1>(dva, pa[kk], gmma_desc(dOb + kk * 16 * DH));
                     wgmma_m64n64_rs<1>(dka, sa[kk], gmma_desc(Qb + kk * 16 * DH));
                 }
-                wg_commit_wait();
+                if constexpr (PIPE) wg_commit();  // waited for after tile it-1's dQ adds
+                else wg_commit_wait();
             } else
 #pragma unroll
             for (int kk = 0; kk < BM / 16; kk++) {
@@ -1046,7 +1087,17 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
             }
         }
-        if (!early && it > 0) dq_phase(it);
+        if constexpr (PIPE) {
+            if (it < ntiles) {
+                wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
+            } else {  // after the last tile: its dQ product alone
+                wg_fence();
+                dq_mma_issue(it, dqp);
+                wg_commit_wait();
+            }
+        }
+        if (!early && it > 0) dq_phase(it, dqp);
+        if constexpr (PIPE) wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
         if (MODE == BWD_BLOCK && tid == 0 && it < ntiles && ord_before > 0) {
             if (poll >= ord_before) {
                 fence_acq_rel_gpu();  // relaxed read + fence: an acquire (own adds landed long ago: cheap)
@@ -1232,12 +1283,13 @@ inline int &deterministic_flag() {
 }
 
 // The deterministic warpgroup-MMA backward the public API uses at dh 64 on Hopper (see the enum above).
-constexpr int BWD_DET_WG_MODE = BWD_SYNC_WG;
+constexpr int BWD_DET_WG_MODE = BWD_SYNC_WG_PIPE;
 
 // The public backward. Deterministic (default): warpgroup MMA with the sync-warp order (BWD_DET_WG_MODE) at dh 64
 // on Hopper (needs an sm_90a build); otherwise mma.sync with the staggered warp-level order (BWD_STAGGER),
 // which measured faster than BWD_BLOCK there (dev/cuda/NOTES.md). Nondeterministic (see
-// fox_attention_set_deterministic): the same kernels with plain fp32 atomics (BWD_ATOMIC).
+// fox_attention_set_deterministic): the same kernels with plain fp32 atomics (BWD_ATOMIC_PIPE at dh 64 on
+// Hopper, BWD_ATOMIC otherwise).
 template <int DH>
 void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
               const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
@@ -1250,8 +1302,8 @@ void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat1
                 backward_cfg<64, 64, 1, BWD_DET_WG_MODE, true>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv,
                                                                scratch, B, H, T, q_last, s);
             else
-                backward_cfg<64, 64, 1, BWD_ATOMIC, true>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B,
-                                                          H, T, q_last, s);
+                backward_cfg<64, 64, 1, BWD_ATOMIC_PIPE, true>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv,
+                                                               scratch, B, H, T, q_last, s);
             return;
         }
     }

@@ -46,6 +46,16 @@ static inline unsigned warp_blocks(size_t items) { return (unsigned)((items + FO
 
 #define FOX_LAUNCH_CHECK() FOX_CUDA_CHECK(cudaGetLastError())
 
+// Launches a kernel of the (head, HEAD_BLOCK_ROWS tokens) grid templated on E = dh/32. The head is
+// blockIdx.x so that the blocks running at once cover whole rows (DRAM locality).
+#define LAUNCH_HEAD_BLOCKS(kernel, dh, N, H, stream, ...)                                                               \
+    do {                                                                                                                \
+        dim3 grid_ = head_grid(N, H);                                                                                   \
+        if ((dh) == 64) kernel<2><<<grid_, FOX_WARPS * 32, 0, stream>>>(__VA_ARGS__);                                   \
+        else kernel<4><<<grid_, FOX_WARPS * 32, 0, stream>>>(__VA_ARGS__);                                              \
+        FOX_LAUNCH_CHECK();                                                                                             \
+    } while (0)
+
 // ----------------------------------------------------------------------------
 // Embedding
 
@@ -67,43 +77,6 @@ __global__ void embedding_backward_kernel(float *dwte, const float *dres, const 
         float acc = 0.0f;
         for (int j = start[b]; j < start[b + 1]; j++) acc += dres[(size_t)pos[j] * D + d];
         row[d] += acc;
-    }
-}
-
-// ----------------------------------------------------------------------------
-// RMSNorm of the residual stream (one warp per row): fp32 in, bf16 out (a GEMM operand).
-
-__global__ void rmsnorm_forward_kernel(bf16 *out, const float *in, const float *w, int N, int D, float eps) {
-    size_t row = warp_index();
-    int lane = threadIdx.x % 32;
-    if (row >= (size_t)N) return;
-    const float *x = in + row * D;
-    float ss = 0.0f;
-    for (int i = lane; i < D; i += 32) ss += x[i] * x[i];
-    float rs = 1.0f / sqrtf(warp_sum(ss) / D + eps);
-    for (int i = lane; i < D; i += 32) out[row * D + i] = __float2bfloat16(x[i] * rs * w[i]);
-}
-
-// dx = rstd·(dy⊙w − x̂·mean(dy⊙w⊙x̂)) with rstd recomputed from x; dres = dx (+ dres when accumulate),
-// also as bf16 (the next GEMM's operand); wprod = dy⊙x̂, whose column sums are dw.
-__global__ void rmsnorm_backward_kernel(float *dres, bf16 *dres_bf, float *wprod, const float *dy, const float *in,
-                                        const float *w, int N, int D, float eps, int accumulate) {
-    size_t row = warp_index();
-    int lane = threadIdx.x % 32;
-    if (row >= (size_t)N) return;
-    const float *x = in + row * D, *g = dy + row * D;
-    float ss = 0.0f;
-    for (int i = lane; i < D; i += 32) ss += x[i] * x[i];
-    float rs = 1.0f / sqrtf(warp_sum(ss) / D + eps), dot = 0.0f;
-    for (int i = lane; i < D; i += 32) dot += g[i] * w[i] * x[i] * rs;
-    dot = warp_sum(dot) / D;
-    for (int i = lane; i < D; i += 32) {
-        size_t k = row * D + i;
-        float dx = rs * (g[i] * w[i] - x[i] * rs * dot);
-        float r = accumulate ? dres[k] + dx : dx;
-        dres[k] = r;
-        dres_bf[k] = __float2bfloat16(r);
-        wprod[k] = g[i] * x[i] * rs;
     }
 }
 
@@ -147,6 +120,170 @@ static inline void colsum_accumulate(float *grad, const float *x, int rows, int 
     FOX_LAUNCH_CHECK();
     colsum_final_kernel<<<fox_blocks(cols, 256), 256, 0, s>>>(grad, part, nparts, cols);
     FOX_LAUNCH_CHECK();
+}
+
+// The norm-weight gradients are column sums of per-row products (dy ⊙ x̂). The backward kernels below
+// add them as they go, without storing the (rows, cols) product: each block owns a fixed set of rows
+// and writes one row of block partials (fixed order inside the block); colsum_accumulate then adds the
+// block rows in order. A step stays bitwise reproducible. Rows (tokens) per block:
+#define NORM_BLOCK_ROWS 32   // rmsnorm_backward_kernel: FOX_WARPS warps, a row at a time each
+#define HEAD_BLOCK_ROWS 64   // the per-head kernels: a block per (64 tokens, head)
+
+static inline int norm_blocks(int N) { return (N + NORM_BLOCK_ROWS - 1) / NORM_BLOCK_ROWS; }
+static inline int head_blocks(int N) { return (N + HEAD_BLOCK_ROWS - 1) / HEAD_BLOCK_ROWS; }
+
+static inline dim3 head_grid(int N, int H) {
+    if (head_blocks(N) > 65535) {
+        fprintf(stderr, "error: %d tokens per micro-batch is more than the GPU kernels' grid allows (%d)\n", N,
+                65535 * HEAD_BLOCK_ROWS);
+        exit(EXIT_FAILURE);
+    }
+    return dim3(H, head_blocks(N));
+}
+
+// Floats of block partials one fused column sum over N rows of D columns needs (both layouts).
+static inline size_t colsum_rows_floats(int N, int D) {
+    size_t nb = (size_t)(norm_blocks(N) > head_blocks(N) ? norm_blocks(N) : head_blocks(N));
+    return nb * D;
+}
+
+// In the (head, HEAD_BLOCK_ROWS tokens) kernels a lane owns elements lane + 32e (e < E) of head
+// h = blockIdx.x in every token its warp visits; this adds the warps' per-lane sums acc in warp order
+// into part[blockIdx.y, h·dh + lane + 32e], i.e. a (head_blocks(N), H·dh) matrix of block partials.
+// Every thread of the block must call it.
+template <int E>
+__device__ __forceinline__ void head_partials_store(float *part, const float acc[E], int dh) {
+    __shared__ float red[FOX_WARPS][E * 32];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();  // a previous call's reads of red are done
+#pragma unroll
+    for (int e = 0; e < E; e++) red[warp][lane + 32 * e] = acc[e];
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            float t = 0.0f;
+            for (int w = 0; w < FOX_WARPS; w++) t += red[w][lane + 32 * e];
+            part[((size_t)blockIdx.y * gridDim.x + blockIdx.x) * dh + lane + 32 * e] = t;
+        }
+    }
+}
+
+// dw += the column sums of head partials: per-head weights (D columns), or one vector shared by the
+// heads (wshared: dh columns, summed over blocks and heads).
+static inline void head_partials_accumulate(float *dw, const float *part, int N, int H, int dh, int wshared,
+                                            float *part2, cudaStream_t s) {
+    int rows = head_blocks(N) * (wshared ? H : 1), cols = wshared ? dh : H * dh;
+    colsum_accumulate(dw, part, rows, cols, cols, part2, s);
+}
+
+// ----------------------------------------------------------------------------
+// RMSNorm of the residual stream (one warp per row, float4 accesses: D % 4 == 0): fp32 in, bf16 out
+// (a GEMM operand). The norm weight w may sit at any 4-byte offset of the parameter vector, so it is
+// read by element.
+
+__device__ __forceinline__ float4 load_w4(const float *w, int i4) {
+    return make_float4(w[4 * i4], w[4 * i4 + 1], w[4 * i4 + 2], w[4 * i4 + 3]);
+}
+
+__device__ __forceinline__ void store_bf16x4(bf16 *p, float a, float b, float c, float d) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+    uint2 u;
+    u.x = *(uint32_t *)&lo;
+    u.y = *(uint32_t *)&hi;
+    *(uint2 *)p = u;
+}
+
+__device__ __forceinline__ float row_rstd(const float4 *x, int D4, int lane, float eps) {
+    float ss = 0.0f;
+    for (int i = lane; i < D4; i += 32) {
+        float4 a = x[i];
+        ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+    }
+    return 1.0f / sqrtf(warp_sum(ss) / (4 * D4) + eps);
+}
+
+__global__ void rmsnorm_forward_kernel(bf16 *out, const float *in, const float *w, int N, int D, float eps) {
+    size_t row = warp_index();
+    int lane = threadIdx.x % 32, D4 = D / 4;
+    if (row >= (size_t)N) return;
+    const float4 *x = (const float4 *)(in + row * D);
+    float rs = row_rstd(x, D4, lane, eps);
+    for (int i = lane; i < D4; i += 32) {
+        float4 a = x[i], g = load_w4(w, i);
+        store_bf16x4(out + row * D + 4 * i, a.x * rs * g.x, a.y * rs * g.y, a.z * rs * g.z, a.w * rs * g.w);
+    }
+}
+
+// dx = rstd·(dy⊙w − x̂·mean(dy⊙w⊙x̂)) with rstd recomputed from x; dres = dx (+ dres when accumulate),
+// also as bf16 (the next GEMM's operand). dw's block partials: each warp adds dy⊙x̂ of its rows into its
+// own shared-memory row (a lane owns its columns), then the block adds its warps in order into
+// part[blockIdx.x]. Dynamic shared memory: FOX_WARPS·D floats.
+__global__ void rmsnorm_backward_kernel(float *dres, bf16 *dres_bf, float *part, const float *dy, const float *in,
+                                        const float *w, int N, int D, float eps, int accumulate) {
+    extern __shared__ float4 wsum[];  // (FOX_WARPS, D/4)
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, D4 = D / 4;
+    float4 *acc = wsum + (size_t)warp * D4;
+    for (int i = lane; i < D4; i += 32) acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    int r1 = min(N, (int)(blockIdx.x + 1) * NORM_BLOCK_ROWS);
+    for (int row = blockIdx.x * NORM_BLOCK_ROWS + warp; row < r1; row += FOX_WARPS) {
+        const float4 *x = (const float4 *)(in + (size_t)row * D), *g = (const float4 *)(dy + (size_t)row * D);
+        float ss = 0.0f, gwx = 0.0f;
+        for (int i = lane; i < D4; i += 32) {
+            float4 a = x[i], b = g[i], c = load_w4(w, i);
+            ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+            gwx += b.x * c.x * a.x + b.y * c.y * a.y + b.z * c.z * a.z + b.w * c.w * a.w;
+        }
+        float rs = 1.0f / sqrtf(warp_sum(ss) / D + eps), dot = rs * warp_sum(gwx) / D;
+        float4 *r = (float4 *)(dres + (size_t)row * D);
+        for (int i = lane; i < D4; i += 32) {
+            float4 a = x[i], b = g[i], c = load_w4(w, i), o = accumulate ? r[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            o.x += rs * (b.x * c.x - a.x * rs * dot);
+            o.y += rs * (b.y * c.y - a.y * rs * dot);
+            o.z += rs * (b.z * c.z - a.z * rs * dot);
+            o.w += rs * (b.w * c.w - a.w * rs * dot);
+            r[i] = o;
+            store_bf16x4(dres_bf + (size_t)row * D + 4 * i, o.x, o.y, o.z, o.w);
+            acc[i].x += b.x * a.x * rs;
+            acc[i].y += b.y * a.y * rs;
+            acc[i].z += b.z * a.z * rs;
+            acc[i].w += b.w * a.w * rs;
+        }
+    }
+    __syncthreads();
+    const float *ws = (const float *)wsum;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float t = 0.0f;
+        for (int k = 0; k < FOX_WARPS; k++) t += ws[(size_t)k * D + c];
+        part[(size_t)blockIdx.x * D + c] = t;
+    }
+}
+
+static inline void fox_check_width(int D) {
+    if (D % 4) {
+        fprintf(stderr, "error: d_model %d is not a multiple of 4 (the GPU kernels' vector width)\n", D);
+        exit(EXIT_FAILURE);
+    }
+}
+
+static inline void fox_rmsnorm_forward(bf16 *out, const float *in, const float *w, int N, int D, cudaStream_t s) {
+    fox_check_width(D);
+    rmsnorm_forward_kernel<<<warp_blocks(N), FOX_WARPS * 32, 0, s>>>(out, in, w, N, D, FOX_NORM_EPS);
+    FOX_LAUNCH_CHECK();
+}
+
+// dres (+)= the RMSNorm backward of dy; dw += Σ_rows dy⊙x̂. part: colsum_rows_floats(N, D) floats,
+// part2: colsum_scratch_floats(norm_blocks(N), D).
+static inline void fox_rmsnorm_backward(float *dres, bf16 *dres_bf, float *dw, const float *dy, const float *in,
+                                        const float *w, int N, int D, int accumulate, float *part, float *part2,
+                                        cudaStream_t s) {
+    fox_check_width(D);
+    size_t smem = (size_t)FOX_WARPS * D * sizeof(float);
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    rmsnorm_backward_kernel<<<norm_blocks(N), FOX_WARPS * 32, smem, s>>>(dres, dres_bf, part, dy, in, w, N, D,
+                                                                          FOX_NORM_EPS, accumulate);
+    FOX_LAUNCH_CHECK();
+    colsum_accumulate(dw, part, norm_blocks(N), D, D, part2, s);
 }
 
 // ----------------------------------------------------------------------------
@@ -232,9 +369,7 @@ __global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvShape s) {
     }
 }
 
-// Backward through RoPE and QK-norm for q and the shifted k: dproj's q columns (bf16), dks (fp32
-// (N, D): the gradient of the shifted keys, consumed by kv_backward_kernel) and the QK-norm weight
-// products qprod, kprod (fp32 (N, D), NULL without QK-norm).
+// Per-head RMSNorm backward (one warp, lane-strided elements): dx, and prod = dy⊙x̂ (the weight's part).
 template <int E>
 __device__ __forceinline__ void head_norm_backward(float dx[E], float prod[E], const float x[E], const float dy[E],
                                                    const float *w, int dh, float eps) {
@@ -249,42 +384,73 @@ __device__ __forceinline__ void head_norm_backward(float dx[E], float prod[E], c
     }
 }
 
+// One token's inputs of qk_backward_kernel, loaded a token ahead (two tokens' loads in flight per warp).
+template <int E> struct QkIn {
+    float gq[E], gk[E], q[E], k[E], kp[E], al;  // dq, dk; q, k columns of the row; k of the row before; α_t
+};
+
 template <int E>
-__global__ void qk_backward_kernel(bf16 *dproj, float *dks, float *qprod, float *kprod, const bf16 *dq, const bf16 *dk,
-                                   QkvShape s) {
-    size_t w = warp_index();
-    int lane = threadIdx.x % 32;
-    if (w >= (size_t)s.B * s.T * s.H) return;
-    size_t n = w / s.H;
-    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T), D = s.H * s.dh;
+__device__ __forceinline__ void qk_load(QkIn<E> &in, const bf16 *dq, const bf16 *dk, const QkvShape &s, int nn, int h,
+                                        int lane) {
+    size_t n = (size_t)nn;
+    int t = (int)(n % s.T), b = (int)(n / s.T);
     size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
-    float gq[E], gk[E], x[E], dx[E], prod[E];
+    const float *row = s.proj + n * s.ld;
+    in.al = s.cak >= 0 ? row[s.cak + h] : 0.0f;
 #pragma unroll
     for (int e = 0; e < E; e++) {
-        gq[e] = __bfloat162float(dq[o + lane + 32 * e]);
-        gk[e] = __bfloat162float(dk[o + lane + 32 * e]);
+        int k = h * s.dh + lane + 32 * e;
+        in.gq[e] = __bfloat162float(dq[o + lane + 32 * e]);
+        in.gk[e] = __bfloat162float(dk[o + lane + 32 * e]);
+        in.q[e] = row[s.cq + k];
+        in.k[e] = row[s.ck + k];
+        in.kp[e] = s.cak >= 0 && t ? row[s.ck + k - s.ld] : 0.0f;
     }
-    if (s.rope_cos) {
-        rope_rotate<E>(gq, s, t, lane, 1);
-        rope_rotate<E>(gk, s, t, lane, 1);
-    }
-    // q
-    load_shifted<E>(x, s, n, t, s.cq, -1, h, lane);
-    if (s.qw) head_norm_backward<E>(dx, prod, x, gq, s.qw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+}
+
+// Backward through RoPE and QK-norm for q and the shifted k: dproj's q columns (bf16), dks (fp32
+// (N, D): the gradient of the shifted keys, consumed by kv_backward_kernel) and, with QK-norm, the
+// block partials of the weight gradients (qpart, kpart: head_partials_store). Grid: (head, token block).
+template <int E>
+__global__ void qk_backward_kernel(bf16 *dproj, float *dks, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk,
+                                   QkvShape s) {
+    int lane = threadIdx.x % 32, h = blockIdx.x, D = s.H * s.dh, N = s.B * s.T;
+    int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
+    float qacc[E] = {}, kacc[E] = {};
+    int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32;
+    QkIn<E> in, next;
+    if (nn < n1) qk_load<E>(in, dq, dk, s, nn, h, lane);
+    for (; nn < n1; nn += FOX_WARPS) {
+        if (nn + FOX_WARPS < n1) qk_load<E>(next, dq, dk, s, nn + FOX_WARPS, h, lane);
+        size_t n = (size_t)nn;
+        int t = (int)(n % s.T);
+        float x[E], dx[E], prod[E];
+        if (s.rope_cos) {
+            rope_rotate<E>(in.gq, s, t, lane, 1);
+            rope_rotate<E>(in.gk, s, t, lane, 1);
+        }
+        // q
+        if (s.qw) head_norm_backward<E>(dx, prod, in.q, in.gq, s.qw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
 #pragma unroll
-    for (int e = 0; e < E; e++) {
-        int i = h * s.dh + lane + 32 * e;
-        dproj[n * s.ld + s.cq + i] = __float2bfloat16(s.qw ? dx[e] : gq[e]);
-        if (s.qw) qprod[n * D + i] = prod[e];
-    }
-    // k (shifted)
-    load_shifted<E>(x, s, n, t, s.ck, s.cak, h, lane);
-    if (s.qw) head_norm_backward<E>(dx, prod, x, gk, s.kw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+        for (int e = 0; e < E; e++) {
+            dproj[n * s.ld + s.cq + h * s.dh + lane + 32 * e] = __float2bfloat16(s.qw ? dx[e] : in.gq[e]);
+            if (s.qw) qacc[e] += prod[e];
+        }
+        // k, shifted as in load_shifted
+        float al = sigmoidf_(in.al);
 #pragma unroll
-    for (int e = 0; e < E; e++) {
-        int i = h * s.dh + lane + 32 * e;
-        dks[n * D + i] = s.qw ? dx[e] : gk[e];
-        if (s.qw) kprod[n * D + i] = prod[e];
+        for (int e = 0; e < E; e++) x[e] = s.cak >= 0 ? (t ? al * in.kp[e] : 0.0f) + (1.0f - al) * in.k[e] : in.k[e];
+        if (s.qw) head_norm_backward<E>(dx, prod, x, in.gk, s.kw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            dks[n * D + h * s.dh + lane + 32 * e] = s.qw ? dx[e] : in.gk[e];
+            if (s.qw) kacc[e] += prod[e];
+        }
+        in = next;
+    }
+    if (s.qw) {
+        head_partials_store<E>(qpart, qacc, s.dh);
+        head_partials_store<E>(kpart, kacc, s.dh);
     }
 }
 
@@ -334,6 +500,21 @@ __global__ void kv_backward_kernel(bf16 *dproj, const float *dks, const bf16 *dv
         gn[e] = has_next ? __bfloat162float(dv[o + s.dh + lane + 32 * e]) : 0.0f;
     }
     shift_backward<E>(dproj, gy, gn, has_next, s, n, t, s.cv, s.cav, h, lane);
+}
+
+// The backward of the attention inputs (q, k, v → dproj's q, k, v and shift columns) and the QK-norm
+// weight gradients dqw, dkw (with QK-norm). dks: (N, D) fp32; part: 2·colsum_rows_floats(N, D) floats,
+// part2: colsum_scratch_floats(head_blocks(N)·H, D).
+static inline void fox_qkv_backward(bf16 *dproj, float *dqw, float *dkw, const bf16 *dq, const bf16 *dk, const bf16 *dv,
+                                    const QkvShape &s, float *dks, float *part, float *part2, cudaStream_t st) {
+    int N = s.B * s.T;
+    float *qpart = part, *kpart = part + colsum_rows_floats(N, s.H * s.dh);
+    LAUNCH_HEAD_BLOCKS(qk_backward_kernel, s.dh, N, s.H, st, dproj, dks, qpart, kpart, dq, dk, s);
+    if (s.qw) {
+        head_partials_accumulate(dqw, qpart, N, s.H, s.dh, s.wstride == 0, part2, st);
+        head_partials_accumulate(dkw, kpart, N, s.H, s.dh, s.wstride == 0, part2, st);
+    }
+    LAUNCH_HEADS(kv_backward_kernel, s.dh, (size_t)N * s.H, st, dproj, dks, dv, s);
 }
 
 // ----------------------------------------------------------------------------
@@ -417,59 +598,146 @@ __global__ void output_forward_kernel(bf16 *z, const bf16 *o, const float *proj,
     }
 }
 
-// Backward of the above: dz (N, D) fp32 → d_o (N, D) bf16 (the attention's dO), the gate's dproj
-// columns, and oprod = d(on)⊙ô (fp32 (N, D), column sums = the output-norm weight gradient).
+// One token's inputs of output_backward_kernel (o, dz, gate logits), loaded a token ahead.
+template <int E> struct OutIn {
+    float x[E], g[E], gl[E];
+};
+
 template <int E>
-__global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, float *oprod, const float *dz, const bf16 *o,
+__device__ __forceinline__ void output_load(OutIn<E> &in, const float *dz, const bf16 *o, const float *proj, int ld,
+                                            int cg, size_t n, int h, int dh, int D, int lane) {
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int i = h * dh + lane + 32 * e;
+        in.x[e] = __bfloat162float(o[n * D + i]);
+        in.g[e] = dz[n * D + i];
+        in.gl[e] = cg >= 0 ? proj[n * ld + cg + i] : 0.0f;
+    }
+}
+
+// Backward of the above: dz (N, D) fp32 → d_o (N, D) bf16 (the attention's dO), the gate's dproj
+// columns, and with the norm the block partials of its weight gradient Σ d(on)⊙ô (head_partials_store).
+// Grid: (head, token block).
+template <int E>
+__global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, float *part, const float *dz, const bf16 *o,
                                        const float *proj, int ld, int cg, const float *ow, int N, int H, int dh) {
-    size_t w = warp_index();
-    int lane = threadIdx.x % 32;
-    if (w >= (size_t)N * H) return;
-    size_t n = w / H;
-    int h = (int)(w % H), D = H * dh;
-    float x[E], don[E], dx[E], prod[E];
+    int lane = threadIdx.x % 32, h = blockIdx.x, D = H * dh;
+    int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
+    float acc[E] = {};
+    int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32;
+    OutIn<E> in, next;
+    if (nn < n1) output_load<E>(in, dz, o, proj, ld, cg, (size_t)nn, h, dh, D, lane);
+    for (; nn < n1; nn += FOX_WARPS) {
+        if (nn + FOX_WARPS < n1) output_load<E>(next, dz, o, proj, ld, cg, (size_t)(nn + FOX_WARPS), h, dh, D, lane);
+        size_t n = (size_t)nn;
+        float don[E], dx[E], prod[E];
+        float rs = ow ? head_rstd<E>(in.x, dh, FOX_NORM_EPS) : 1.0f;
 #pragma unroll
-    for (int e = 0; e < E; e++) x[e] = __bfloat162float(o[n * D + h * dh + lane + 32 * e]);
-    float rs = ow ? head_rstd<E>(x, dh, FOX_NORM_EPS) : 1.0f;
-#pragma unroll
-    for (int e = 0; e < E; e++) {
-        int i = h * dh + lane + 32 * e;
-        float g = dz[n * D + i];
-        if (cg >= 0) {
-            float on = ow ? x[e] * rs * ow[i] : x[e], sg = sigmoidf_(proj[n * ld + cg + i]);
-            dproj[n * ld + cg + i] = __float2bfloat16(g * on * sg * (1.0f - sg));
-            g *= sg;
+        for (int e = 0; e < E; e++) {
+            int i = h * dh + lane + 32 * e;
+            float g = in.g[e];
+            if (cg >= 0) {
+                float on = ow ? in.x[e] * rs * ow[i] : in.x[e], sg = sigmoidf_(in.gl[e]);
+                dproj[n * ld + cg + i] = __float2bfloat16(g * on * sg * (1.0f - sg));
+                g *= sg;
+            }
+            don[e] = g;
         }
-        don[e] = g;
-    }
-    if (ow) head_norm_backward<E>(dx, prod, x, don, ow + h * dh + lane, dh, FOX_NORM_EPS);
+        if (ow) head_norm_backward<E>(dx, prod, in.x, don, ow + h * dh + lane, dh, FOX_NORM_EPS);
 #pragma unroll
-    for (int e = 0; e < E; e++) {
-        int i = h * dh + lane + 32 * e;
-        d_o[n * D + i] = __float2bfloat16(ow ? dx[e] : don[e]);
-        if (ow) oprod[n * D + i] = prod[e];
+        for (int e = 0; e < E; e++) {
+            d_o[n * D + h * dh + lane + 32 * e] = __float2bfloat16(ow ? dx[e] : don[e]);
+            if (ow) acc[e] += prod[e];
+        }
+        in = next;
     }
+    if (ow) head_partials_store<E>(part, acc, dh);
+}
+
+// The output norm+gate backward and, with the norm, dow += its weight gradient. part:
+// colsum_rows_floats(N, D) floats, part2: colsum_scratch_floats(head_blocks(N), D).
+static inline void fox_output_backward(bf16 *d_o, bf16 *dproj, float *dow, const float *dz, const bf16 *o,
+                                       const float *proj, int ld, int cg, const float *ow, int N, int H, int dh,
+                                       float *part, float *part2, cudaStream_t s) {
+    LAUNCH_HEAD_BLOCKS(output_backward_kernel, dh, N, H, s, d_o, dproj, part, dz, o, proj, ld, cg, ow, N, H, dh);
+    if (ow) head_partials_accumulate(dow, part, N, H, dh, 0, part2, s);
 }
 
 // ----------------------------------------------------------------------------
-// SwiGLU: h = silu(a) ⊙ b, u = [a | b] (N, 2I) bf16.
+// SwiGLU: h = silu(a) ⊙ b, u = [a | b] (N, 2I) bf16. A thread takes SWIGLU_VEC consecutive hidden
+// units of one row: 16-byte loads and stores when I % SWIGLU_VEC == 0, else element by element.
+#define SWIGLU_VEC 8
+
+typedef struct { bf16 x[SWIGLU_VEC]; } Bf16Vec;
+
+__device__ __forceinline__ Bf16Vec load_bf16_vec(const bf16 *p, int n, int vec) {
+    Bf16Vec r;
+    if (vec) *(uint4 *)r.x = *(const uint4 *)p;
+    else
+        for (int k = 0; k < SWIGLU_VEC; k++) r.x[k] = k < n ? p[k] : __float2bfloat16(0.0f);
+    return r;
+}
+
+__device__ __forceinline__ void store_bf16_vec(bf16 *p, const Bf16Vec &r, int n, int vec) {
+    if (vec) *(uint4 *)p = *(const uint4 *)r.x;
+    else
+        for (int k = 0; k < n; k++) p[k] = r.x[k];
+}
+
+// Row n and first unit j of thread i, and how many units (< SWIGLU_VEC only at a row's end).
+__device__ __forceinline__ int swiglu_slot(size_t i, int I, size_t *n, int *j) {
+    int per_row = (I + SWIGLU_VEC - 1) / SWIGLU_VEC;
+    *n = i / per_row;
+    *j = (int)(i % per_row) * SWIGLU_VEC;
+    return min(SWIGLU_VEC, I - *j);
+}
+
+__host__ __device__ static inline size_t swiglu_threads(int N, int I) { return (size_t)N * ((I + SWIGLU_VEC - 1) / SWIGLU_VEC); }
 
 __global__ void swiglu_forward_kernel(bf16 *hout, const bf16 *u, int N, int I) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * I) return;
-    size_t n = i / I, j = i % I;
-    float a = __bfloat162float(u[n * 2 * I + j]), b = __bfloat162float(u[n * 2 * I + I + j]);
-    hout[i] = __float2bfloat16(a * sigmoidf_(a) * b);
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n;
+    if (i >= swiglu_threads(N, I)) return;
+    int j, cnt = swiglu_slot(i, I, &n, &j), vec = I % SWIGLU_VEC == 0;
+    Bf16Vec a = load_bf16_vec(u + n * 2 * I + j, cnt, vec), b = load_bf16_vec(u + n * 2 * I + I + j, cnt, vec), h;
+#pragma unroll
+    for (int k = 0; k < SWIGLU_VEC; k++) {
+        float x = __bfloat162float(a.x[k]);
+        h.x[k] = __float2bfloat16(x * sigmoidf_(x) * __bfloat162float(b.x[k]));
+    }
+    store_bf16_vec(hout + n * I + j, h, cnt, vec);
 }
 
 __global__ void swiglu_backward_kernel(bf16 *du, const float *dh, const bf16 *u, int N, int I) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * I) return;
-    size_t n = i / I, j = i % I;
-    float a = __bfloat162float(u[n * 2 * I + j]), b = __bfloat162float(u[n * 2 * I + I + j]), sg = sigmoidf_(a);
-    float g = dh[i];
-    du[n * 2 * I + j] = __float2bfloat16(g * b * sg * (1.0f + a * (1.0f - sg)));
-    du[n * 2 * I + I + j] = __float2bfloat16(g * a * sg);
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n;
+    if (i >= swiglu_threads(N, I)) return;
+    int j, cnt = swiglu_slot(i, I, &n, &j), vec = I % SWIGLU_VEC == 0;
+    Bf16Vec a = load_bf16_vec(u + n * 2 * I + j, cnt, vec), b = load_bf16_vec(u + n * 2 * I + I + j, cnt, vec), da, db;
+    float g[SWIGLU_VEC];
+    const float *gp = dh + n * I + j;
+    if (vec) {
+        *(float4 *)g = *(const float4 *)gp;
+        *(float4 *)(g + 4) = *(const float4 *)(gp + 4);
+    } else {
+        for (int k = 0; k < SWIGLU_VEC; k++) g[k] = k < cnt ? gp[k] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < SWIGLU_VEC; k++) {
+        float x = __bfloat162float(a.x[k]), y = __bfloat162float(b.x[k]), sg = sigmoidf_(x);
+        da.x[k] = __float2bfloat16(g[k] * y * sg * (1.0f + x * (1.0f - sg)));
+        db.x[k] = __float2bfloat16(g[k] * x * sg);
+    }
+    store_bf16_vec(du + n * 2 * I + j, da, cnt, vec);
+    store_bf16_vec(du + n * 2 * I + I + j, db, cnt, vec);
+}
+
+static inline void fox_swiglu_forward(bf16 *hout, const bf16 *u, int N, int I, cudaStream_t s) {
+    swiglu_forward_kernel<<<fox_blocks(swiglu_threads(N, I), 256), 256, 0, s>>>(hout, u, N, I);
+    FOX_LAUNCH_CHECK();
+}
+
+static inline void fox_swiglu_backward(bf16 *du, const float *dh, const bf16 *u, int N, int I, cudaStream_t s) {
+    swiglu_backward_kernel<<<fox_blocks(swiglu_threads(N, I), 256), 256, 0, s>>>(du, dh, u, N, I);
+    FOX_LAUNCH_CHECK();
 }
 
 // ----------------------------------------------------------------------------

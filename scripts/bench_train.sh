@@ -4,8 +4,11 @@
 # the steps after the first two) and the device memory in use after the first step; also, at recompute 0,
 # with the faster nondeterministic attention backward (--deterministic 0).
 # Usage (repository root, on the GPU machine): sh scripts/bench_train.sh [STEPS]   (default 8)
+# LEVELS="0" (default "0 1 2") picks the recompute levels, NONDET=0 skips the --deterministic 0 runs.
 set -e
 STEPS=${1:-8}
+LEVELS=${LEVELS:-0 1 2}
+NONDET=${NONDET:-1}
 test -x ./train_fox || { echo "error: build ./train_fox first (make train_fox)"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 COMMON="--model fox-pro --seq-len 16384 --batch 1 --steps $STEPS --val '' --eval-every 0 --sample-tokens 0 --warmup-tokens 1M"
@@ -17,7 +20,7 @@ run() {  # name, recompute level, size flags
         /^memory/ { mem = $0; sub(/^memory \(recompute [0-9]\): /, "", mem) }
         END { printf "%-24s recompute %s: %8.0f tok/s  MFU %5.1f%%  (mean of %d steps) | %s\n", name, rc, st / k, sm / k, k, mem }'
 }
-for level in 0 1 2; do run 125M "$level" "--layers 12 --dim 768 --heads 12"; done
-run "125M --deterministic 0" 0 "--layers 12 --dim 768 --heads 12 --deterministic 0"
-for level in 0 1 2; do run 760M "$level" "--layers 24 --dim 1536 --heads 24 --lr 1e-3"; done
-run "760M --deterministic 0" 0 "--layers 24 --dim 1536 --heads 24 --lr 1e-3 --deterministic 0"
+for level in $LEVELS; do run 125M "$level" "--layers 12 --dim 768 --heads 12"; done
+[ "$NONDET" = 0 ] || run "125M --deterministic 0" 0 "--layers 12 --dim 768 --heads 12 --deterministic 0"
+for level in $LEVELS; do run 760M "$level" "--layers 24 --dim 1536 --heads 24 --lr 1e-3"; done
+[ "$NONDET" = 0 ] || run "760M --deterministic 0" 0 "--layers 24 --dim 1536 --heads 24 --lr 1e-3 --deterministic 0"

@@ -1,6 +1,7 @@
 // dev/cuda/attention.cu: checks fox/attention.cuh (Forgetting Attention forward and backward) against a
 // CPU fp64 reference at several shapes, with and without ACP pruning, then times it.
-//   make attention && ./attention            (./attention check | ./attention bench for one half)
+//   make attention && ./attention   (./attention check | ./attention bench for one half; ./attention all NAME:
+//   only the variants whose name contains NAME, and the API)
 #include "../../fox/attention.cuh"
 
 #include <algorithm>
@@ -43,8 +44,9 @@ template <typename T> static std::vector<T> to_host(const T *p, size_t n) {
     return h;
 }
 
-// Backward variants: the public API's choice first ("api": wgmma + sync-warp order at dh 64 on Hopper,
-// else mma.sync + staggered warp order), then others that are checked and timed beside it.
+// Backward variants: the public API's choice first ("api": wgmma + sync-warp order + pipelined MMAs
+// (BWD_SYNC_WG_PIPE) at dh 64 on Hopper, else mma.sync + staggered warp order), then others that are
+// checked and timed beside it.
 typedef void (*BwdFn)(const bf16 *, const bf16 *, const bf16 *, const float *, const bf16 *, const float *,
                       const bf16 *, float *, float *, bf16 *, bf16 *, bf16 *, void *, int, int, int, const int *,
                       cudaStream_t);
@@ -57,6 +59,9 @@ static void api_nondeterministic(const bf16 *q, const bf16 *k, const bf16 *v, co
     fox_attention_backward(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B, H, T, DH, q_last, s);
     fox_attention_set_deterministic(1);
 }
+// `./attention MODE NAME`: only the variants whose name contains NAME (and "api"); NULL: all.
+static const char *only_variants = nullptr;
+static bool selected(const char *name) { return !only_variants || !strcmp(name, "api") || strstr(name, only_variants); }
 struct Variant {
     const char *name;
     int dh;
@@ -68,7 +73,7 @@ struct Variant {
 static const Variant variants[] = {
     {"api", 64, nullptr, false},
     {"api, fox_attention_set_deterministic(0)", 64, api_nondeterministic<64>, true},
-    {"wgmma, sync warpgroup + setmaxnreg 240/24, barrier per warpgroup (BWD_SYNC_WG)", 64,
+    {"wgmma, BWD_SYNC_WG_PIPE's order, MMAs not pipelined (BWD_SYNC_WG, the previous default)", 64,
      fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_SYNC_WG, true>, false, true},
     {"wgmma, sync warpgroup + setmaxnreg 240/24, one barrier (BWD_SYNC_WG_FULLBAR)", 64,
      fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_SYNC_WG_FULLBAR, true>, false, true},
@@ -88,7 +93,8 @@ static const Variant variants[] = {
      fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_BLOCK, true>, false, true},
     {"mma.sync, BM 64, block-ordered", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_BLOCK>, false},
     {"mma.sync, BM 64, warp-ordered, staggered", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_STAGGER>, false},
-    {"wgmma, atomics (nondeterministic)", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_ATOMIC, true>, true, true},
+    {"wgmma, atomics, MMAs not pipelined (BWD_ATOMIC, nondeterministic)", 64,
+     fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_ATOMIC, true>, true, true},
     {"mma.sync, BM 64, atomics (nondeterministic)", 64, fox_attn::backward_cfg<64, 64, 1, fox_attn::BWD_ATOMIC>, true},
     {"api", 128, nullptr, false},
     {"api, fox_attention_set_deterministic(0)", 128, api_nondeterministic<128>, true},
@@ -268,7 +274,7 @@ static bool check_shape(const Shape &s) {
     // forward variants (the API's last, so o and lse below are the API's)
     std::vector<const FwdVariant *> fv;
     for (const FwdVariant &var : fwd_variants)
-        if (var.dh == dh && var.fn && (!var.wg || fox_attn::use_wgmma())) fv.push_back(&var);
+        if (var.dh == dh && var.fn && (!var.wg || fox_attn::use_wgmma()) && selected(var.name)) fv.push_back(&var);
     for (const FwdVariant &var : fwd_variants)
         if (var.dh == dh && !var.fn) fv.push_back(&var);
     std::vector<bf16> ho;
@@ -292,7 +298,7 @@ static bool check_shape(const Shape &s) {
         ok &= compare("lse", hlse, r.lse, 1e-4);
     }
     for (const Variant &var : variants) {
-        if (var.dh != dh || (var.wg && !fox_attn::use_wgmma())) continue;
+        if (var.dh != dh || (var.wg && !fox_attn::use_wgmma()) || !selected(var.name)) continue;
         printf("  backward %s\n", var.name);
         std::vector<bf16> hgq, hgk, hgv;
         std::vector<float> hdc, hdlogf;
@@ -398,7 +404,7 @@ static bool bench(int T, int dh) {
     bool all_same = true;
     const double flops_fwd = 2.0 * B * H * (double)T * T * dh;
     for (const FwdVariant &var : fwd_variants) {
-        if (var.dh != dh || (var.wg && !fox_attn::use_wgmma())) continue;
+        if (var.dh != dh || (var.wg && !fox_attn::use_wgmma()) || !selected(var.name)) continue;
         std::vector<float> tf;
         for (int rep = 0; rep < 23; rep++) {
             FOX_CUDA_CHECK(cudaEventRecord(e0));
@@ -414,7 +420,7 @@ static bool bench(int T, int dh) {
                flops_fwd / mf * 1e-9, var.name);
     }
     for (const Variant &var : variants) {
-        if (var.dh != dh || (var.wg && !fox_attn::use_wgmma())) continue;
+        if (var.dh != dh || (var.wg && !fox_attn::use_wgmma()) || !selected(var.name)) continue;
         std::vector<float> tf, tb, tfb;
         for (int rep = 0; rep < 23; rep++) {
             FOX_CUDA_CHECK(cudaEventRecord(e0));
@@ -463,6 +469,7 @@ static bool bench(int T, int dh) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
+    if (argc > 2) only_variants = argv[2];
     printf("dh 64 kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok = run_checks();

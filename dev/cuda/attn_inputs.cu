@@ -1,8 +1,9 @@
 // dev/cuda/attn_inputs.cu: checks the attention-input kernels of fox/kernels.cuh (KV-shift, QK-norm and
 // RoPE fused) against an fp64 CPU reference, then times them, with train_fox.cu's launches and order:
 //   forward:  qkv_forward_kernel (fp32 projection → bf16 q, k, v in (B, H, T, dh))
-//   backward: qk_backward_kernel (dproj's q columns, dks, qprod, kprod), colsum_accumulate of qprod and
-//             kprod (QK-norm weight gradients), kv_backward_kernel (dproj's k, v and shift-logit columns).
+//   backward: fox_qkv_backward: qk_backward_kernel (dproj's q columns, dks, and the QK-norm weight
+//             gradients' block partials), their column sums, kv_backward_kernel (dproj's k, v and
+//             shift-logit columns).
 //   make attn_inputs && ./attn_inputs
 #include "kcheck.h"
 
@@ -46,7 +47,7 @@ static void run(const Cfg &c) {
     std::vector<bf16> dq = rand_bf16(n, -1, 1), dk = rand_bf16(n, -1, 1), dv = rand_bf16(n, -1, 1);
 
     float *d_proj = to_device(proj), *d_qw = to_device(qw), *d_kw = to_device(kw), *d_cs = to_device(cs),
-          *d_sn = to_device(sn), *d_dks = dmalloc<float>(n), *d_qprod = dmalloc<float>(n), *d_kprod = dmalloc<float>(n),
+          *d_sn = to_device(sn), *d_dks = dmalloc<float>(n), *d_rows = dmalloc<float>(2 * colsum_rows_floats(N, D)),
           *d_dqw = dmalloc<float>(nw), *d_dkw = dmalloc<float>(nw),
           *d_part = dmalloc<float>(colsum_scratch_floats((size_t)N * H, D));
     bf16 *d_q = dmalloc<bf16>(n), *d_k = dmalloc<bf16>(n), *d_v = dmalloc<bf16>(n), *d_dq = to_device(dq),
@@ -169,14 +170,9 @@ static void run(const Cfg &c) {
 
     // ---- GPU
     auto fwd = [&] { LAUNCH_HEADS(qkv_forward_kernel, dh, (size_t)N * H, 0, d_q, d_k, d_v, s); };
-    const int crows = c.shared ? N * H : N, ccols = c.shared ? dh : D;
     auto bwd = [&] {
-        LAUNCH_HEADS(qk_backward_kernel, dh, (size_t)N * H, 0, d_dproj, d_dks, d_qprod, d_kprod, d_dq, d_dk, s);
-        if (c.norm) {
-            colsum_accumulate(d_dqw, d_qprod, crows, ccols, ccols, d_part, 0);
-            colsum_accumulate(d_dkw, d_kprod, crows, ccols, ccols, d_part, 0);
-        }
-        LAUNCH_HEADS(kv_backward_kernel, dh, (size_t)N * H, 0, d_dproj, d_dks, d_dv, s);
+        fox_qkv_backward(d_dproj, c.norm ? d_dqw : nullptr, c.norm ? d_dkw : nullptr, d_dq, d_dk, d_dv, s, d_dks, d_rows,
+                         d_part, 0);
     };
     Group gf, gb;
     poison(d_q, n);
@@ -217,14 +213,14 @@ static void run(const Cfg &c) {
     // shift logits, RoPE tables and norm weights are per head / per position.
     const double al = c.shift ? 2.0 * N * H * 4 : 0.0, rt = c.rope ? 2.0 * T * half * 4 : 0.0;
     const double bytes_f = n * (12.0 + 6.0) + al + rt;
-    // bwd: qk reads dq, dk (bf16), proj q, k (fp32, for the norm), writes dproj q (bf16), dks (fp32), qprod and
-    // kprod (fp32, read again by the column sums); kv reads dks, dv, proj k, v (for dα), writes dproj k, v.
-    const double bytes_b = n * (4.0 + (c.norm ? 8.0 : 0.0) + 2.0 + 4.0 + (c.norm ? 16.0 : 0.0) + 4.0 + 2.0 +
+    // bwd: qk reads dq, dk (bf16), proj q, k (fp32, for the norm), writes dproj q (bf16), dks (fp32); kv reads
+    // dks, dv, proj k, v (for dα), writes dproj k, v.
+    const double bytes_b = n * (4.0 + (c.norm ? 8.0 : 0.0) + 2.0 + 4.0 + 4.0 + 2.0 +
                                 (c.shift ? 8.0 : 0.0) + 4.0) +
                            2 * al + rt;
     summary("attn_inputs", "fwd", shape, gf, tf, bytes_f);
     summary("attn_inputs", "bwd(qk+colsum+kv)", shape, gb, tb, bytes_b);
-    float *fl[] = {d_proj, d_qw, d_kw, d_cs, d_sn, d_dks, d_qprod, d_kprod, d_dqw, d_dkw, d_part};
+    float *fl[] = {d_proj, d_qw, d_kw, d_cs, d_sn, d_dks, d_rows, d_dqw, d_dkw, d_part};
     for (float *p : fl) cudaFree(p);
     bf16 *bl[] = {d_q, d_k, d_v, d_dq, d_dk, d_dv, d_dproj};
     for (bf16 *p : bl) cudaFree(p);

@@ -1,7 +1,8 @@
 // dev/cuda/output_gate.cu: checks the attention-output kernels of fox/kernels.cuh against an fp64 CPU
-// reference, then times them: z = RMSNorm_head(o) ⊙ σ(g) (output_forward_kernel) and its backward
-// (output_backward_kernel: d_o, the gate's dproj columns, oprod) followed by colsum_accumulate for the
-// output-norm weight gradient, as train_fox.cu launches them (one warp per (token, head), E = dh/32).
+// reference, then times them: z = RMSNorm_head(o) ⊙ σ(g) (output_forward_kernel, one warp per (token,
+// head)) and its backward fox_output_backward (output_backward_kernel on the (64 tokens, head) grid: d_o,
+// the gate's dproj columns, the norm weight's block partials; then their column sums), as train_fox.cu
+// launches them (E = dh/32).
 //   make output_gate && ./output_gate
 #include "kcheck.h"
 
@@ -27,7 +28,8 @@ static void run(const Cfg &c) {
         for (int k = 0; k < D; k++) proj[(size_t)nn * ld + 3 * D + k] = (float)uniform(-6, 6);
     bf16 *d_o_in = to_device(o), *dz_out = dmalloc<bf16>(n), *dd_o = dmalloc<bf16>(n), *ddproj = dmalloc<bf16>((size_t)N * ld);
     float *dproj_in = to_device(proj), *dow = c.norm ? to_device(ow) : nullptr, *ddz = to_device(dz),
-          *doprod = dmalloc<float>(n), *ddow = dmalloc<float>(D), *dpart = dmalloc<float>(colsum_scratch_floats(N, D));
+          *drows = dmalloc<float>(colsum_rows_floats(N, D)), *ddow = dmalloc<float>(D),
+          *dpart = dmalloc<float>(colsum_scratch_floats(N, D));
 
     std::vector<double> z(n), rdo(n), rdg(n), rdow(D);
     for (int i = 0; i < D; i++) rdow[i] = dow0[i];
@@ -59,9 +61,7 @@ static void run(const Cfg &c) {
 
     auto fwd = [&] { LAUNCH_HEADS(output_forward_kernel, dh, (size_t)N * H, 0, dz_out, d_o_in, dproj_in, ld, cg, dow, N, H, dh); };
     auto bwd = [&] {
-        LAUNCH_HEADS(output_backward_kernel, dh, (size_t)N * H, 0, dd_o, ddproj, doprod, ddz, d_o_in, dproj_in, ld, cg, dow, N,
-                     H, dh);
-        if (dow) colsum_accumulate(ddow, doprod, N, D, D, dpart, 0);
+        fox_output_backward(dd_o, ddproj, ddow, ddz, d_o_in, dproj_in, ld, cg, dow, N, H, dh, drows, dpart, 0);
     };
     Group gf, gb;
     poison(dz_out, n);
@@ -82,13 +82,12 @@ static void run(const Cfg &c) {
     if (c.norm) check_f32(gb, "dow (colsum)", ddow, rdow, TOL_F32_RED);
 
     double tf = time_ms(fwd), tb = time_ms(bwd);
-    // fwd: o (bf16), gate (fp32) in, z (bf16) out; bwd: dz (fp32), o, gate in; d_o, dproj (bf16), oprod out,
-    // oprod read again by the column sums
-    const double gt = c.gate ? 4.0 : 0.0, nm = c.norm ? 8.0 : 0.0;
+    // fwd: o (bf16), gate (fp32) in, z (bf16) out; bwd: dz (fp32), o, gate in; d_o, dproj (bf16) out
+    const double gt = c.gate ? 4.0 : 0.0;
     summary("output_gate", "fwd", shape, gf, tf, n * (2.0 + gt + 2.0));
-    summary("output_gate", "bwd+colsum", shape, gb, tb, n * (4.0 + 2.0 + gt + 2.0 + (c.gate ? 2.0 : 0.0) + nm));
+    summary("output_gate", "bwd+colsum", shape, gb, tb, n * (4.0 + 2.0 + gt + 2.0 + (c.gate ? 2.0 : 0.0)));
     cudaFree(d_o_in); cudaFree(dz_out); cudaFree(dd_o); cudaFree(ddproj); cudaFree(dproj_in); if (dow) cudaFree(dow);
-    cudaFree(ddz); cudaFree(doprod); cudaFree(ddow); cudaFree(dpart);
+    cudaFree(ddz); cudaFree(drows); cudaFree(ddow); cudaFree(dpart);
 }
 
 int main() {

@@ -1,19 +1,14 @@
 // dev/cuda/rmsnorm.cu: checks the residual-stream RMSNorm of fox/kernels.cuh against an fp64 CPU
-// reference, then times it. Forward: rmsnorm_forward_kernel (fp32 in, bf16 out). Backward (as
-// train_fox.cu's rmsnorm_backward): rmsnorm_backward_kernel (dres = dx, or dres += dx; dres_bf; wprod)
-// then colsum_accumulate (dw += Σ_rows wprod). Launch configurations are train_fox.cu's.
+// reference, then times it, through the launchers train_fox.cu calls. Forward: fox_rmsnorm_forward
+// (fp32 in, bf16 out). Backward: fox_rmsnorm_backward (dres = dx, or dres += dx; dres_bf; dw's block
+// partials, then their column sums: dw += Σ_rows dy⊙x̂).
 //   make rmsnorm && ./rmsnorm
 #include "kcheck.h"
 
-static void launch_fwd(bf16 *out, const float *x, const float *w, int N, int D) {
-    rmsnorm_forward_kernel<<<warp_blocks(N), FOX_WARPS * 32>>>(out, x, w, N, D, FOX_NORM_EPS);
-    FOX_LAUNCH_CHECK();
-}
-static void launch_bwd(float *dres, bf16 *dres_bf, float *wprod, float *dw, float *part, const float *dy,
+static void launch_fwd(bf16 *out, const float *x, const float *w, int N, int D) { fox_rmsnorm_forward(out, x, w, N, D, 0); }
+static void launch_bwd(float *dres, bf16 *dres_bf, float *rows, float *dw, float *part, const float *dy,
                        const float *x, const float *w, int N, int D, int acc) {
-    rmsnorm_backward_kernel<<<warp_blocks(N), FOX_WARPS * 32>>>(dres, dres_bf, wprod, dy, x, w, N, D, FOX_NORM_EPS, acc);
-    FOX_LAUNCH_CHECK();
-    colsum_accumulate(dw, wprod, N, D, D, part, 0);
+    fox_rmsnorm_backward(dres, dres_bf, dw, dy, x, w, N, D, acc, rows, part, 0);
 }
 
 static void run(int N, int D) {
@@ -28,7 +23,7 @@ static void run(int N, int D) {
         for (int i = 0; i < D; i++) x[(size_t)r * D + i] = (float)(s * uniform(-1, 1));
     }
     float *dx_in = to_device(x), *dw_ = to_device(w), *ddy = to_device(dy), *ddres = dmalloc<float>(n),
-          *dwprod = dmalloc<float>(n), *ddw = dmalloc<float>(D), *dpart = dmalloc<float>(colsum_scratch_floats(N, D));
+          *drows = dmalloc<float>(colsum_rows_floats(N, D)), *ddw = dmalloc<float>(D), *dpart = dmalloc<float>(colsum_scratch_floats(N, D));
     bf16 *dout = dmalloc<bf16>(n), *ddres_bf = dmalloc<bf16>(n);
 
     // fp64 reference
@@ -59,8 +54,7 @@ static void run(int N, int D) {
         if (!acc) poison(ddres, n);
         upload(ddw, dw0);
         poison(ddres_bf, n);
-        poison(dwprod, n);
-        launch_bwd(ddres, ddres_bf, dwprod, ddw, dpart, ddy, dx_in, dw_, N, D, acc);
+        launch_bwd(ddres, ddres_bf, drows, ddw, dpart, ddy, dx_in, dw_, N, D, acc);
         std::vector<double> rres(n), rdw(D);
         for (size_t i = 0; i < n; i++) rres[i] = dx[i] + (acc ? dres0[i] : 0.0);
         for (int i = 0; i < D; i++) rdw[i] = dwr[i] + dw0[i];
@@ -71,13 +65,13 @@ static void run(int N, int D) {
 
     // timing: fwd; bwd with accumulate (what the blocks do); bytes each input once, each output once
     double tf = time_ms([&] { launch_fwd(dout, dx_in, dw_, N, D); });
-    double tb = time_ms([&] { launch_bwd(ddres, ddres_bf, dwprod, ddw, dpart, ddy, dx_in, dw_, N, D, 1); });
+    double tb = time_ms([&] { launch_bwd(ddres, ddres_bf, drows, ddw, dpart, ddy, dx_in, dw_, N, D, 1); });
     double bf_ = n * (4.0 + 2.0) + D * 4.0;
-    // kernel: dy, x, dres in; dres, dres_bf, wprod out; colsum: wprod in (+ partials), dw in/out
-    double bb = n * (4.0 + 4.0 + 4.0 + 4.0 + 2.0 + 4.0 + 4.0) + D * 12.0;
+    // dy, x, dres in; dres, dres_bf out (the block partials and dw are O(N·D/32))
+    double bb = n * (4.0 + 4.0 + 4.0 + 4.0 + 2.0) + D * 12.0;
     summary("rmsnorm", "fwd", shape, gf, tf, bf_);
     summary("rmsnorm", "bwd+colsum", shape, gb, tb, bb);
-    cudaFree(dx_in); cudaFree(dw_); cudaFree(ddy); cudaFree(ddres); cudaFree(dwprod); cudaFree(ddw); cudaFree(dpart);
+    cudaFree(dx_in); cudaFree(dw_); cudaFree(ddy); cudaFree(ddres); cudaFree(drows); cudaFree(ddw); cudaFree(dpart);
     cudaFree(dout); cudaFree(ddres_bf);
 }
 

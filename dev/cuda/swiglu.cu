@@ -1,17 +1,11 @@
 // dev/cuda/swiglu.cu: checks the SwiGLU kernels of fox/kernels.cuh (h = silu(a) ⊙ b over u = [a | b],
 // bf16 in and out; backward du from fp32 dh) against an fp64 CPU reference, then times them, with the
-// launch configuration of train_fox.cu.
+// launchers train_fox.cu calls (8 units per thread; element by element when I % 8 != 0).
 //   make swiglu && ./swiglu
 #include "kcheck.h"
 
-static void launch_fwd(bf16 *h, const bf16 *u, int N, int I) {
-    swiglu_forward_kernel<<<fox_blocks((size_t)N * I, 256), 256>>>(h, u, N, I);
-    FOX_LAUNCH_CHECK();
-}
-static void launch_bwd(bf16 *du, const float *dh, const bf16 *u, int N, int I) {
-    swiglu_backward_kernel<<<fox_blocks((size_t)N * I, 256), 256>>>(du, dh, u, N, I);
-    FOX_LAUNCH_CHECK();
-}
+static void launch_fwd(bf16 *h, const bf16 *u, int N, int I) { fox_swiglu_forward(h, u, N, I, 0); }
+static void launch_bwd(bf16 *du, const float *dh, const bf16 *u, int N, int I) { fox_swiglu_backward(du, dh, u, N, I, 0); }
 
 static void run(int N, int I) {
     std::string shape = fmt("N=%d I=%d", N, I);
