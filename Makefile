@@ -96,8 +96,16 @@ all: train_fox test_fox cuda-dev
 cuda-dev:
 	$(MAKE) -C dev/cuda NVCC=$(NVCC) ARCH=$(GPU_ARCH)
 
+# With Open MPI (mpicc --showme), train_fox is data parallel under mpirun: one rank per GPU, gradients
+# averaged with NCCL (the toolkit's libnccl). Started without mpirun it is one process, MPI untouched.
+MPI_INCDIRS := $(if $(MPICC),$(shell $(MPICC) --showme:incdirs 2>/dev/null))
+ifneq ($(MPI_INCDIRS),)
+  TRAIN_FOX_MPI = -DFOX_MPI $(addprefix -I,$(MPI_INCDIRS))
+  TRAIN_FOX_MPI_LIBS = $(addprefix -L,$(shell $(MPICC) --showme:libdirs)) $(addprefix -l,$(shell $(MPICC) --showme:libs)) -lnccl
+endif
+
 train_fox: train_fox.cu $(CUDA_HEADERS)
-	$(NVCC) $(NVCCFLAGS) -I. -o $@ train_fox.cu $(CUDA_LDLIBS)
+	$(NVCC) $(NVCCFLAGS) $(TRAIN_FOX_MPI) -I. -o $@ train_fox.cu $(CUDA_LDLIBS) $(TRAIN_FOX_MPI_LIBS)
 
 test_fox: test_fox.cu train_fox.cu fox/fixture.h $(CUDA_HEADERS)
 	$(NVCC) $(NVCCFLAGS) -I. -o $@ test_fox.cu $(CUDA_LDLIBS)
@@ -117,7 +125,8 @@ test-gpu: train_fox test_fox train_fox_cpu
 	PYTHON=$(PYTHON) sh scripts/run_tests.sh \
 	  "gpu parity, head_dim 64=./test_fox $(GPU_FIXTURES)" \
 	  "gpu parity, head_dim 128=./test_fox $(GPU_FIXTURES)_dh128" \
-	  "gpu end to end=sh scripts/test_gpu_e2e.sh"
+	  "gpu end to end=sh scripts/test_gpu_e2e.sh" \
+	  "gpu data parallel=sh scripts/test_gpu_dp.sh"
 
 clean: clean-cuda
 clean-cuda:

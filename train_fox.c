@@ -869,8 +869,9 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
 // The run (fox/run.h): what it needs from this model. Not part of the test build.
 #ifndef TESTING
 
-static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute) {
+static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute, const Dist *d) {
     (void)recompute;  // the CPU trainer keeps every activation
+    (void)d;          // its ranks meet only in MPI_Allreduce
     model_init(m, c, B, T, seed);
 }
 

@@ -3,8 +3,9 @@
 // sampling) with the precision of SPEC §2: bf16 GEMM and attention operands with fp32 accumulation;
 // fp32 master weights, AdamW moments, residual stream, gate/norm/softmax statistics and loss.
 // GEMMs: fox/gemm.cuh (cuBLASLt); attention: fox/attention.cuh; other kernels: fox/kernels.cuh.
-// Single GPU; the data-parallel step (NCCL all-reduce of grads, ZeRO-1) goes where train_step says.
-// test_fox.cu includes this file with TESTING set.
+// Data parallel when built with FOX_MPI and started by mpirun: one rank per GPU, the gradients
+// averaged with one NCCL all-reduce per step (run_model_average_grads). test_fox.cu includes this file
+// with TESTING set.
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -26,6 +27,17 @@
 #include "fox/attention.cuh"
 #include "fox/gemm.cuh"
 #include "fox/kernels.cuh"
+#ifdef FOX_MPI
+#include <nccl.h>
+
+#define FOX_NCCL_CHECK(call) fox_nccl_check((call), #call, __FILE__, __LINE__)
+static inline void fox_nccl_check(ncclResult_t r, const char *what, const char *file, int line) {
+    if (r != ncclSuccess) {
+        fprintf(stderr, "NCCL error at %s:%d: %s: %s\n", file, line, what, ncclGetErrorString(r));
+        exit(EXIT_FAILURE);
+    }
+}
+#endif
 
 // Largest bf16 logits buffer (bytes); longer batches run the lm_head and cross entropy in chunks
 // of tokens and recompute each chunk's logits in the backward pass. (test_fox lowers it to test
@@ -89,6 +101,9 @@ typedef struct {
     Scratch s;
     Gemm gemm;
     cudaStream_t stream;
+#ifdef FOX_MPI
+    ncclComm_t nccl;                // the ranks of a data-parallel run (NULL with one rank)
+#endif
     float *h_losses;                // (N) host copy of the per-position losses
     int *h_count, *h_fill, *h_bucket_token, *h_bucket_start, *h_bucket_pos;
     size_t bytes_weights, bytes_acts, bytes_scratch;
@@ -283,6 +298,9 @@ static void model_free(Model *m) {
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
     for (int k = 0; k < FOX_NUM_PARAMS; k++) FOX_CUDA_CHECK(cudaFree(m->wbf[k]));
     gemm_free(&m->gemm);
+#ifdef FOX_MPI
+    if (m->nccl) FOX_NCCL_CHECK(ncclCommDestroy(m->nccl));
+#endif
     FOX_CUDA_CHECK(cudaStreamDestroy(m->stream));
     free(m->h_losses);
     free(m->h_count);
@@ -579,8 +597,23 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
 // The run (fox/run.h): what it needs from this model. Not part of the test build.
 #ifndef TESTING
 
-static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute) {
+// One GPU per rank: rank r of a node takes GPU r; then the ranks' NCCL communicator (rank 0 makes
+// the id, MPI carries it to the others).
+static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute, const Dist *d) {
+    int ngpu = 0;
+    FOX_CUDA_CHECK(cudaGetDeviceCount(&ngpu));
+    if (d->local_world > ngpu)
+        fox_fatal("%d ranks on this node but %d GPUs: train_fox runs one rank per GPU", d->local_world, ngpu);
+    FOX_CUDA_CHECK(cudaSetDevice(d->local_rank));
     model_init(m, c, B, T, seed, recompute);
+#ifdef FOX_MPI
+    if (d->world > 1) {
+        ncclUniqueId id;
+        if (d->rank == 0) FOX_NCCL_CHECK(ncclGetUniqueId(&id));
+        dist_broadcast(d, &id, sizeof(id), 0);
+        FOX_NCCL_CHECK(ncclCommInitRank(&m->nccl, d->world, id, d->rank));
+    }
+#endif
 }
 
 // --deterministic 0 trades bitwise reproducibility of the attention backward for speed.
@@ -595,10 +628,15 @@ static void run_model_backward(Model *m, const int *inputs, const int *targets, 
 
 static void run_model_zero_grad(Model *m) { model_zero_grad(m); }
 
-// train_fox is built without MPI, so its run has one rank and never averages.
+// The mean of the ranks' gradients, in place: one NCCL all-reduce over the flat fp32 vector. Every
+// rank then runs the same optimizer step on the same numbers, so the weights stay identical.
 static void run_model_average_grads(Model *m, const Dist *d) {
-    (void)m;
-    fox_fatal("train_fox has no data parallelism yet (%d ranks)", d->world);
+#ifdef FOX_MPI
+    (void)d;
+    FOX_NCCL_CHECK(ncclAllReduce(m->grads, m->grads, m->lay.total, ncclFloat, ncclAvg, m->nccl, m->stream));
+#else
+    fox_fatal("this train_fox was built without MPI: %d ranks cannot average their gradients", d->world);
+#endif
 }
 
 static void run_model_get(Model *m, float *params, float *m1, float *m2) {

@@ -1,28 +1,53 @@
-// fox/dist.h: the processes of a data-parallel run. Built with FOX_MPI (mpicc), ranks come from
-// mpirun and reductions go through MPI; otherwise there is one rank and these are no-ops.
+// fox/dist.h: the processes of a data-parallel run. Built with FOX_MPI, ranks come from the launcher
+// (mpirun, or srun) and these reductions go through MPI; started without a launcher, or built without
+// MPI, there is one rank, MPI is never initialised, and these are no-ops.
 #ifndef FOX_DIST_H
 #define FOX_DIST_H
 
 #include <stddef.h>
+#include <stdlib.h>
 #ifdef FOX_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only, also from C++ (train_fox.cu)
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 #include "io.h"
 
 typedef struct {
-    int rank, world;
+    int rank, world;              // this process among all
+    int local_rank, local_world;  // ... among those of its node (a GPU trainer takes GPU local_rank)
 } Dist;
 
+// Whether a launcher started this process: Open MPI's mpirun, PMI (MPICH's hydra, Slurm) or PMIx.
+static inline int dist_launched(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
 static inline void dist_init(Dist *d, int *argc, char ***argv) {
-    d->rank = 0;
-    d->world = 1;
+    d->rank = d->local_rank = 0;
+    d->world = d->local_world = 1;
 #ifdef FOX_MPI
+    if (!dist_launched()) return;
     if (MPI_Init(argc, argv) != MPI_SUCCESS) fox_fatal("MPI_Init failed");
     if (MPI_Comm_rank(MPI_COMM_WORLD, &d->rank) != MPI_SUCCESS || MPI_Comm_size(MPI_COMM_WORLD, &d->world) != MPI_SUCCESS)
         fox_fatal("MPI_Comm_rank/size failed");
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node) != MPI_SUCCESS ||
+        MPI_Comm_rank(node, &d->local_rank) != MPI_SUCCESS || MPI_Comm_size(node, &d->local_world) != MPI_SUCCESS ||
+        MPI_Comm_free(&node) != MPI_SUCCESS)
+        fox_fatal("MPI_Comm_split_type (the ranks of this node) failed");
 #else
     (void)argc;
     (void)argv;
+#endif
+}
+
+// Rank root's n bytes at p, to every rank.
+static inline void dist_broadcast(const Dist *d, void *p, size_t n, int root) {
+#ifdef FOX_MPI
+    if (d->world > 1 && MPI_Bcast(p, (int)n, MPI_BYTE, root, MPI_COMM_WORLD) != MPI_SUCCESS) fox_fatal("MPI_Bcast failed");
+#else
+    (void)d; (void)p; (void)n; (void)root;
 #endif
 }
 
@@ -59,7 +84,8 @@ static inline void dist_barrier(const Dist *d) {
 
 static inline void dist_finalize(void) {
 #ifdef FOX_MPI
-    MPI_Finalize();
+    int on = 0;
+    if (MPI_Initialized(&on) == MPI_SUCCESS && on) MPI_Finalize();
 #endif
 }
 

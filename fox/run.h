@@ -1,7 +1,8 @@
 // fox/run.h: a training or evaluation run — flags, data, the step loop, logs, checkpoints, resume,
 // --eval-only and sampling — shared by train_fox_cpu (train_fox.c) and train_fox (train_fox.cu).
 // Each trainer defines its Model (with fields cfg, lay and T) and these before including this file:
-//   void   run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute);
+//   void   run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute,
+//                         const Dist *d);   (a GPU trainer picks its GPU and joins its ranks here)
 //   void   run_model_options(const FoxArgs *a);   trainer-specific flags (e.g. --deterministic)
 //   void   model_free(Model *m);
 //   double model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
@@ -301,7 +302,7 @@ static void run_init(Run *r, int argc, char **argv) {
     dataloader_init(&r->train, a->train, a->batch, a->seq_len, r->dist.rank, r->dist.world, (uint64_t)a->seed, 1);
     r->has_val = a->val[0] != 0;
     if (r->has_val) dataloader_init(&r->val, a->val, a->batch, a->seq_len, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
-    run_model_init(&r->model, &cfg, a->batch, a->seq_len, (uint64_t)a->seed, a->recompute);
+    run_model_init(&r->model, &cfg, a->batch, a->seq_len, (uint64_t)a->seed, a->recompute, &r->dist);
     if (a->init[0]) load_weights(r, a->init, &cfg);
     r->inputs = (int *)fox_calloc((size_t)a->batch * a->seq_len, sizeof(int));
     r->targets = (int *)fox_calloc((size_t)a->batch * a->seq_len, sizeof(int));
@@ -351,7 +352,7 @@ static void eval_init(Run *r, int argc, char **argv) {
     FoxConfig cfg = fox_read_model_config(path);
     dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
     r->has_val = 1;
-    run_model_init(&r->model, &cfg, 1, T, (uint64_t)a->seed, a->recompute);
+    run_model_init(&r->model, &cfg, 1, T, (uint64_t)a->seed, a->recompute, &r->dist);
     load_weights(r, path, &cfg);
     r->inputs = (int *)fox_calloc((size_t)T, sizeof(int));
     r->targets = (int *)fox_calloc((size_t)T, sizeof(int));
@@ -431,7 +432,8 @@ static void train(Run *r) {
     FoxArgs *a = &r->args;
     Model *m = &r->model;
     long long step_tokens = (long long)r->grad_accum * a->batch * a->seq_len * r->dist.world;
-    double flops_per_token = fox_flops_per_token(&m->cfg, a->seq_len), peak = run_model_peak_flops();
+    // tokens/s counts every rank's tokens, so MFU is over the peak of every rank's device
+    double flops_per_token = fox_flops_per_token(&m->cfg, a->seq_len), peak = run_model_peak_flops() * r->dist.world;
     if (r->dist.rank == 0)
         printf("model %s: %zu parameters (%.2fM non-embedding), %d layers, d_model %d, %d heads, mlp %d | "
                "%lld tokens/step = %d x %d x %d accum x %d ranks, warmup %d steps\n",

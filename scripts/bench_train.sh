@@ -4,17 +4,26 @@
 # the steps after the first two) and the device memory in use after the first step; also, at recompute 0,
 # with the faster nondeterministic attention backward (--deterministic 0).
 # Usage (repository root, on the GPU machine): sh scripts/bench_train.sh [STEPS]   (default 8)
-# LEVELS="0" (default "0 1 2") picks the recompute levels, NONDET=0 skips the --deterministic 0 runs.
+# LEVELS="0" (default "0 1 2") picks the recompute levels, NONDET=0 skips the --deterministic 0 runs,
+# RANKS=N runs data parallel on N GPUs (mpirun; tokens/s counts all ranks' tokens, batch 1 per rank).
 set -e
 STEPS=${1:-8}
 LEVELS=${LEVELS:-0 1 2}
 NONDET=${NONDET:-1}
+RANKS=${RANKS:-1}
+LAUNCH=""
+TAG=""
+if [ "$RANKS" -gt 1 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+    LAUNCH="mpirun --bind-to none -np $RANKS"
+    TAG=" x $RANKS GPUs"
+fi
 test -x ./train_fox || { echo "error: build ./train_fox first (make train_fox)"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 COMMON="--model fox-pro --seq-len 16384 --batch 1 --steps $STEPS --val '' --eval-every 0 --sample-tokens 0 --warmup-tokens 1M"
 run() {  # name, recompute level, size flags
-    log=$(eval ./train_fox $COMMON --recompute "$2" $3 2>&1) || { echo "$log" | tail -5; echo "$1 recompute $2: FAILED"; return 0; }
-    echo "$log" | awk -v name="$1" -v rc="$2" '
+    log=$(eval $LAUNCH ./train_fox $COMMON --recompute "$2" $3 2>&1) || { echo "$log" | tail -5; echo "$1 recompute $2: FAILED"; return 0; }
+    echo "$log" | awk -v name="$1$TAG" -v rc="$2" '
         /^step / && /tok\/s/ { n++; for (i = 1; i <= NF; i++) { if ($i == "tok/s") tps = $(i-1); if ($i == "MFU") mfu = $(i+1) }
                                if (n > 2) { st += tps; sm += mfu + 0; k++ } }
         /^memory/ { mem = $0; sub(/^memory \(recompute [0-9]\): /, "", mem) }
