@@ -426,6 +426,69 @@ static void test_eval_only(void) {
     free(js);
 }
 
+// Adaptive Computation Pruning (fox/acp.h). The staircase equals the tile rule applied to every tile;
+// then a model whose fixed gates decay by 1/16 a token at T = 1024 (tiles 5 or more blocks below the
+// diagonal fall under the threshold with the QK-norm bound U = 4; fox-llama's norm bound prunes more)
+// gives, with --acp 1, the loss and gradients of --acp 0 to within the bound ε = e^-10 (relative).
+static void test_acp(void) {
+    int T = 1000, nblk = fox_acp_blocks(T), bad = 0;
+    real *c = fox_malloc((size_t)T * sizeof(real));
+    for (int t = 0; t < T; t++) c[t] = (t ? c[t - 1] : 0.0f) - (t % 300 < 150 ? 0.01f : 0.5f);
+    const double deltas[] = {-5.0, -30.0, -200.0};
+    for (int di = 0; di < 3; di++) {
+        for (int m = 0; m < nblk; m++) {
+            int f = acp_first_live(c, T, m, deltas[di]);
+            for (int n = 0; n <= m; n++) {
+                int last = n * FOX_ACP_BLOCK + FOX_ACP_BLOCK - 1 < T ? n * FOX_ACP_BLOCK + FOX_ACP_BLOCK - 1 : T - 1;
+                int live = (double)c[m * FOX_ACP_BLOCK] - (double)c[last] >= deltas[di];
+                bad += live != (n >= f);
+            }
+        }
+    }
+    free(c);
+    check(bad == 0, "ACP staircase = the tile rule on every tile (T %d, 3 thresholds; %d disagreements)", T, bad);
+
+    const char *presets[] = {"fox-pro", "fox-llama"};
+    for (int pi = 0; pi < 2; pi++) {
+        FoxConfig cfg;
+        fox_config_defaults(&cfg);
+        fox_config_apply_preset(&cfg, presets[pi]);
+        cfg.vocab_size = 256; cfg.n_layer = 2; cfg.d_model = 32; cfg.n_head = 2; cfg.mlp_hidden = 64;
+        cfg.forget_gate = FOX_FG_FIXED;
+        cfg.t_min = cfg.t_max = 16.0f;
+        int B = 1, TT = 1024, N = B * TT;
+        Model m0, m1;
+        model_init(&m0, &cfg, B, TT, 5);
+        model_init(&m1, &cfg, B, TT, 5);
+        m1.acp = 1;
+        int *in = fox_malloc((size_t)N * sizeof(int)), *tg = fox_malloc((size_t)N * sizeof(int));
+        for (int i = 0; i < N; i++) {
+            in[i] = (int)fox_rng_below(fox_rng_key(8, 0), (uint64_t)i, 256);
+            tg[i] = (int)fox_rng_below(fox_rng_key(8, 1), (uint64_t)i, 256);
+        }
+        double l0 = model_forward(&m0, in, tg, B, TT), l1 = model_forward(&m1, in, tg, B, TT);
+        int live = 0, nb = fox_acp_blocks(TT);
+        for (int bh = 0; bh < B * cfg.n_head; bh++)
+            for (int mb = 0; mb < nb; mb++) live += mb - m1.acp_first[bh * nb + mb] + 1;
+        int tiles = B * cfg.n_head * nb * (nb + 1) / 2;
+        model_backward(&m0, in, tg, B, TT, 1.0f);
+        model_backward(&m1, in, tg, B, TT, 1.0f);
+        double gmax = 0.0, gdiff = 0.0;
+        for (size_t i = 0; i < m0.lay.total; i++) {
+            gmax = fmax(gmax, fabs((double)m0.grads[i]));
+            gdiff = fmax(gdiff, fabs((double)m1.grads[i] - (double)m0.grads[i]));
+        }
+        check(live < tiles, "ACP %s: %d of %d attention tiles live (last layer)", presets[pi], live, tiles);
+        check(fabs(l1 - l0) <= exp(FOX_ACP_LOG_EPS) * fabs(l0) && gdiff <= exp(FOX_ACP_LOG_EPS) * gmax,
+              "ACP %s: loss %.9f vs %.9f, gradients within %.1e of the largest (bound e^-10 = 4.5e-5)", presets[pi],
+              l1, l0, gdiff / gmax);
+        model_free(&m0);
+        model_free(&m1);
+        free(in);
+        free(tg);
+    }
+}
+
 // Data parallel: 2 MPI ranks with micro-batch 2 see the same 4 sequences per step as 1 rank
 // with 2 micro-batches of 2 (rank r takes windows r, r+2, ...), so the losses agree up to the
 // order of fp32 sums. Runs when the Makefile found mpicc (FOX_MPI_BIN).
@@ -528,6 +591,7 @@ int main(int argc, char **argv) {
     check(nfix >= 4, "%d fixtures tested", nfix);
     test_checkpoint_resume();
     test_eval_only();
+    test_acp();
     test_data_parallel();
     test_bad_inputs();
     test_reference_interop();

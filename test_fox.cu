@@ -300,6 +300,92 @@ static void test_crossentropy_large_vocab(void) {
     free(d);
 }
 
+// The ACP tables the GPU computes (fox_acp_tables) against the host's, from fox/acp.h: U from the QK-norm
+// weights, or from the largest q and k norms (qw NULL); kv_first with its running max; q_last by its
+// definition (the last query block m with kv_first[m] <= n). Gates of different speeds per (b, h).
+FOX_ACP_FIRST_LIVE(acp_first_live_host, float, static)
+
+static void test_acp_tables(void) {
+    const int B = 2, H = 3, T = 1500, dh = 64, nblk = fox_acp_blocks(T), BH = B * H;
+    size_t nqk = (size_t)BH * T * dh;
+    float *c = (float *)fox_malloc((size_t)BH * T * sizeof(float)), *w = (float *)fox_malloc((size_t)2 * H * dh * sizeof(float));
+    bf16 *qk = (bf16 *)fox_malloc(2 * nqk * sizeof(bf16));
+    uint64_t key = fox_rng_key(41, 0);
+    for (int bh = 0; bh < BH; bh++) {
+        double rate = 0.005 * (1 + 6 * bh);
+        for (int t = 0; t < T; t++)
+            c[(size_t)bh * T + t] = (t ? c[(size_t)bh * T + t - 1] : 0.0f) - (float)(rate * (1.0 + 0.5 * sin(t / 50.0)));
+    }
+    for (size_t i = 0; i < 2 * nqk; i++) qk[i] = __float2bfloat16((float)(0.3 * fox_rng_normal(key, i)));
+    for (int i = 0; i < 2 * H * dh; i++) w[i] = (float)(1.0 + 0.5 * fox_rng_normal(key, 2 * nqk + i));
+    float *dc, *dw;
+    bf16 *dqk;
+    int *dkf, *dql;
+    FOX_CUDA_CHECK(cudaMalloc(&dc, (size_t)BH * T * sizeof(float)));
+    FOX_CUDA_CHECK(cudaMalloc(&dw, (size_t)2 * H * dh * sizeof(float)));
+    FOX_CUDA_CHECK(cudaMalloc(&dqk, 2 * nqk * sizeof(bf16)));
+    FOX_CUDA_CHECK(cudaMalloc(&dkf, (size_t)BH * nblk * sizeof(int)));
+    FOX_CUDA_CHECK(cudaMalloc(&dql, (size_t)BH * nblk * sizeof(int)));
+    FOX_CUDA_CHECK(cudaMemcpy(dc, c, (size_t)BH * T * sizeof(float), cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(dw, w, (size_t)2 * H * dh * sizeof(float), cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(dqk, qk, 2 * nqk * sizeof(bf16), cudaMemcpyHostToDevice));
+    int *kf = (int *)fox_malloc((size_t)BH * nblk * sizeof(int)), *ql = (int *)fox_malloc((size_t)BH * nblk * sizeof(int));
+    for (int norms = 0; norms < 2; norms++) {
+        fox_acp_tables(dkf, dql, dc, dqk, dqk + nqk, norms ? NULL : dw, norms ? NULL : dw + H * dh, dh, B, H, T, dh, 0);
+        FOX_CUDA_CHECK(cudaMemcpy(kf, dkf, (size_t)BH * nblk * sizeof(int), cudaMemcpyDeviceToHost));
+        FOX_CUDA_CHECK(cudaMemcpy(ql, dql, (size_t)BH * nblk * sizeof(int), cudaMemcpyDeviceToHost));
+        int bad = 0, pruned = 0;
+        for (int bh = 0; bh < BH; bh++) {
+            float mq = 0.0f, mk = 0.0f;
+            if (!norms) {
+                for (int i = 0; i < dh; i++) {
+                    mq = fmaxf(mq, fabsf(w[(bh % H) * dh + i]));
+                    mk = fmaxf(mk, fabsf(w[H * dh + (bh % H) * dh + i]));
+                }
+            } else {
+                for (int t = 0; t < T; t++) {
+                    float q2 = 0.0f, k2 = 0.0f;
+                    for (int i = 0; i < dh; i++) {
+                        float a = __bfloat162float(qk[((size_t)bh * T + t) * dh + i]);
+                        float b = __bfloat162float(qk[nqk + ((size_t)bh * T + t) * dh + i]);
+                        q2 += a * a;
+                        k2 += b * b;
+                    }
+                    mq = fmaxf(mq, q2);
+                    mk = fmaxf(mk, k2);
+                }
+            }
+            double U = norms ? fox_acp_bound_norms(mq, mk, dh) : fox_acp_bound_qknorm(mq, mk, dh);
+            double delta = fox_acp_threshold(U, T);
+            int prev = 0;
+            for (int m = 0; m < nblk; m++) {
+                int f = acp_first_live_host(c + (size_t)bh * T, T, m, delta);
+                prev = f > prev ? f : prev;
+                bad += kf[bh * nblk + m] != prev;
+                pruned += prev;
+            }
+            for (int n = 0; n < nblk; n++) {
+                int last = n;
+                for (int m = n; m < nblk; m++)
+                    if (kf[bh * nblk + m] <= n) last = m;
+                bad += ql[bh * nblk + n] != last;
+            }
+        }
+        check(bad == 0 && pruned > 0, "%-18s GPU tables = host staircase (%s bound; %d of %d tiles pruned, %d mismatches)",
+              "ACP", norms ? "q/k norm" : "QK-norm weight", pruned, BH * nblk * (nblk + 1) / 2, bad);
+    }
+    FOX_CUDA_CHECK(cudaFree(dc));
+    FOX_CUDA_CHECK(cudaFree(dw));
+    FOX_CUDA_CHECK(cudaFree(dqk));
+    FOX_CUDA_CHECK(cudaFree(dkf));
+    FOX_CUDA_CHECK(cudaFree(dql));
+    free(c);
+    free(w);
+    free(qk);
+    free(kf);
+    free(ql);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s FIXTURE_DIR\n", argv[0]);
@@ -322,6 +408,7 @@ int main(int argc, char **argv) {
     test_fixture(argv[1], first);
     fox_logits_budget = (size_t)2 << 30;
     test_crossentropy_large_vocab();
+    test_acp_tables();
     test_determinism_long();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -15,6 +15,7 @@
 #include "fox/npy.h"
 #include "fox/train_common.h"
 #include "fox/dist.h"
+#include "fox/acp.h"
 #include "dataloader.h"
 #include "tokenizer.h"
 
@@ -72,6 +73,8 @@ typedef struct {
     AttnCols cols;
     real *params, *grads, *m, *v;
     int B, T;  // activation capacity
+    int acp;   // Adaptive Computation Pruning (--acp): skip the attention tiles of acp_first
+    int *acp_first;  // (B, H, ceil(T / FOX_ACP_BLOCK)): first live key block of each query block
     Acts a;
     Grads d;
 } Model;
@@ -130,6 +133,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     d->dz = fox_calloc(N * D, sizeof(real));
     d->du = fox_calloc(N * 2 * I, sizeof(real));
     d->dh = fox_calloc(N * I, sizeof(real));
+    m->acp_first = fox_calloc((size_t)B * H * fox_acp_blocks(T), sizeof(int));
     m->B = B;
     m->T = T;
 }
@@ -161,6 +165,8 @@ static void model_free(Model *m) {
         &m->d.du, &m->d.dh,
     };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { free(*bufs[i]); *bufs[i] = NULL; }
+    free(m->acp_first);
+    m->acp_first = NULL;
 }
 
 // ----------------------------------------------------------------------------
@@ -447,11 +453,17 @@ static void forget_gate_backward(real *dproj, real *dbias, const real *dcum, con
     }
 }
 
+// The first key a query row attends to: 0, or with ACP the first key of its first live block.
+static int first_key(const int *kv_first, int bh, int i, SeqShape s) {
+    return kv_first ? kv_first[(size_t)bh * fox_acp_blocks(s.T) + i / FOX_ACP_BLOCK] * FOX_ACP_BLOCK : 0;
+}
+
 // Forgetting Attention (FoX eq. 5-6), causal, row by row with an online softmax:
 // o_i = Σ_{j≤i} exp(q_i·k_j/√d + c_i − c_j) v_j / Σ_{j≤i} exp(...). Stores lse_i for backward.
-// q, k, v, o are (N, D) with head h at columns h·Dh; cum and lse are (B, H, T).
+// q, k, v, o are (N, D) with head h at columns h·Dh; cum and lse are (B, H, T). kv_first: the ACP
+// staircase (fox/acp.h), or NULL.
 static void attention_forward(real *o, real *lse, const real *q, const real *k, const real *v,
-                              const real *cum, SeqShape s) {
+                              const real *cum, const int *kv_first, SeqShape s) {
     int D = s.H * s.Dh;
     real scale = 1.0f / sqrt_r((real)s.Dh);
     #pragma omp parallel for collapse(2)
@@ -463,7 +475,7 @@ static void attention_forward(real *o, real *lse, const real *q, const real *k, 
                 const real *qi = q + ((size_t)b * s.T + i) * D + h * s.Dh;
                 real mx = -INFINITY, l = 0.0f;
                 memset(acc, 0, (size_t)s.Dh * sizeof(real));
-                for (int j = 0; j <= i; j++) {
+                for (int j = first_key(kv_first, b * s.H + h, i, s); j <= i; j++) {
                     const real *kj = k + ((size_t)b * s.T + j) * D + h * s.Dh;
                     const real *vj = v + ((size_t)b * s.T + j) * D + h * s.Dh;
                     real dot = 0.0f;
@@ -493,7 +505,7 @@ static void attention_forward(real *o, real *lse, const real *q, const real *k, 
 // dq_i = Σ_j dS_ij k_j/√d, dk_j = Σ_i dS_ij q_i/√d, dv_j = Σ_i P_ij dO_i, dc_i += Σ_j dS_ij, dc_j −= Σ_i dS_ij.
 static void attention_backward(real *dq, real *dk, real *dv, real *dcum, const real *dout,
                                const real *q, const real *k, const real *v, const real *o,
-                               const real *lse, const real *cum, SeqShape s) {
+                               const real *lse, const real *cum, const int *kv_first, SeqShape s) {
     int D = s.H * s.Dh;
     real scale = 1.0f / sqrt_r((real)s.Dh);
     #pragma omp parallel for collapse(2)
@@ -505,7 +517,7 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dcum, const r
                 size_t ri = ((size_t)b * s.T + i) * D + h * s.Dh;
                 real Di = 0.0f;
                 for (int d = 0; d < s.Dh; d++) Di += dout[ri + d] * o[ri + d];
-                for (int j = 0; j <= i; j++) {
+                for (int j = first_key(kv_first, b * s.H + h, i, s); j <= i; j++) {
                     size_t rj = ((size_t)b * s.T + j) * D + h * s.Dh;
                     real dot = 0.0f, dp = 0.0f;
                     for (int d = 0; d < s.Dh; d++) { dot += q[ri + d] * k[rj + d]; dp += dout[ri + d] * v[rj + d]; }
@@ -628,6 +640,51 @@ static AttnLayer attn_layer(Model *m, int l, int B, int T) {
     return al;
 }
 
+FOX_ACP_FIRST_LIVE(acp_first_live, real, static)
+
+// Block l's ACP staircase (into m->acp_first), or NULL when ACP is off or there is no forget gate. U per
+// (b, h): from the QK-norm weights, else from the largest q and k norms of the sequence (fox/acp.h).
+static const int *acp_tables(Model *m, int l, const real *cum, const real *qn, const real *kn, SeqShape s) {
+    const FoxConfig *c = &m->cfg;
+    if (!m->acp || c->forget_gate == FOX_FG_NONE) return NULL;
+    int nblk = fox_acp_blocks(s.T), D = s.H * s.Dh, wst = c->qk_norm_shared ? 0 : s.Dh;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < s.B; b++) {
+        for (int h = 0; h < s.H; h++) {
+            double mq = 0.0, mk = 0.0, U;
+            if (c->qk_norm) {
+                const real *gq = param(m, FOX_P_qnorm_w, l) + h * wst, *gk = param(m, FOX_P_knorm_w, l) + h * wst;
+                for (int i = 0; i < s.Dh; i++) {
+                    mq = fmax(mq, fabs((double)gq[i]));
+                    mk = fmax(mk, fabs((double)gk[i]));
+                }
+                U = fox_acp_bound_qknorm(mq, mk, s.Dh);
+            } else {
+                for (int t = 0; t < s.T; t++) {
+                    size_t r = ((size_t)b * s.T + t) * D + (size_t)h * s.Dh;
+                    double q2 = 0.0, k2 = 0.0;
+                    for (int i = 0; i < s.Dh; i++) {
+                        q2 += (double)qn[r + i] * qn[r + i];
+                        k2 += (double)kn[r + i] * kn[r + i];
+                    }
+                    mq = fmax(mq, q2);
+                    mk = fmax(mk, k2);
+                }
+                U = fox_acp_bound_norms(mq, mk, s.Dh);
+            }
+            double delta = fox_acp_threshold(U, s.T);
+            const real *cb = cum + ((size_t)b * s.H + h) * s.T;
+            int *kf = m->acp_first + ((size_t)b * s.H + h) * nblk, prev = 0;
+            for (int mb = 0; mb < nblk; mb++) {  // (the running max keeps the staircase monotone)
+                int f = acp_first_live(cb, s.T, mb, delta);
+                prev = f > prev ? f : prev;
+                kf[mb] = prev;
+            }
+        }
+    }
+    return m->acp_first;
+}
+
 // Forward of block l's attention: resid[l] → mid[l].
 static void attention_block_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
@@ -664,7 +721,7 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     }
     if (c->forget_gate != FOX_FG_NONE)
         forget_gate_forward(cum, proj, param(m, FOX_P_fgate_b, l), cl.f, c->forget_gate, s);
-    attention_forward(att, lse, qn, kn, vs, c->forget_gate != FOX_FG_NONE ? cum : NULL, s);
+    attention_forward(att, lse, qn, kn, vs, c->forget_gate != FOX_FG_NONE ? cum : NULL, acp_tables(m, l, cum, qn, kn, s), s);
     if (c->output_norm) {
         NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
         rmsnorm_forward(on, a->on_rstd + lofs(m, l, H, B, T), att, param(m, FOX_P_onorm_w, l), os);
@@ -768,7 +825,7 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
         memcpy(g->datt, g->don, (size_t)N * D * sizeof(real));
     }
     attention_backward(g->dqn, g->dkn, g->dvs, has_fg ? g->dcum : NULL, g->datt, qn, kn, vs, att, lse,
-                       has_fg ? cum : NULL, s);
+                       has_fg ? cum : NULL, acp_tables(m, l, cum, qn, kn, s), s);
     if (has_fg)
         forget_gate_backward(g->dproj, grad(m, FOX_P_fgate_b, l), g->dcum, proj, param(m, FOX_P_fgate_b, l),
                              cl.f, c->forget_gate, s);
@@ -869,13 +926,16 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
 // The run (fox/run.h): what it needs from this model. Not part of the test build.
 #ifndef TESTING
 
+static int run_acp;  // --acp (run_model_options runs first)
+
 static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute, const Dist *d) {
     (void)recompute;  // the CPU trainer keeps every activation
     (void)d;          // its ranks meet only in MPI_Allreduce
     model_init(m, c, B, T, seed);
+    m->acp = run_acp;
 }
 
-static void run_model_options(const FoxArgs *a) { (void)a; }  // nothing to choose on the CPU
+static void run_model_options(const FoxArgs *a) { run_acp = a->acp; }
 
 static const float *run_model_losses(Model *m) { return m->a.losses; }
 

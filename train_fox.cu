@@ -66,6 +66,7 @@ typedef struct {
     bf16 *logits;   // (ce_rows, VP); the backward pass turns it into dlogits
     float *losses, *ce_lse;  // (N)
     float *zero_c;  // (B, H, T) zeros: the gate bias of the presets without a forget gate
+    int *acp_kv_first, *acp_q_last;  // (B, H, ceil(T / FOX_ACP_BLOCK)): the ACP staircase of one block
     int *inputs, *targets;   // (N)
 } Acts;
 
@@ -92,6 +93,7 @@ typedef struct {
     FoxLayout lay;
     AttnCols cols;
     int NINP, VP, Dh, recompute;
+    int acp;                        // Adaptive Computation Pruning (--acp)
     float *params, *grads, *m, *v;  // fp32, FOX_PARAMS layout (a checkpoint is a straight copy)
     bf16 *wbf[FOX_NUM_PARAMS];      // bf16 copies of the GEMM weights, rows padded (NULL otherwise)
     size_t rows_pad[FOX_NUM_PARAMS];
@@ -194,6 +196,8 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->losses = (float *)dev_alloc(N * f, cnt);
     a->ce_lse = (float *)dev_alloc(N * f, cnt);
     a->zero_c = (float *)dev_alloc(N * H * f, cnt);
+    a->acp_kv_first = (int *)dev_alloc((size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
+    a->acp_q_last = (int *)dev_alloc((size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
     a->inputs = (int *)dev_alloc(N * sizeof(int), cnt);
     a->targets = (int *)dev_alloc(N * sizeof(int), cnt);
 
@@ -292,6 +296,7 @@ static void model_free(Model *m) {
         free(layered[i]);
     }
     void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xnf, a->logits, a->losses, a->ce_lse, a->zero_c,
+                    a->acp_kv_first, a->acp_q_last,
                     a->inputs, a->targets, s->dres, s->dres_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
                     s->d_o, s->dc, s->dlogf, s->dfg, s->dks, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
                     s->attn_scratch, s->bucket_token, s->bucket_start, s->bucket_pos, m->rope_cos, m->rope_sin};
@@ -353,6 +358,18 @@ static void rmsnorm_backward(Model *m, const float *in, const float *w, float *d
 
 static float *resid_at(Model *m, int l, int B, int T) { return m->a.resid + (size_t)l * B * T * m->cfg.d_model; }
 
+// Block l's ACP staircase (fox/acp.h) into a->acp_kv_first / acp_q_last; 0 when ACP is off or there is no
+// forget gate (the kernels then take every tile).
+static int acp_tables(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    if (!m->acp || c->forget_gate == FOX_FG_NONE) return 0;
+    Acts *a = &m->a;
+    fox_acp_tables(a->acp_kv_first, a->acp_q_last, a->c[l], a->q[l], a->k[l],
+                   c->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL,
+                   c->qk_norm_shared ? 0 : m->Dh, B, c->n_head, T, m->Dh, m->stream);
+    return 1;
+}
+
 // Forward of block l's attention: resid[l] → mid[l].
 static void attention_block_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
@@ -371,7 +388,8 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
         FOX_LAUNCH_CHECK();
         cum = a->c[l];
     }
-    fox_attention_forward(a->q[l], a->k[l], a->v[l], cum, a->o[l], a->lse[l], B, H, T, Dh, NULL, m->stream);
+    const int *kv_first = acp_tables(m, l, B, T) ? a->acp_kv_first : NULL;
+    fox_attention_forward(a->q[l], a->k[l], a->v[l], cum, a->o[l], a->lse[l], B, H, T, Dh, kv_first, m->stream);
     LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m->stream, a->z[l], a->o[l], a->proj[l], m->NINP,
                  c->output_gate ? m->cols.g : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, Dh);
     // The residual add is the GEMM's epilogue: mid = x + z W_oᵀ.
@@ -482,8 +500,9 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
     fox_output_backward(s->d_o, s->dproj, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], NP,
                         c->output_gate ? m->cols.g : -1, ow, N, H, Dh, s->colsum_rows, s->colsum_part, m->stream);
+    const int *q_last = acp_tables(m, l, B, T) ? a->acp_q_last : NULL;
     fox_attention_backward(a->q[l], a->k[l], a->v[l], has_fg ? a->c[l] : a->zero_c, a->o[l], a->lse[l], s->d_o, s->dc,
-                           s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, NULL, m->stream);
+                           s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, q_last, m->stream);
     if (has_fg) {
         int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.f : -1;
         forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m->stream>>>(
@@ -597,6 +616,8 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
 // The run (fox/run.h): what it needs from this model. Not part of the test build.
 #ifndef TESTING
 
+static int run_acp;  // --acp (run_model_options runs before run_model_init)
+
 // One GPU per rank: rank r of a node takes GPU r; then the ranks' NCCL communicator (rank 0 makes
 // the id, MPI carries it to the others).
 static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute, const Dist *d) {
@@ -606,6 +627,7 @@ static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t 
         fox_fatal("%d ranks on this node but %d GPUs: train_fox runs one rank per GPU", d->local_world, ngpu);
     FOX_CUDA_CHECK(cudaSetDevice(d->local_rank));
     model_init(m, c, B, T, seed, recompute);
+    m->acp = run_acp;
 #ifdef FOX_MPI
     if (d->world > 1) {
         ncclUniqueId id;
@@ -617,7 +639,10 @@ static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t 
 }
 
 // --deterministic 0 trades bitwise reproducibility of the attention backward for speed.
-static void run_model_options(const FoxArgs *a) { fox_attention_set_deterministic(a->deterministic); }
+static void run_model_options(const FoxArgs *a) {
+    fox_attention_set_deterministic(a->deterministic);
+    run_acp = a->acp;
+}
 
 static const float *run_model_losses(Model *m) { return m->h_losses; }
 

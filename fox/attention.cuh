@@ -22,8 +22,9 @@
 #include <math.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include "acp.h"
 
-#define FOX_ATTN_ACP_BLOCK 128
+#define FOX_ATTN_ACP_BLOCK FOX_ACP_BLOCK
 
 #define FOX_CUDA_CHECK(call) fox_attn_cuda_check((call), #call, __FILE__, __LINE__)
 static inline void fox_attn_cuda_check(cudaError_t err, const char *what, const char *file, int line) {

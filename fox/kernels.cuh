@@ -574,6 +574,78 @@ __global__ void forget_gate_backward_kernel(bf16 *dproj, float *dfg, const float
 }
 
 // ----------------------------------------------------------------------------
+// ACP tables (fox/acp.h) of one attention call, one block per (b, h): U from the QK-norm weights (qw, kw;
+// wstride 0 when shared) or, with qw NULL, from the largest q and k norms of the sequence; then kv_first[m]
+// for every query block (a binary search each, then a running max, so the staircase is monotone even where
+// the fp32 scan of c is not), and q_last[n] = the last query block m with kv_first[m] <= n.
+#define ACP_THREADS 256
+
+FOX_ACP_FIRST_LIVE(acp_first_live_dev, float, static __device__ __forceinline__)
+
+__global__ void __launch_bounds__(ACP_THREADS) acp_tables_kernel(int *kv_first, int *q_last, const float *c, const bf16 *q,
+                                                                 const bf16 *k, const float *qw, const float *kw,
+                                                                 int wstride, int H, int T, int dh) {
+    extern __shared__ int kf[];  // (nblk)
+    __shared__ float red[2][ACP_THREADS / 32];
+    int bh = blockIdx.x, h = bh % H, tid = threadIdx.x, nblk = fox_acp_blocks(T);
+    float mq = 0.0f, mk = 0.0f;
+    if (qw) {
+        for (int i = tid; i < dh; i += ACP_THREADS) {
+            mq = fmaxf(mq, fabsf(qw[h * wstride + i]));
+            mk = fmaxf(mk, fabsf(kw[h * wstride + i]));
+        }
+    } else {
+        const bf16 *qh = q + (size_t)bh * T * dh, *kh = k + (size_t)bh * T * dh;
+        for (int t = tid; t < T; t += ACP_THREADS) {
+            float q2 = 0.0f, k2 = 0.0f;
+            for (int i = 0; i < dh; i++) {
+                float a = __bfloat162float(qh[(size_t)t * dh + i]), b = __bfloat162float(kh[(size_t)t * dh + i]);
+                q2 += a * a;
+                k2 += b * b;
+            }
+            mq = fmaxf(mq, q2);
+            mk = fmaxf(mk, k2);
+        }
+    }
+    mq = warp_max(mq);
+    mk = warp_max(mk);
+    if (tid % 32 == 0) {
+        red[0][tid / 32] = mq;
+        red[1][tid / 32] = mk;
+    }
+    __syncthreads();
+    for (int w = 0; w < ACP_THREADS / 32; w++) {
+        mq = fmaxf(mq, red[0][w]);
+        mk = fmaxf(mk, red[1][w]);
+    }
+    double U = qw ? fox_acp_bound_qknorm(mq, mk, dh) : fox_acp_bound_norms(mq, mk, dh), delta = fox_acp_threshold(U, T);
+    const float *ch = c + (size_t)bh * T;
+    for (int m = tid; m < nblk; m += ACP_THREADS) kf[m] = acp_first_live_dev(ch, T, m, delta);
+    __syncthreads();
+    if (tid == 0)
+        for (int m = 1; m < nblk; m++) kf[m] = max(kf[m], kf[m - 1]);
+    __syncthreads();
+    for (int m = tid; m < nblk; m += ACP_THREADS) {
+        kv_first[(size_t)bh * nblk + m] = kf[m];
+        int lo = m, hi = nblk - 1;  // key block n = m: the last query block keeping it (kf[m] <= m)
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (kf[mid] <= m) lo = mid;
+            else hi = mid - 1;
+        }
+        q_last[(size_t)bh * nblk + m] = lo;
+    }
+}
+
+static inline void fox_acp_tables(int *kv_first, int *q_last, const float *c, const bf16 *q, const bf16 *k,
+                                  const float *qw, const float *kw, int wstride, int B, int H, int T, int dh,
+                                  cudaStream_t s) {
+    acp_tables_kernel<<<B * H, ACP_THREADS, fox_acp_blocks(T) * sizeof(int), s>>>(kv_first, q_last, c, q, k, qw, kw,
+                                                                                 wstride, H, T, dh);
+    FOX_LAUNCH_CHECK();
+}
+
+// ----------------------------------------------------------------------------
 // Attention output: z = RMSNorm_head(o) ⊙ σ(g) (each part optional), one warp per (token, head);
 // o and z are (N, D) bf16, g read from proj (fp32) at column cg (< 0: no gate); ow NULL: no norm.
 

@@ -3,7 +3,7 @@
 // Each trainer defines its Model (with fields cfg, lay and T) and these before including this file:
 //   void   run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute,
 //                         const Dist *d);   (a GPU trainer picks its GPU and joins its ranks here)
-//   void   run_model_options(const FoxArgs *a);   trainer-specific flags (e.g. --deterministic)
+//   void   run_model_options(const FoxArgs *a);   trainer-specific flags (--deterministic, --acp)
 //   void   model_free(Model *m);
 //   double model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
 //   const float *run_model_losses(Model *m);     per-position losses of the last forward, on the host
@@ -341,6 +341,7 @@ static void eval_init(Run *r, int argc, char **argv) {
     dist_init(&r->dist, &argc, &argv);
     fox_args_parse(&r->args, argc, argv);
     FoxArgs *a = &r->args;
+    run_model_options(a);
     if (!a->out[0]) fox_fatal("--eval-only needs --out (where per_token_loss.npy and .json go)");
     if (!a->val[0]) fox_fatal("--eval-only needs --val");
     if (a->eval_seqs < 1) fox_fatal("--eval-seqs must be positive");

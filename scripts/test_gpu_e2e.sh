@@ -1,7 +1,8 @@
 #!/bin/sh
 # End-to-end checks of ./train_fox on a GPU machine (part of `make test-gpu`): resuming gives bitwise
 # the same losses as not stopping, a GPU checkpoint resumes in train_fox_cpu, --eval-only writes L(i)
-# that train_fox_cpu reproduces from the same checkpoint, and bad input fails with one line.
+# that train_fox_cpu reproduces from the same checkpoint, bad input fails with one line, and ACP pruning
+# leaves the losses where they were.
 # Binaries: $TRAIN_FOX (default ./train_fox) and $TRAIN_FOX_CPU (default ./train_fox_cpu).
 set -u
 GPU=${TRAIN_FOX:-./train_fox}
@@ -62,6 +63,21 @@ $GPU $ARGS --heads 3 --dim 96 --out "$tmp/h" > "$tmp/bad2.txt" 2>&1
 st=$?
 [ "$st" -ne 0 ] && [ "$(wc -l < "$tmp/bad2.txt")" -eq 1 ] && grep -q '^error: ' "$tmp/bad2.txt"
 check $? "an unsupported head_dim: $(head -c 150 "$tmp/bad2.txt")"
+
+# ACP (--acp 1): fixed gates decaying by 1/16 a token at T = 1024, so the tiles 5 or more blocks below the
+# diagonal fall under the threshold. Pruning changes the losses by less than the e^-10 bound (plus bf16
+# rounding), and the GPU's pruned run agrees with the CPU's as any GPU run does.
+AARGS="--model fox-pro --forget-gate fixed --t-min 16 --t-max 16 --layers 2 --dim 128 --heads 2 --seq-len 1024 --batch 2 --steps 5 --lr 3e-3 --warmup-tokens 2K --eval-every 0 --sample-tokens 0"
+$GPU $AARGS --acp 0 --out "$tmp/acp0" > "$tmp/acp0.txt" 2>&1 && $GPU $AARGS --acp 1 --out "$tmp/acp1" > "$tmp/acp1.txt" 2>&1 &&
+    $CPU $AARGS --acp 1 --out "$tmp/acpc" > "$tmp/acpc.txt" 2>&1
+check $? "train_fox --acp 0, --acp 1 and train_fox_cpu --acp 1 train 5 steps at T = 1024"
+losses_after "$tmp/acp0/log.jsonl" 0 > "$tmp/la0"
+losses_after "$tmp/acp1/log.jsonl" 0 > "$tmp/la1"
+losses_after "$tmp/acpc/log.jsonl" 0 > "$tmp/lac"
+d01=$(paste "$tmp/la0" "$tmp/la1" | awk '{ d = $2 - $4; if (d < 0) d = -d; d /= $2; if (d > m) m = d } END { printf "%.1e", m + 0 }')
+d1c=$(paste "$tmp/la1" "$tmp/lac" | awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.1e", m + 0 }')
+[ "$(wc -l < "$tmp/la1")" -eq 5 ] && awk -v a="$d01" -v b="$d1c" 'BEGIN { exit !(a < 1e-4 && b < 1e-2) }'
+check $? "ACP: GPU losses with and without pruning within $d01 relative (tol 1e-4), GPU vs CPU with pruning within $d1c (tol 1e-2)"
 
 rm -rf "$tmp"
 echo "$pass passed, $fail failed"

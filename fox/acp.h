@@ -1,0 +1,53 @@
+// fox/acp.h: Adaptive Computation Pruning (SPEC §1; ACP paper §3), the one definition both trainers use.
+// Attention runs on a grid of FOX_ACP_BLOCK x FOX_ACP_BLOCK tiles (query block m, key block n <= m). The
+// decay bias c_i - c_j of tile (m, n) is at most c[first row of m] - c[last column of n]; when that is
+// below delta = -2U - ln T + ln eps (U >= |q.k|/sqrt(d_h), eps = e^-10) every attention weight of the tile
+// is below eps/T of the row's largest, so the tile is skipped. c (cumulative log f) never increases,
+// so the live key blocks of query block m are n in [first_live(m), m] and first_live never decreases:
+// a staircase, stored as kv_first[m] (forward, dQ) and q_last[n], the last query block that keeps key
+// block n (dK, dV).
+#ifndef FOX_ACP_H
+#define FOX_ACP_H
+
+#include <math.h>
+
+#define FOX_ACP_BLOCK 128
+#define FOX_ACP_LOG_EPS (-10.0)
+
+#ifdef __CUDACC__
+#define FOX_ACP_HD __host__ __device__
+#else
+#define FOX_ACP_HD
+#endif
+
+static inline FOX_ACP_HD int fox_acp_blocks(int T) { return (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK; }
+
+static inline FOX_ACP_HD double fox_acp_threshold(double U, int T) { return -2.0 * U - log((double)T) + FOX_ACP_LOG_EPS; }
+
+// U from the QK-norm weights of one head (SPEC: max|g_q| max|g_k| sqrt(d_h), q and k being RMS-normed).
+static inline FOX_ACP_HD double fox_acp_bound_qknorm(double max_abs_gq, double max_abs_gk, int dh) {
+    return max_abs_gq * max_abs_gk * sqrt((double)dh);
+}
+
+// U without QK-norm: max ||q|| max ||k|| / sqrt(d_h) over the sequence (Cauchy-Schwarz).
+static inline FOX_ACP_HD double fox_acp_bound_norms(double max_q2, double max_k2, int dh) {
+    return sqrt(max_q2) * sqrt(max_k2) / sqrt((double)dh);
+}
+
+// FOX_ACP_FIRST_LIVE(name, type, qualifiers) defines
+//   int name(const type *c, int T, int m, double delta)
+// the first live key block of query block m for the sequence's c (T values): a binary search, liveness
+// being monotone in n; the diagonal block is always live.
+#define FOX_ACP_FIRST_LIVE(NAME, TYPE, QUAL)                                                              \
+    QUAL int NAME(const TYPE *c, int T, int m, double delta) {                                            \
+        double top = (double)c[m * FOX_ACP_BLOCK];                                                        \
+        int lo = 0, hi = m; /* the answer is in [lo, hi] */                                               \
+        while (lo < hi) {                                                                                 \
+            int mid = (lo + hi) / 2, last = mid * FOX_ACP_BLOCK + FOX_ACP_BLOCK - 1;                      \
+            if (top - (double)c[last < T ? last : T - 1] >= delta) hi = mid;                              \
+            else lo = mid + 1;                                                                            \
+        }                                                                                                 \
+        return lo;                                                                                        \
+    }
+
+#endif
