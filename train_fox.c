@@ -939,7 +939,9 @@ static void run_model_options(const FoxArgs *a) { run_acp = a->acp; }
 
 static const float *run_model_losses(Model *m) { return m->a.losses; }
 
-static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
+static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale,
+                               int last) {
+    (void)last;  // the ranks' gradients are averaged after the backward (run_model_average_grads)
     model_backward(m, inputs, targets, B, T, dloss_scale);
 }
 

@@ -103,8 +103,12 @@ typedef struct {
     Scratch s;
     Gemm gemm;
     cudaStream_t stream;
+    int world;                      // data-parallel ranks (1: no gradient averaging)
+    int reduce_in_backward;         // the backward averages each block's gradients as soon as they are final
 #ifdef FOX_MPI
     ncclComm_t nccl;                // the ranks of a data-parallel run (NULL with one rank)
+    cudaStream_t comm;              // where the all-reduces run, beside the backward pass
+    cudaEvent_t grads_final, reduced;
 #endif
     float *h_losses;                // (N) host copy of the per-position losses
     int *h_count, *h_fill, *h_bucket_token, *h_bucket_start, *h_bucket_pos;
@@ -304,7 +308,12 @@ static void model_free(Model *m) {
     for (int k = 0; k < FOX_NUM_PARAMS; k++) FOX_CUDA_CHECK(cudaFree(m->wbf[k]));
     gemm_free(&m->gemm);
 #ifdef FOX_MPI
-    if (m->nccl) FOX_NCCL_CHECK(ncclCommDestroy(m->nccl));
+    if (m->nccl) {
+        FOX_NCCL_CHECK(ncclCommDestroy(m->nccl));
+        FOX_CUDA_CHECK(cudaStreamDestroy(m->comm));
+        FOX_CUDA_CHECK(cudaEventDestroy(m->grads_final));
+        FOX_CUDA_CHECK(cudaEventDestroy(m->reduced));
+    }
 #endif
     FOX_CUDA_CHECK(cudaStreamDestroy(m->stream));
     free(m->h_losses);
@@ -540,6 +549,28 @@ static int embedding_buckets(Model *m, const int *inputs, int N) {
     return nb;
 }
 
+// Data parallel, the step's last micro-batch: averages the ranks' gradients as soon as the backward has
+// finished them, one grouped NCCL all-reduce on the comm stream (after the work queued so far) while the
+// backward goes on: tensor `tensor` (a tensor without layers), or with tensor < 0 block `layer`'s slice of
+// every layered tensor. Every rank issues the same all-reduces in the same order.
+static void reduce_final_grads(Model *m, int tensor, int layer) {
+#ifdef FOX_MPI
+    if (!m->reduce_in_backward) return;
+    FOX_CUDA_CHECK(cudaEventRecord(m->grads_final, m->stream));
+    FOX_CUDA_CHECK(cudaStreamWaitEvent(m->comm, m->grads_final, 0));
+    FOX_NCCL_CHECK(ncclGroupStart());
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
+        const FoxParamInfo *p = &m->lay.p[k];
+        if (!fox_param_learned(&m->cfg, k) || !p->numel || (tensor >= 0 ? k != tensor : !p->layered)) continue;
+        float *g = grad(m, k, p->layered ? layer : 0);
+        FOX_NCCL_CHECK(ncclAllReduce(g, g, p->layered ? p->rows * p->cols : p->numel, ncclFloat, ncclAvg, m->nccl, m->comm));
+    }
+    FOX_NCCL_CHECK(ncclGroupEnd());
+#else
+    (void)m; (void)tensor; (void)layer;
+#endif
+}
+
 // Backward of the last model_forward (with targets), adding dloss_scale·∂(mean loss)/∂θ into grads.
 static void model_backward(Model *m, const int *inputs, int B, int T, float dloss_scale) {
     const FoxConfig *c = &m->cfg;
@@ -556,16 +587,20 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
         linear_backward_weight(&m->gemm, grad(m, FOX_P_lm_head_w, 0), a->logits, m->VP, a->xnf + (size_t)r0 * D, rows, D, V);
     }
     m->logits_kept = 0;
+    reduce_final_grads(m, FOX_P_lm_head_w, 0);
     rmsnorm_backward(m, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), grad(m, FOX_P_lnf_w, 0), N, 0);
+    reduce_final_grads(m, FOX_P_lnf_w, 0);
     for (int l = L - 1; l >= 0; l--) {
         recompute_block(m, l, B, T);
         mlp_block_backward(m, l, B, T);
         attention_block_backward(m, l, B, T);
+        reduce_final_grads(m, -1, l);
     }
     int nb = embedding_buckets(m, inputs, N);
     embedding_backward_kernel<<<nb, 256, 0, m->stream>>>(grad(m, FOX_P_wte, 0), s->dres, s->bucket_token,
                                                          s->bucket_start, s->bucket_pos, D);
     FOX_LAUNCH_CHECK();
+    reduce_final_grads(m, FOX_P_wte, 0);
 }
 
 static void model_zero_grad(Model *m) {
@@ -628,12 +663,16 @@ static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t 
     FOX_CUDA_CHECK(cudaSetDevice(d->local_rank));
     model_init(m, c, B, T, seed, recompute);
     m->acp = run_acp;
+    m->world = d->world;
 #ifdef FOX_MPI
     if (d->world > 1) {
         ncclUniqueId id;
         if (d->rank == 0) FOX_NCCL_CHECK(ncclGetUniqueId(&id));
         dist_broadcast(d, &id, sizeof(id), 0);
         FOX_NCCL_CHECK(ncclCommInitRank(&m->nccl, d->world, id, d->rank));
+        FOX_CUDA_CHECK(cudaStreamCreateWithFlags(&m->comm, cudaStreamNonBlocking));
+        FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->grads_final, cudaEventDisableTiming));
+        FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->reduced, cudaEventDisableTiming));
     }
 #endif
 }
@@ -646,19 +685,23 @@ static void run_model_options(const FoxArgs *a) {
 
 static const float *run_model_losses(Model *m) { return m->h_losses; }
 
-static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
+static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale,
+                               int last) {
     (void)targets;  // the fused cross entropy already left dlogits in place during the forward
+    m->reduce_in_backward = last && m->world > 1;
     model_backward(m, inputs, B, T, dloss_scale);
+    m->reduce_in_backward = 0;
 }
 
 static void run_model_zero_grad(Model *m) { model_zero_grad(m); }
 
-// The mean of the ranks' gradients, in place: one NCCL all-reduce over the flat fp32 vector. Every
-// rank then runs the same optimizer step on the same numbers, so the weights stay identical.
+// The ranks' gradients were averaged during the last micro-batch's backward (reduce_final_grads);
+// the optimizer waits for those all-reduces.
 static void run_model_average_grads(Model *m, const Dist *d) {
 #ifdef FOX_MPI
     (void)d;
-    FOX_NCCL_CHECK(ncclAllReduce(m->grads, m->grads, m->lay.total, ncclFloat, ncclAvg, m->nccl, m->stream));
+    FOX_CUDA_CHECK(cudaEventRecord(m->reduced, m->comm));
+    FOX_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->reduced, 0));
 #else
     fox_fatal("this train_fox was built without MPI: %d ranks cannot average their gradients", d->world);
 #endif

@@ -7,7 +7,9 @@
 //   void   model_free(Model *m);
 //   double model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
 //   const float *run_model_losses(Model *m);     per-position losses of the last forward, on the host
-//   void   run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale);
+//   void   run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale,
+//                             int last);   last: the step's last micro-batch (a trainer may start averaging
+//                                          the ranks' gradients as they become final)
 //   void   run_model_zero_grad(Model *m);
 //   void   run_model_average_grads(Model *m, const Dist *d);   mean of the ranks' gradients
 //   double optimizer_step(Model *m, const OptConfig *o, double lr, int t);   returns the pre-clip norm
@@ -112,7 +114,7 @@ static double train_step(Run *r, double lr, double *norm_out) {
         const float *pos = run_model_losses(m);
         for (int n = 0; n < N; n++) r->pos_loss[n % T] += pos[n];
         r->pos_loss_seqs += B;
-        run_model_backward(m, r->inputs, r->targets, B, T, 1.0f / r->grad_accum);
+        run_model_backward(m, r->inputs, r->targets, B, T, 1.0f / r->grad_accum, micro == r->grad_accum - 1);
     }
     if (r->dist.world > 1) {
         run_model_average_grads(m, &r->dist);
