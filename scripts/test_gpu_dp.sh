@@ -21,15 +21,7 @@ fi
 # Open MPI refuses root without these; NVLink multicast stays off (the device pages say why).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 MPIRUN="mpirun --bind-to none"
-tmp=$(mktemp -d)
-pass=0
-fail=0
-check() {  # status, label
-    if [ "$1" -eq 0 ]; then pass=$((pass + 1)); echo "PASS $2"; else fail=$((fail + 1)); echo "FAIL $2"; fi
-}
-losses_after() {  # log, step: "step loss" of the training lines after that step
-    sed -n 's/^{"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$1" | awk -v s="$2" '$1 > s'
-}
+. "$(dirname "$0")/test_lib.sh"
 ARGS="--model fox-pro --layers 2 --dim 128 --heads 2 --seq-len 256 --batch 2 --steps 6 --lr 3e-3 --warmup-tokens 2K --eval-every 0 --sample-tokens 0 --ckpt-every 3 --keep 5"
 
 $MPIRUN -np 2 $GPU $ARGS --out "$tmp/dp2" > "$tmp/dp2.txt" 2>&1
@@ -71,6 +63,4 @@ msg=$(grep -m1 "error" "$tmp/toomany.txt")
 [ $st -ne 0 ] && echo "$msg" | grep -q "one rank per GPU"
 check $? "$np ranks on $ngpu GPUs fail with one line ($msg)"
 
-rm -rf "$tmp"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

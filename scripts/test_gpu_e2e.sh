@@ -8,15 +8,7 @@ set -u
 GPU=${TRAIN_FOX:-./train_fox}
 CPU=${TRAIN_FOX_CPU:-./train_fox_cpu}
 PY=${PYTHON:-python3}
-tmp=$(mktemp -d)
-pass=0
-fail=0
-check() {  # status, label
-    if [ "$1" -eq 0 ]; then pass=$((pass + 1)); echo "PASS $2"; else fail=$((fail + 1)); echo "FAIL $2"; fi
-}
-losses_after() {  # log, step: "step loss" of the training lines after that step
-    sed -n 's/^{"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$1" | awk -v s="$2" '$1 > s'
-}
+. "$(dirname "$0")/test_lib.sh"
 ARGS="--model fox-pro --layers 2 --dim 128 --heads 2 --seq-len 256 --batch 4 --steps 20 --lr 3e-3 --warmup-tokens 10K --eval-every 10 --val-steps 2 --ckpt-every 10 --keep 5"
 
 $GPU $ARGS --sample-tokens 16 --out "$tmp/a" > "$tmp/a.txt" 2>&1
@@ -79,6 +71,4 @@ d1c=$(paste "$tmp/la1" "$tmp/lac" | awk '{ d = $2 - $4; if (d < 0) d = -d; if (d
 [ "$(wc -l < "$tmp/la1")" -eq 5 ] && awk -v a="$d01" -v b="$d1c" 'BEGIN { exit !(a < 1e-4 && b < 1e-2) }'
 check $? "ACP: GPU losses with and without pruning within $d01 relative (tol 1e-4), GPU vs CPU with pruning within $d1c (tol 1e-2)"
 
-rm -rf "$tmp"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
