@@ -250,6 +250,12 @@ __device__ __forceinline__ float quad_sum(float x) {
 // tile that matters, and s_ij log2e = a_i + fma(qk, scale log2e, nb_j).
 // WG: S = Q K^T and O += P V on Hopper warpgroup MMA (sm_90a, dh 64): 8 warps of 16 rows, warpgroup w4
 // owning rows 64 w4.., operands straight from the swizzled smem tiles; the rest of the kernel is shared.
+// PIPE (with WG): tile t-1's P V runs on the tensor cores during tile t's softmax. Per tile a warpgroup
+// commits S(t) = Q K(t)^T, then P(t-1) V(t-1) (P kept in registers as bf16 fragments), waits for S(t)
+// only, forms tile t's exponentials and row sums, then waits for P V and rescales O: the same operations
+// on O in the same order as without PIPE (the same output bit for bit). V is triple-buffered (V(t-1)
+// is still read while V(t+1) lands); the P V issue is unconditional (at t = 0 a zero P on a zeroed V
+// buffer): under a branch ptxas would serialize the kernel's warpgroup MMAs.
 template <int DH, bool WG = false> struct FwdCfg {
     static constexpr int MT = DH == 64 && !WG ? 2 : 1;  // dh 128 has no registers for a second row tile
     static constexpr int THREADS = FWD_BM / (16 * MT) * 32;
@@ -257,18 +263,20 @@ template <int DH, bool WG = false> struct FwdCfg {
     static constexpr int MIN_BLOCKS = DH == 64 ? 2 : 1;
 };
 
-template <int DH, bool WG = false>
+template <int DH, bool WG = false, bool PIPE = false>
 __global__ void __launch_bounds__(FwdCfg<DH, WG>::THREADS, FwdCfg<DH, WG>::MIN_BLOCKS)
 fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
            float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
     constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    constexpr int NV = PIPE ? 3 : 2;  // V buffers
     static_assert(!WG || (DH == 64 && MT == 1), "warpgroup path: 128-byte smem rows, 16 rows per warp");
+    static_assert(!PIPE || WG, "pipelined P V: warpgroup path");
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
     __nv_bfloat16 *Ks = Qs + BM * DH;          // [2][BN][DH]
-    __nv_bfloat16 *Vs = Ks + 2 * BN * DH;      // [2][BN][DH]
-    float *nbs = reinterpret_cast<float *>(Vs + 2 * BN * DH);  // [2][BN]: -(c_j - c_ref) log2e
+    __nv_bfloat16 *Vs = Ks + 2 * BN * DH;      // [NV][BN][DH]
+    float *nbs = reinterpret_cast<float *>(Vs + NV * BN * DH);  // [2][BN]: -(c_j - c_ref) log2e
     float *crefs = nbs + 2 * BN;                                // [2]
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -296,6 +304,10 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         if (tid == 0) crefs[buf] = cref;
     };
 
+    if constexpr (PIPE) {  // V buffer 2: the operand of the zero P V issued with tile 0
+        uint4 *z = reinterpret_cast<uint4 *>(Vs + 2 * BN * DH);
+        for (int i = tid; i < BN * DH / 8; i += NT) z[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
     load_tile_async<DH, BM, NT>(Qs, qh, DH, q0, T, tid);
     load_tile_async<DH, BN, NT>(Ks, kh, DH, n_last * BN, T, tid);
     load_tile_async<DH, BN, NT>(Vs, vh, DH, n_last * BN, T, tid);
@@ -321,6 +333,9 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const float sl2 = LOG2E / sqrtf((float)DH);
 
     uint32_t qf[MT][DH / 16][4];
+    uint32_t pprev[BN / 16][4];  // PIPE: tile t-1's P as bf16 A fragments (zero before tile 0)
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
     float oacc[MT][DH / 8][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -328,7 +343,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         for (int i = 0; i < DH / 8; i++) oacc[mt][i][0] = oacc[mt][i][1] = oacc[mt][i][2] = oacc[mt][i][3] = 0.f;
 
     for (int it = 0; it < ntiles; it++) {
-        const int n = n_last - it, buf = it & 1;
+        const int n = n_last - it, buf = it & 1, vbuf = PIPE ? it % 3 : buf;
         cp_async_wait_all();
         if constexpr (WG) fence_proxy_async_smem();  // cp.async writes -> wgmma reads
         __syncthreads();
@@ -336,7 +351,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         float cj_next = 0.f, cref_next = 0.f;
         if (more) {
             load_tile_async<DH, BN, NT>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
-            load_tile_async<DH, BN, NT>(Vs + (buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT>(Vs + (PIPE ? (it + 1) % 3 : buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
             cp_async_commit();
             fetch_c(n - 1, cj_next, cref_next);
         }
@@ -346,7 +361,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++) load_a<DH>(qf[mt][kk], Qs, (warp * MT + mt) * 16, kk * 16, lane);
         }
-        const __nv_bfloat16 *Kb = Ks + buf * BN * DH, *Vb = Vs + buf * BN * DH;
+        const __nv_bfloat16 *Kb = Ks + buf * BN * DH, *Vb = Vs + vbuf * BN * DH;
         const float *nb = nbs + buf * BN;
 
         float s[MT][BN / 8][4];
@@ -356,7 +371,16 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 #pragma unroll
             for (int kk = 0; kk < DH / 16; kk++)
                 wgmma_m64n64_ss<0, 0>(s[0], gmma_desc(Qs + w4 * 64 * DH + kk * 16), gmma_desc(Kb + kk * 16), kk > 0);
-            wg_commit_wait();
+            if constexpr (PIPE) {  // then tile t-1's P V; only S is waited for here
+                wg_commit();
+                const __nv_bfloat16 *Vp = Vs + ((it + 2) % 3) * BN * DH;
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pprev[kk], gmma_desc(Vp + kk * 16 * DH));
+                wg_commit();
+                wg_wait<1>();
+            } else {
+                wg_commit_wait();
+            }
         } else {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
@@ -418,12 +442,16 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 }
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) l[mt][hf] = l[mt][hf] * al[hf] + ps[hf];  // quad-reduced at the end
+            if constexpr (PIPE) wg_wait<0>();  // tile t-1's P V has landed in O
 #pragma unroll
             for (int i = 0; i < DH / 8; i++)
 #pragma unroll
                 for (int x = 0; x < 4; x++) oacc[mt][i][x] *= al[x >> 1];
         }
-        if constexpr (WG) {
+        if constexpr (PIPE) {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], s[0][2 * kk], s[0][2 * kk + 1]);
+        } else if constexpr (WG) {
             uint32_t pa[BN / 16][4];
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[0][2 * kk], s[0][2 * kk + 1]);
@@ -451,6 +479,13 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         if (more) store_c(buf ^ 1, cj_next, cref_next);
     }
 
+    if constexpr (PIPE) {  // the last tile's P V
+        const __nv_bfloat16 *Vp = Vs + ((ntiles - 1) % 3) * BN * DH;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pprev[kk], gmma_desc(Vp + kk * 16 * DH));
+        wg_commit_wait();
+    }
     const size_t ld_o = (size_t)H * DH;
     __nv_bfloat16 *ob = o + (size_t)b * T * ld_o + (size_t)h * DH;
     constexpr float LN2 = 0.6931471805599453f;
@@ -1198,8 +1233,8 @@ __global__ void __launch_bounds__(SCAN_THREADS) reverse_cumsum_kernel(float *__r
     }
 }
 
-template <int DH> size_t fwd_smem_bytes() {
-    return (size_t)(FWD_BM + 4 * FWD_BN) * DH * 2 + (2 * FWD_BN + 2) * 4;
+template <int DH, bool PIPE = false> size_t fwd_smem_bytes() {
+    return (size_t)(FWD_BM + (PIPE ? 5 : 4) * FWD_BN) * DH * 2 + (2 * FWD_BN + 2) * 4;
 }
 template <int DH, int BM> size_t bwd_smem_bytes() {
     return (size_t)(2 * BWD_BN * DH + 4 * BM * DH + 2 * BWD_BN * BM) * 2 + (4 + 2 * NWARPS) * BM * 4;
@@ -1219,23 +1254,24 @@ inline bool use_wgmma() {
     return yes;
 }
 
-template <int DH, bool WG = false>
+template <int DH, bool WG = false, bool PIPE = false>
 void forward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                  __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_smem_bytes<DH>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = fwd_smem_bytes<DH, PIPE>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_kernel<DH, WG><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
+    fwd_kernel<DH, WG, PIPE><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
     FOX_CUDA_CHECK(cudaGetLastError());
 }
 
-// The public forward: warpgroup MMA at dh 64 on Hopper (needs an sm_90a build), mma.sync otherwise.
+// The public forward: warpgroup MMA with the pipelined P V at dh 64 on Hopper (needs an sm_90a build),
+// mma.sync otherwise.
 template <int DH>
 void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
              __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
     if constexpr (DH == 64) {
         if (use_wgmma()) {
-            forward_cfg<64, true>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+            forward_cfg<64, true, true>(q, k, v, c, o, lse, B, H, T, kv_first, s);
             return;
         }
     }

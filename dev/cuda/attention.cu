@@ -112,7 +112,7 @@ struct FwdVariant {
 static const FwdVariant fwd_variants[] = {
     {"api", 64, nullptr},
     {"mma.sync (4 warps x 2 row tiles, 2/SM)", 64, fox_attn::forward_cfg<64, false>},
-    {"wgmma (8 warps, 2/SM)", 64, fox_attn::forward_cfg<64, true>, true},
+    {"wgmma (8 warps, 2/SM), P V not pipelined (the previous default)", 64, fox_attn::forward_cfg<64, true>, true},
     {"api", 128, nullptr},
 };
 static void run_fwd(const FwdVariant &var, const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o,
