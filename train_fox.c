@@ -955,6 +955,12 @@ static void run_model_average_grads(Model *m, const Dist *d) {
 
 static void copy_out(float *dst, const float *src, size_t n) { if (dst) memcpy(dst, src, n * sizeof(float)); }
 
+// Every rank holds all of the AdamW moments (no ZeRO on the CPU).
+static void run_model_shard(const Model *m, size_t *offset, size_t *count) {
+    *offset = 0;
+    *count = m->lay.total;
+}
+
 static void run_model_get(Model *m, float *params, float *m1, float *m2) {
     copy_out(params, m->params, m->lay.total);
     copy_out(m1, m->m, m->lay.total);

@@ -3,9 +3,9 @@
 // sampling) with the precision of SPEC §2: bf16 GEMM and attention operands with fp32 accumulation;
 // fp32 master weights, AdamW moments, residual stream, gate/norm/softmax statistics and loss.
 // GEMMs: fox/gemm.cuh (cuBLASLt); attention: fox/attention.cuh; other kernels: fox/kernels.cuh.
-// Data parallel when built with FOX_MPI and started by mpirun: one rank per GPU, the gradients
-// averaged with one NCCL all-reduce per step (run_model_average_grads). test_fox.cu includes this file
-// with TESTING set.
+// Data parallel when built with FOX_MPI and started by mpirun: one rank per GPU, each block's gradients
+// averaged by NCCL during the step's last backward pass (reduce_final_grads), ZeRO-1 sharding of the
+// AdamW state (--zero). test_fox.cu includes this file with TESTING set.
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -104,6 +104,9 @@ typedef struct {
     Gemm gemm;
     cudaStream_t stream;
     int world;                      // data-parallel ranks (1: no gradient averaging)
+    size_t shard_lo, shard_hi;      // the elements whose AdamW moments this rank holds and updates
+                                    // (ZeRO-1: rank r's 1/world of the flat vector; else all); m, v
+                                    // hold shard_hi - shard_lo floats
     int reduce_in_backward;         // the backward averages each block's gradients as soon as they are final
 #ifdef FOX_MPI
     ncclComm_t nccl;                // the ranks of a data-parallel run (NULL with one rank)
@@ -274,6 +277,8 @@ static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed
     m->grads = (float *)dev_alloc(n * sizeof(float), cnt);
     m->m = (float *)dev_alloc(n * sizeof(float), cnt);
     m->v = (float *)dev_alloc(n * sizeof(float), cnt);
+    m->shard_lo = 0;
+    m->shard_hi = n;
     for (int k = 0; k < FOX_NUM_PARAMS; k++) {
         const FoxParamInfo *p = &m->lay.p[k];
         m->rows_pad[k] = k == FOX_P_attn_in_w ? (size_t)m->NINP : k == FOX_P_lm_head_w ? (size_t)m->VP : p->rows;
@@ -621,9 +626,35 @@ static double grad_norm(Model *m) {
     return sqrt(ss);
 }
 
+// ZeRO-1 shard of rank r of `world`: [lo, hi) of the flat vector of n elements, 1/world each, in whole
+// 64-element (256-byte) units; the last shards may be shorter or empty.
+static void zero_shard(size_t n, int world, int r, size_t *lo, size_t *hi) {
+    size_t per = ((n + world - 1) / world + 63) / 64 * 64;
+    *lo = (size_t)r * per < n ? (size_t)r * per : n;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+
+// ZeRO-1: after each rank updated its shard of the fp32 weights, every rank broadcasts its shard (one
+// grouped NCCL call), then all rebuild their bf16 GEMM copies from the whole vector.
+static void gather_updated_params(Model *m) {
+#ifdef FOX_MPI
+    FOX_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < m->world; r++) {
+        size_t lo, hi;
+        zero_shard(m->lay.total, m->world, r, &lo, &hi);
+        if (hi > lo) FOX_NCCL_CHECK(ncclBroadcast(m->params + lo, m->params + lo, hi - lo, ncclFloat, r, m->nccl, m->stream));
+    }
+    FOX_NCCL_CHECK(ncclGroupEnd());
+    model_refresh_bf16(m);
+#else
+    (void)m;
+#endif
+}
+
 // Global-norm clipping (torch.nn.utils.clip_grad_norm_: scale by clip/(norm+1e-6) when the norm
-// exceeds clip) folded into AdamW on every learned tensor; `t` is the 1-based step. Returns the
-// norm before clipping.
+// exceeds clip) folded into AdamW on every learned tensor's elements in this rank's shard (all of them
+// without ZeRO-1); `t` is the 1-based step. Returns the norm before clipping (of the whole averaged
+// gradient, which every rank holds).
 static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
     double norm = grad_norm(m);
     AdamStep st;
@@ -634,16 +665,21 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
     st.bc1 = 1.0 - pow(o->beta1, t);
     st.bc2 = 1.0 - pow(o->beta2, t);
     st.gscale = (o->grad_clip > 0.0 && norm > o->grad_clip) ? (float)(o->grad_clip / (norm + 1e-6)) : 1.0f;
+    int sharded = m->shard_hi - m->shard_lo < m->lay.total;
     for (int k = 0; k < FOX_NUM_PARAMS; k++) {
         const FoxParamInfo *p = &m->lay.p[k];
-        if (!fox_param_learned(&m->cfg, k) || !p->numel) continue;
+        size_t lo = p->offset > m->shard_lo ? p->offset : m->shard_lo;
+        size_t hi = p->offset + p->numel < m->shard_hi ? p->offset + p->numel : m->shard_hi;
+        if (!fox_param_learned(&m->cfg, k) || hi <= lo) continue;
         st.decay = p->decay ? (double)(float)(1.0 - lr * o->weight_decay) : 1.0;
-        size_t off = p->offset, layer_numel = p->rows * p->cols, pad = (m->rows_pad[k] - p->rows) * p->cols;
-        adamw_kernel<<<fox_blocks(p->numel, 256), 256, 0, m->stream>>>(m->params + off, m->wbf[k], m->grads + off,
-                                                                       m->m + off, m->v + off, p->numel, layer_numel,
-                                                                       pad, st);
+        size_t layer_numel = p->rows * p->cols, pad = (m->rows_pad[k] - p->rows) * p->cols, n = hi - lo;
+        size_t ms = lo - m->shard_lo;  // this range's place in m, v
+        adamw_kernel<<<fox_blocks(n, 256), 256, 0, m->stream>>>(m->params + lo, sharded ? NULL : m->wbf[k], m->grads + lo,
+                                                                m->m + ms, m->v + ms, n, lo - p->offset, layer_numel,
+                                                                pad, st);
         FOX_LAUNCH_CHECK();
     }
+    if (sharded) gather_updated_params(m);
     return norm;
 }
 
@@ -651,7 +687,20 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
 // The run (fox/run.h): what it needs from this model. Not part of the test build.
 #ifndef TESTING
 
-static int run_acp;  // --acp (run_model_options runs before run_model_init)
+static int run_acp, run_zero;  // --acp, --zero (run_model_options runs before run_model_init)
+
+// ZeRO-1 (--zero 1, several ranks): keep only this rank's shard of the AdamW moments.
+static void shard_optimizer_state(Model *m, int rank) {
+    size_t n = m->lay.total, lo, hi;
+    zero_shard(n, m->world, rank, &lo, &hi);
+    FOX_CUDA_CHECK(cudaFree(m->m));
+    FOX_CUDA_CHECK(cudaFree(m->v));
+    m->bytes_weights -= 2 * n * sizeof(float);
+    m->m = (float *)dev_alloc((hi - lo) * sizeof(float), &m->bytes_weights);
+    m->v = (float *)dev_alloc((hi - lo) * sizeof(float), &m->bytes_weights);
+    m->shard_lo = lo;
+    m->shard_hi = hi;
+}
 
 // One GPU per rank: rank r of a node takes GPU r; then the ranks' NCCL communicator (rank 0 makes
 // the id, MPI carries it to the others).
@@ -673,6 +722,7 @@ static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t 
         FOX_CUDA_CHECK(cudaStreamCreateWithFlags(&m->comm, cudaStreamNonBlocking));
         FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->grads_final, cudaEventDisableTiming));
         FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->reduced, cudaEventDisableTiming));
+        if (run_zero) shard_optimizer_state(m, d->rank);
     }
 #endif
 }
@@ -681,6 +731,7 @@ static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t 
 static void run_model_options(const FoxArgs *a) {
     fox_attention_set_deterministic(a->deterministic);
     run_acp = a->acp;
+    run_zero = a->zero;
 }
 
 static const float *run_model_losses(Model *m) { return m->h_losses; }
@@ -707,18 +758,24 @@ static void run_model_average_grads(Model *m, const Dist *d) {
 #endif
 }
 
+// The moments m1, m2 are this rank's shard (run_model_shard), the weights all of them.
 static void run_model_get(Model *m, float *params, float *m1, float *m2) {
-    size_t bytes = m->lay.total * sizeof(float);
+    size_t bytes = (m->shard_hi - m->shard_lo) * sizeof(float);
     if (params) model_get_params(m, params);
     if (m1) FOX_CUDA_CHECK(cudaMemcpy(m1, m->m, bytes, cudaMemcpyDeviceToHost));
     if (m2) FOX_CUDA_CHECK(cudaMemcpy(m2, m->v, bytes, cudaMemcpyDeviceToHost));
 }
 
 static void run_model_set(Model *m, const float *params, const float *m1, const float *m2) {
-    size_t bytes = m->lay.total * sizeof(float);
+    size_t bytes = (m->shard_hi - m->shard_lo) * sizeof(float);
     if (params) model_set_params(m, params);
     if (m1) FOX_CUDA_CHECK(cudaMemcpy(m->m, m1, bytes, cudaMemcpyHostToDevice));
     if (m2) FOX_CUDA_CHECK(cudaMemcpy(m->v, m2, bytes, cudaMemcpyHostToDevice));
+}
+
+static void run_model_shard(const Model *m, size_t *offset, size_t *count) {
+    *offset = m->shard_lo;
+    *count = m->shard_hi - m->shard_lo;
 }
 
 static void run_model_logits_row(Model *m, int row, float *out) { model_logits_row(m, row, out); }

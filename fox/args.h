@@ -50,6 +50,7 @@
     F(INT, log_every, "log-every", 1, "print a training line every N steps") \
     F(INT, deterministic, "deterministic", 1, "1: bitwise reproducible attention backward; 0: fp32 atomics, faster (train_fox; the CPU trainer is always deterministic)") \
     F(INT, acp, "acp", 0, "1: Adaptive Computation Pruning, skip the attention tiles the forget gates make negligible (weights below e^-10/T of the row's largest; SPEC §1)") \
+    F(INT, zero, "zero", 1, "ZeRO-1 with several ranks: each holds 1/N of the AdamW moments and updates 1/N of the weights, then they exchange them (train_fox)") \
     F(INT, recompute, "recompute", 0, "activations recomputed in the backward: 0 none, 1 norms+MLP, 2 whole blocks (train_fox; the CPU trainer keeps all)") \
     F(BOOL, eval_only, "eval-only", 0, "no training: per-token loss of --init, or of the newest checkpoint in --out, on --val") \
     F(INT, eval_seqs, "eval-seqs", 64, "--eval-only: validation sequences (fewer if the data holds fewer)") \
@@ -193,6 +194,7 @@ static inline FoxConfig fox_args_config(const FoxArgs *a) {
     if (a->recompute < 0 || a->recompute > 2) { fprintf(stderr, "error: --recompute %d: expected 0, 1 or 2\n", a->recompute); exit(1); }
     if (a->deterministic != 0 && a->deterministic != 1) { fprintf(stderr, "error: --deterministic %d: expected 0 or 1\n", a->deterministic); exit(1); }
     if (a->acp != 0 && a->acp != 1) { fprintf(stderr, "error: --acp %d: expected 0 or 1\n", a->acp); exit(1); }
+    if (a->zero != 0 && a->zero != 1) { fprintf(stderr, "error: --zero %d: expected 0 or 1\n", a->zero); exit(1); }
     return c;
 }
 

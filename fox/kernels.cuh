@@ -893,16 +893,17 @@ __global__ void sumsq_final_kernel(double *out, const float *part) {
     *out = t;
 }
 
-// AdamW on one tensor (torch semantics, the CPU trainer's arithmetic in double): g ·= clip scale,
-// m, v moments, decoupled decay, update; wbf (may be NULL) receives the bf16 copy, its rows padded
-// from `rows` to `rows_pad` per layer (the padding stays zero).
+// AdamW on n elements of one tensor, from its element `first` on (torch semantics, the CPU trainer's
+// arithmetic in double): g ·= clip scale, m, v moments, decoupled decay, update; wbf (may be NULL, else the
+// tensor's start) receives the bf16 copy, its rows padded from `rows` to `rows_pad` per layer (the padding
+// stays zero). w, grad, m, v point at the first element.
 typedef struct {
     double lr, beta1, beta2, eps, decay, bc1, bc2;
     float gscale;  // 1, or the clip factor
 } AdamStep;
 
-__global__ void adamw_kernel(float *w, bf16 *wbf, const float *grad, float *m, float *v, size_t n, size_t layer_numel,
-                             size_t pad_per_layer, AdamStep a) {
+__global__ void adamw_kernel(float *w, bf16 *wbf, const float *grad, float *m, float *v, size_t n, size_t first,
+                             size_t layer_numel, size_t pad_per_layer, AdamStep a) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = grad[i];
@@ -912,7 +913,8 @@ __global__ void adamw_kernel(float *w, bf16 *wbf, const float *grad, float *m, f
     double mhat = m[i] / a.bc1, vhat = v[i] / a.bc2;
     float nw = (float)(w[i] * (float)a.decay - a.lr * mhat / (sqrt(vhat) + a.eps));
     w[i] = nw;
-    if (wbf) wbf[i + (i / layer_numel) * pad_per_layer] = __float2bfloat16(nw);
+    size_t j = first + i;
+    if (wbf) wbf[j + (j / layer_numel) * pad_per_layer] = __float2bfloat16(nw);
 }
 
 // The bf16 copy of one tensor from its fp32 master (after init or a checkpoint load).

@@ -15,6 +15,8 @@
 //   double optimizer_step(Model *m, const OptConfig *o, double lr, int t);   returns the pre-clip norm
 //   void   run_model_get(Model *m, float *params, float *m1, float *m2);   fp32, FOX_PARAMS layout;
 //   void   run_model_set(Model *m, const float *params, const float *m1, const float *m2);  NULL skips
+//   void   run_model_shard(const Model *m, size_t *offset, size_t *count);   the AdamW moments this rank holds
+//                                          (m1, m2 above): elements [offset, offset + count)
 //   void   run_model_logits_row(Model *m, int row, float *out);   after a forward without targets
 //   void   run_model_sync(Model *m);             waits for queued work (step timing)
 //   double run_model_peak_flops(void);           dense peak for MFU (SPEC §6), 0 when unknown
@@ -134,8 +136,10 @@ static FoxTrainState run_state(const Run *r) {
     s.seq_len = r->args.seq_len;
     s.batch = r->args.batch;
     s.tokens = r->tokens;
-    s.shard_offset = 0;
-    s.shard_count = (long long)r->model.lay.total;
+    size_t off, cnt;
+    run_model_shard(&r->model, &off, &cnt);
+    s.shard_offset = (long long)off;
+    s.shard_count = (long long)cnt;
     s.total_batch = (long long)r->grad_accum * r->args.batch * r->args.seq_len * r->dist.world;
     s.loader_bytes = (long long)dataloader_state_bytes(&r->train);
     s.rng = r->rng;

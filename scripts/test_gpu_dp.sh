@@ -2,8 +2,9 @@
 # Data-parallel checks of ./train_fox (part of `make test-gpu`; needs 2 GPUs and the MPI build): 2 ranks
 # with micro-batch B train like 1 rank with 2 micro-batches of B (the same sequences per step, rank r taking
 # windows r, r+2, ...; the gradient sums round differently: NCCL's average against fp32 accumulation over
-# micro-batches, 7e-6 relative in the losses on 2 H200s), bitwise repeatably; a checkpoint written by 2 ranks resumes to the same losses as not
-# stopping; --eval-only on 2 ranks gives the L(i) of 1 rank; more ranks than GPUs fail with one line.
+# micro-batches, 7e-6 relative in the losses on 2 H200s), bitwise repeatably, with ZeRO-1 as without; a
+# checkpoint written by 2 ranks resumes to the same losses as not stopping; --eval-only on 2 ranks gives the
+# L(i) of 1 rank; more ranks than GPUs fail with one line.
 # Binary: $TRAIN_FOX (default ./train_fox).
 set -u
 GPU=${TRAIN_FOX:-./train_fox}
@@ -40,6 +41,18 @@ $MPIRUN -np 2 $GPU $ARGS --out "$tmp/dp2b" > "$tmp/dp2b.txt" 2>&1
 losses_after "$tmp/dp2b/log.jsonl" 0 > "$tmp/l2b"
 cmp -s "$tmp/l2" "$tmp/l2b" && cmp -s "$tmp/dp2/ckpt_00000006/model.bin" "$tmp/dp2b/ckpt_00000006/model.bin"
 check $? "a second 2-rank run has bitwise the same losses and final weights"
+
+# ZeRO-1 (--zero 1, the default): each rank keeps and updates half of the AdamW state; the update is the
+# same arithmetic per element, so --zero 0 (every rank updates everything) gives bitwise the same run.
+$MPIRUN -np 2 $GPU $ARGS --zero 0 --out "$tmp/dp2z0" > "$tmp/dp2z0.txt" 2>&1
+losses_after "$tmp/dp2z0/log.jsonl" 0 > "$tmp/l2z0"
+cmp -s "$tmp/l2" "$tmp/l2z0" && cmp -s "$tmp/dp2/ckpt_00000006/model.bin" "$tmp/dp2z0/ckpt_00000006/model.bin"
+check $? "ZeRO-1 and --zero 0 give bitwise the same losses and final weights"
+s0=$(wc -c < "$tmp/dp2/ckpt_00000006/state_00000.bin")
+s1=$(wc -c < "$tmp/dp2/ckpt_00000006/state_00001.bin")
+sf=$(wc -c < "$tmp/dp2z0/ckpt_00000006/state_00000.bin")
+[ $((2 * s0)) -lt $((sf + sf / 10)) ] && [ $((2 * s1)) -lt $((sf + sf / 10)) ]
+check $? "ZeRO-1: each rank's state file holds its half of the AdamW moments ($s0 and $s1 bytes, $sf without ZeRO)"
 
 mkdir -p "$tmp/dp2r" && cp -r "$tmp/dp2/ckpt_00000003" "$tmp/dp2r/"
 $MPIRUN -np 2 $GPU $ARGS --resume --out "$tmp/dp2r" > "$tmp/dp2r.txt" 2>&1

@@ -3,7 +3,7 @@
 //   grad norm: sumsq_partial_kernel + sumsq_final_kernel (fixed-order Σ g², double result);
 //   clipping:  gscale = clip/(norm + 1e-6) when norm > clip (torch clip_grad_norm_), folded into AdamW;
 //   adamw_kernel: m, v, decoupled decay, update, and the bf16 copy with per-layer row padding (the padding
-//   must stay untouched).
+//   must stay untouched), launched in two parts split inside the tensor (a ZeRO-1 shard boundary).
 //   make adamw && ./adamw
 #include "kcheck.h"
 
@@ -61,8 +61,15 @@ static void run(const Cfg &c) {
         rv[i] = beta2 * v[i] + (1 - beta2) * gi * gi;
         rw[i] = w[i] * dec - lr * (rm[i] / st.bc1) / (sqrt(rv[i] / st.bc2) + eps);
     }
+    // in two launches split inside the tensor, as at a ZeRO-1 shard boundary (`first` > 0 for the second)
+    const size_t split = n / 3;
     auto adam = [&] {
-        adamw_kernel<<<fox_blocks(n, 256), 256>>>(d_w, d_wbf, d_g, d_m, d_v, n, layer_numel, pad, st);
+        if (split) {
+            adamw_kernel<<<fox_blocks(split, 256), 256>>>(d_w, d_wbf, d_g, d_m, d_v, split, 0, layer_numel, pad, st);
+            FOX_LAUNCH_CHECK();
+        }
+        adamw_kernel<<<fox_blocks(n - split, 256), 256>>>(d_w + split, d_wbf, d_g + split, d_m + split, d_v + split,
+                                                          n - split, split, layer_numel, pad, st);
         FOX_LAUNCH_CHECK();
     };
     poison(d_wbf, nbf);
