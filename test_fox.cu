@@ -321,6 +321,8 @@ static void test_acp_tables(void) {
     float *dc, *dw;
     bf16 *dqk;
     int *dkf, *dql;
+    unsigned long long *dlive;
+    FOX_CUDA_CHECK(cudaMalloc(&dlive, sizeof(unsigned long long)));
     FOX_CUDA_CHECK(cudaMalloc(&dc, (size_t)BH * T * sizeof(float)));
     FOX_CUDA_CHECK(cudaMalloc(&dw, (size_t)2 * H * dh * sizeof(float)));
     FOX_CUDA_CHECK(cudaMalloc(&dqk, 2 * nqk * sizeof(bf16)));
@@ -331,7 +333,10 @@ static void test_acp_tables(void) {
     FOX_CUDA_CHECK(cudaMemcpy(dqk, qk, 2 * nqk * sizeof(bf16), cudaMemcpyHostToDevice));
     int *kf = (int *)fox_malloc((size_t)BH * nblk * sizeof(int)), *ql = (int *)fox_malloc((size_t)BH * nblk * sizeof(int));
     for (int norms = 0; norms < 2; norms++) {
-        fox_acp_tables(dkf, dql, dc, dqk, dqk + nqk, norms ? NULL : dw, norms ? NULL : dw + H * dh, dh, B, H, T, dh, 0);
+        FOX_CUDA_CHECK(cudaMemset(dlive, 0, sizeof(unsigned long long)));
+        fox_acp_tables(dkf, dql, dlive, dc, dqk, dqk + nqk, norms ? NULL : dw, norms ? NULL : dw + H * dh, dh, B, H, T, dh, 0);
+        unsigned long long live = 0;
+        FOX_CUDA_CHECK(cudaMemcpy(&live, dlive, sizeof(live), cudaMemcpyDeviceToHost));
         FOX_CUDA_CHECK(cudaMemcpy(kf, dkf, (size_t)BH * nblk * sizeof(int), cudaMemcpyDeviceToHost));
         FOX_CUDA_CHECK(cudaMemcpy(ql, dql, (size_t)BH * nblk * sizeof(int), cudaMemcpyDeviceToHost));
         int bad = 0, pruned = 0;
@@ -371,14 +376,17 @@ static void test_acp_tables(void) {
                 bad += ql[bh * nblk + n] != last;
             }
         }
-        check(bad == 0 && pruned > 0, "%-18s GPU tables = host staircase (%s bound; %d of %d tiles pruned, %d mismatches)",
-              "ACP", norms ? "q/k norm" : "QK-norm weight", pruned, BH * nblk * (nblk + 1) / 2, bad);
+        int tiles = BH * nblk * (nblk + 1) / 2;
+        check(bad == 0 && pruned > 0 && live == (unsigned long long)(tiles - pruned),
+              "%-18s GPU tables = host staircase (%s bound; %d of %d tiles pruned, %d mismatches; %llu counted live)",
+              "ACP", norms ? "q/k norm" : "QK-norm weight", pruned, tiles, bad, live);
     }
     FOX_CUDA_CHECK(cudaFree(dc));
     FOX_CUDA_CHECK(cudaFree(dw));
     FOX_CUDA_CHECK(cudaFree(dqk));
     FOX_CUDA_CHECK(cudaFree(dkf));
     FOX_CUDA_CHECK(cudaFree(dql));
+    FOX_CUDA_CHECK(cudaFree(dlive));
     free(c);
     free(w);
     free(qk);

@@ -75,6 +75,7 @@ typedef struct {
     int B, T;  // activation capacity
     int acp;   // Adaptive Computation Pruning (--acp): skip the attention tiles of acp_first
     int *acp_first;  // (B, H, ceil(T / FOX_ACP_BLOCK)): first live key block of each query block
+    long long acp_live, acp_tiles;  // attention tiles computed / in the causal grid, last forward
     Acts a;
     Grads d;
 } Model;
@@ -644,7 +645,8 @@ FOX_ACP_FIRST_LIVE(acp_first_live, real, static)
 
 // Block l's ACP staircase (into m->acp_first), or NULL when ACP is off or there is no forget gate. U per
 // (b, h): from the QK-norm weights, else from the largest q and k norms of the sequence (fox/acp.h).
-static const int *acp_tables(Model *m, int l, const real *cum, const real *qn, const real *kn, SeqShape s) {
+// count: add the live tiles to m->acp_live (the forward pass).
+static const int *acp_tables(Model *m, int l, const real *cum, const real *qn, const real *kn, SeqShape s, int count) {
     const FoxConfig *c = &m->cfg;
     if (!m->acp || c->forget_gate == FOX_FG_NONE) return NULL;
     int nblk = fox_acp_blocks(s.T), D = s.H * s.Dh, wst = c->qk_norm_shared ? 0 : s.Dh;
@@ -681,6 +683,10 @@ static const int *acp_tables(Model *m, int l, const real *cum, const real *qn, c
                 kf[mb] = prev;
             }
         }
+    }
+    if (count) {
+        for (size_t i = 0; i < (size_t)s.B * s.H * nblk; i++) m->acp_live += (long long)(i % nblk) - m->acp_first[i] + 1;
+        m->acp_tiles += (long long)s.B * s.H * nblk * (nblk + 1) / 2;
     }
     return m->acp_first;
 }
@@ -721,7 +727,7 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     }
     if (c->forget_gate != FOX_FG_NONE)
         forget_gate_forward(cum, proj, param(m, FOX_P_fgate_b, l), cl.f, c->forget_gate, s);
-    attention_forward(att, lse, qn, kn, vs, c->forget_gate != FOX_FG_NONE ? cum : NULL, acp_tables(m, l, cum, qn, kn, s), s);
+    attention_forward(att, lse, qn, kn, vs, c->forget_gate != FOX_FG_NONE ? cum : NULL, acp_tables(m, l, cum, qn, kn, s, 1), s);
     if (c->output_norm) {
         NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
         rmsnorm_forward(on, a->on_rstd + lofs(m, l, H, B, T), att, param(m, FOX_P_onorm_w, l), os);
@@ -758,6 +764,7 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
+    m->acp_live = m->acp_tiles = 0;
     embedding_forward(a->resid, inputs, param(m, FOX_P_wte, 0), N, D);
     for (int l = 0; l < L; l++) {
         attention_block_forward(m, l, B, T);
@@ -825,7 +832,7 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
         memcpy(g->datt, g->don, (size_t)N * D * sizeof(real));
     }
     attention_backward(g->dqn, g->dkn, g->dvs, has_fg ? g->dcum : NULL, g->datt, qn, kn, vs, att, lse,
-                       has_fg ? cum : NULL, acp_tables(m, l, cum, qn, kn, s), s);
+                       has_fg ? cum : NULL, acp_tables(m, l, cum, qn, kn, s, 0), s);
     if (has_fg)
         forget_gate_backward(g->dproj, grad(m, FOX_P_fgate_b, l), g->dcum, proj, param(m, FOX_P_fgate_b, l),
                              cl.f, c->forget_gate, s);
@@ -954,6 +961,8 @@ static void run_model_average_grads(Model *m, const Dist *d) {
 }
 
 static void copy_out(float *dst, const float *src, size_t n) { if (dst) memcpy(dst, src, n * sizeof(float)); }
+
+static double run_model_acp_live(Model *m) { return m->acp_tiles ? (double)m->acp_live / m->acp_tiles : -1.0; }
 
 // Every rank holds all of the AdamW moments (no ZeRO on the CPU).
 static void run_model_shard(const Model *m, size_t *offset, size_t *count) {

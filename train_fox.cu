@@ -67,6 +67,7 @@ typedef struct {
     float *losses, *ce_lse;  // (N)
     float *zero_c;  // (B, H, T) zeros: the gate bias of the presets without a forget gate
     int *acp_kv_first, *acp_q_last;  // (B, H, ceil(T / FOX_ACP_BLOCK)): the ACP staircase of one block
+    unsigned long long *acp_live;    // attention tiles the forward pass computes (ACP)
     int *inputs, *targets;   // (N)
 } Acts;
 
@@ -94,6 +95,7 @@ typedef struct {
     AttnCols cols;
     int NINP, VP, Dh, recompute;
     int acp;                        // Adaptive Computation Pruning (--acp)
+    double acp_live;                // fraction of the attention tiles the last forward computed (-1: no ACP)
     float *params, *grads, *m, *v;  // fp32, FOX_PARAMS layout (a checkpoint is a straight copy)
     bf16 *wbf[FOX_NUM_PARAMS];      // bf16 copies of the GEMM weights, rows padded (NULL otherwise)
     size_t rows_pad[FOX_NUM_PARAMS];
@@ -205,6 +207,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->zero_c = (float *)dev_alloc(N * H * f, cnt);
     a->acp_kv_first = (int *)dev_alloc((size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
     a->acp_q_last = (int *)dev_alloc((size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
+    a->acp_live = (unsigned long long *)dev_alloc(sizeof(unsigned long long), cnt);
     a->inputs = (int *)dev_alloc(N * sizeof(int), cnt);
     a->targets = (int *)dev_alloc(N * sizeof(int), cnt);
 
@@ -305,7 +308,7 @@ static void model_free(Model *m) {
         free(layered[i]);
     }
     void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xnf, a->logits, a->losses, a->ce_lse, a->zero_c,
-                    a->acp_kv_first, a->acp_q_last,
+                    a->acp_kv_first, a->acp_q_last, a->acp_live,
                     a->inputs, a->targets, s->dres, s->dres_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
                     s->d_o, s->dc, s->dlogf, s->dfg, s->dks, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
                     s->attn_scratch, s->bucket_token, s->bucket_start, s->bucket_pos, m->rope_cos, m->rope_sin};
@@ -373,12 +376,12 @@ static void rmsnorm_backward(Model *m, const float *in, const float *w, float *d
 static float *resid_at(Model *m, int l, int B, int T) { return m->a.resid + (size_t)l * B * T * m->cfg.d_model; }
 
 // Block l's ACP staircase (fox/acp.h) into a->acp_kv_first / acp_q_last; 0 when ACP is off or there is no
-// forget gate (the kernels then take every tile).
-static int acp_tables(Model *m, int l, int B, int T) {
+// forget gate (the kernels then take every tile). count: add the live tiles to a->acp_live (the forward).
+static int acp_tables(Model *m, int l, int B, int T, int count) {
     const FoxConfig *c = &m->cfg;
     if (!m->acp || c->forget_gate == FOX_FG_NONE) return 0;
     Acts *a = &m->a;
-    fox_acp_tables(a->acp_kv_first, a->acp_q_last, a->c[l], a->q[l], a->k[l],
+    fox_acp_tables(a->acp_kv_first, a->acp_q_last, count ? a->acp_live : NULL, a->c[l], a->q[l], a->k[l],
                    c->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL,
                    c->qk_norm_shared ? 0 : m->Dh, B, c->n_head, T, m->Dh, m->stream);
     return 1;
@@ -402,7 +405,7 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
         FOX_LAUNCH_CHECK();
         cum = a->c[l];
     }
-    const int *kv_first = acp_tables(m, l, B, T) ? a->acp_kv_first : NULL;
+    const int *kv_first = acp_tables(m, l, B, T, 1) ? a->acp_kv_first : NULL;
     fox_attention_forward(a->q[l], a->k[l], a->v[l], cum, a->o[l], a->lse[l], B, H, T, Dh, kv_first, m->stream);
     LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m->stream, a->z[l], a->o[l], a->proj[l], m->NINP,
                  c->output_gate ? m->cols.g : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, Dh);
@@ -443,6 +446,7 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
     FOX_CUDA_CHECK(cudaMemcpy(a->inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemsetAsync(a->acp_live, 0, sizeof(unsigned long long), m->stream));
     embedding_forward_kernel<<<fox_blocks((size_t)N * D, 256), 256, 0, m->stream>>>(a->resid, a->inputs,
                                                                                      param(m, FOX_P_wte, 0), N, D);
     FOX_LAUNCH_CHECK();
@@ -463,6 +467,13 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     }
     m->logits_kept = N <= m->ce_rows;
     FOX_CUDA_CHECK(cudaMemcpy(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
+    m->acp_live = -1.0;
+    if (m->acp && c->forget_gate != FOX_FG_NONE) {
+        unsigned long long live;
+        int nblk = fox_acp_blocks(T);
+        FOX_CUDA_CHECK(cudaMemcpy(&live, a->acp_live, sizeof(live), cudaMemcpyDeviceToHost));
+        m->acp_live = (double)live / ((double)L * B * c->n_head * nblk * (nblk + 1) / 2);
+    }
     double total = 0.0;
     for (int n = 0; n < N; n++) total += m->h_losses[n];
     return total / N;
@@ -514,7 +525,7 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
     fox_output_backward(s->d_o, s->dproj, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], NP,
                         c->output_gate ? m->cols.g : -1, ow, N, H, Dh, s->colsum_rows, s->colsum_part, m->stream);
-    const int *q_last = acp_tables(m, l, B, T) ? a->acp_q_last : NULL;
+    const int *q_last = acp_tables(m, l, B, T, 0) ? a->acp_q_last : NULL;
     fox_attention_backward(a->q[l], a->k[l], a->v[l], has_fg ? a->c[l] : a->zero_c, a->o[l], a->lse[l], s->d_o, s->dc,
                            s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, q_last, m->stream);
     if (has_fg) {
@@ -779,6 +790,8 @@ static void run_model_shard(const Model *m, size_t *offset, size_t *count) {
 }
 
 static void run_model_logits_row(Model *m, int row, float *out) { model_logits_row(m, row, out); }
+
+static double run_model_acp_live(Model *m) { return m->acp_live; }
 
 static void run_model_sync(Model *m) { FOX_CUDA_CHECK(cudaStreamSynchronize(m->stream)); }
 

@@ -577,14 +577,16 @@ __global__ void forget_gate_backward_kernel(bf16 *dproj, float *dfg, const float
 // ACP tables (fox/acp.h) of one attention call, one block per (b, h): U from the QK-norm weights (qw, kw;
 // wstride 0 when shared) or, with qw NULL, from the largest q and k norms of the sequence; then kv_first[m]
 // for every query block (a binary search each, then a running max, so the staircase is monotone even where
-// the fp32 scan of c is not), and q_last[n] = the last query block m with kv_first[m] <= n.
+// the fp32 scan of c is not), and q_last[n] = the last query block m with kv_first[m] <= n. live (may be
+// NULL) gains the number of live tiles (an integer sum: the same every run).
 #define ACP_THREADS 256
 
 FOX_ACP_FIRST_LIVE(acp_first_live_dev, float, static __device__ __forceinline__)
 
-__global__ void __launch_bounds__(ACP_THREADS) acp_tables_kernel(int *kv_first, int *q_last, const float *c, const bf16 *q,
-                                                                 const bf16 *k, const float *qw, const float *kw,
-                                                                 int wstride, int H, int T, int dh) {
+__global__ void __launch_bounds__(ACP_THREADS) acp_tables_kernel(int *kv_first, int *q_last, unsigned long long *live,
+                                                                 const float *c, const bf16 *q, const bf16 *k,
+                                                                 const float *qw, const float *kw, int wstride, int H,
+                                                                 int T, int dh) {
     extern __shared__ int kf[];  // (nblk)
     __shared__ float red[2][ACP_THREADS / 32];
     int bh = blockIdx.x, h = bh % H, tid = threadIdx.x, nblk = fox_acp_blocks(T);
@@ -622,8 +624,14 @@ __global__ void __launch_bounds__(ACP_THREADS) acp_tables_kernel(int *kv_first, 
     const float *ch = c + (size_t)bh * T;
     for (int m = tid; m < nblk; m += ACP_THREADS) kf[m] = acp_first_live_dev(ch, T, m, delta);
     __syncthreads();
-    if (tid == 0)
-        for (int m = 1; m < nblk; m++) kf[m] = max(kf[m], kf[m - 1]);
+    if (tid == 0) {
+        unsigned long long n = 1;  // query block 0 keeps its diagonal tile
+        for (int m = 1; m < nblk; m++) {
+            kf[m] = max(kf[m], kf[m - 1]);
+            n += (unsigned long long)(m - kf[m] + 1);
+        }
+        if (live) atomicAdd(live, n);
+    }
     __syncthreads();
     for (int m = tid; m < nblk; m += ACP_THREADS) {
         kv_first[(size_t)bh * nblk + m] = kf[m];
@@ -637,11 +645,11 @@ __global__ void __launch_bounds__(ACP_THREADS) acp_tables_kernel(int *kv_first, 
     }
 }
 
-static inline void fox_acp_tables(int *kv_first, int *q_last, const float *c, const bf16 *q, const bf16 *k,
-                                  const float *qw, const float *kw, int wstride, int B, int H, int T, int dh,
-                                  cudaStream_t s) {
-    acp_tables_kernel<<<B * H, ACP_THREADS, fox_acp_blocks(T) * sizeof(int), s>>>(kv_first, q_last, c, q, k, qw, kw,
-                                                                                 wstride, H, T, dh);
+static inline void fox_acp_tables(int *kv_first, int *q_last, unsigned long long *live, const float *c, const bf16 *q,
+                                  const bf16 *k, const float *qw, const float *kw, int wstride, int B, int H, int T,
+                                  int dh, cudaStream_t s) {
+    acp_tables_kernel<<<B * H, ACP_THREADS, fox_acp_blocks(T) * sizeof(int), s>>>(kv_first, q_last, live, c, q, k, qw,
+                                                                                 kw, wstride, H, T, dh);
     FOX_LAUNCH_CHECK();
 }
 

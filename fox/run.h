@@ -18,6 +18,8 @@
 //   void   run_model_shard(const Model *m, size_t *offset, size_t *count);   the AdamW moments this rank holds
 //                                          (m1, m2 above): elements [offset, offset + count)
 //   void   run_model_logits_row(Model *m, int row, float *out);   after a forward without targets
+//   double run_model_acp_live(Model *m);         ACP: fraction of the attention tiles the last forward
+//                                                computed (this rank's); < 0 without ACP
 //   void   run_model_sync(Model *m);             waits for queued work (step timing)
 //   double run_model_peak_flops(void);           dense peak for MFU (SPEC §6), 0 when unknown
 //   void   run_model_report(Model *m);           once, after the first step (memory)
@@ -459,13 +461,19 @@ static void train(Run *r) {
             char rate[64];
             if (peak > 0) snprintf(rate, sizeof(rate), "MFU %.1f%%", 100.0 * flops / peak);
             else snprintf(rate, sizeof(rate), "%.2f GFLOP/s", flops / 1e9);
-            printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s\n", r->step, a->steps,
-                   loss, lr, norm, dt * 1e3, tps, rate);
+            double acp = run_model_acp_live(m);
+            char acp_txt[48] = "", acp_json[48] = "";
+            if (acp >= 0.0) {
+                snprintf(acp_txt, sizeof(acp_txt), " | ACP %.1f%% of tiles", 100.0 * acp);
+                snprintf(acp_json, sizeof(acp_json), "\"acp_live\": %.4f, ", acp);
+            }
+            printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s%s\n", r->step, a->steps,
+                   loss, lr, norm, dt * 1e3, tps, rate, acp_txt);
             char mfu[48] = "";
             if (peak > 0) snprintf(mfu, sizeof(mfu), "\"mfu\": %.4f, ", flops / peak);
             log_json(r, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.7g, \"grad_norm\": %.17g, \"ms\": %.3f, "
-                        "\"tokens_per_s\": %.1f, %s\"tokens\": %lld}",
-                     r->step, loss, lr, norm, dt * 1e3, tps, mfu, r->tokens);
+                        "\"tokens_per_s\": %.1f, %s%s\"tokens\": %lld}",
+                     r->step, loss, lr, norm, dt * 1e3, tps, mfu, acp_json, r->tokens);
         }
         if (first && r->dist.rank == 0) run_model_report(m);
         first = 0;
