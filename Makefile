@@ -20,7 +20,17 @@ else
   $(info OpenMP not found: building single-threaded)
   CFLAGS += -fopenmp-simd -Wno-unknown-pragmas
 endif
-LDLIBS = -lblosc -lm
+# libblosc (Debian: libblosc-dev) decompresses LongCrawl64's zarr chunks; without it (or with NO_BLOSC=1)
+# everything builds (-DFOX_NO_BLOSC) and reads llm.c shards and uncompressed zarr arrays only.
+ifeq ($(if $(filter 1,$(NO_BLOSC)),no,$(shell echo '\#include <blosc.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes)),yes)
+  BLOSC_LIB = -lblosc
+else
+  $(info building without libblosc (no blosc.h, or NO_BLOSC=1): compressed zarr arrays are not readable)
+  BLOSC_LIB =
+  BLOSC_DEF = -DFOX_NO_BLOSC
+  CFLAGS += $(BLOSC_DEF)
+endif
+LDLIBS = $(BLOSC_LIB) -lm
 
 FOX_HEADERS = fox/run.h fox/dist.h fox/testing.h fox/fixture.h fox/train_common.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
 
@@ -56,7 +66,7 @@ $(FIXTURES)/manifest.txt: train_fox.py fox/config.h fox/rng.h fox/checkpoint.h f
 	$(PYTHON) train_fox.py fixtures --out $(FIXTURES)
 
 # Every suite prints "N passed, M failed"; scripts/run_tests.sh runs them all and sums them up.
-test: train_fox_cpu test_fox_cpu test_fox_fd fox_data test_data $(MPI_BIN) $(FIXTURES)/manifest.txt test/data/node_modules/js-tiktoken/package.json
+test: train_fox_cpu test_fox_cpu test_fox_fd fox_data fox_data_noblosc test_data $(MPI_BIN) $(FIXTURES)/manifest.txt test/data/node_modules/js-tiktoken/package.json
 	PYTHON=$(PYTHON) FOX_MPI_BIN=$(MPI_BIN) sh scripts/run_tests.sh \
 	  "reference selfcheck=$(PYTHON) train_fox.py selfcheck" \
 	  "cpu trainer=./test_fox_cpu $(FIXTURES)" \
@@ -74,7 +84,7 @@ train: train_fox_cpu
 	$(TRAIN_BIN) $(TRAIN_ARGS)
 
 clean:
-	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox_cpu test_fox_fd fox_data test_data build
+	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox_cpu test_fox_fd fox_data fox_data_noblosc test_data build
 
 .PHONY: all test train clean
 
@@ -86,15 +96,15 @@ NVCC ?= nvcc
 TRAIN_BIN = ./train_fox_cpu
 ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
 GPU_ARCH ?= 90a
-NVCCFLAGS = -O3 -std=c++17 -gencode=arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp
-CUDA_LDLIBS = -lcublasLt -lcublas -lcudart -lgomp -lblosc -lm
+NVCCFLAGS = -O3 -std=c++17 -gencode=arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp $(BLOSC_DEF)
+CUDA_LDLIBS = -lcublasLt -lcublas -lcudart -lgomp $(BLOSC_LIB) -lm
 CUDA_HEADERS = fox/attention.cuh fox/gemm.cuh fox/kernels.cuh $(FOX_HEADERS)
 
 all: train_fox test_fox cuda-dev
 
 # The per-kernel check-and-benchmark programs (so CI compiles every CUDA file).
 cuda-dev:
-	$(MAKE) -C dev/cuda NVCC=$(NVCC) ARCH=$(GPU_ARCH)
+	$(MAKE) -C dev/cuda NVCC=$(NVCC) ARCH=$(GPU_ARCH) BLOSC_LIB="$(BLOSC_LIB)" BLOSC_DEF="$(BLOSC_DEF)"
 
 # With Open MPI (mpicc --showme), train_fox is data parallel under mpirun: one rank per GPU, gradients
 # averaged with NCCL (the toolkit's libnccl). Started without mpirun it is one process, MPI untouched.

@@ -476,6 +476,8 @@ static uint16_t *read_u16(const char *path, size_t *n) {
     return (uint16_t *)b;
 }
 
+static char *capture(const char *fmt, ...);  // (below: a command's stdout)
+
 static void test_zarr(void) {
     printf("== zarr v2 reader (vs numpy/zarr)\n");
     char dir[1024];
@@ -577,6 +579,15 @@ static void test_zarr(void) {
     BAD("zarr: 3-D array", path_in("zarr/bad_ndim.zarr 2 4 0 1"));
     snprintf(cmd, sizeof cmd, "./fox_data dump %s --docs 0:2", path_in("zarr/bad_truncated.zarr"));
     expect_error("zarr: truncated blosc chunk", cmd);
+    // The build for machines without libblosc (fox_data_noblosc): uncompressed arrays as before, compressed
+    // ones refused with one line.
+    char *with = capture("./fox_data dump %s --docs 0:2", path_in("zarr/raw.zarr"));
+    char *without = capture("./fox_data_noblosc dump %s --docs 0:2", path_in("zarr/raw.zarr"));
+    check(with && without && !strcmp(with, without), "built without libblosc: an uncompressed array reads the same");
+    free(with);
+    free(without);
+    snprintf(cmd, sizeof cmd, "./fox_data_noblosc dump %s --docs 0:2", path_in("zarr/zstd_shuffle.zarr"));
+    expect_error("built without libblosc: a blosc array", cmd);
     snprintf(cmd, sizeof cmd, "./fox_data dump %s --docs 20:30 --pos 0:8", path_in("zarr/loader.zarr"));
     expect_error("zarr: window beyond the array", cmd);
     snprintf(cmd, sizeof cmd, "./fox_data dump %s --docs 0:1 --pos 90:100", path_in("zarr/loader.zarr"));

@@ -6,7 +6,8 @@
 // C-order block, edge chunks padded; a missing chunk file means "all fill_value".
 // Supported: dtype <u2, <u4, |u1; compressor null or blosc (any cname libblosc was built with:
 // blosclz, lz4, lz4hc, zlib, zstd; with or without byte/bit shuffle); no filters; order C.
-// Anything else is rejected with one "error: ..." line. Link with -lblosc.
+// Anything else is rejected with one "error: ..." line. Link with -lblosc; built with FOX_NO_BLOSC (no
+// libblosc on the machine) it reads uncompressed arrays only and says so for compressed ones.
 //
 // fox_zarr_read() copies a rectangle rows [r0, r0+nr) x cols [c0, c0+nc) into a uint32 buffer.
 // A small cache keeps the chunks of the previous reads, so each chunk is decompressed once per
@@ -14,7 +15,9 @@
 #ifndef FOX_ZARR_H
 #define FOX_ZARR_H
 
+#ifndef FOX_NO_BLOSC
 #include <blosc.h>
+#endif
 #include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
@@ -234,8 +237,13 @@ static inline void fox_zarr_parse_metadata(FoxZarr *z, const char *json, size_t 
         if (z->chunks[d] <= 0) fox_fatal("%s: bad chunk size %lld", path, (long long)z->chunks[d]);
     }
     fox_zarr_parse_dtype(z);
+#ifdef FOX_NO_BLOSC
+    if (z->compressor == FOX_ZARR_BLOSC)
+        fox_fatal("%s: a blosc-compressed array, and this build has no libblosc (install libblosc-dev, rebuild)", path);
+#else
     if (z->compressor == FOX_ZARR_BLOSC && blosc_compname_to_compcode(z->cname) < 0)
         fox_fatal("%s: blosc codec '%s' is not available in this libblosc", path, z->cname);
+#endif
 }
 
 static inline int fox_zarr_is_dir(const char *path) {
@@ -264,7 +272,9 @@ static inline void fox_zarr_open(FoxZarr *z, const char *dir) {
     fox_zarr_parse_metadata(z, json, len, path);
     free(json);
     free(path);
+#ifndef FOX_NO_BLOSC
     blosc_init();
+#endif
 }
 
 static inline size_t fox_zarr_chunk_bytes(const FoxZarr *z) {
@@ -297,6 +307,7 @@ static inline void fox_zarr_load_chunk(FoxZarr *z, int64_t ci, int64_t cj, unsig
             fox_fatal("%s: uncompressed chunk has %ld bytes, expected %zu", path, size, want);
         if (fread(dst, 1, want, f) != want) fox_fatal("%s: read failed", path);
     } else {
+#ifndef FOX_NO_BLOSC  // (without libblosc fox_zarr_open refused a compressed array)
         if ((size_t)size > z->cbuf_cap) {
             z->cbuf_cap = (size_t)size;
             z->cbuf = (unsigned char *)fox_realloc(z->cbuf, z->cbuf_cap);
@@ -310,6 +321,7 @@ static inline void fox_zarr_load_chunk(FoxZarr *z, int64_t ci, int64_t cj, unsig
         int threads = 4;
         int got = blosc_decompress_ctx(z->cbuf, dst, want, threads);
         if (got < 0 || (size_t)got != want) fox_fatal("%s: blosc decompression failed (%d)", path, got);
+#endif
     }
     fclose(f);
     free(path);
