@@ -22,7 +22,7 @@ else
 endif
 # libblosc (Debian: libblosc-dev) decompresses LongCrawl64's zarr chunks; without it (or with NO_BLOSC=1)
 # everything builds (-DFOX_NO_BLOSC) and reads llm.c shards and uncompressed zarr arrays only.
-ifeq ($(if $(filter 1,$(NO_BLOSC)),no,$(shell echo '\#include <blosc.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes)),yes)
+ifeq ($(if $(filter 1,$(NO_BLOSC)),no,$(shell printf '\043include <blosc.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes)),yes)
   BLOSC_LIB = -lblosc
 else
   $(info building without libblosc (no blosc.h, or NO_BLOSC=1): compressed zarr arrays are not readable)
