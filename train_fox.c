@@ -80,15 +80,9 @@ typedef struct {
     Grads d;
 } Model;
 
-static real *param(Model *m, int which, int layer) {
-    const FoxParamInfo *p = &m->lay.p[which];
-    return m->params + p->offset + (size_t)layer * p->rows * p->cols;
-}
+static real *param(Model *m, int which, int layer) { return m->params + fox_param_offset(&m->lay, which, layer); }
 
-static real *grad(Model *m, int which, int layer) {
-    const FoxParamInfo *p = &m->lay.p[which];
-    return m->grads + p->offset + (size_t)layer * p->rows * p->cols;
-}
+static real *grad(Model *m, int which, int layer) { return m->grads + fox_param_offset(&m->lay, which, layer); }
 
 static void model_alloc_acts(Model *m, int B, int T) {
     const FoxConfig *c = &m->cfg;

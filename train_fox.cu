@@ -137,15 +137,9 @@ static void **layer_slices(int L, size_t bytes, int kept, size_t *counter) {
     return p;
 }
 
-static float *param(Model *m, int which, int layer) {
-    const FoxParamInfo *p = &m->lay.p[which];
-    return m->params + p->offset + (size_t)layer * p->rows * p->cols;
-}
+static float *param(Model *m, int which, int layer) { return m->params + fox_param_offset(&m->lay, which, layer); }
 
-static float *grad(Model *m, int which, int layer) {
-    const FoxParamInfo *p = &m->lay.p[which];
-    return m->grads + p->offset + (size_t)layer * p->rows * p->cols;
-}
+static float *grad(Model *m, int which, int layer) { return m->grads + fox_param_offset(&m->lay, which, layer); }
 
 static const bf16 *wbf(Model *m, int which, int layer) {
     return m->wbf[which] + (size_t)layer * m->rows_pad[which] * m->lay.p[which].cols;

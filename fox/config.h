@@ -99,6 +99,12 @@ typedef struct {
     size_t total;
 } FoxLayout;
 
+// Offset of tensor `which`'s layer-`layer` slice in the flat vector (layer 0 for unlayered tensors).
+static inline size_t fox_param_offset(const FoxLayout *lay, int which, int layer) {
+    const FoxParamInfo *p = &lay->p[which];
+    return p->offset + (size_t)layer * p->rows * p->cols;
+}
+
 static inline int fox_head_dim(const FoxConfig *c) { return c->d_model / c->n_head; }
 
 // Width of the attn_in_w projection: see the row order above.
