@@ -376,7 +376,7 @@ static void test_acp_tables(void) {
                 bad += ql[bh * nblk + n] != last;
             }
         }
-        int tiles = BH * nblk * (nblk + 1) / 2;
+        int tiles = BH * (int)fox_acp_tiles(T);
         check(bad == 0 && pruned > 0 && live == (unsigned long long)(tiles - pruned),
               "%-18s GPU tables = host staircase (%s bound; %d of %d tiles pruned, %d mismatches; %llu counted live)",
               "ACP", norms ? "q/k norm" : "QK-norm weight", pruned, tiles, bad, live);

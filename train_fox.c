@@ -680,7 +680,7 @@ static const int *acp_tables(Model *m, int l, const real *cum, const real *qn, c
     }
     if (count) {
         for (size_t i = 0; i < (size_t)s.B * s.H * nblk; i++) m->acp_live += (long long)(i % nblk) - m->acp_first[i] + 1;
-        m->acp_tiles += (long long)s.B * s.H * nblk * (nblk + 1) / 2;
+        m->acp_tiles += (long long)s.B * s.H * fox_acp_tiles(s.T);
     }
     return m->acp_first;
 }

@@ -464,9 +464,8 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     m->acp_live = -1.0;
     if (m->acp && c->forget_gate != FOX_FG_NONE) {
         unsigned long long live;
-        int nblk = fox_acp_blocks(T);
         FOX_CUDA_CHECK(cudaMemcpy(&live, a->acp_live, sizeof(live), cudaMemcpyDeviceToHost));
-        m->acp_live = (double)live / ((double)L * B * c->n_head * nblk * (nblk + 1) / 2);
+        m->acp_live = (double)live / ((double)L * B * c->n_head * fox_acp_tiles(T));
     }
     double total = 0.0;
     for (int n = 0; n < N; n++) total += m->h_losses[n];

@@ -22,6 +22,9 @@
 
 static inline FOX_ACP_HD int fox_acp_blocks(int T) { return (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK; }
 
+// Tiles of one sequence and head's causal grid (n <= m), all of them computed without ACP.
+static inline FOX_ACP_HD long long fox_acp_tiles(int T) { return (long long)fox_acp_blocks(T) * (fox_acp_blocks(T) + 1) / 2; }
+
 static inline FOX_ACP_HD double fox_acp_threshold(double U, int T) { return -2.0 * U - log((double)T) + FOX_ACP_LOG_EPS; }
 
 // U from the QK-norm weights of one head (SPEC: max|g_q| max|g_k| sqrt(d_h), q and k being RMS-normed).
