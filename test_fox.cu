@@ -65,7 +65,7 @@ static void train_steps(Model *m, const OptConfig *o, int accum, const double *t
             fixture_ints(inputs, tin + off, (size_t)N);
             fixture_ints(targets, ttg + off, (size_t)N);
             l += model_forward(m, inputs, targets, B, T) / accum;
-            model_backward(m, inputs, B, T, 1.0f / accum);
+            model_backward(m, inputs, B, T, 1.0f / accum, 0);
         }
         double lr = lr_at(o, s);
         norms[s] = (float)optimizer_step(m, o, lr, s + 1);
@@ -83,7 +83,7 @@ static float *grads_at_level(const FoxConfig *c, int B, int T, int level, const 
     model_set_params(&m, params);
     model_zero_grad(&m);
     model_forward(&m, in, tg, B, T);
-    model_backward(&m, in, B, T, 1.0f);
+    model_backward(&m, in, B, T, 1.0f, 0);
     float *g = device_copy(m.grads, m.lay.total);
     model_free(&m);
     return g;
@@ -143,7 +143,7 @@ static void test_fixture(const char *dir, const char *name) {
     check_abs(name, "per-position loss", m.h_losses, fixture_get(&fx, "pos_loss")->data, (size_t)N, TOL_LOSS);
     free(logits);
     model_zero_grad(&m);
-    model_backward(&m, inputs, B, T, 1.0f);
+    model_backward(&m, inputs, B, T, 1.0f, 0);
     float *grads = device_copy(m.grads, m.lay.total);
     for (int k = 0; k < FOX_NUM_PARAMS; k++) {
         const FoxParamInfo *p = &m.lay.p[k];

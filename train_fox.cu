@@ -109,7 +109,6 @@ typedef struct {
     size_t shard_lo, shard_hi;      // the elements whose AdamW moments this rank holds and updates
                                     // (ZeRO-1: rank r's 1/world of the flat vector; else all); m, v
                                     // hold shard_hi - shard_lo floats
-    int reduce_in_backward;         // the backward averages each block's gradients as soon as they are final
 #ifdef FOX_MPI
     ncclComm_t nccl;                // the ranks of a data-parallel run (NULL with one rank)
     cudaStream_t comm;              // where the all-reduces run, beside the backward pass
@@ -558,13 +557,13 @@ static int embedding_buckets(Model *m, const int *inputs, int N) {
     return nb;
 }
 
-// Data parallel, the step's last micro-batch: averages the ranks' gradients as soon as the backward has
-// finished them, one grouped NCCL all-reduce on the comm stream (after the work queued so far) while the
-// backward goes on: tensor `tensor` (a tensor without layers), or with tensor < 0 block `layer`'s slice of
-// every layered tensor. Every rank issues the same all-reduces in the same order.
-static void reduce_final_grads(Model *m, int tensor, int layer) {
+// Data parallel, the step's last micro-batch (reduce): averages the ranks' gradients as soon as the
+// backward has finished them, one grouped NCCL all-reduce on the comm stream (after the work queued so
+// far) while the backward goes on: tensor `tensor` (a tensor without layers), or with tensor < 0 block
+// `layer`'s slice of every layered tensor. Every rank issues the same all-reduces in the same order.
+static void reduce_final_grads(Model *m, int reduce, int tensor, int layer) {
 #ifdef FOX_MPI
-    if (!m->reduce_in_backward) return;
+    if (!reduce) return;
     FOX_CUDA_CHECK(cudaEventRecord(m->grads_final, m->stream));
     FOX_CUDA_CHECK(cudaStreamWaitEvent(m->comm, m->grads_final, 0));
     FOX_NCCL_CHECK(ncclGroupStart());
@@ -576,12 +575,13 @@ static void reduce_final_grads(Model *m, int tensor, int layer) {
     }
     FOX_NCCL_CHECK(ncclGroupEnd());
 #else
-    (void)m; (void)tensor; (void)layer;
+    (void)m; (void)reduce; (void)tensor; (void)layer;
 #endif
 }
 
-// Backward of the last model_forward (with targets), adding dloss_scale·∂(mean loss)/∂θ into grads.
-static void model_backward(Model *m, const int *inputs, int B, int T, float dloss_scale) {
+// Backward of the last model_forward (with targets), adding dloss_scale·∂(mean loss)/∂θ into grads;
+// reduce: also average the ranks' gradients as they become final (reduce_final_grads).
+static void model_backward(Model *m, const int *inputs, int B, int T, float dloss_scale, int reduce) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     Scratch *s = &m->s;
@@ -596,20 +596,20 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
         linear_backward_weight(&m->gemm, grad(m, FOX_P_lm_head_w, 0), a->logits, m->VP, a->xnf + (size_t)r0 * D, rows, D, V);
     }
     m->logits_kept = 0;
-    reduce_final_grads(m, FOX_P_lm_head_w, 0);
+    reduce_final_grads(m, reduce, FOX_P_lm_head_w, 0);
     rmsnorm_backward(m, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), grad(m, FOX_P_lnf_w, 0), N, 0);
-    reduce_final_grads(m, FOX_P_lnf_w, 0);
+    reduce_final_grads(m, reduce, FOX_P_lnf_w, 0);
     for (int l = L - 1; l >= 0; l--) {
         recompute_block(m, l, B, T);
         mlp_block_backward(m, l, B, T);
         attention_block_backward(m, l, B, T);
-        reduce_final_grads(m, -1, l);
+        reduce_final_grads(m, reduce, -1, l);
     }
     int nb = embedding_buckets(m, inputs, N);
     embedding_backward_kernel<<<nb, 256, 0, m->stream>>>(grad(m, FOX_P_wte, 0), s->dres, s->bucket_token,
                                                          s->bucket_start, s->bucket_pos, D);
     FOX_LAUNCH_CHECK();
-    reduce_final_grads(m, FOX_P_wte, 0);
+    reduce_final_grads(m, reduce, FOX_P_wte, 0);
 }
 
 static void model_zero_grad(Model *m) {
@@ -743,9 +743,7 @@ static const float *run_model_losses(Model *m) { return m->h_losses; }
 static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale,
                                int last) {
     (void)targets;  // the fused cross entropy already left dlogits in place during the forward
-    m->reduce_in_backward = last && m->world > 1;
-    model_backward(m, inputs, B, T, dloss_scale);
-    m->reduce_in_backward = 0;
+    model_backward(m, inputs, B, T, dloss_scale, last && m->world > 1);
 }
 
 static void run_model_zero_grad(Model *m) { model_zero_grad(m); }

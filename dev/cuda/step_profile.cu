@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
         clock_gettime(CLOCK_MONOTONIC, &a);
         model_zero_grad(&m);
         model_forward(&m, in, tg, B, T);
-        model_backward(&m, in, B, T, 1.0f);
+        model_backward(&m, in, B, T, 1.0f, 0);
         optimizer_step(&m, &o, 1e-4, s + 1);
         FOX_CUDA_CHECK(cudaDeviceSynchronize());
         clock_gettime(CLOCK_MONOTONIC, &b);
