@@ -915,13 +915,12 @@ static void adamw_update(Model *m, const OptConfig *o, double lr, int t) {
     }
 }
 
-// Global-norm clipping then AdamW; returns the norm before clipping.
-static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
-    double norm = grad_norm(m->grads, m->lay.total);
+// Global-norm clipping by `norm` (the gradient's, from grad_norm), then AdamW.
+static void optimizer_update(Model *m, const OptConfig *o, double lr, int t, double norm) {
     clip_grads(m->grads, m->lay.total, norm, o->grad_clip);
     adamw_update(m, o, lr, t);
-    return norm;
 }
+
 
 // ----------------------------------------------------------------------------
 // The run (fox/run.h): what it needs from this model. Not part of the test build.
@@ -929,9 +928,11 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
 
 static int run_acp;  // --acp (run_model_options runs first)
 
-static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute, const Dist *d) {
-    (void)recompute;  // the CPU trainer keeps every activation
-    (void)d;          // its ranks meet only in MPI_Allreduce
+static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute, int forward_only,
+                           const Dist *d) {
+    (void)recompute;     // the CPU trainer keeps every activation,
+    (void)forward_only;  // and its host buffers whether or not a backward follows;
+    (void)d;             // its ranks meet only in MPI_Allreduce
     model_init(m, c, B, T, seed);
     m->acp = run_acp;
 }
@@ -947,6 +948,10 @@ static void run_model_backward(Model *m, const int *inputs, const int *targets, 
 }
 
 static void run_model_zero_grad(Model *m) { zero(m->grads, m->lay.total); }
+
+static double run_model_grad_norm(Model *m) { return grad_norm(m->grads, m->lay.total); }
+
+static void run_model_update(Model *m, const OptConfig *o, double lr, int t, double norm) { optimizer_update(m, o, lr, t, norm); }
 
 static void run_model_average_grads(Model *m, const Dist *d) {
     dist_allreduce_sum(d, m->grads, m->lay.total);

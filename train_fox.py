@@ -53,6 +53,7 @@ import re
 import struct
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -357,18 +358,23 @@ def _config_words(c):
 
 
 def save_model_bin(path, config, params):
-    """Writes a fox.c model.bin: int32 header (magic, version, field count, config fields), then
-    every parameter as float32 in FOX_PARAMS order (row-major, layers outermost)."""
+    """Writes a fox.c model.bin: int32 header (magic, version, field count, config fields, and at
+    FOX_CKPT_I_CRC the CRC-32 of the file read with that word as zero), then every parameter as
+    float32 in FOX_PARAMS order (row-major, layers outermost)."""
     header = np.zeros(FOX["FOX_CKPT_HEADER_INTS"], np.int32)
     words = _config_words(config)
     header[:3 + len(words)] = [FOX["FOX_CKPT_MAGIC"], FOX["FOX_CKPT_VERSION"], len(words)] + words
-    chunks = [header.tobytes()]
+    chunks = []
     for p in layout(config):
         arr = np.asarray(params[p["name"]], np.float32)
         if arr.size != p["numel"]:
             raise ValueError("%s has %d elements, expected %d" % (p["name"], arr.size, p["numel"]))
         chunks.append(np.ascontiguousarray(arr).tobytes())
-    _atomic_write(path, chunks)
+    crc = zlib.crc32(header.tobytes())
+    for chunk in chunks:
+        crc = zlib.crc32(chunk, crc)
+    header[FOX["FOX_CKPT_I_CRC"]] = np.array([crc], np.uint32).view(np.int32)[0]
+    _atomic_write(path, [header.tobytes()] + chunks)
 
 
 def load_model_bin(path):
@@ -378,7 +384,7 @@ def load_model_bin(path):
     if len(data) < 4 * nh:
         raise ValueError("%s: %d bytes, shorter than a model.bin header" % (path, len(data)))
     header = np.frombuffer(data, np.int32, nh)
-    if header[0] != FOX["FOX_CKPT_MAGIC"] or header[1] != FOX["FOX_CKPT_VERSION"]:
+    if header[0] != FOX["FOX_CKPT_MAGIC"] or header[1] not in (1, FOX["FOX_CKPT_VERSION"]):
         raise ValueError("%s: not a fox.c model.bin (magic %d, version %d)" % (path, header[0], header[1]))
     if header[2] != len(CONFIG_FIELDS):
         raise ValueError("%s: %d config fields, expected %d" % (path, header[2], len(CONFIG_FIELDS)))
@@ -392,6 +398,12 @@ def load_model_bin(path):
     expected = 4 * (nh + sum(p["numel"] for p in lay))
     if len(data) != expected:
         raise ValueError("%s: %d bytes, expected %d for its config" % (path, len(data), expected))
+    if header[1] >= 2:  # version 1 files carry no checksum
+        at = 4 * FOX["FOX_CKPT_I_CRC"]
+        crc = zlib.crc32(data[at + 4:], zlib.crc32(data[:at] + bytes(4)))
+        stored = int(header[FOX["FOX_CKPT_I_CRC"]]) & 0xFFFFFFFF
+        if crc != stored:
+            raise ValueError("%s fails its checksum (stored %08x, computed %08x)" % (path, stored, crc))
     params, offset = {}, 4 * nh
     for p in lay:
         params[p["name"]] = np.frombuffer(data, np.float32, p["numel"], offset).reshape(p["shape"]).copy()

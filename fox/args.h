@@ -4,57 +4,64 @@
 #define FOX_ARGS_H
 
 #include <errno.h>
+#include <limits.h>
 #include "config.h"
+#include "io.h"
 
-// F(kind, field, flag, default, help). kind: STR, INT, I64 (accepts K/M/G and Ki/Mi/Gi suffixes),
-// FLT, SW (on/off/1/0, unset = preset), FG (forget-gate kind, unset = preset), BOOL (bare flag).
+// F(kind, field, flag, default, lo, hi, help). kind: STR, INT, I64 (accepts K/M/G and Ki/Mi/Gi
+// suffixes), FLT, SW (a switch whose unset value follows the preset), FG (forget-gate kind, unset =
+// preset), BOOL. Numbers must lie in [lo, hi] (FLT: lo exclusive when FOX_OPEN_LO); the others ignore it.
+// Every boolean (SW, BOOL) takes --flag, --flag=V or --flag V with V one of on/off/1/0/true/false.
+#define FOX_OPEN_LO 1e-300
 #define FOX_FLAGS(F) \
-    F(STR, model, "model", "fox-pro", "preset: fox-pro | fox-llama | transformer-pro | transformer-llama") \
-    F(INT, layers, "layers", 12, "number of blocks") \
-    F(INT, dim, "dim", 768, "d_model") \
-    F(INT, heads, "heads", 12, "attention heads (head_dim = dim/heads)") \
-    F(INT, vocab, "vocab", 50257, "vocabulary size (GPT-2: 50257; SlimPajama/LLaMA: 32000)") \
-    F(INT, mlp_hidden, "mlp-hidden", 0, "SwiGLU hidden size; 0 = the preset's ratio (SPEC §1 rounding)") \
-    F(FG, forget_gate, "forget-gate", -1, "data-dependent | data-independent | fixed | none") \
-    F(SW, rope, "rope", -1, "rotary embedding on q and k (on/off)") \
-    F(SW, qk_norm, "qk-norm", -1, "per-head RMSNorm of q and k (on/off)") \
-    F(SW, qk_norm_shared, "qk-norm-shared", -1, "one QK-norm weight vector shared by all heads, as in the paper's runs (on/off)") \
-    F(SW, kv_shift, "kv-shift", -1, "data-dependent token shift of keys and values (on/off)") \
-    F(SW, output_gate, "output-gate", -1, "sigmoid output gate (on/off)") \
-    F(SW, output_norm, "output-norm", -1, "per-head RMSNorm of the attention output (on/off)") \
-    F(FLT, t_min, "t-min", 2.0, "shortest timescale of the fixed/data-independent gate init") \
-    F(FLT, t_max, "t-max", 128.0, "longest timescale of the fixed/data-independent gate init") \
-    F(FLT, rope_theta, "rope-theta", 500000.0, "RoPE base") \
-    F(STR, train, "train", "data/train.bin", "training data: glob of llm.c .bin shards or a zarr array directory") \
-    F(STR, val, "val", "data/val.bin", "validation data (same forms); empty string disables validation") \
-    F(INT, seq_len, "seq-len", 256, "training context T") \
-    F(INT, batch, "batch", 4, "sequences per micro-batch (per rank)") \
-    F(I64, total_batch_tokens, "total-batch-tokens", 0, "tokens per optimizer step; 0 = batch*seq-len*ranks (no accumulation)") \
-    F(INT, steps, "steps", 100, "optimizer steps (the cosine schedule ends here)") \
-    F(FLT, lr, "lr", 2e-3, "peak learning rate") \
-    F(FLT, min_lr, "min-lr", 0.0, "final learning rate of the cosine decay") \
-    F(I64, warmup_tokens, "warmup-tokens", 268435456, "linear warmup length in tokens (paper: 256Mi)") \
-    F(FLT, weight_decay, "weight-decay", 0.1, "AdamW decay on matrices (embedding and lm_head included)") \
-    F(FLT, grad_clip, "grad-clip", 1.0, "global gradient-norm clip; 0 disables") \
-    F(I64, seed, "seed", 1337, "seed of the weights and of the data order") \
-    F(STR, out, "out", "", "run directory for log.jsonl and checkpoints; empty = write nothing") \
-    F(BOOL, resume, "resume", 0, "continue from the newest complete checkpoint in --out (fresh start if none)") \
-    F(STR, init, "init", "", "initial weights from a model.bin (e.g. written by train_fox.py)") \
-    F(INT, eval_every, "eval-every", 50, "validation every N steps (and at the end); 0 = never") \
-    F(INT, val_steps, "val-steps", 20, "validation micro-batches per evaluation") \
-    F(INT, ckpt_every, "ckpt-every", 0, "checkpoint every N steps (and at the end); 0 = only at the end") \
-    F(INT, keep, "keep", 3, "checkpoints kept in --out (older ones are deleted)") \
-    F(INT, sample_tokens, "sample-tokens", 64, "tokens to generate after training; 0 = none") \
-    F(INT, top_k, "top-k", 1, "sampling: 1 = greedy, k > 1 = top-k at temperature 1") \
-    F(STR, tokenizer, "tokenizer", "data/gpt2_tokenizer.bin", "vocabulary file used to print the sample as text") \
-    F(INT, log_every, "log-every", 1, "print a training line every N steps") \
-    F(INT, deterministic, "deterministic", 1, "1: bitwise reproducible attention backward; 0: fp32 atomics, faster (train_fox; the CPU trainer is always deterministic)") \
-    F(INT, acp, "acp", 0, "1: Adaptive Computation Pruning, skip the attention tiles the forget gates make negligible (weights below e^-10/T of the row's largest; SPEC §1)") \
-    F(INT, zero, "zero", 1, "ZeRO-1 with several ranks: each holds 1/N of the AdamW moments and updates 1/N of the weights, then they exchange them (train_fox)") \
-    F(INT, recompute, "recompute", 0, "activations recomputed in the backward: 0 none, 1 norms+MLP, 2 whole blocks (train_fox; the CPU trainer keeps all)") \
-    F(BOOL, eval_only, "eval-only", 0, "no training: per-token loss of --init, or of the newest checkpoint in --out, on --val") \
-    F(INT, eval_seqs, "eval-seqs", 64, "--eval-only: validation sequences (fewer if the data holds fewer)") \
-    F(INT, eval_seq_len, "eval-seq-len", 0, "--eval-only: context length, may exceed the training one; 0 = --seq-len")
+    F(STR, model, "model", "fox-pro", 0, 0, "preset: fox-pro | fox-llama | transformer-pro | transformer-llama") \
+    F(INT, layers, "layers", 12, 1, 4096, "number of blocks") \
+    F(INT, dim, "dim", 768, 1, 1 << 20, "d_model") \
+    F(INT, heads, "heads", 12, 1, 1 << 16, "attention heads (head_dim = dim/heads)") \
+    F(INT, vocab, "vocab", 50257, 2, 1 << 30, "vocabulary size (GPT-2: 50257; SlimPajama/LLaMA: 32000)") \
+    F(INT, mlp_hidden, "mlp-hidden", 0, 0, 1 << 24, "SwiGLU hidden size; 0 = the preset's ratio (SPEC §1 rounding)") \
+    F(FG, forget_gate, "forget-gate", -1, 0, 0, "data-dependent | data-independent | fixed | none") \
+    F(SW, rope, "rope", -1, 0, 0, "rotary embedding on q and k") \
+    F(SW, qk_norm, "qk-norm", -1, 0, 0, "per-head RMSNorm of q and k") \
+    F(SW, qk_norm_shared, "qk-norm-shared", -1, 0, 0, "one QK-norm weight vector shared by all heads, as in the paper's runs") \
+    F(SW, kv_shift, "kv-shift", -1, 0, 0, "data-dependent token shift of keys and values") \
+    F(SW, output_gate, "output-gate", -1, 0, 0, "sigmoid output gate") \
+    F(SW, output_norm, "output-norm", -1, 0, 0, "per-head RMSNorm of the attention output") \
+    F(FLT, t_min, "t-min", 2.0, 1.0, 1e9, "shortest timescale of the fixed/data-independent gate init") \
+    F(FLT, t_max, "t-max", 128.0, 1.0, 1e9, "longest timescale of the fixed/data-independent gate init") \
+    F(FLT, rope_theta, "rope-theta", 500000.0, 1.0, 1e12, "RoPE base") \
+    F(STR, train, "train", "data/train.bin", 0, 0, "training data: glob of llm.c .bin shards or a zarr array directory") \
+    F(STR, val, "val", "data/val.bin", 0, 0, "validation data (same forms); empty string disables validation") \
+    F(INT, seq_len, "seq-len", 256, 1, 1 << 24, "training context T") \
+    F(INT, batch, "batch", 4, 1, 1 << 20, "sequences per micro-batch (per rank)") \
+    F(I64, total_batch_tokens, "total-batch-tokens", 0, 0, 1LL << 40, "tokens per optimizer step; 0 = batch*seq-len*ranks (no accumulation)") \
+    F(INT, steps, "steps", 100, 1, 2147483647, "optimizer steps (the cosine schedule ends here)") \
+    F(FLT, lr, "lr", 2e-3, FOX_OPEN_LO, 1e6, "peak learning rate") \
+    F(FLT, min_lr, "min-lr", 0.0, 0.0, 1e6, "final learning rate of the cosine decay (at most --lr)") \
+    F(I64, warmup_tokens, "warmup-tokens", 268435456, 0, 1LL << 50, "linear warmup length in tokens (paper: 256Mi)") \
+    F(FLT, weight_decay, "weight-decay", 0.1, 0.0, 1e6, "AdamW decay on matrices (embedding and lm_head included)") \
+    F(FLT, grad_clip, "grad-clip", 1.0, 0.0, 1e30, "global gradient-norm clip; 0 disables") \
+    F(I64, seed, "seed", 1337, 0, 9223372036854775807LL, "seed of the weights and of the data order") \
+    F(STR, out, "out", "", 0, 0, "run directory for log.jsonl and checkpoints (one run at a time); empty = write nothing") \
+    F(BOOL, resume, "resume", 0, 0, 0, "continue from the newest complete checkpoint in --out (fresh start if none)") \
+    F(BOOL, overwrite, "overwrite", 0, 0, 0, "a fresh run in an --out that holds checkpoints or a log: delete them first") \
+    F(STR, init, "init", "", 0, 0, "initial weights from a model.bin (e.g. written by train_fox.py)") \
+    F(INT, eval_every, "eval-every", 50, 0, 2147483647, "validation every N steps (and at the end); 0 = never") \
+    F(INT, val_steps, "val-steps", 20, 1, 1 << 24, "validation micro-batches per evaluation") \
+    F(INT, ckpt_every, "ckpt-every", 0, 0, 2147483647, "checkpoint every N steps (and at the end); 0 = only at the end") \
+    F(INT, keep, "keep", 3, 1, 4096, "checkpoints kept in --out (older ones are deleted)") \
+    F(INT, max_bad_steps, "max-bad-steps", 5, 1, 1 << 20, "consecutive skipped steps (non-finite loss or gradient norm) before the run stops (exit 3)") \
+    F(INT, sample_tokens, "sample-tokens", 64, 0, 1 << 24, "tokens to generate after training; 0 = none") \
+    F(INT, top_k, "top-k", 1, 1, 1 << 30, "sampling: 1 = greedy, k > 1 = top-k at temperature 1") \
+    F(STR, tokenizer, "tokenizer", "data/gpt2_tokenizer.bin", 0, 0, "vocabulary file used to print the sample as text") \
+    F(INT, log_every, "log-every", 1, 1, 2147483647, "print a training line every N steps") \
+    F(BOOL, deterministic, "deterministic", 1, 0, 0, "bitwise reproducible attention backward; off: fp32 atomics, faster (train_fox; the CPU trainer is always deterministic)") \
+    F(BOOL, acp, "acp", 0, 0, 0, "Adaptive Computation Pruning, skip the attention tiles the forget gates make negligible (weights below e^-10/T of the row's largest; SPEC §1)") \
+    F(BOOL, zero, "zero", 1, 0, 0, "ZeRO-1 with several ranks: each holds 1/N of the AdamW moments and updates 1/N of the weights, then they exchange them (train_fox)") \
+    F(INT, recompute, "recompute", 0, 0, 2, "activations recomputed in the backward: 0 none, 1 norms+MLP, 2 whole blocks (train_fox; the CPU trainer keeps all)") \
+    F(BOOL, eval_only, "eval-only", 0, 0, 0, "no training: per-token loss of --init, or of the newest checkpoint in --out, on --val") \
+    F(INT, eval_seqs, "eval-seqs", 64, 1, 2147483647, "--eval-only: validation sequences (fewer if the data holds fewer)") \
+    F(INT, eval_seq_len, "eval-seq-len", 0, 0, 1 << 24, "--eval-only: context length, may exceed the training one; 0 = --seq-len")
 
 typedef struct {
 #define FOX_ARG_STR const char *
@@ -64,28 +71,34 @@ typedef struct {
 #define FOX_ARG_SW int
 #define FOX_ARG_FG int
 #define FOX_ARG_BOOL int
-#define F(kind, field, flag, dflt, help) FOX_ARG_##kind field;
+#define F(kind, field, flag, dflt, lo, hi, help) FOX_ARG_##kind field;
     FOX_FLAGS(F)
 #undef F
 } FoxArgs;
 
 static inline void fox_args_defaults(FoxArgs *a) {
-#define F(kind, field, flag, dflt, help) a->field = dflt;
+#define F(kind, field, flag, dflt, lo, hi, help) a->field = dflt;
     FOX_FLAGS(F)
 #undef F
 }
 
+// The default as --help shows it: a switch's unset value is the preset's, a boolean is on or off.
+static inline const char *fox_args_default_text(const char *kind, const char *dflt) {
+    if (!strcmp(dflt, "-1")) return "(preset)";
+    if (!strcmp(kind, "BOOL")) return strcmp(dflt, "0") ? "on" : "off";
+    return dflt;
+}
+
 static inline void fox_args_help(const char *prog) {
-    printf("usage: %s [--flag value ...]   (also --flag=value)\n\n", prog);
-#define F(kind, field, flag, dflt, help) fox_args_help_line(flag, #dflt, help);
-#define fox_args_help_line(flag, dflt, help) printf("  --%-20s %-22s %s\n", flag, strcmp(dflt, "-1") ? dflt : "(preset)", help)
+    printf("usage: %s [--flag value ...]   (also --flag=value; a boolean: --flag, --flag on|off|1|0|true|false)\n\n", prog);
+#define F(kind, field, flag, dflt, lo, hi, help) \
+    printf("  --%-20s %-22s %s\n", flag, fox_args_default_text(#kind, #dflt), help);
     FOX_FLAGS(F)
-#undef fox_args_help_line
 #undef F
     printf("  --%-20s %-22s %s\n", "help", "", "print this and exit");
 }
 
-static inline void fox_arg_error(const char *flag, const char *value, const char *what) {
+static inline FOX_NORETURN void fox_arg_error(const char *flag, const char *value, const char *what) {
     fprintf(stderr, "error: --%s %s: %s\n", flag, value, what);
     exit(1);
 }
@@ -103,13 +116,8 @@ static inline long long fox_parse_i64(const char *flag, const char *s) {
     else if (!strcmp(end, "Mi")) mult = 1LL << 20;
     else if (!strcmp(end, "Gi")) mult = 1LL << 30;
     else if (*end) fox_arg_error(flag, s, "expected an integer (suffixes K M G Ki Mi Gi)");
+    if (v > LLONG_MAX / mult || v < LLONG_MIN / mult) fox_arg_error(flag, s, "out of range");
     return v * mult;
-}
-
-static inline int fox_parse_int(const char *flag, const char *s) {
-    long long v = fox_parse_i64(flag, s);
-    if (v < -2147483647LL || v > 2147483647LL) fox_arg_error(flag, s, "out of range");
-    return (int)v;
 }
 
 static inline double fox_parse_flt(const char *flag, const char *s) {
@@ -119,11 +127,17 @@ static inline double fox_parse_flt(const char *flag, const char *s) {
     return v;
 }
 
-static inline int fox_parse_sw(const char *flag, const char *s) {
+// One of on/off/1/0/true/false, or -1 when s is none of them.
+static inline int fox_bool_word(const char *s) {
     if (!strcmp(s, "on") || !strcmp(s, "1") || !strcmp(s, "true")) return 1;
     if (!strcmp(s, "off") || !strcmp(s, "0") || !strcmp(s, "false")) return 0;
-    fox_arg_error(flag, s, "expected on or off");
-    return 0;
+    return -1;
+}
+
+static inline int fox_parse_bool(const char *flag, const char *s) {
+    int b = fox_bool_word(s);
+    if (b < 0) fox_arg_error(flag, s, "expected on, off, 1, 0, true or false");
+    return b;
 }
 
 static inline int fox_parse_fg(const char *flag, const char *s) {
@@ -132,7 +146,15 @@ static inline int fox_parse_fg(const char *flag, const char *s) {
     if (!strcmp(s, "fixed")) return FOX_FG_FIXED;
     if (!strcmp(s, "none")) return FOX_FG_NONE;
     fox_arg_error(flag, s, "expected data-dependent, data-independent, fixed or none");
-    return 0;
+}
+
+// A number outside the flag's [lo, hi] (lo FOX_OPEN_LO: must be positive) is a one-line error.
+static inline void fox_check_range(const char *flag, const char *s, double v, double lo, double hi) {
+    char what[96];
+    if (v >= lo && v <= hi) return;
+    if (lo == FOX_OPEN_LO) snprintf(what, sizeof(what), "must be positive and at most %g", hi);
+    else snprintf(what, sizeof(what), "must be between %.15g and %.15g", lo, hi);
+    fox_arg_error(flag, s, what);
 }
 
 // Parses argv into a; prints help and exits 0 on --help; one-line error and exit 1 on bad input.
@@ -152,18 +174,27 @@ static inline void fox_args_parse(FoxArgs *a, int argc, char **argv) {
 #define FOX_TAKE_VALUE(flag) \
     const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL); \
     if (!val) { fprintf(stderr, "error: --%s needs a value\n", flag); exit(1); }
-#define FOX_SET_STR(field, flag) { FOX_TAKE_VALUE(flag) a->field = val; }
-#define FOX_SET_INT(field, flag) { FOX_TAKE_VALUE(flag) a->field = fox_parse_int(flag, val); }
-#define FOX_SET_I64(field, flag) { FOX_TAKE_VALUE(flag) a->field = fox_parse_i64(flag, val); }
-#define FOX_SET_FLT(field, flag) { FOX_TAKE_VALUE(flag) a->field = fox_parse_flt(flag, val); }
-#define FOX_SET_SW(field, flag) { FOX_TAKE_VALUE(flag) a->field = fox_parse_sw(flag, val); }
-#define FOX_SET_FG(field, flag) { FOX_TAKE_VALUE(flag) a->field = fox_parse_fg(flag, val); }
-#define FOX_SET_BOOL(field, flag) { if (eq) a->field = fox_parse_sw(flag, eq + 1); else a->field = 1; }
-#define F(kind, field, flag, dflt, help) if (!matched && !strcmp(name, flag)) { matched = 1; FOX_SET_##kind(field, flag) }
+#define FOX_SET_STR(field, flag, lo, hi) { FOX_TAKE_VALUE(flag) a->field = val; }
+#define FOX_SET_INT(field, flag, lo, hi) { FOX_TAKE_VALUE(flag) long long v = fox_parse_i64(flag, val); \
+    fox_check_range(flag, val, (double)v, lo, hi); a->field = (int)v; }
+#define FOX_SET_I64(field, flag, lo, hi) { FOX_TAKE_VALUE(flag) a->field = fox_parse_i64(flag, val); \
+    fox_check_range(flag, val, (double)a->field, lo, hi); }
+#define FOX_SET_FLT(field, flag, lo, hi) { FOX_TAKE_VALUE(flag) a->field = fox_parse_flt(flag, val); \
+    fox_check_range(flag, val, a->field, lo, hi); }
+#define FOX_SET_FG(field, flag, lo, hi) { FOX_TAKE_VALUE(flag) a->field = fox_parse_fg(flag, val); }
+/* A boolean's value is =V, or the next argument unless that is a flag; a bare boolean is on. */
+#define FOX_SET_BOOL(field, flag, lo, hi) { \
+    if (eq) a->field = fox_parse_bool(flag, eq + 1); \
+    else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) a->field = fox_parse_bool(flag, argv[++i]); \
+    else a->field = 1; }
+#define FOX_SET_SW FOX_SET_BOOL
+#define F(kind, field, flag, dflt, lo, hi, help) \
+    if (!matched && !strcmp(name, flag)) { matched = 1; FOX_SET_##kind(field, flag, lo, hi) }
         FOX_FLAGS(F)
 #undef F
         if (!matched) { fprintf(stderr, "error: unknown flag %s (see --help)\n", arg); exit(1); }
     }
+    if (a->min_lr > a->lr) { fprintf(stderr, "error: --min-lr %g exceeds --lr %g\n", a->min_lr, a->lr); exit(1); }
 }
 
 // The model config the arguments describe: preset first, then sizes, then explicit switches.
@@ -191,10 +222,6 @@ static inline FoxConfig fox_args_config(const FoxArgs *a) {
     c.rope_theta = (float)a->rope_theta;
     const char *bad = fox_config_invalid(&c);
     if (bad) { fprintf(stderr, "error: invalid model: %s\n", bad); exit(1); }
-    if (a->recompute < 0 || a->recompute > 2) { fprintf(stderr, "error: --recompute %d: expected 0, 1 or 2\n", a->recompute); exit(1); }
-    if (a->deterministic != 0 && a->deterministic != 1) { fprintf(stderr, "error: --deterministic %d: expected 0 or 1\n", a->deterministic); exit(1); }
-    if (a->acp != 0 && a->acp != 1) { fprintf(stderr, "error: --acp %d: expected 0 or 1\n", a->acp); exit(1); }
-    if (a->zero != 0 && a->zero != 1) { fprintf(stderr, "error: --zero %d: expected 0 or 1\n", a->zero); exit(1); }
     return c;
 }
 

@@ -5,21 +5,26 @@
 // directory named ckpt_* is always complete. Inside:
 //   model.bin          int32 header[FOX_CKPT_HEADER_INTS]: [0] FOX_CKPT_MAGIC, [1] FOX_CKPT_VERSION,
 //                      [2] number of config fields n, [3 .. 3+n) the FOX_CONFIG_FIELDS in order
-//                      (floats as their IEEE-754 bits); then every parameter as float32, in
-//                      FOX_PARAMS order (row-major, layers outermost). Nothing else.
+//                      (floats as their IEEE-754 bits), [FOX_CKPT_I_CRC] the checksum; then every
+//                      parameter as float32, in FOX_PARAMS order (row-major, layers outermost).
 //   state_RRRRR.bin    one per rank: int32 header[FOX_CKPT_HEADER_INTS] (FOX_STATE_* indices below),
 //                      then AdamW m and v (float32) of the rank's slice of the flat parameter
 //                      vector, then the rank's data-loader state (opaque bytes).
+// Both end their header with the CRC-32 (fox/crc32.h, zlib's) of the whole file read with that
+// word as zero; loading verifies it and every header field against the others and the directory
+// name. Version 1 files (no checksum) are still read.
 // train_fox.py reads and writes model.bin (parsing the constants from this file), so weights move
 // freely between fox.c and PyTorch.
 #ifndef FOX_CHECKPOINT_H
 #define FOX_CHECKPOINT_H
 
 #define FOX_CKPT_MAGIC 20261121
-#define FOX_CKPT_VERSION 1
+#define FOX_CKPT_VERSION 2
 #define FOX_STATE_MAGIC 20261122
-#define FOX_STATE_VERSION 1
+#define FOX_STATE_VERSION 2
 #define FOX_CKPT_HEADER_INTS 256
+// Where both headers keep the file's CRC-32 (version 2 on).
+#define FOX_CKPT_I_CRC 255
 
 // Indices into a state file's header (64-bit values take two ints, low word first).
 enum {
@@ -36,17 +41,20 @@ enum {
     FOX_STATE_I_BATCH = 15,
     FOX_STATE_I_TOTAL_BATCH = 16,  // int64 tokens per optimizer step
     FOX_STATE_I_RNG = 18,          // uint64 sampling RNG counter
+    FOX_STATE_I_SKIPPED = 20,      // int64 steps skipped so far (non-finite or spiking loss)
+    FOX_STATE_I_PARAMS = 22,       // int64 parameters of the model (the moments' slice lies inside)
 };
 
 #include <stdint.h>
 #include <dirent.h>
 #include "config.h"
+#include "crc32.h"
 #include "io.h"
 
 // What a rank needs besides weights and moments to continue bit for bit.
 typedef struct {
     int rank, world, step, seq_len, batch;
-    long long tokens, shard_offset, shard_count, total_batch, loader_bytes;
+    long long tokens, shard_offset, shard_count, total_batch, loader_bytes, params, skipped;
     uint64_t rng;
 } FoxTrainState;
 
@@ -58,6 +66,47 @@ static inline void fox_put_i64(int32_t *h, int at, long long v) {
 
 static inline long long fox_get_i64(const int32_t *h, int at) {
     return (long long)(((uint64_t)(uint32_t)h[at + 1] << 32) | (uint64_t)(uint32_t)h[at]);
+}
+
+// The CRC-32 of a header as stored, its checksum word read as zero.
+static inline uint32_t fox_header_crc(const int32_t *h) {
+    int32_t copy[FOX_CKPT_HEADER_INTS];
+    memcpy(copy, h, sizeof(copy));
+    copy[FOX_CKPT_I_CRC] = 0;
+    return fox_crc32(0, copy, sizeof(copy));
+}
+
+// Writes a checkpoint file: the header, then the parts, then the file's CRC-32 into the header.
+static inline void fox_write_checked(const char *path, int32_t *h, const void *const *parts, const size_t *bytes, int n) {
+    uint32_t crc = fox_header_crc(h);
+    h[FOX_CKPT_I_CRC] = 0;
+    FILE *f = fox_fopen(path, "wb");
+    fox_fwrite(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
+    for (int i = 0; i < n; i++) {
+        fox_fwrite(parts[i], 1, bytes[i], f, path);
+        crc = fox_crc32(crc, parts[i], bytes[i]);
+    }
+    h[FOX_CKPT_I_CRC] = (int32_t)crc;
+    if (fseek(f, FOX_CKPT_I_CRC * sizeof(int32_t), SEEK_SET)) fox_fatal("cannot seek in %s: %s", path, strerror(errno));
+    fox_fwrite(&h[FOX_CKPT_I_CRC], sizeof(int32_t), 1, f, path);
+    fox_fclose_synced(f, path);
+}
+
+// Verifies a version-2 file's CRC-32 over its header h and the parts that follow it, as read.
+static inline void fox_verify_crc(const char *path, const int32_t *h, const void *const *parts, const size_t *bytes, int n) {
+    uint32_t crc = fox_header_crc(h);
+    for (int i = 0; i < n; i++) crc = fox_crc32(crc, parts[i], bytes[i]);
+    if (crc != (uint32_t)h[FOX_CKPT_I_CRC])
+        fox_fatal("%s fails its checksum (stored %08x, computed %08x): the file is corrupted, truncated or was edited",
+                  path, (uint32_t)h[FOX_CKPT_I_CRC], crc);
+}
+
+// Whether all n floats are finite (a non-finite weight or moment is never written or loaded).
+static inline int fox_all_finite(const float *x, size_t n) {
+    int ok = 1;
+    #pragma omp parallel for reduction(&& : ok)
+    for (size_t i = 0; i < n; i++) ok = ok && isfinite(x[i]);
+    return ok;
 }
 
 static inline void fox_config_to_header(const FoxConfig *c, int32_t *h) {
@@ -98,20 +147,20 @@ static inline void fox_write_model_bin(const char *path, const FoxConfig *c, con
     h[0] = FOX_CKPT_MAGIC;
     h[1] = FOX_CKPT_VERSION;
     fox_config_to_header(c, h);
-    FILE *f = fox_fopen(path, "wb");
-    fox_fwrite(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
-    fox_fwrite(params, sizeof(float), lay.total, f, path);
-    fox_fclose_synced(f, path);
+    const void *parts[1] = {params};
+    size_t bytes[1] = {lay.total * sizeof(float)};
+    fox_write_checked(path, h, parts, bytes, 1);
 }
 
 // Reads the config of a model.bin and checks its magic, version and size.
-static inline FoxConfig fox_read_model_config(const char *path) {
-    int32_t h[FOX_CKPT_HEADER_INTS];
+// h receives the header.
+static inline FoxConfig fox_read_model_header(const char *path, int32_t *h) {
     FILE *f = fox_fopen(path, "rb");
     fox_fread(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
     fclose(f);
     if (h[0] != FOX_CKPT_MAGIC) fox_fatal("%s is not a fox.c model file (magic %d, expected %d)", path, h[0], FOX_CKPT_MAGIC);
-    if (h[1] != FOX_CKPT_VERSION) fox_fatal("%s has model-file version %d, this build reads %d", path, h[1], FOX_CKPT_VERSION);
+    if (h[1] != FOX_CKPT_VERSION && h[1] != 1)
+        fox_fatal("%s has model-file version %d, this build reads 1 and %d", path, h[1], FOX_CKPT_VERSION);
     FoxConfig c;
     if (!fox_config_from_header(h, &c)) fox_fatal("%s has %d config fields, this build expects another count", path, h[2]);
     const char *bad = fox_config_invalid(&c);
@@ -124,9 +173,16 @@ static inline FoxConfig fox_read_model_config(const char *path) {
     return c;
 }
 
-// Loads a model.bin's weights into params, which must be laid out for `expect`.
+static inline FoxConfig fox_read_model_config(const char *path) {
+    int32_t h[FOX_CKPT_HEADER_INTS];
+    return fox_read_model_header(path, h);
+}
+
+// Loads a model.bin's weights into params, which must be laid out for `expect`: checksum verified,
+// every weight finite.
 static inline void fox_read_model_bin(const char *path, const FoxConfig *expect, float *params) {
-    FoxConfig c = fox_read_model_config(path);
+    int32_t h[FOX_CKPT_HEADER_INTS];
+    FoxConfig c = fox_read_model_header(path, h);
     char why[160];
     if (fox_config_diff(&c, expect, why, sizeof(why)))
         fox_fatal("%s was written for another model (%s: file vs command line)", path, why);
@@ -136,6 +192,10 @@ static inline void fox_read_model_bin(const char *path, const FoxConfig *expect,
     if (fseek(f, FOX_CKPT_HEADER_INTS * sizeof(int32_t), SEEK_SET)) fox_fatal("cannot seek in %s", path);
     fox_fread(params, sizeof(float), lay.total, f, path);
     fclose(f);
+    const void *parts[1] = {params};
+    size_t bytes[1] = {lay.total * sizeof(float)};
+    if (h[1] >= 2) fox_verify_crc(path, h, parts, bytes, 1);
+    if (!fox_all_finite(params, lay.total)) fox_fatal("%s holds non-finite weights (NaN or Inf)", path);
 }
 
 static inline void fox_write_state(const char *path, const FoxTrainState *s, const float *m, const float *v,
@@ -154,24 +214,28 @@ static inline void fox_write_state(const char *path, const FoxTrainState *s, con
     fox_put_i64(h, FOX_STATE_I_LOADER_BYTES, s->loader_bytes);
     fox_put_i64(h, FOX_STATE_I_TOTAL_BATCH, s->total_batch);
     fox_put_i64(h, FOX_STATE_I_RNG, (long long)s->rng);
-    FILE *f = fox_fopen(path, "wb");
-    fox_fwrite(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
-    fox_fwrite(m, sizeof(float), (size_t)s->shard_count, f, path);
-    fox_fwrite(v, sizeof(float), (size_t)s->shard_count, f, path);
-    fox_fwrite(loader, 1, (size_t)s->loader_bytes, f, path);
-    fox_fclose_synced(f, path);
+    fox_put_i64(h, FOX_STATE_I_SKIPPED, s->skipped);
+    fox_put_i64(h, FOX_STATE_I_PARAMS, s->params);
+    const void *parts[3] = {m, v, loader};
+    size_t n = (size_t)s->shard_count * sizeof(float), bytes[3] = {n, n, (size_t)s->loader_bytes};
+    fox_write_checked(path, h, parts, bytes, 3);
 }
 
-// Reads a state file's header, checking it against what this run expects (`want`: rank, world,
-// seq_len, batch, total_batch, shard_offset, shard_count, loader_bytes); fills step, tokens, rng.
-static inline FILE *fox_open_state(const char *path, FoxTrainState *want) {
+// Reads a state file into m, v and loader, checking its header against what this run expects
+// (`want`: rank, world, seq_len, batch, total_batch, params, shard_offset, shard_count,
+// loader_bytes, and step: the one its directory is named for) and against itself (tokens = step x
+// tokens per step), then its checksum; fills tokens, rng and skipped.
+static inline void fox_read_state(const char *path, FoxTrainState *want, float *m, float *v, void *loader) {
     int32_t h[FOX_CKPT_HEADER_INTS];
     FILE *f = fox_fopen(path, "rb");
     fox_fread(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
     if (h[FOX_STATE_I_MAGIC] != FOX_STATE_MAGIC) fox_fatal("%s is not a fox.c state file (bad magic)", path);
-    if (h[FOX_STATE_I_VERSION] != FOX_STATE_VERSION) fox_fatal("%s has state version %d, this build reads %d", path, h[FOX_STATE_I_VERSION], FOX_STATE_VERSION);
+    int version = h[FOX_STATE_I_VERSION];
+    if (version != FOX_STATE_VERSION && version != 1)
+        fox_fatal("%s has state version %d, this build reads 1 and %d", path, version, FOX_STATE_VERSION);
 #define FOX_EXPECT(what, got, exp) if ((long long)(got) != (long long)(exp)) \
         fox_fatal("%s was written with %s %lld, this run has %lld", path, what, (long long)(got), (long long)(exp));
+    FOX_EXPECT("step", h[FOX_STATE_I_STEP], want->step);
     FOX_EXPECT("world size", h[FOX_STATE_I_WORLD], want->world);
     FOX_EXPECT("rank", h[FOX_STATE_I_RANK], want->rank);
     FOX_EXPECT("--seq-len", h[FOX_STATE_I_SEQ_LEN], want->seq_len);
@@ -180,13 +244,24 @@ static inline FILE *fox_open_state(const char *path, FoxTrainState *want) {
     FOX_EXPECT("optimizer shard offset", fox_get_i64(h, FOX_STATE_I_SHARD_OFFSET), want->shard_offset);
     FOX_EXPECT("optimizer shard size", fox_get_i64(h, FOX_STATE_I_SHARD_COUNT), want->shard_count);
     FOX_EXPECT("data-loader state size", fox_get_i64(h, FOX_STATE_I_LOADER_BYTES), want->loader_bytes);
+    FOX_EXPECT("tokens seen (step x tokens per step)", fox_get_i64(h, FOX_STATE_I_TOKENS), (long long)want->step * want->total_batch);
+    if (version >= 2) FOX_EXPECT("parameter count", fox_get_i64(h, FOX_STATE_I_PARAMS), want->params);
 #undef FOX_EXPECT
     long long need = (long long)(FOX_CKPT_HEADER_INTS * 4) + 8 * want->shard_count + want->loader_bytes;
     if (fox_file_size(path) != need) fox_fatal("%s is truncated (%lld bytes, expected %lld)", path, fox_file_size(path), need);
-    want->step = h[FOX_STATE_I_STEP];
+    size_t n = (size_t)want->shard_count;
+    fox_fread(m, sizeof(float), n, f, path);
+    fox_fread(v, sizeof(float), n, f, path);
+    fox_fread(loader, 1, (size_t)want->loader_bytes, f, path);
+    fclose(f);
+    const void *parts[3] = {m, v, loader};
+    size_t bytes[3] = {n * sizeof(float), n * sizeof(float), (size_t)want->loader_bytes};
+    if (version >= 2) fox_verify_crc(path, h, parts, bytes, 3);
+    if (!fox_all_finite(m, n) || !fox_all_finite(v, n)) fox_fatal("%s holds non-finite AdamW moments (NaN or Inf)", path);
     want->tokens = fox_get_i64(h, FOX_STATE_I_TOKENS);
     want->rng = (uint64_t)fox_get_i64(h, FOX_STATE_I_RNG);
-    return f;
+    want->skipped = version >= 2 ? fox_get_i64(h, FOX_STATE_I_SKIPPED) : 0;
+    if (want->skipped < 0) fox_fatal("%s holds a negative skipped-step count", path);
 }
 
 // The training context a state file was written with (its header alone is read).
@@ -196,15 +271,8 @@ static inline int fox_state_seq_len(const char *path) {
     fox_fread(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
     fclose(f);
     if (h[FOX_STATE_I_MAGIC] != FOX_STATE_MAGIC) fox_fatal("%s is not a fox.c state file (bad magic)", path);
+    if (h[FOX_STATE_I_SEQ_LEN] < 1) fox_fatal("%s holds an invalid --seq-len %d", path, h[FOX_STATE_I_SEQ_LEN]);
     return h[FOX_STATE_I_SEQ_LEN];
-}
-
-static inline void fox_read_state(const char *path, FoxTrainState *want, float *m, float *v, void *loader) {
-    FILE *f = fox_open_state(path, want);
-    fox_fread(m, sizeof(float), (size_t)want->shard_count, f, path);
-    fox_fread(v, sizeof(float), (size_t)want->shard_count, f, path);
-    fox_fread(loader, 1, (size_t)want->loader_bytes, f, path);
-    fclose(f);
 }
 
 static inline void fox_ckpt_dir(char *buf, size_t cap, const char *out, int step, int tmp) {
@@ -214,17 +282,7 @@ static inline void fox_ckpt_dir(char *buf, size_t cap, const char *out, int step
 
 // Removes a directory that holds only files (a stale temporary or an old checkpoint).
 static inline void fox_remove_flat_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char path[4352];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        if (unlink(path)) fox_fatal("cannot remove %s: %s", path, strerror(errno));
-    }
-    closedir(d);
-    if (rmdir(dir)) fox_fatal("cannot remove %s: %s", dir, strerror(errno));
+    if (fox_remove_flat_dir_status(dir)) fox_fatal("cannot remove %s: %s", dir, strerror(errno));
 }
 
 // Fresh temporary directory for the checkpoint of `step`; its path goes to tmp.
@@ -259,7 +317,8 @@ static inline int fox_ckpt_list(const char *out, int *steps, int cap) {
     struct dirent *e;
     while ((e = readdir(d))) {
         int step;
-        if (strlen(e->d_name) != 13 || sscanf(e->d_name, "ckpt_%8d", &step) != 1) continue;
+        if (strlen(e->d_name) != 13 || strncmp(e->d_name, "ckpt_", 5) || strspn(e->d_name + 5, "0123456789") != 8) continue;
+        step = atoi(e->d_name + 5);
         if (n == cap) fox_fatal("more than %d checkpoints in %s", cap, out);
         steps[n++] = step;
     }

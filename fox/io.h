@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 #if defined(__GNUC__)
@@ -19,6 +20,26 @@
 #define FOX_PRINTF(a, b)
 #endif
 
+// What fox_fatal does besides printing: removes a half-written directory (a checkpoint being
+// written), and appends a hint to the message (which older checkpoint a resume could use).
+static char fox_fatal_cleanup_dir[4096];
+static char fox_fatal_hint[512];
+
+// Removes a directory that holds only files; returns 0, or -1 with errno set (nothing to remove: 0).
+static inline int fox_remove_flat_dir_status(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : -1;
+    struct dirent *e;
+    char path[4352];
+    int rc = 0;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path) || unlink(path)) rc = -1;
+    }
+    closedir(d);
+    return rmdir(dir) || rc ? -1 : 0;
+}
+
 // Bad input is never a crash: one line "error: ..." on stderr and exit status 1.
 static inline FOX_NORETURN FOX_PRINTF(1, 2) void fox_fatal(const char *fmt, ...) {
     va_list ap;
@@ -26,8 +47,9 @@ static inline FOX_NORETURN FOX_PRINTF(1, 2) void fox_fatal(const char *fmt, ...)
     fflush(stdout);
     fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    fprintf(stderr, "%s\n", fox_fatal_hint);
     va_end(ap);
+    if (fox_fatal_cleanup_dir[0]) fox_remove_flat_dir_status(fox_fatal_cleanup_dir);
     exit(1);
 }
 

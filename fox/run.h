@@ -2,7 +2,12 @@
 // --eval-only and sampling — shared by train_fox_cpu (train_fox.c) and train_fox (train_fox.cu).
 // Each trainer defines its Model (with fields cfg, lay and T) and these before including this file:
 //   void   run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute,
-//                         const Dist *d);   (a GPU trainer picks its GPU and joins its ranks here)
+//                         int forward_only, const Dist *d);
+//                                          (a GPU trainer picks its GPU and joins its ranks here, and
+//                                          checks that the run fits in device memory before allocating:
+//                                          one line with the need and the remedy if not); forward_only
+//                                          (--eval-only): no gradients, optimizer state or backward
+//                                          scratch, and the least activation memory
 //   void   run_model_options(const FoxArgs *a);   trainer-specific flags (--deterministic, --acp)
 //   void   model_free(Model *m);
 //   double model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
@@ -12,7 +17,10 @@
 //                                          the ranks' gradients as they become final)
 //   void   run_model_zero_grad(Model *m);
 //   void   run_model_average_grads(Model *m, const Dist *d);   mean of the ranks' gradients
-//   double optimizer_step(Model *m, const OptConfig *o, double lr, int t);   returns the pre-clip norm
+//   double run_model_grad_norm(Model *m);        global L2 norm of the (averaged) gradient: every rank
+//                                                gets the same value
+//   void   run_model_update(Model *m, const OptConfig *o, double lr, int t, double norm);
+//                                                clip by that norm, then AdamW (t: 1-based step)
 //   void   run_model_get(Model *m, float *params, float *m1, float *m2);   fp32, FOX_PARAMS layout;
 //   void   run_model_set(Model *m, const float *params, const float *m1, const float *m2);  NULL skips
 //   void   run_model_shard(const Model *m, size_t *offset, size_t *count);   the AdamW moments this rank holds
@@ -26,6 +34,8 @@
 #ifndef FOX_RUN_H
 #define FOX_RUN_H
 
+#include <signal.h>
+#include <sys/file.h>
 #include <time.h>
 #include "config.h"
 #include "args.h"
@@ -37,6 +47,10 @@
 #include "../dataloader.h"
 #include "../tokenizer.h"
 
+// Exit codes besides 0 (done) and 1 (an error, one line on stderr): the run stopped itself.
+#define FOX_EXIT_DIVERGED 3   // --max-bad-steps steps in a row had a non-finite loss or gradient norm
+#define FOX_EXIT_STOPPED 75   // a signal (SIGTERM, SIGINT, SIGUSR1, SIGHUP): checkpoint written, --resume
+
 typedef struct {
     FoxArgs args;
     Dist dist;
@@ -45,19 +59,70 @@ typedef struct {
     DataLoader train, val;
     int has_val, grad_accum, step;
     long long tokens;
+    long long skipped;            // steps skipped so far (checkpointed)
+    int bad_in_a_row;             // consecutive skipped steps
     uint64_t rng;                 // counter of the sampling stream
     int *inputs, *targets;
     double *pos_loss;             // per-position loss summed since the last save (SPEC §6 L(i))
     long long pos_loss_seqs;
+    double *step_pos_loss;        // the same for the current step, added to pos_loss if it is applied
     int train_seq_len;            // --eval-only: the evaluated checkpoint's training context (0 = unknown)
     float *h_params, *h_m, *h_v;  // host staging of weights and AdamW moments (checkpoints)
     FILE *log;
+    int lock_fd;                  // OUT/.lock, held by rank 0 for the run's life (-1: none)
+    int test_nan_step, test_nan_attempts, test_discard_step;  // test-only hooks (run_test_hooks)
 } Run;
+
+// The stop signal received (0: none). The handler only records it: the step loop acts on it at the
+// end of the current step, so a checkpoint being written is always finished.
+static volatile sig_atomic_t run_stop_signal = 0;
+
+static void run_on_stop_signal(int sig) {
+    if (run_stop_signal && sig == SIGINT) _exit(128 + SIGINT);  // a second Ctrl-C: at once
+    run_stop_signal = sig;
+}
+
+static void run_catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = run_on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    int sigs[] = {SIGTERM, SIGINT, SIGUSR1, SIGHUP};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        if (sigaction(sigs[i], &sa, NULL)) fox_fatal("cannot install the handler of signal %d: %s", sigs[i], strerror(errno));
+}
+
+static const char *run_signal_name(int sig) {
+    switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal on another rank";
+    }
+}
+
+// Test-only hooks, read from the environment: FOX_TEST_NONFINITE="S[:N]" gives the first N (default 1)
+// attempts at step S a NaN gradient; FOX_TEST_DISCARD_BATCH=S throws away one step's batches before
+// step S (what a skipped step must be equivalent to).
+static void run_test_hooks(Run *r) {
+    const char *nan = getenv("FOX_TEST_NONFINITE"), *discard = getenv("FOX_TEST_DISCARD_BATCH");
+    r->test_nan_attempts = 1;
+    if (nan && sscanf(nan, "%d:%d", &r->test_nan_step, &r->test_nan_attempts) < 1) fox_fatal("FOX_TEST_NONFINITE=%s: expected S[:N]", nan);
+    if (discard && sscanf(discard, "%d", &r->test_discard_step) != 1) fox_fatal("FOX_TEST_DISCARD_BATCH=%s: expected a step", discard);
+}
 
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// x for a JSON value: the number, or null when it is not finite (NaN and Inf are not JSON).
+static const char *json_number(char *buf, size_t cap, double x) {
+    if (isfinite(x)) snprintf(buf, cap, "%.17g", x);
+    else snprintf(buf, cap, "null");
+    return buf;
 }
 
 // Checks that every token id is a valid index for the model's vocabulary.
@@ -89,12 +154,23 @@ static void load_weights(Run *r, const char *path, const FoxConfig *cfg) {
     run_model_set(&r->model, r->h_params, NULL, NULL);
 }
 
+// The number of validation batches an evaluation reads: up to --val-steps.
+static int val_batches(Run *r) {
+    long long avail = dataloader_num_windows(&r->val) / r->args.batch;
+    if (avail < 1) fox_fatal("validation data %s holds fewer than --batch %d sequences of --seq-len %d", r->args.val, r->args.batch, r->args.seq_len);
+    return (int)(avail < r->args.val_steps ? avail : r->args.val_steps);
+}
+
+// Start-up check of the validation batches (size and token ids), so bad data fails before training.
+static void check_val_data(Run *r) {
+    int n = val_batches(r);
+    for (int s = 0; s < n; s++) next_batch(r, &r->val, r->args.val, (size_t)r->args.batch * r->args.seq_len);
+    dataloader_reset(&r->val);
+}
+
 // Mean validation loss over up to val_steps batches, averaged across ranks.
 static double evaluate(Run *r) {
-    int B = r->args.batch, T = r->args.seq_len;
-    long long avail = dataloader_num_windows(&r->val) / B;
-    int steps = (int)(avail < r->args.val_steps ? avail : r->args.val_steps);
-    if (steps < 1) fox_fatal("validation data %s holds fewer than --batch %d sequences of --seq-len %d", r->args.val, B, T);
+    int B = r->args.batch, T = r->args.seq_len, steps = val_batches(r);
     dataloader_reset(&r->val);
     double sum = 0.0;
     for (int s = 0; s < steps; s++) {
@@ -106,27 +182,36 @@ static double evaluate(Run *r) {
     return mean / r->dist.world;
 }
 
-// One optimizer step: grad_accum micro-batches, the mean over ranks, clip, AdamW. Returns the loss.
-static double train_step(Run *r, double lr, double *norm_out) {
+// The gradient of one optimizer step: grad_accum micro-batches and the mean over ranks. The ranks'
+// losses and stop signals meet in one reduction, so all ranks take the same decisions. Returns the
+// loss; the gradient's norm goes to norm_out, whether some rank was signalled to stop to stop_out.
+static double step_gradient(Run *r, double *norm_out, int *stop_out) {
     Model *m = &r->model;
     int B = r->args.batch, T = r->args.seq_len, N = B * T;
+    int poison = r->step + 1 == r->test_nan_step && r->test_nan_attempts > 0;
+    r->test_nan_attempts -= poison;
+    if (r->step + 1 == r->test_discard_step)
+        for (int micro = 0; micro < r->grad_accum; micro++) next_batch(r, &r->train, r->args.train, (size_t)N);
     run_model_zero_grad(m);
+    memset(r->step_pos_loss, 0, (size_t)T * sizeof(double));
     double loss = 0.0;
     for (int micro = 0; micro < r->grad_accum; micro++) {
         next_batch(r, &r->train, r->args.train, (size_t)N);
         loss += model_forward(m, r->inputs, r->targets, B, T) / r->grad_accum;
         const float *pos = run_model_losses(m);
-        for (int n = 0; n < N; n++) r->pos_loss[n % T] += pos[n];
-        r->pos_loss_seqs += B;
-        run_model_backward(m, r->inputs, r->targets, B, T, 1.0f / r->grad_accum, micro == r->grad_accum - 1);
+        for (int n = 0; n < N; n++) r->step_pos_loss[n % T] += pos[n];
+        float scale = poison ? NAN : 1.0f / r->grad_accum;
+        run_model_backward(m, r->inputs, r->targets, B, T, scale, micro == r->grad_accum - 1);
     }
+    double shared[2] = {loss, run_stop_signal ? 1.0 : 0.0};
     if (r->dist.world > 1) {
         run_model_average_grads(m, &r->dist);
-        dist_allreduce_sum_f64(&r->dist, &loss, 1);
-        loss /= r->dist.world;
+        dist_allreduce_sum_f64(&r->dist, shared, 2);
+        shared[0] /= r->dist.world;
     }
-    *norm_out = optimizer_step(m, &r->opt, lr, r->step + 1);
-    return loss;
+    *stop_out = shared[1] > 0.0;
+    *norm_out = run_model_grad_norm(m);
+    return shared[0];
 }
 
 static FoxTrainState run_state(const Run *r) {
@@ -142,9 +227,11 @@ static FoxTrainState run_state(const Run *r) {
     run_model_shard(&r->model, &off, &cnt);
     s.shard_offset = (long long)off;
     s.shard_count = (long long)cnt;
+    s.params = (long long)r->model.lay.total;
     s.total_batch = (long long)r->grad_accum * r->args.batch * r->args.seq_len * r->dist.world;
     s.loader_bytes = (long long)dataloader_state_bytes(&r->train);
     s.rng = r->rng;
+    s.skipped = r->skipped;
     return s;
 }
 
@@ -152,17 +239,39 @@ static void state_path(char *buf, size_t cap, const char *dir, int rank) {
     if (snprintf(buf, cap, "%s/state_%05d.bin", dir, rank) >= (int)cap) fox_fatal("path too long: %s", dir);
 }
 
+// Stops the run with `code` after printing msg (rank 0), every rank alike.
+static FOX_NORETURN void run_exit(Run *r, int code, const char *msg) {
+    if (r->dist.rank == 0) {
+        fflush(stdout);
+        fprintf(code == FOX_EXIT_STOPPED ? stdout : stderr, "%s\n", msg);
+    }
+    if (r->log) fclose(r->log);
+    dist_finalize();
+    exit(code);
+}
+
 // Atomic checkpoint (SPEC §5): every rank writes its state into the temporary directory, rank 0
-// the weights, then rank 0 renames it into place and prunes old ones.
+// the weights, then rank 0 renames it into place and prunes old ones. Weights or moments that are
+// not finite on any rank are never written: the run stops instead. A failed write removes its
+// temporary directory (fox_fatal), so the newest complete checkpoint stays the one to resume.
 static void save_checkpoint(Run *r) {
     const char *out = r->args.out;
     char tmp[4096], path[4352];
     ensure_host_staging(r, 1);
     run_model_get(&r->model, r->h_params, r->h_m, r->h_v);
+    FoxTrainState s = run_state(r);
+    double bad = !fox_all_finite(r->h_params, r->model.lay.total) || !fox_all_finite(r->h_m, (size_t)s.shard_count) ||
+                 !fox_all_finite(r->h_v, (size_t)s.shard_count);
+    dist_allreduce_sum_f64(&r->dist, &bad, 1);
+    if (bad > 0.0) {
+        snprintf(path, sizeof(path), "error: the weights or AdamW moments at step %d are not finite: no checkpoint written, "
+                 "the run stops (its newest checkpoint is the last good one)", r->step);
+        run_exit(r, FOX_EXIT_DIVERGED, path);
+    }
     if (r->dist.rank == 0) fox_ckpt_begin(out, r->step, tmp, sizeof(tmp));
     dist_barrier(&r->dist);
     fox_ckpt_dir(tmp, sizeof(tmp), out, r->step, 1);
-    FoxTrainState s = run_state(r);
+    snprintf(fox_fatal_cleanup_dir, sizeof(fox_fatal_cleanup_dir), "%s", tmp);
     void *loader = fox_malloc((size_t)s.loader_bytes);
     dataloader_save_state(&r->train, loader);
     state_path(path, sizeof(path), tmp, r->dist.rank);
@@ -173,28 +282,45 @@ static void save_checkpoint(Run *r) {
         snprintf(path, sizeof(path), "%s/model.bin", tmp);
         fox_write_model_bin(path, &r->model.cfg, r->h_params);
         fox_ckpt_commit(out, r->step);
+        fox_fatal_cleanup_dir[0] = 0;
         fox_ckpt_prune(out, r->args.keep);
         printf("checkpoint %s/ckpt_%08d\n", out, r->step);
     }
+    fox_fatal_cleanup_dir[0] = 0;
     dist_barrier(&r->dist);
+}
+
+// The message a failed load of the checkpoint of `step` ends with: the older one a resume could use.
+static void set_fallback_hint(const Run *r, int step) {
+    int steps[4096], n = fox_ckpt_list(r->args.out, steps, 4096), older = -1;
+    for (int i = 0; i < n; i++)
+        if (steps[i] < step) older = steps[i];
+    if (older >= 0)
+        snprintf(fox_fatal_hint, sizeof(fox_fatal_hint), " (to resume from the older complete checkpoint ckpt_%08d, "
+                 "move %s/ckpt_%08d aside)", older, r->args.out, step);
+    else
+        snprintf(fox_fatal_hint, sizeof(fox_fatal_hint), " (no older checkpoint in %s)", r->args.out);
 }
 
 static void load_checkpoint(Run *r, int step) {
     char dir[4096], path[4352];
     ensure_host_staging(r, 1);
+    set_fallback_hint(r, step);
     fox_ckpt_dir(dir, sizeof(dir), r->args.out, step, 0);
     snprintf(path, sizeof(path), "%s/model.bin", dir);
     fox_read_model_bin(path, &r->model.cfg, r->h_params);
+    r->step = step;
     FoxTrainState s = run_state(r);
     void *loader = fox_malloc((size_t)s.loader_bytes);
     state_path(path, sizeof(path), dir, r->dist.rank);
     fox_read_state(path, &s, r->h_m, r->h_v, loader);
     dataloader_load_state(&r->train, loader, (size_t)s.loader_bytes);
     free(loader);
+    fox_fatal_hint[0] = 0;
     run_model_set(&r->model, r->h_params, r->h_m, r->h_v);
-    r->step = s.step;
     r->tokens = s.tokens;
     r->rng = s.rng;
+    r->skipped = s.skipped;
     if (r->dist.rank == 0) printf("resumed from %s at step %d\n", dir, step);
 }
 
@@ -205,7 +331,7 @@ static FOX_PRINTF(2, 3) void log_json(Run *r, const char *fmt, ...) {
     vfprintf(r->log, fmt, ap);
     va_end(ap);
     fputc('\n', r->log);
-    if (fflush(r->log)) fox_fatal("cannot write %s/log.jsonl", r->args.out);
+    if (fflush(r->log)) fox_fatal("cannot write %s/log.jsonl: %s", r->args.out, strerror(errno));
 }
 
 // Saves the mean training loss per position since the last save as OUT/train_loss_pos_SSSSSSSS.npy
@@ -288,17 +414,104 @@ static void print_sample(Run *r) {
     free(ids);
 }
 
-// Sets up the run from its arguments: model, optimizer, data, resume.
-static void run_init(Run *r, int argc, char **argv) {
-    memset(r, 0, sizeof(*r));
-    dist_init(&r->dist, &argc, &argv);
-    fox_args_parse(&r->args, argc, argv);
+// One run per directory: rank 0 holds an exclusive lock on OUT/.lock (with its PID inside) for the
+// run's life; the kernel drops it when the process ends, however it ends. Returns the holder's PID
+// when another run has it, else 0.
+static long lock_out_dir(Run *r) {
+    char path[4352];
+    snprintf(path, sizeof(path), "%s/.lock", r->args.out);
+    r->lock_fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (r->lock_fd < 0) fox_fatal("cannot open %s: %s", path, strerror(errno));
+    if (flock(r->lock_fd, LOCK_EX | LOCK_NB)) {
+        if (errno != EWOULDBLOCK) fox_fatal("cannot lock %s: %s", path, strerror(errno));
+        char pid[32] = {0};
+        ssize_t got = pread(r->lock_fd, pid, sizeof(pid) - 1, 0);
+        long holder = got > 0 ? atol(pid) : 0;
+        return holder > 0 ? holder : -1;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(r->lock_fd, 0) || pwrite(r->lock_fd, pid, (size_t)n, 0) != n) fox_fatal("cannot write %s: %s", path, strerror(errno));
+    return 0;
+}
+
+// Whether OUT holds the work of an earlier run: checkpoints or a non-empty log.
+static int out_dir_used(const char *out) {
+    int steps[4096];
+    char path[4352];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/log.jsonl", out);
+    return fox_ckpt_list(out, steps, 4096) > 0 || (stat(path, &st) == 0 && st.st_size > 0);
+}
+
+// --overwrite: removes what an earlier run left in OUT (checkpoints, temporaries, logs, losses).
+static void clear_out_dir(const char *out) {
+    DIR *d = opendir(out);
+    if (!d) fox_fatal("cannot open %s: %s", out, strerror(errno));
+    struct dirent *e;
+    char path[4352];
+    while ((e = readdir(d))) {
+        const char *n = e->d_name;
+        snprintf(path, sizeof(path), "%s/%s", out, n);
+        if (!strncmp(n, "ckpt_", 5) || !strncmp(n, ".tmp_ckpt_", 10)) fox_remove_flat_dir(path);
+        else if (!strcmp(n, "log.jsonl") || !strncmp(n, "train_loss_pos_", 15) || !strncmp(n, "per_token_loss.", 15))
+            if (unlink(path)) fox_fatal("cannot remove %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+}
+
+// Rank 0 decides whether the run may use OUT (locked by no other run; a fresh run only in an unused
+// directory, or with --overwrite); every rank fails alike when it may not, rank 0 saying why.
+static void claim_out_dir(Run *r) {
     FoxArgs *a = &r->args;
+    char why[4608] = "";
+    if (r->dist.rank == 0) {
+        fox_mkdir_p(a->out);
+        long holder = lock_out_dir(r);
+        if (holder)
+            snprintf(why, sizeof(why), "%s is in use by another run (pid %ld; %s/.lock): one run per directory", a->out,
+                     holder, a->out);
+        else if (!a->resume && out_dir_used(a->out)) {
+            if (!a->overwrite)
+                snprintf(why, sizeof(why), "%s holds an earlier run (checkpoints or log.jsonl): add --resume to continue it, "
+                         "or --overwrite to delete it and start over", a->out);
+            else
+                clear_out_dir(a->out);
+        }
+    }
+    dist_broadcast(&r->dist, why, sizeof(why), 0);
+    if (why[0] && r->dist.rank == 0) fox_fatal("%s", why);
+    if (why[0]) exit(1);
+}
+
+// On resume at `step`, log.jsonl keeps only the lines of steps up to it (a killed run may have logged
+// steps past its newest checkpoint, and a line cut short by the kill), so no step appears twice.
+static void cut_log(const char *out, int step) {
+    char path[4352], tmp[4352];
+    snprintf(path, sizeof(path), "%s/log.jsonl", out);
+    snprintf(tmp, sizeof(tmp), "%s/log.jsonl.tmp", out);
+    size_t len;
+    char *text = fox_read_file(path, &len);
+    if (!text) return;
+    FILE *f = fox_fopen(tmp, "w");
+    for (char *line = text, *end; (end = strchr(line, '\n')); line = end + 1) {
+        int st;
+        if (sscanf(line, "{\"step\": %d", &st) == 1 && st <= step) fox_fwrite(line, 1, (size_t)(end - line + 1), f, tmp);
+    }
+    free(text);
+    fox_fclose_synced(f, tmp);
+    if (rename(tmp, path)) fox_fatal("cannot rename %s: %s", tmp, strerror(errno));
+}
+
+// Sets up the run from its arguments: model, optimizer, data, resume.
+static void run_init(Run *r) {
+    FoxArgs *a = &r->args;
+    run_catch_stop_signals();  // a signal during the set-up stops the run after its first step
     FoxConfig cfg = fox_args_config(a);
     run_model_options(a);
-    if (a->seq_len < 1 || a->batch < 1 || a->steps < 1) fox_fatal("--seq-len, --batch and --steps must be positive");
-    if (a->keep < 1) fox_fatal("--keep must be at least 1");
+    run_test_hooks(r);
     if (a->resume && !a->out[0]) fox_fatal("--resume needs --out");
+    if (a->overwrite && a->resume) fox_fatal("--overwrite starts over, --resume continues: give one of them");
     long long per_micro = (long long)a->batch * a->seq_len * r->dist.world;
     long long total = a->total_batch_tokens ? a->total_batch_tokens : per_micro;
     if (total % per_micro) fox_fatal("--total-batch-tokens %lld is not a multiple of batch*seq-len*ranks = %lld", total, per_micro);
@@ -306,23 +519,30 @@ static void run_init(Run *r, int argc, char **argv) {
     r->opt = (OptConfig){a->lr, a->min_lr, a->weight_decay, a->grad_clip, 0.9, 0.95, 1e-8,
                          (int)((a->warmup_tokens + total - 1) / total), a->steps};
     if (r->opt.warmup_steps < 1) r->opt.warmup_steps = 1;
+    if (r->dist.rank == 0 && a->warmup_tokens > total * a->steps)
+        fprintf(stderr, "warning: --warmup-tokens %lld exceeds the run's %lld tokens (--steps %d x %lld): the learning rate "
+                "never reaches --lr %g\n", a->warmup_tokens, total * a->steps, a->steps, total, a->lr);
+    if (a->out[0]) claim_out_dir(r);
     // Data first: a bad path or a --seq-len beyond the data fails before any large allocation.
     dataloader_init(&r->train, a->train, a->batch, a->seq_len, r->dist.rank, r->dist.world, (uint64_t)a->seed, 1);
     r->has_val = a->val[0] != 0;
     if (r->has_val) dataloader_init(&r->val, a->val, a->batch, a->seq_len, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
-    run_model_init(&r->model, &cfg, a->batch, a->seq_len, (uint64_t)a->seed, a->recompute, &r->dist);
-    if (a->init[0]) load_weights(r, a->init, &cfg);
     r->inputs = (int *)fox_calloc((size_t)a->batch * a->seq_len, sizeof(int));
     r->targets = (int *)fox_calloc((size_t)a->batch * a->seq_len, sizeof(int));
     r->pos_loss = (double *)fox_calloc((size_t)a->seq_len, sizeof(double));
+    r->step_pos_loss = (double *)fox_calloc((size_t)a->seq_len, sizeof(double));
+    r->model.cfg = cfg;  // the token checks read the vocabulary
+    if (r->has_val && a->eval_every > 0) check_val_data(r);
+    run_model_init(&r->model, &cfg, a->batch, a->seq_len, (uint64_t)a->seed, a->recompute, 0, &r->dist);
+    if (a->init[0]) load_weights(r, a->init, &cfg);
     if (a->resume) {
         int latest = fox_ckpt_latest(a->out);
         if (latest >= 0) load_checkpoint(r, latest);
         else if (r->dist.rank == 0) printf("no checkpoint in %s: starting fresh\n", a->out);
     }
     if (a->out[0] && r->dist.rank == 0) {
-        fox_mkdir_p(a->out);
         char path[4352];
+        if (r->step) cut_log(a->out, r->step);
         snprintf(path, sizeof(path), "%s/log.jsonl", a->out);
         r->log = fox_fopen(path, r->step ? "a" : "w");
     }
@@ -342,26 +562,20 @@ static int eval_weights_path(const FoxArgs *a, char *path, size_t cap) {
     return train_T;
 }
 
-// Sets up --eval-only: the model takes the checkpoint's own config; one sequence per forward
-// (train_fox's --recompute 2 keeps only the block inputs, for long evaluation contexts).
-static void eval_init(Run *r, int argc, char **argv) {
-    memset(r, 0, sizeof(*r));
-    dist_init(&r->dist, &argc, &argv);
-    fox_args_parse(&r->args, argc, argv);
+// Sets up --eval-only: the model takes the checkpoint's own config, one sequence per forward, and
+// only what a forward needs (the least device memory, for long evaluation contexts).
+static void eval_init(Run *r) {
     FoxArgs *a = &r->args;
     run_model_options(a);
     if (!a->out[0]) fox_fatal("--eval-only needs --out (where per_token_loss.npy and .json go)");
     if (!a->val[0]) fox_fatal("--eval-only needs --val");
-    if (a->eval_seqs < 1) fox_fatal("--eval-seqs must be positive");
-    if (a->recompute < 0 || a->recompute > 2) fox_fatal("--recompute must be 0, 1 or 2");
     int T = a->eval_seq_len ? a->eval_seq_len : a->seq_len;
-    if (T < 1) fox_fatal("--eval-seq-len must be positive");
     char path[4352];
     r->train_seq_len = eval_weights_path(a, path, sizeof(path));
     FoxConfig cfg = fox_read_model_config(path);
     dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
     r->has_val = 1;
-    run_model_init(&r->model, &cfg, 1, T, (uint64_t)a->seed, a->recompute, &r->dist);
+    run_model_init(&r->model, &cfg, 1, T, (uint64_t)a->seed, 2, 1, &r->dist);
     load_weights(r, path, &cfg);
     r->inputs = (int *)fox_calloc((size_t)T, sizeof(int));
     r->targets = (int *)fox_calloc((size_t)T, sizeof(int));
@@ -429,20 +643,66 @@ static void run_free(Run *r) {
     free(r->inputs);
     free(r->targets);
     free(r->pos_loss);
+    free(r->step_pos_loss);
     free(r->h_params);
     free(r->h_m);
     free(r->h_v);
     if (r->log && fclose(r->log)) fox_fatal("cannot close the log");
+    r->log = NULL;
+    if (r->lock_fd >= 0) close(r->lock_fd);
 }
 
-// The step loop: one log line per step (tokens/s and MFU by SPEC §6, or achieved GFLOP/s where the
-// device's peak is unknown), validation every --eval-every, checkpoints every --ckpt-every.
+// The step's line on stdout and in log.jsonl: tokens/s and MFU by SPEC §6 (or achieved GFLOP/s where
+// the device's peak is unknown), and ACP's fraction of computed tiles.
+static void log_step(Run *r, double loss, double lr, double norm, double dt, double peak) {
+    FoxArgs *a = &r->args;
+    long long step_tokens = (long long)r->grad_accum * a->batch * a->seq_len * r->dist.world;
+    double tps = step_tokens / dt, flops = tps * fox_flops_per_token(&r->model.cfg, a->seq_len);
+    char rate[64], acp_txt[48] = "", acp_json[48] = "", mfu[48] = "";
+    if (peak > 0) snprintf(rate, sizeof(rate), "MFU %.1f%%", 100.0 * flops / peak);
+    else snprintf(rate, sizeof(rate), "%.2f GFLOP/s", flops / 1e9);
+    double acp = run_model_acp_live(&r->model);
+    if (acp >= 0.0) {
+        snprintf(acp_txt, sizeof(acp_txt), " | ACP %.1f%% of tiles", 100.0 * acp);
+        snprintf(acp_json, sizeof(acp_json), "\"acp_live\": %.4f, ", acp);
+    }
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s%s\n", r->step, a->steps, loss, lr,
+           norm, dt * 1e3, tps, rate, acp_txt);
+    if (peak > 0) snprintf(mfu, sizeof(mfu), "\"mfu\": %.4f, ", flops / peak);
+    log_json(r, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.7g, \"grad_norm\": %.17g, \"ms\": %.3f, "
+                "\"tokens_per_s\": %.1f, %s%s\"tokens\": %lld, \"skipped_steps\": %lld}",
+             r->step, loss, lr, norm, dt * 1e3, tps, mfu, acp_json, r->tokens, r->skipped);
+}
+
+// A step whose loss or gradient norm is not finite changes nothing but the data position: it is
+// logged and counted, and after --max-bad-steps in a row the run stops (FOX_EXIT_DIVERGED).
+static void skip_step(Run *r, double loss, double norm) {
+    char l[32], g[32], msg[512];
+    const char *why = !isfinite(loss) ? "non-finite loss" : "non-finite grad norm";
+    r->skipped++;
+    r->bad_in_a_row++;
+    if (r->dist.rank == 0) {
+        printf("skipped step %d: %s (loss %g, norm %g); %d in a row, %lld in all\n", r->step + 1, why, loss, norm,
+               r->bad_in_a_row, r->skipped);
+        log_json(r, "{\"step\": %d, \"skipped\": \"%s\", \"loss\": %s, \"grad_norm\": %s, \"skipped_steps\": %lld}", r->step + 1,
+                 why, json_number(l, sizeof(l), loss), json_number(g, sizeof(g), norm), r->skipped);
+    }
+    if (r->bad_in_a_row < r->args.max_bad_steps) return;
+    int newest = r->args.out[0] ? fox_ckpt_latest(r->args.out) : -1;
+    char kept[64] = "no checkpoint was written";
+    if (newest >= 0) snprintf(kept, sizeof(kept), "its newest checkpoint is ckpt_%08d", newest);
+    snprintf(msg, sizeof(msg), "error: %d steps in a row had a %s (--max-bad-steps %d): the run stops at step %d; %s",
+             r->bad_in_a_row, why, r->args.max_bad_steps, r->step, kept);
+    run_exit(r, FOX_EXIT_DIVERGED, msg);
+}
+
+// The step loop: one log line per step, validation every --eval-every, checkpoints every
+// --ckpt-every; a stop signal ends it after the current step with a checkpoint (FOX_EXIT_STOPPED).
 static void train(Run *r) {
     FoxArgs *a = &r->args;
     Model *m = &r->model;
     long long step_tokens = (long long)r->grad_accum * a->batch * a->seq_len * r->dist.world;
-    // tokens/s counts every rank's tokens, so MFU is over the peak of every rank's device
-    double flops_per_token = fox_flops_per_token(&m->cfg, a->seq_len), peak = run_model_peak_flops() * r->dist.world;
+    double peak = run_model_peak_flops() * r->dist.world;  // tokens/s counts every rank's tokens
     if (r->dist.rank == 0)
         printf("model %s: %zu parameters (%.2fM non-embedding), %d layers, d_model %d, %d heads, mlp %d | "
                "%lld tokens/step = %d x %d x %d accum x %d ranks, warmup %d steps\n",
@@ -452,61 +712,60 @@ static void train(Run *r) {
     int first = 1;
     while (r->step < a->steps) {
         double t0 = now_seconds(), norm, lr = lr_at(&r->opt, r->step);
-        double loss = train_step(r, lr, &norm);
-        run_model_sync(m);
-        r->step++;
-        r->tokens += step_tokens;
-        double dt = now_seconds() - t0, tps = step_tokens / dt, flops = tps * flops_per_token;
-        if (r->dist.rank == 0 && (r->step % a->log_every == 0 || r->step == a->steps)) {
-            char rate[64];
-            if (peak > 0) snprintf(rate, sizeof(rate), "MFU %.1f%%", 100.0 * flops / peak);
-            else snprintf(rate, sizeof(rate), "%.2f GFLOP/s", flops / 1e9);
-            double acp = run_model_acp_live(m);
-            char acp_txt[48] = "", acp_json[48] = "";
-            if (acp >= 0.0) {
-                snprintf(acp_txt, sizeof(acp_txt), " | ACP %.1f%% of tiles", 100.0 * acp);
-                snprintf(acp_json, sizeof(acp_json), "\"acp_live\": %.4f, ", acp);
+        int stop, saved = 0;
+        double loss = step_gradient(r, &norm, &stop);
+        if (isfinite(loss) && isfinite(norm)) {
+            run_model_update(m, &r->opt, lr, r->step + 1, norm);
+            run_model_sync(m);
+            r->step++;
+            r->tokens += step_tokens;
+            r->bad_in_a_row = 0;
+            for (int t = 0; t < a->seq_len; t++) r->pos_loss[t] += r->step_pos_loss[t];
+            r->pos_loss_seqs += (long long)r->grad_accum * a->batch;
+            if (r->dist.rank == 0 && (r->step % a->log_every == 0 || r->step == a->steps))
+                log_step(r, loss, lr, norm, now_seconds() - t0, peak);
+            if (first && r->dist.rank == 0) run_model_report(m);
+            first = 0;
+            if (r->has_val && a->eval_every > 0 && (r->step % a->eval_every == 0 || r->step == a->steps)) {
+                double vl = evaluate(r);
+                if (r->dist.rank == 0) {
+                    printf("step %5d | val loss %.6f\n", r->step, vl);
+                    log_json(r, "{\"step\": %d, \"val_loss\": %.17g}", r->step, vl);
+                }
             }
-            printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s%s\n", r->step, a->steps,
-                   loss, lr, norm, dt * 1e3, tps, rate, acp_txt);
-            char mfu[48] = "";
-            if (peak > 0) snprintf(mfu, sizeof(mfu), "\"mfu\": %.4f, ", flops / peak);
-            log_json(r, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.7g, \"grad_norm\": %.17g, \"ms\": %.3f, "
-                        "\"tokens_per_s\": %.1f, %s%s\"tokens\": %lld}",
-                     r->step, loss, lr, norm, dt * 1e3, tps, mfu, acp_json, r->tokens);
+            saved = a->out[0] && ((a->ckpt_every > 0 && r->step % a->ckpt_every == 0) || r->step == a->steps);
+        } else {
+            skip_step(r, loss, norm);
         }
-        if (first && r->dist.rank == 0) run_model_report(m);
-        first = 0;
-        if (r->has_val && a->eval_every > 0 && (r->step % a->eval_every == 0 || r->step == a->steps)) {
-            double vl = evaluate(r);
-            if (r->dist.rank == 0) {
-                printf("step %5d | val loss %.6f\n", r->step, vl);
-                log_json(r, "{\"step\": %d, \"val_loss\": %.17g}", r->step, vl);
-            }
-        }
-        if (a->out[0] && ((a->ckpt_every > 0 && r->step % a->ckpt_every == 0) || r->step == a->steps)) {
+        if (stop && a->out[0] && !saved) saved = 1;
+        if (saved) {
             save_train_pos_loss(r);
             save_checkpoint(r);
         }
+        if (stop) {
+            char msg[4608];
+            if (a->out[0]) snprintf(msg, sizeof(msg), "stopped by %s at step %d: resume with --resume (--out %s)",
+                                    run_signal_name(run_stop_signal), r->step, a->out);
+            else snprintf(msg, sizeof(msg), "stopped by %s at step %d (no --out: nothing saved)", run_signal_name(run_stop_signal), r->step);
+            run_free(r);
+            run_exit(r, FOX_EXIT_STOPPED, msg);
+        }
     }
-}
-
-// --eval-only is read before the full parse, which the chosen init repeats.
-static int wants_eval_only(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--eval-only") || !strcmp(argv[i], "--eval-only=1") || !strcmp(argv[i], "--eval-only=on")) return 1;
-    return 0;
 }
 
 // The whole program: train (then sample), or evaluate with --eval-only.
 static int run_main(int argc, char **argv) {
     Run r;
+    memset(&r, 0, sizeof(r));
+    r.lock_fd = -1;
     setvbuf(stdout, NULL, _IOLBF, 0);  // progress lines show up promptly under tee and mpirun
-    if (wants_eval_only(argc, argv)) {
-        eval_init(&r, argc, argv);
+    dist_init(&r.dist, &argc, &argv);
+    fox_args_parse(&r.args, argc, argv);
+    if (r.args.eval_only) {
+        eval_init(&r);
         eval_per_token(&r);
     } else {
-        run_init(&r, argc, argv);
+        run_init(&r);
         train(&r);
         if (r.dist.rank == 0 && r.args.sample_tokens > 0) print_sample(&r);
     }
