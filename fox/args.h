@@ -13,6 +13,7 @@
 // preset), BOOL. Numbers must lie in [lo, hi] (FLT: lo exclusive when FOX_OPEN_LO); the others ignore it.
 // Every boolean (SW, BOOL) takes --flag, --flag=V or --flag V with V one of on/off/1/0/true/false.
 #define FOX_OPEN_LO 1e-300
+#define FOX_EXIT_USAGE 2  // the exit code of a bad command line (one line on stderr)
 #define FOX_FLAGS(F) \
     F(STR, model, "model", "fox-pro", 0, 0, "preset: fox-pro | fox-llama | transformer-pro | transformer-llama") \
     F(INT, layers, "layers", 12, 1, 4096, "number of blocks") \
@@ -98,9 +99,20 @@ static inline void fox_args_help(const char *prog) {
     printf("  --%-20s %-22s %s\n", "help", "", "print this and exit");
 }
 
+// A bad command line: one line "error: ..." on stderr, exit status FOX_EXIT_USAGE.
+static inline FOX_NORETURN FOX_PRINTF(1, 2) void fox_usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(FOX_EXIT_USAGE);
+}
+
 static inline FOX_NORETURN void fox_arg_error(const char *flag, const char *value, const char *what) {
-    fprintf(stderr, "error: --%s %s: %s\n", flag, value, what);
-    exit(1);
+    fox_usage_error("--%s %s: %s", flag, value, what);
 }
 
 static inline long long fox_parse_i64(const char *flag, const char *s) {
@@ -163,17 +175,17 @@ static inline void fox_args_parse(FoxArgs *a, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) { fox_args_help(argv[0]); exit(0); }
-        if (strncmp(arg, "--", 2)) { fprintf(stderr, "error: unexpected argument %s (see --help)\n", arg); exit(1); }
+        if (strncmp(arg, "--", 2)) fox_usage_error("unexpected argument %s (see --help)", arg);
         char name[64];
         const char *eq = strchr(arg, '=');
         size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-        if (len >= sizeof(name)) { fprintf(stderr, "error: unknown flag %s (see --help)\n", arg); exit(1); }
+        if (len >= sizeof(name)) fox_usage_error("unknown flag %s (see --help)", arg);
         memcpy(name, arg + 2, len);
         name[len] = 0;
         int matched = 0;
 #define FOX_TAKE_VALUE(flag) \
     const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL); \
-    if (!val) { fprintf(stderr, "error: --%s needs a value\n", flag); exit(1); }
+    if (!val) fox_usage_error("--%s needs a value", flag);
 #define FOX_SET_STR(field, flag, lo, hi) { FOX_TAKE_VALUE(flag) a->field = val; }
 #define FOX_SET_INT(field, flag, lo, hi) { FOX_TAKE_VALUE(flag) long long v = fox_parse_i64(flag, val); \
     fox_check_range(flag, val, (double)v, lo, hi); a->field = (int)v; }
@@ -192,9 +204,9 @@ static inline void fox_args_parse(FoxArgs *a, int argc, char **argv) {
     if (!matched && !strcmp(name, flag)) { matched = 1; FOX_SET_##kind(field, flag, lo, hi) }
         FOX_FLAGS(F)
 #undef F
-        if (!matched) { fprintf(stderr, "error: unknown flag %s (see --help)\n", arg); exit(1); }
+        if (!matched) fox_usage_error("unknown flag %s (see --help)", arg);
     }
-    if (a->min_lr > a->lr) { fprintf(stderr, "error: --min-lr %g exceeds --lr %g\n", a->min_lr, a->lr); exit(1); }
+    if (a->min_lr > a->lr) fox_usage_error("--min-lr %g exceeds --lr %g", a->min_lr, a->lr);
 }
 
 // The model config the arguments describe: preset first, then sizes, then explicit switches.
@@ -205,10 +217,8 @@ static inline FoxConfig fox_args_config(const FoxArgs *a) {
     c.n_layer = a->layers;
     c.d_model = a->dim;
     c.n_head = a->heads;
-    if (!fox_config_apply_preset(&c, a->model)) {
-        fprintf(stderr, "error: --model %s: unknown preset (fox-pro, fox-llama, transformer-pro, transformer-llama)\n", a->model);
-        exit(1);
-    }
+    if (!fox_config_apply_preset(&c, a->model))
+        fox_arg_error("model", a->model, "unknown preset (fox-pro, fox-llama, transformer-pro, transformer-llama)");
     if (a->mlp_hidden > 0) c.mlp_hidden = a->mlp_hidden;
     if (a->forget_gate >= 0) c.forget_gate = a->forget_gate;
     if (a->rope >= 0) c.rope = a->rope;
@@ -221,7 +231,7 @@ static inline FoxConfig fox_args_config(const FoxArgs *a) {
     c.t_max = (float)a->t_max;
     c.rope_theta = (float)a->rope_theta;
     const char *bad = fox_config_invalid(&c);
-    if (bad) { fprintf(stderr, "error: invalid model: %s\n", bad); exit(1); }
+    if (bad) fox_usage_error("invalid model: %s", bad);
     return c;
 }
 

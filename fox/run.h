@@ -510,11 +510,11 @@ static void run_init(Run *r) {
     FoxConfig cfg = fox_args_config(a);
     run_model_options(a);
     run_test_hooks(r);
-    if (a->resume && !a->out[0]) fox_fatal("--resume needs --out");
-    if (a->overwrite && a->resume) fox_fatal("--overwrite starts over, --resume continues: give one of them");
+    if (a->resume && !a->out[0]) fox_usage_error("--resume needs --out");
+    if (a->overwrite && a->resume) fox_usage_error("--overwrite starts over, --resume continues: give one of them");
     long long per_micro = (long long)a->batch * a->seq_len * r->dist.world;
     long long total = a->total_batch_tokens ? a->total_batch_tokens : per_micro;
-    if (total % per_micro) fox_fatal("--total-batch-tokens %lld is not a multiple of batch*seq-len*ranks = %lld", total, per_micro);
+    if (total % per_micro) fox_usage_error("--total-batch-tokens %lld is not a multiple of batch*seq-len*ranks = %lld", total, per_micro);
     r->grad_accum = (int)(total / per_micro);
     r->opt = (OptConfig){a->lr, a->min_lr, a->weight_decay, a->grad_clip, 0.9, 0.95, 1e-8,
                          (int)((a->warmup_tokens + total - 1) / total), a->steps};
@@ -567,8 +567,8 @@ static int eval_weights_path(const FoxArgs *a, char *path, size_t cap) {
 static void eval_init(Run *r) {
     FoxArgs *a = &r->args;
     run_model_options(a);
-    if (!a->out[0]) fox_fatal("--eval-only needs --out (where per_token_loss.npy and .json go)");
-    if (!a->val[0]) fox_fatal("--eval-only needs --val");
+    if (!a->out[0]) fox_usage_error("--eval-only needs --out (where per_token_loss.npy and .json go)");
+    if (!a->val[0]) fox_usage_error("--eval-only needs --val");
     int T = a->eval_seq_len ? a->eval_seq_len : a->seq_len;
     char path[4352];
     r->train_seq_len = eval_weights_path(a, path, sizeof(path));

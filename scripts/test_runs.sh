@@ -62,8 +62,10 @@ EOF
 }
 
 # ---- the uninterrupted reference: 12 steps, a checkpoint after each
+t0=$(date +%s.%N)
 $BIN $ARGS --steps 12 --ckpt-every 1 --keep 2 --eval-every 4 --out "$tmp/ref" > "$tmp/ref.txt" 2>&1
 check $? "reference run of 12 steps"
+t1=$(date +%s.%N)
 
 # ---- kill -9 at random moments until the run is done
 kills=0
@@ -73,7 +75,7 @@ while [ $tries -lt 60 ] && { [ $kills -lt 10 ] || [ $in_write -lt 3 ]; }; do
     tries=$((tries + 1))
     $BIN $ARGS --steps 12 --ckpt-every 1 --keep 2 --eval-every 4 --resume --out "$tmp/kill" > "$tmp/kill.txt" 2>&1 &
     pid=$!
-    sleep "$(awk -v s="$tries" 'BEGIN { srand(s); printf "%.2f", 0.1 + rand() * 0.9 }')"
+    sleep "$(awk -v s="$tries" -v a="$t0" -v b="$t1" 'BEGIN { srand(s); printf "%.2f", (b - a) * (0.1 + 0.9 * rand()) }')"
     if kill -9 $pid 2> /dev/null; then
         kills=$((kills + 1))
         ls -d "$tmp"/kill/.tmp_ckpt_* > /dev/null 2>&1 && in_write=$((in_write + 1))
@@ -204,10 +206,10 @@ json_ok "$tmp/cut/log.jsonl" && cmp -s "$tmp/l_ref" "$tmp/l_cut"
 check $? "resume cuts log.jsonl back to its step (and a half-written line): valid JSON, each step once"
 
 # ---- flags
-bad_flag() {  # flags, what the error line must name
+bad_flag() {  # flags, what the error line must name (exit 2: a bad command line)
     $BIN $ARGS --steps 2 $1 > /dev/null 2> "$tmp/flag.err"
     st=$?
-    [ $st -eq 1 ] && one_error "$tmp/flag.err" "$2"
+    [ $st -eq 2 ] && one_error "$tmp/flag.err" "$2"
     check $? "bad flag $1: $(cat "$tmp/flag.err")"
 }
 bad_flag "--log-every 0" "--log-every 0"
