@@ -94,6 +94,8 @@ typedef struct {
     FoxLayout lay;
     AttnCols cols;
     int NINP, VP, Dh, recompute;
+    int forward_only;               // --eval-only: no gradients, AdamW moments or backward scratch
+    int planning;                   // the buffers are only counted (device_bytes_needed), not allocated
     int acp;                        // Adaptive Computation Pruning (--acp)
     double acp_live;                // fraction of the attention tiles the last forward computed (-1: no ACP)
     float *params, *grads, *m, *v;  // fp32, FOX_PARAMS layout (a checkpoint is a straight copy)
@@ -119,18 +121,23 @@ typedef struct {
     size_t bytes_weights, bytes_acts, bytes_scratch;
 } Model;
 
-static void *dev_alloc(size_t bytes, size_t *counter) {
+// A zeroed device buffer, its size added to *counter; when the model is only being planned, the size
+// alone (NULL).
+static void *dev_alloc(const Model *m, size_t bytes, size_t *counter) {
     void *p = NULL;
     if (bytes == 0) bytes = 16;
+    *counter += bytes;
+    if (m->planning) return NULL;
     FOX_CUDA_CHECK(cudaMalloc(&p, bytes));
     FOX_CUDA_CHECK(cudaMemset(p, 0, bytes));
-    *counter += bytes;
     return p;
 }
 
-// An array of L pointers into one allocation: per-layer slices when kept, else one shared slice.
-static void **layer_slices(int L, size_t bytes, int kept, size_t *counter) {
-    char *base = (char *)dev_alloc(kept ? bytes * L : bytes, counter);
+// An array of L pointers into one allocation: per-layer slices when kept, else one shared slice
+// (NULL when planning).
+static void **layer_slices(const Model *m, int L, size_t bytes, int kept, size_t *counter) {
+    char *base = (char *)dev_alloc(m, kept ? bytes * L : bytes, counter);
+    if (m->planning) return NULL;
     void **p = (void **)fox_calloc((size_t)L, sizeof(void *));
     for (int l = 0; l < L; l++) p[l] = base + (kept ? bytes * l : 0);
     return p;
@@ -170,6 +177,8 @@ static void model_get_params(Model *m, float *host) {
     FOX_CUDA_CHECK(cudaMemcpy(host, m->params, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
+// The activations the forward keeps (by recompute level) and, unless forward_only, the backward's
+// scratch.
 static void model_alloc_acts(Model *m, int B, int T) {
     const FoxConfig *c = &m->cfg;
     int L = c->n_layer, r = m->recompute;
@@ -177,86 +186,115 @@ static void model_alloc_acts(Model *m, int B, int T) {
     size_t NP = (size_t)m->NINP, f = sizeof(float), h = sizeof(bf16), *cnt = &m->bytes_acts;
     int keep_block = r < RECOMPUTE_BLOCK, keep_norm_mlp = r < RECOMPUTE_NORM_MLP;
     Acts *a = &m->a;
-    a->resid = (float *)dev_alloc((L + 1) * N * D * f, cnt);
-    a->mid = (float **)layer_slices(L, N * D * f, keep_block, cnt);
-    a->xn1 = (bf16 **)layer_slices(L, N * D * h, keep_norm_mlp, cnt);
-    a->proj = (float **)layer_slices(L, N * NP * f, keep_block, cnt);
-    a->q = (bf16 **)layer_slices(L, N * D * h, keep_block, cnt);
-    a->k = (bf16 **)layer_slices(L, N * D * h, keep_block, cnt);
-    a->v = (bf16 **)layer_slices(L, N * D * h, keep_block, cnt);
-    a->c = (float **)layer_slices(L, N * H * f, keep_block && c->forget_gate != FOX_FG_NONE, cnt);
-    a->lse = (float **)layer_slices(L, N * H * f, keep_block, cnt);
-    a->o = (bf16 **)layer_slices(L, N * D * h, keep_block, cnt);
-    a->z = (bf16 **)layer_slices(L, N * D * h, keep_block, cnt);
-    a->xn2 = (bf16 **)layer_slices(L, N * D * h, keep_norm_mlp, cnt);
-    a->u = (bf16 **)layer_slices(L, N * 2 * I * h, keep_norm_mlp, cnt);
-    a->hh = (bf16 **)layer_slices(L, N * I * h, keep_norm_mlp, cnt);
-    a->xnf = (bf16 *)dev_alloc(N * D * h, cnt);
+    a->resid = (float *)dev_alloc(m, (L + 1) * N * D * f, cnt);
+    a->mid = (float **)layer_slices(m, L, N * D * f, keep_block, cnt);
+    a->xn1 = (bf16 **)layer_slices(m, L, N * D * h, keep_norm_mlp, cnt);
+    a->proj = (float **)layer_slices(m, L, N * NP * f, keep_block, cnt);
+    a->q = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
+    a->k = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
+    a->v = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
+    a->c = (float **)layer_slices(m, L, N * H * f, keep_block && c->forget_gate != FOX_FG_NONE, cnt);
+    a->lse = (float **)layer_slices(m, L, N * H * f, keep_block, cnt);
+    a->o = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
+    a->z = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
+    a->xn2 = (bf16 **)layer_slices(m, L, N * D * h, keep_norm_mlp, cnt);
+    a->u = (bf16 **)layer_slices(m, L, N * 2 * I * h, keep_norm_mlp, cnt);
+    a->hh = (bf16 **)layer_slices(m, L, N * I * h, keep_norm_mlp, cnt);
+    a->xnf = (bf16 *)dev_alloc(m, N * D * h, cnt);
     size_t budget_rows = fox_logits_budget / ((size_t)m->VP * h);
     m->ce_rows = (int)(N < budget_rows ? N : (budget_rows ? budget_rows : 1));
-    a->logits = (bf16 *)dev_alloc((size_t)m->ce_rows * m->VP * h, cnt);
-    a->losses = (float *)dev_alloc(N * f, cnt);
-    a->ce_lse = (float *)dev_alloc(N * f, cnt);
-    a->zero_c = (float *)dev_alloc(N * H * f, cnt);
-    a->acp_kv_first = (int *)dev_alloc((size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
-    a->acp_q_last = (int *)dev_alloc((size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
-    a->acp_live = (unsigned long long *)dev_alloc(sizeof(unsigned long long), cnt);
-    a->inputs = (int *)dev_alloc(N * sizeof(int), cnt);
-    a->targets = (int *)dev_alloc(N * sizeof(int), cnt);
+    a->logits = (bf16 *)dev_alloc(m, (size_t)m->ce_rows * m->VP * h, cnt);
+    a->losses = (float *)dev_alloc(m, N * f, cnt);
+    a->ce_lse = (float *)dev_alloc(m, N * f, cnt);
+    a->zero_c = (float *)dev_alloc(m, N * H * f, cnt);
+    a->acp_kv_first = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
+    a->acp_q_last = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
+    a->acp_live = (unsigned long long *)dev_alloc(m, sizeof(unsigned long long), cnt);
+    a->inputs = (int *)dev_alloc(m, N * sizeof(int), cnt);
+    a->targets = (int *)dev_alloc(m, N * sizeof(int), cnt);
+    if (c->rope) {
+        m->rope_cos = (float *)dev_alloc(m, (size_t)T * (m->Dh / 2) * f, cnt);
+        m->rope_sin = (float *)dev_alloc(m, (size_t)T * (m->Dh / 2) * f, cnt);
+    }
+    if (m->forward_only) return;
 
     Scratch *s = &m->s;
     cnt = &m->bytes_scratch;
-    s->dres = (float *)dev_alloc(N * D * f, cnt);
-    s->dres_bf = (bf16 *)dev_alloc(N * D * h, cnt);
-    s->dxn = (float *)dev_alloc(N * D * f, cnt);
-    s->dh = (float *)dev_alloc(N * I * f, cnt);
-    s->du = (bf16 *)dev_alloc(N * 2 * I * h, cnt);
-    s->dproj = (bf16 *)dev_alloc(N * NP * h, cnt);
-    s->dq = (bf16 *)dev_alloc(N * D * h, cnt);
-    s->dk = (bf16 *)dev_alloc(N * D * h, cnt);
-    s->dv = (bf16 *)dev_alloc(N * D * h, cnt);
-    s->d_o = (bf16 *)dev_alloc(N * D * h, cnt);
-    s->dc = (float *)dev_alloc(N * H * f, cnt);
-    s->dlogf = (float *)dev_alloc(N * H * f, cnt);
-    s->dfg = (float *)dev_alloc(N * H * f, cnt);
-    s->dks = (float *)dev_alloc(N * D * f, cnt);
-    s->colsum_rows = (float *)dev_alloc(2 * colsum_rows_floats((int)N, (int)D) * f, cnt);
-    s->colsum_part = (float *)dev_alloc(colsum_scratch_floats(N * H, D) * f, cnt);
-    s->sumsq_part = (float *)dev_alloc(SUMSQ_BLOCKS * f, cnt);
-    s->sumsq = (double *)dev_alloc(sizeof(double), cnt);
-    s->attn_scratch = dev_alloc(fox_attention_backward_scratch_bytes(B, (int)H, T, m->Dh), cnt);
-    s->bucket_token = (int *)dev_alloc(N * sizeof(int), cnt);
-    s->bucket_start = (int *)dev_alloc((N + 1) * sizeof(int), cnt);
-    s->bucket_pos = (int *)dev_alloc(N * sizeof(int), cnt);
+    s->dres = (float *)dev_alloc(m, N * D * f, cnt);
+    s->dres_bf = (bf16 *)dev_alloc(m, N * D * h, cnt);
+    s->dxn = (float *)dev_alloc(m, N * D * f, cnt);
+    s->dh = (float *)dev_alloc(m, N * I * f, cnt);
+    s->du = (bf16 *)dev_alloc(m, N * 2 * I * h, cnt);
+    s->dproj = (bf16 *)dev_alloc(m, N * NP * h, cnt);
+    s->dq = (bf16 *)dev_alloc(m, N * D * h, cnt);
+    s->dk = (bf16 *)dev_alloc(m, N * D * h, cnt);
+    s->dv = (bf16 *)dev_alloc(m, N * D * h, cnt);
+    s->d_o = (bf16 *)dev_alloc(m, N * D * h, cnt);
+    s->dc = (float *)dev_alloc(m, N * H * f, cnt);
+    s->dlogf = (float *)dev_alloc(m, N * H * f, cnt);
+    s->dfg = (float *)dev_alloc(m, N * H * f, cnt);
+    s->dks = (float *)dev_alloc(m, N * D * f, cnt);
+    s->colsum_rows = (float *)dev_alloc(m, 2 * colsum_rows_floats((int)N, (int)D) * f, cnt);
+    s->colsum_part = (float *)dev_alloc(m, colsum_scratch_floats(N * H, D) * f, cnt);
+    s->sumsq_part = (float *)dev_alloc(m, SUMSQ_BLOCKS * f, cnt);
+    s->sumsq = (double *)dev_alloc(m, sizeof(double), cnt);
+    s->attn_scratch = dev_alloc(m, fox_attention_backward_scratch_bytes(B, (int)H, T, m->Dh), cnt);
+    s->bucket_token = (int *)dev_alloc(m, N * sizeof(int), cnt);
+    s->bucket_start = (int *)dev_alloc(m, (N + 1) * sizeof(int), cnt);
+    s->bucket_pos = (int *)dev_alloc(m, N * sizeof(int), cnt);
+}
 
-    size_t V = (size_t)c->vocab_size;
+// Every device buffer of the model: fp32 weights, gradients and this rank's AdamW moments (the latter
+// two not when forward_only), the bf16 GEMM copies, activations and scratch.
+static void model_alloc(Model *m, int B, int T) {
+    size_t n = m->lay.total, moments = m->forward_only ? 0 : m->shard_hi - m->shard_lo, *cnt = &m->bytes_weights;
+    m->params = (float *)dev_alloc(m, n * sizeof(float), cnt);
+    if (!m->forward_only) {
+        m->grads = (float *)dev_alloc(m, n * sizeof(float), cnt);
+        m->m = (float *)dev_alloc(m, moments * sizeof(float), cnt);
+        m->v = (float *)dev_alloc(m, moments * sizeof(float), cnt);
+    }
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
+        const FoxParamInfo *p = &m->lay.p[k];
+        if (!is_gemm_weight(k)) continue;
+        size_t layers = p->layered ? (size_t)m->cfg.n_layer : 1;
+        m->wbf[k] = (bf16 *)dev_alloc(m, layers * m->rows_pad[k] * p->cols * sizeof(bf16), cnt);
+    }
+    model_alloc_acts(m, B, T);
+}
+
+// Host buffers: the per-position losses and the embedding backward's buckets.
+static void model_alloc_host(Model *m, int B, int T) {
+    size_t N = (size_t)B * T, V = (size_t)m->cfg.vocab_size;
     m->h_losses = (float *)fox_calloc(N, sizeof(float));
     m->h_count = (int *)fox_calloc(V, sizeof(int));
     m->h_fill = (int *)fox_calloc(V, sizeof(int));
     m->h_bucket_token = (int *)fox_calloc(N, sizeof(int));
     m->h_bucket_start = (int *)fox_calloc(N + 1, sizeof(int));
     m->h_bucket_pos = (int *)fox_calloc(N, sizeof(int));
-    if (c->rope) {  // the CPU trainer's angles, in double: t·θ^(−2i/dh)
-        int half = m->Dh / 2;
-        float *cs = (float *)fox_malloc((size_t)T * half * f), *sn = (float *)fox_malloc((size_t)T * half * f);
-        for (int t = 0; t < T; t++)
-            for (int i = 0; i < half; i++) {
-                double ang = t * pow((double)c->rope_theta, -2.0 * i / m->Dh);
-                cs[(size_t)t * half + i] = (float)cos(ang);
-                sn[(size_t)t * half + i] = (float)sin(ang);
-            }
-        m->rope_cos = (float *)dev_alloc((size_t)T * half * f, cnt);
-        m->rope_sin = (float *)dev_alloc((size_t)T * half * f, cnt);
-        FOX_CUDA_CHECK(cudaMemcpy(m->rope_cos, cs, (size_t)T * half * f, cudaMemcpyHostToDevice));
-        FOX_CUDA_CHECK(cudaMemcpy(m->rope_sin, sn, (size_t)T * half * f, cudaMemcpyHostToDevice));
-        free(cs);
-        free(sn);
-    }
-    m->B = B;
-    m->T = T;
 }
 
-static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute) {
+// The RoPE angle tables, the CPU trainer's angles in double: t·θ^(−2i/dh).
+static void upload_rope_tables(Model *m, int T) {
+    int half = m->Dh / 2;
+    size_t bytes = (size_t)T * half * sizeof(float);
+    float *cs = (float *)fox_malloc(bytes), *sn = (float *)fox_malloc(bytes);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            double ang = t * pow((double)m->cfg.rope_theta, -2.0 * i / m->Dh);
+            cs[(size_t)t * half + i] = (float)cos(ang);
+            sn[(size_t)t * half + i] = (float)sin(ang);
+        }
+    FOX_CUDA_CHECK(cudaMemcpy(m->rope_cos, cs, bytes, cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(m->rope_sin, sn, bytes, cudaMemcpyHostToDevice));
+    free(cs);
+    free(sn);
+}
+
+// The model's shape and options, nothing allocated: this rank's AdamW moments are elements
+// [shard_lo, shard_hi) of the flat vector.
+static void model_setup(Model *m, const FoxConfig *c, int B, int T, int recompute, int forward_only, size_t shard_lo,
+                        size_t shard_hi) {
     memset(m, 0, sizeof(*m));
     m->cfg = *c;
     fox_layout(c, &m->lay);
@@ -266,29 +304,38 @@ static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed
     m->NINP = (m->cols.width + 63) / 64 * 64;
     m->VP = (c->vocab_size + 63) / 64 * 64;
     m->recompute = recompute;
+    m->forward_only = forward_only;
+    m->shard_lo = shard_lo;
+    m->shard_hi = shard_hi;
+    for (int k = 0; k < FOX_NUM_PARAMS; k++)
+        m->rows_pad[k] = k == FOX_P_attn_in_w ? (size_t)m->NINP : k == FOX_P_lm_head_w ? (size_t)m->VP : m->lay.p[k].rows;
+    m->B = B;
+    m->T = T;
+}
+
+// Allocates a set-up model and fills it: the shared init (seed) on the host, copied to the device.
+static void model_create(Model *m, uint64_t seed) {
     FOX_CUDA_CHECK(cudaStreamCreate(&m->stream));
     gemm_init(&m->gemm, m->stream);
-    size_t n = m->lay.total, *cnt = &m->bytes_weights;
-    m->params = (float *)dev_alloc(n * sizeof(float), cnt);
-    m->grads = (float *)dev_alloc(n * sizeof(float), cnt);
-    m->m = (float *)dev_alloc(n * sizeof(float), cnt);
-    m->v = (float *)dev_alloc(n * sizeof(float), cnt);
-    m->shard_lo = 0;
-    m->shard_hi = n;
-    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
-        const FoxParamInfo *p = &m->lay.p[k];
-        m->rows_pad[k] = k == FOX_P_attn_in_w ? (size_t)m->NINP : k == FOX_P_lm_head_w ? (size_t)m->VP : p->rows;
-        if (is_gemm_weight(k)) {
-            size_t layers = p->layered ? (size_t)c->n_layer : 1;
-            m->wbf[k] = (bf16 *)dev_alloc(layers * m->rows_pad[k] * p->cols * sizeof(bf16), cnt);
-        }
-    }
-    float *init = (float *)fox_malloc(n * sizeof(float));  // the shared init, on the host
-    fox_init_params(c, &m->lay, init, seed);
+    model_alloc(m, m->B, m->T);
+    model_alloc_host(m, m->B, m->T);
+    if (m->cfg.rope) upload_rope_tables(m, m->T);
+    size_t n = m->lay.total;
+    float *init = (float *)fox_malloc(n * sizeof(float));
+    fox_init_params(&m->cfg, &m->lay, init, seed);
     model_set_params(m, init);
     free(init);
-    model_alloc_acts(m, B, T);
 }
+
+#ifdef TESTING
+// A whole model for training (every AdamW moment on this device), as the tests and benchmarks take it.
+static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute) {
+    FoxLayout lay;
+    fox_layout(c, &lay);
+    model_setup(m, c, B, T, recompute, 0, 0, lay.total);
+    model_create(m, seed);
+}
+#endif
 
 static void model_free(Model *m) {
     Acts *a = &m->a;
@@ -655,12 +702,11 @@ static void gather_updated_params(Model *m) {
 #endif
 }
 
-// Global-norm clipping (torch.nn.utils.clip_grad_norm_: scale by clip/(norm+1e-6) when the norm
-// exceeds clip) folded into AdamW on every learned tensor's elements in this rank's shard (all of them
-// without ZeRO-1); `t` is the 1-based step. Returns the norm before clipping (of the whole averaged
-// gradient, which every rank holds).
-static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
-    double norm = grad_norm(m);
+// Global-norm clipping by `norm` (the whole averaged gradient's, which every rank holds;
+// torch.nn.utils.clip_grad_norm_: scale by clip/(norm+1e-6) when the norm exceeds clip) folded into
+// AdamW on every learned tensor's elements in this rank's shard (all of them without ZeRO-1); `t` is
+// the 1-based step.
+static void optimizer_update(Model *m, const OptConfig *o, double lr, int t, double norm) {
     AdamStep st;
     st.lr = lr;
     st.beta1 = o->beta1;
@@ -684,8 +730,16 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
         FOX_LAUNCH_CHECK();
     }
     if (sharded) gather_updated_params(m);
+}
+
+#ifdef TESTING
+// The whole step, as the tests and benchmarks take it; returns the norm before clipping.
+static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
+    double norm = grad_norm(m);
+    optimizer_update(m, o, lr, t, norm);
     return norm;
 }
+#endif
 
 // ----------------------------------------------------------------------------
 // The run (fox/run.h): what it needs from this model. Not part of the test build.
@@ -693,28 +747,70 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
 
 static int run_acp, run_zero;  // --acp, --zero (run_model_options runs before run_model_init)
 
-// ZeRO-1 (--zero 1, several ranks): keep only this rank's shard of the AdamW moments.
-static void shard_optimizer_state(Model *m, int rank) {
-    size_t n = m->lay.total, lo, hi;
-    zero_shard(n, m->world, rank, &lo, &hi);
-    FOX_CUDA_CHECK(cudaFree(m->m));
-    FOX_CUDA_CHECK(cudaFree(m->v));
-    m->bytes_weights -= 2 * n * sizeof(float);
-    m->m = (float *)dev_alloc((hi - lo) * sizeof(float), &m->bytes_weights);
-    m->v = (float *)dev_alloc((hi - lo) * sizeof(float), &m->bytes_weights);
-    m->shard_lo = lo;
-    m->shard_hi = hi;
+// Bytes of device memory the model's buffers take at recompute level `recompute` (nothing allocated).
+static size_t device_bytes_needed(const Model *m, int recompute, size_t *weights, size_t *acts, size_t *scratch) {
+    Model plan = *m;
+    plan.planning = 1;
+    plan.recompute = recompute;
+    plan.bytes_weights = plan.bytes_acts = plan.bytes_scratch = 0;
+    model_alloc(&plan, m->B, m->T);
+    if (weights) *weights = plan.bytes_weights;
+    if (acts) *acts = plan.bytes_acts;
+    if (scratch) *scratch = plan.bytes_scratch;
+    return plan.bytes_weights + plan.bytes_acts + plan.bytes_scratch;
 }
 
-// One GPU per rank: rank r of a node takes GPU r; then the ranks' NCCL communicator (rank 0 makes
-// the id, MPI carries it to the others).
-static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute, const Dist *d) {
+// Device memory not in our buffers: cuBLASLt's workspace, and for the CUDA and NCCL libraries' own
+// allocations a fixed 512 MiB plus 2% of ours.
+static size_t device_bytes_other(size_t ours) { return FOX_GEMM_WORKSPACE + ((size_t)512 << 20) + ours / 50; }
+
+// Fails with one line, before anything is allocated, when the run does not fit in the device's free
+// memory (capped by the test-only FOX_TEST_DEVICE_MEMORY, bytes): the need, and what would fit.
+static void check_device_memory(const Model *m, const Dist *d) {
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    size_t w, a, s, free_b, total_b;
+    size_t ours = device_bytes_needed(m, m->recompute, &w, &a, &s), need = ours + device_bytes_other(ours);
+    FOX_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const char *cap = getenv("FOX_TEST_DEVICE_MEMORY");
+    if (cap && strtoull(cap, NULL, 10) < free_b) free_b = strtoull(cap, NULL, 10);
+    double short_ranks = need > free_b;
+    dist_allreduce_sum_f64(d, &short_ranks, 1);
+    if (short_ranks == 0.0) return;
+    if (d->rank) exit(1);  // rank 0 says why
+    char remedy[256];
+    if (m->forward_only) {
+        snprintf(remedy, sizeof(remedy), "evaluate at a shorter --eval-seq-len than %d", m->T);
+    } else {
+        size_t ours2 = device_bytes_needed(m, RECOMPUTE_BLOCK, NULL, NULL, NULL), need2 = ours2 + device_bytes_other(ours2);
+        char r2[96] = "";
+        if (m->recompute < RECOMPUTE_BLOCK)
+            snprintf(r2, sizeof(r2), "--recompute 2 (%.1f GiB%s), ", need2 / gib, need2 > free_b ? ", still too much" : "");
+        snprintf(remedy, sizeof(remedy), "use %sa smaller --batch than %d, or more ranks with ZeRO-1 (--zero 1)", r2, m->B);
+    }
+    fox_fatal("this run needs %.1f GiB of device memory (weights+grads+AdamW %.1f, activations %.1f, backward scratch "
+              "%.1f, libraries %.1f) but %.1f GiB is free on GPU %d: %s", need / gib, w / gib, a / gib, s / gib,
+              (need - ours) / gib, free_b / gib, d->local_rank, remedy);
+}
+
+// One GPU per rank: rank r of a node takes GPU r (or the one GPU a launcher left it, as srun's
+// --gpus-per-task does); the run must fit in its memory (check_device_memory); then the ranks' NCCL
+// communicator (rank 0 makes the id, MPI carries it to the others). ZeRO-1 (--zero 1, several ranks):
+// this rank keeps only its shard of the AdamW moments.
+static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute, int forward_only,
+                           const Dist *d) {
     int ngpu = 0;
     FOX_CUDA_CHECK(cudaGetDeviceCount(&ngpu));
-    if (d->local_world > ngpu)
+    int bound = ngpu == 1 && getenv("CUDA_VISIBLE_DEVICES");
+    if (d->local_world > ngpu && !bound)
         fox_fatal("%d ranks on this node but %d GPUs: train_fox runs one rank per GPU", d->local_world, ngpu);
-    FOX_CUDA_CHECK(cudaSetDevice(d->local_rank));
-    model_init(m, c, B, T, seed, recompute);
+    FOX_CUDA_CHECK(cudaSetDevice(bound ? 0 : d->local_rank));
+    FoxLayout lay;
+    fox_layout(c, &lay);
+    size_t lo = 0, hi = lay.total;
+    if (d->world > 1 && run_zero) zero_shard(lay.total, d->world, d->rank, &lo, &hi);
+    model_setup(m, c, B, T, recompute, forward_only, lo, hi);
+    check_device_memory(m, d);
+    model_create(m, seed);
     m->acp = run_acp;
     m->world = d->world;
 #ifdef FOX_MPI
@@ -726,7 +822,6 @@ static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t 
         FOX_CUDA_CHECK(cudaStreamCreateWithFlags(&m->comm, cudaStreamNonBlocking));
         FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->grads_final, cudaEventDisableTiming));
         FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->reduced, cudaEventDisableTiming));
-        if (run_zero) shard_optimizer_state(m, d->rank);
     }
 #endif
 }
@@ -748,6 +843,10 @@ static void run_model_backward(Model *m, const int *inputs, const int *targets, 
 
 static void run_model_zero_grad(Model *m) { model_zero_grad(m); }
 
+static double run_model_grad_norm(Model *m) { return grad_norm(m); }
+
+static void run_model_update(Model *m, const OptConfig *o, double lr, int t, double norm) { optimizer_update(m, o, lr, t, norm); }
+
 // The ranks' gradients were averaged during the last micro-batch's backward (reduce_final_grads);
 // the optimizer waits for those all-reduces.
 static void run_model_average_grads(Model *m, const Dist *d) {
@@ -756,6 +855,7 @@ static void run_model_average_grads(Model *m, const Dist *d) {
     FOX_CUDA_CHECK(cudaEventRecord(m->reduced, m->comm));
     FOX_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->reduced, 0));
 #else
+    (void)m;
     fox_fatal("this train_fox was built without MPI: %d ranks cannot average their gradients", d->world);
 #endif
 }

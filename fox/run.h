@@ -494,7 +494,7 @@ static void cut_log(const char *out, int step) {
     char *text = fox_read_file(path, &len);
     if (!text) return;
     FILE *f = fox_fopen(tmp, "w");
-    for (char *line = text, *end; (end = strchr(line, '\n')); line = end + 1) {
+    for (char *line = text, *end; (end = strchr(line, '\n')) != NULL; line = end + 1) {
         int st;
         if (sscanf(line, "{\"step\": %d", &st) == 1 && st <= step) fox_fwrite(line, 1, (size_t)(end - line + 1), f, tmp);
     }

@@ -1,8 +1,8 @@
 #!/bin/sh
 # End-to-end checks of ./train_fox on a GPU machine (part of `make test-gpu`): resuming gives bitwise
 # the same losses as not stopping, a GPU checkpoint resumes in train_fox_cpu, --eval-only writes L(i)
-# that train_fox_cpu reproduces from the same checkpoint, bad input fails with one line, and ACP pruning
-# leaves the losses where they were.
+# that train_fox_cpu reproduces from the same checkpoint, bad input fails with one line, ACP pruning
+# leaves the losses where they were, and a run too large for the device's memory fails before allocating.
 # Binaries: $TRAIN_FOX (default ./train_fox) and $TRAIN_FOX_CPU (default ./train_fox_cpu).
 set -u
 GPU=${TRAIN_FOX:-./train_fox}
@@ -70,5 +70,19 @@ d01=$(paste "$tmp/la0" "$tmp/la1" | awk '{ d = $2 - $4; if (d < 0) d = -d; d /= 
 d1c=$(paste "$tmp/la1" "$tmp/lac" | awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.1e", m + 0 }')
 [ "$(wc -l < "$tmp/la1")" -eq 5 ] && awk -v a="$d01" -v b="$d1c" 'BEGIN { exit !(a < 1e-4 && b < 1e-2) }'
 check $? "ACP: GPU losses with and without pruning within $d01 relative (tol 1e-4), GPU vs CPU with pruning within $d1c (tol 1e-2)"
+
+# Device memory: a run that does not fit fails before allocating, in one line with the need and the remedy
+# (FOX_TEST_DEVICE_MEMORY caps the usable bytes); --eval-only allocates only what a forward needs.
+FOX_TEST_DEVICE_MEMORY=1000000000 $GPU $ARGS --seq-len 16384 --batch 4 --steps 1 --val '' --out "$tmp/oom" > "$tmp/oom.txt" 2> "$tmp/oom.err"
+st=$?
+[ "$st" -eq 1 ] && [ "$(wc -l < "$tmp/oom.err")" -eq 1 ] && grep -q '^error: this run needs .* GiB of device memory .*--recompute 2.*--batch' "$tmp/oom.err" &&
+    [ ! -d "$tmp/oom/ckpt_00000001" ]
+check $? "a training run over a 1 GB memory cap: $(cat "$tmp/oom.err")"
+FOX_TEST_DEVICE_MEMORY=3000000000 $GPU --eval-only --out "$tmp/a" --eval-seqs 1 --eval-seq-len 16384 > "$tmp/ev16.txt" 2>&1
+check $? "--eval-only at 16384 under a 3 GB cap (forward-only buffers)"
+FOX_TEST_DEVICE_MEMORY=1000000000 $GPU --eval-only --out "$tmp/a" --eval-seqs 1 --eval-seq-len 16384 > /dev/null 2> "$tmp/ev16.err"
+st=$?
+[ "$st" -eq 1 ] && [ "$(wc -l < "$tmp/ev16.err")" -eq 1 ] && grep -q '^error: this run needs .*shorter --eval-seq-len than 16384' "$tmp/ev16.err"
+check $? "--eval-only over a 1 GB cap: $(cat "$tmp/ev16.err")"
 
 finish
