@@ -32,7 +32,7 @@ else
 endif
 LDLIBS = $(BLOSC_LIB) -lm
 
-FOX_HEADERS = fox/run.h fox/dist.h fox/testing.h fox/fixture.h fox/train_common.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
+FOX_HEADERS = fox/run.h fox/dist.h fox/testing.h fox/fixture.h fox/train_common.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/crc32.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
 
 # With MPI (Debian: libopenmpi-dev openmpi-bin) the data-parallel build train_fox_cpu_mpi is made
 # too: mpirun -np N ./train_fox_cpu_mpi ... (N ranks, gradients averaged with MPI_Allreduce).
@@ -45,18 +45,23 @@ FIXTURES = build/fixtures
 
 all: train_fox_cpu test_fox_cpu test_fox_fd fox_data $(MPI_BIN)
 
-train_fox_cpu: train_fox.c $(FOX_HEADERS)
+# Every binary depends on build/config.txt, the build configuration (compilers, flags, whether libblosc,
+# MPI and nvcc were found), rewritten at the end of this file only when it changes: a machine that gains
+# libblosc-dev or MPI rebuilds.
+BUILD_CONFIG = build/config.txt
+
+train_fox_cpu: train_fox.c $(FOX_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -I. -o $@ train_fox.c $(LDLIBS)
 
-train_fox_cpu_mpi: train_fox.c $(FOX_HEADERS)
+train_fox_cpu_mpi: train_fox.c $(FOX_HEADERS) $(BUILD_CONFIG)
 	$(MPICC) $(CFLAGS) -DFOX_MPI -I. -o $@ train_fox.c $(LDLIBS)
 
-test_fox_cpu: test_fox.c train_fox.c fox/fixture.h $(FOX_HEADERS)
+test_fox_cpu: test_fox.c train_fox.c fox/fixture.h $(FOX_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -I. -o $@ test_fox.c $(LDLIBS)
 
 # The same tests' finite-difference part, with the model in float64 (the optimizer and schedule
 # are exercised by test_fox_cpu, hence unused here).
-test_fox_fd: test_fox.c train_fox.c $(FOX_HEADERS)
+test_fox_fd: test_fox.c train_fox.c $(FOX_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -Wno-unused-function -DFOX_REAL_DOUBLE -I. -o $@ test_fox.c $(LDLIBS)
 
 include data.mk
@@ -65,12 +70,21 @@ $(FIXTURES)/manifest.txt: train_fox.py fox/config.h fox/rng.h fox/checkpoint.h f
 	@test -n "$(PYTHON)" || { echo "error: no Python with torch and numpy (apt-get install python3-torch python3-numpy)"; exit 1; }
 	$(PYTHON) train_fox.py fixtures --out $(FIXTURES)
 
+# `make test` first installs the Debian packages the tests need (scripts/setup.sh; as root, else it prints
+# the command), then runs a second make, which finds them when it parses this file.
+test:
+	@sh scripts/setup.sh
+	@$(MAKE) --no-print-directory test-suites
+
 # Every suite prints "N passed, M failed"; scripts/run_tests.sh runs them all and sums them up.
-test: train_fox_cpu test_fox_cpu test_fox_fd fox_data fox_data_noblosc test_data $(MPI_BIN) $(FIXTURES)/manifest.txt test/data/node_modules/js-tiktoken/package.json
+test-suites: train_fox_cpu test_fox_cpu test_fox_fd fox_data fox_data_noblosc test_data $(MPI_BIN) $(FIXTURES)/manifest.txt test/data/node_modules/js-tiktoken/package.json
 	PYTHON=$(PYTHON) FOX_MPI_BIN=$(MPI_BIN) sh scripts/run_tests.sh \
+	  "test harness=sh test/test_run_tests.sh" \
 	  "reference selfcheck=$(PYTHON) train_fox.py selfcheck" \
 	  "cpu trainer=./test_fox_cpu $(FIXTURES)" \
 	  "finite differences=./test_fox_fd" \
+	  "runs that survive=sh scripts/test_runs.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
+	  "paper run scripts=bash test/test_paper_scripts.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "data pipeline=./test_data" \
 	  "plots=$(PYTHON) test/test_plot.py"
 
@@ -78,15 +92,18 @@ test: train_fox_cpu test_fox_cpu test_fox_fd fox_data fox_data_noblosc test_data
 # minutes on two CPU cores, then a decoded sample.
 TRAIN_ARGS = --model fox-pro --layers 4 --dim 128 --heads 2 --seq-len 128 --batch 4 --steps 150 \
              --lr 3e-3 --min-lr 3e-4 --warmup-tokens 10K --eval-every 50 --val-steps 8 --top-k 40 \
-             --sample-tokens 96 --out runs/train
+             --sample-tokens 96
+# A new run directory each time (a run never writes into another run's directory).
+TRAIN_OUT ?= runs/train_$(shell date +%Y%m%d_%H%M%S)
 # TRAIN_BIN (set in the CUDA block below): ./train_fox when it is built and a GPU is present.
 train: train_fox_cpu
-	$(TRAIN_BIN) $(TRAIN_ARGS)
+	$(TRAIN_BIN) $(TRAIN_ARGS) --out $(TRAIN_OUT)
+	@echo "run directory: $(TRAIN_OUT)"
 
 clean:
 	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox_cpu test_fox_fd fox_data fox_data_noblosc test_data build
 
-.PHONY: all test train clean
+.PHONY: all test test-suites train clean
 
 # --- CUDA (train_fox.cu) ---
 # With nvcc on PATH: train_fox (the GPU trainer) and test_fox (its parity test against the reference's
@@ -114,10 +131,10 @@ ifneq ($(MPI_INCDIRS),)
   TRAIN_FOX_MPI_LIBS = $(addprefix -L,$(shell $(MPICC) --showme:libdirs)) $(addprefix -l,$(shell $(MPICC) --showme:libs)) -lnccl
 endif
 
-train_fox: train_fox.cu $(CUDA_HEADERS)
+train_fox: train_fox.cu $(CUDA_HEADERS) $(BUILD_CONFIG)
 	$(NVCC) $(NVCCFLAGS) $(TRAIN_FOX_MPI) -I. -o $@ train_fox.cu $(CUDA_LDLIBS) $(TRAIN_FOX_MPI_LIBS)
 
-test_fox: test_fox.cu train_fox.cu fox/fixture.h $(CUDA_HEADERS)
+test_fox: test_fox.cu train_fox.cu fox/fixture.h $(CUDA_HEADERS) $(BUILD_CONFIG)
 	$(NVCC) $(NVCCFLAGS) -I. -o $@ test_fox.cu $(CUDA_LDLIBS)
 
 ifneq ($(shell nvidia-smi -L 2>/dev/null | grep -c GPU),0)
@@ -136,6 +153,7 @@ test-gpu: train_fox test_fox train_fox_cpu
 	  "gpu parity, head_dim 64=./test_fox $(GPU_FIXTURES)" \
 	  "gpu parity, head_dim 128=./test_fox $(GPU_FIXTURES)_dh128" \
 	  "gpu end to end=sh scripts/test_gpu_e2e.sh" \
+	  "gpu runs that survive=sh scripts/test_runs.sh ./train_fox ./train_fox" \
 	  "gpu data parallel=sh scripts/test_gpu_dp.sh"
 
 clean: clean-cuda
@@ -145,3 +163,7 @@ clean-cuda:
 .PHONY: test-gpu clean-cuda cuda-dev
 endif
 # --- end CUDA ---
+
+# The build configuration (see BUILD_CONFIG), written when it differs from the last one.
+BUILD_CONFIG_TEXT = cc=$(CC) cflags=$(CFLAGS) ldlibs=$(LDLIBS) mpicc=$(MPICC) nvcc=$(shell command -v $(NVCC) 2>/dev/null) nvccflags=$(NVCCFLAGS) mpi=$(TRAIN_FOX_MPI) $(TRAIN_FOX_MPI_LIBS)
+$(shell mkdir -p build && printf '%s\n' '$(BUILD_CONFIG_TEXT)' > build/config.new && { cmp -s build/config.new $(BUILD_CONFIG) || mv build/config.new $(BUILD_CONFIG); }; rm -f build/config.new)

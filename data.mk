@@ -9,15 +9,15 @@ BLOSC_LIB ?= -lblosc
 DATA_LIBS = $(BLOSC_LIB) -lm
 DATA_HEADERS = dataloader.h tokenizer.h fox/zarr.h fox/data_common.h fox/rng.h
 
-fox_data: fox_data.c $(DATA_HEADERS)
+fox_data: fox_data.c $(DATA_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -I. -o $@ fox_data.c $(DATA_LIBS)
 
-test_data: test_data.c $(DATA_HEADERS)
+test_data: test_data.c $(DATA_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -I. -o $@ test_data.c $(DATA_LIBS)
 
 # fox_data as a machine without libblosc builds it (-DFOX_NO_BLOSC): test_data checks that it reads
 # uncompressed arrays and refuses compressed ones with one line.
-fox_data_noblosc: fox_data.c $(DATA_HEADERS)
+fox_data_noblosc: fox_data.c $(DATA_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(filter-out -DFOX_NO_BLOSC,$(CFLAGS)) -DFOX_NO_BLOSC -I. -o $@ fox_data.c -lm
 
 # js-tiktoken (the independent reference tokenizer), installed once into test/data/node_modules.

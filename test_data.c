@@ -79,6 +79,15 @@ static void expect_error(const char *what, const char *cmd) {
     free(text);
 }
 
+// Whether the file at path contains needle.
+static int grep_file(const char *path, const char *needle) {
+    size_t len = 0;
+    char *text = fox_read_file(path, &len);
+    int found = text && strstr(text, needle);
+    free(text);
+    return found;
+}
+
 // ---------------------------------------------------------------- tokenizer
 
 static const char *const FIXED_CASES[][2] = {
@@ -485,7 +494,7 @@ static void test_zarr(void) {
     int rc = run("%s test/data/make_zarr.py %s > /dev/null", python, dir);
     check(rc == 0, "fixtures built with %s (python3-zarr)", python);
     if (rc != 0) return;
-    static const char *const good[] = {"zstd_shuffle", "lz4_bitshuffle", "blosclz_noshuffle", "raw", "slash_sep", "missing_chunk"};
+    static const char *const good[] = {"zstd_shuffle", "lz4_bitshuffle", "blosclz_noshuffle", "raw", "slash_sep"};
     for (size_t g = 0; g < sizeof good / sizeof good[0]; g++) {
         FoxZarr z;
         fox_zarr_open(&z, path_in("zarr/%s.zarr", good[g]));
@@ -579,6 +588,20 @@ static void test_zarr(void) {
     BAD("zarr: 3-D array", path_in("zarr/bad_ndim.zarr 2 4 0 1"));
     snprintf(cmd, sizeof cmd, "./fox_data dump %s --docs 0:2", path_in("zarr/bad_truncated.zarr"));
     expect_error("zarr: truncated blosc chunk", cmd);
+    // Holes are errors naming the chunk, at open: a missing chunk file, a .zarray that claims more documents
+    // than the chunks hold, a directory in place of a chunk; at read: a chunk deleted after the open.
+    BAD("zarr: a missing chunk", path_in("zarr/missing_chunk.zarr 2 4 0 1"));
+    check(grep_file(path_in("stderr.txt"), "missing_chunk.zarr/1.1: chunk missing"), "  ... the error names chunk 1.1");
+    BAD("zarr: a missing chunk (separator /)", path_in("zarr/missing_chunk_slash.zarr 2 4 0 1"));
+    check(grep_file(path_in("stderr.txt"), "missing_chunk_slash.zarr/1/1: chunk missing"), "  ... the error names chunk 1/1");
+    BAD("zarr: .zarray claims 20 documents, chunks hold 12", path_in("zarr/claims_more.zarr 2 4 0 1"));
+    check(grep_file(path_in("stderr.txt"), "claims_more.zarr/3.0: chunk missing"), "  ... the error names chunk 3.0");
+    BAD("zarr: a directory in place of a chunk", path_in("zarr/dir_chunk.zarr 2 4 0 1"));
+    check(grep_file(path_in("stderr.txt"), "dir_chunk.zarr/0.1: a chunk that is not a regular file"), "  ... the error names it");
+    snprintf(cmd, sizeof cmd, "./test_data --delete-then-read %s %s", path_in("zarr/delete_later.zarr"),
+             path_in("zarr/delete_later.zarr/2.2"));
+    expect_error("zarr: a chunk deleted after the open", cmd);
+    check(grep_file(path_in("stderr.txt"), "delete_later.zarr/2.2: cannot open chunk"), "  ... the read names it");
     // The build for machines without libblosc (fox_data_noblosc): uncompressed arrays as before, compressed
     // ones refused with one line.
     char *with = capture("./fox_data dump %s --docs 0:2", path_in("zarr/raw.zarr"));
@@ -692,6 +715,18 @@ static int helper_open(char **argv) {
     return 0;
 }
 
+// Opens a zarr array, deletes one of its chunk files, then reads the whole array (which must fail).
+static int helper_delete_then_read(const char *dir, const char *chunk) {
+    FoxZarr z;
+    fox_zarr_open(&z, dir);
+    if (unlink(chunk)) fox_fatal("cannot delete %s: %s", chunk, strerror(errno));
+    uint32_t *all = (uint32_t *)fox_malloc((size_t)(z.shape[0] * z.shape[1]) * sizeof(uint32_t));
+    fox_zarr_read(&z, 0, z.shape[0], 0, z.shape[1], all);
+    free(all);
+    fox_zarr_close(&z);
+    return 0;
+}
+
 static int helper_state_mismatch(const char *spec) {
     DataLoader a, b;
     dataloader_init(&a, spec, 2, 8, 0, 1, 1, 1);
@@ -705,6 +740,7 @@ static int helper_state_mismatch(const char *spec) {
 int main(int argc, char **argv) {
     if (argc == 7 && !strcmp(argv[1], "--open")) return helper_open(argv + 2);
     if (argc == 3 && !strcmp(argv[1], "--state-mismatch")) return helper_state_mismatch(argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "--delete-then-read")) return helper_delete_then_read(argv[2], argv[3]);
     if (getenv("PYTHON") && *getenv("PYTHON")) python = getenv("PYTHON");
     snprintf(tmp, sizeof tmp, "/tmp/fox_test_data.XXXXXX");
     if (!mkdtemp(tmp)) fox_fatal("cannot create a temporary directory");

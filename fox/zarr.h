@@ -3,7 +3,9 @@
 //
 // An array directory holds `.zarray` (JSON metadata) and one file per chunk named "i.j" (or
 // "i/j" with dimension_separator "/"). Every chunk file holds a full chunks[0] x chunks[1]
-// C-order block, edge chunks padded; a missing chunk file means "all fill_value".
+// C-order block, edge chunks padded. Zarr reads a missing chunk as fill_value; for a training set a
+// missing chunk is a broken download, so here every chunk the shape needs must be a regular file:
+// fox_zarr_open lists the directory once and names the first one that is missing or not a file.
 // Supported: dtype <u2, <u4, |u1; compressor null or blosc (any cname libblosc was built with:
 // blosclz, lz4, lz4hc, zlib, zstd; with or without byte/bit shuffle); no filters; order C.
 // Anything else is rejected with one "error: ..." line. Link with -lblosc; built with FOX_NO_BLOSC (no
@@ -19,6 +21,7 @@
 #include <blosc.h>
 #endif
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -42,7 +45,6 @@ typedef struct FoxZarr {
     char cname[32];        // blosc codec name
     int clevel, shuffle;
     char sep;              // '.' or '/'
-    uint32_t fill;
     // chunk cache
     FoxZarrChunk *cache;
     int cache_cap;
@@ -185,7 +187,6 @@ static inline void fox_zarr_parse_metadata(FoxZarr *z, const char *json, size_t 
     FoxJson j = {json, json + len, path};
     int format = -1, nshape = -1, nchunks = -1, have_dtype = 0, have_comp = 0;
     char order[8] = "C", sep[8] = ".";
-    z->fill = 0;
     fox_json_expect(&j, '{');
     fox_json_ws(&j);
     if (j.p < j.end && *j.p == '}') fox_json_fail(&j, "empty object");
@@ -212,13 +213,7 @@ static inline void fox_zarr_parse_metadata(FoxZarr *z, const char *json, size_t 
                 if (!(j.p - start == 2 && start[0] == '[' && start[1] == ']'))
                     fox_fatal("%s: zarr filters are not supported (only a compressor)", path);
             }
-        } else if (!strcmp(key, "fill_value")) {
-            if (!fox_json_literal(&j, "null")) {
-                fox_json_ws(&j);
-                if (j.p < j.end && *j.p == '"') fox_json_skip_value(&j); // "NaN" etc.: not for ints
-                else z->fill = (uint32_t)fox_json_number(&j);
-            }
-        } else fox_json_skip_value(&j);
+        } else fox_json_skip_value(&j);  // fill_value among them: every chunk must be on disk
         fox_json_ws(&j);
         if (j.p < j.end && *j.p == ',') { j.p++; continue; }
         fox_json_expect(&j, '}');
@@ -251,6 +246,77 @@ static inline int fox_zarr_is_dir(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// The chunk grid's size along dimension d.
+static inline int64_t fox_zarr_grid(const FoxZarr *z, int d) { return (z->shape[d] + z->chunks[d] - 1) / z->chunks[d]; }
+
+// Parses a chunk index (decimal digits only) from [s, end); -1 if it is not one.
+static inline int64_t fox_zarr_index(const char *s, const char *end) {
+    if (s == end || end - s > 18) return -1;
+    int64_t v = 0;
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9') return -1;
+        v = v * 10 + (*s - '0');
+    }
+    return v;
+}
+
+// Marks in `have` (row-major over the chunk grid) the chunk files of one directory listing: names
+// "i.j" (row < 0) or, inside row directory `row`, "j". A chunk name that is not a regular file is an
+// error naming it.
+static inline void fox_zarr_list_chunks(const FoxZarr *z, const char *dir, int64_t row, unsigned char *have) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (row >= 0 && errno == ENOENT) return;  // a missing row directory: its chunks are missing
+        fox_fatal("%s: cannot list: %s", dir, strerror(errno));
+    }
+    int64_t gi = fox_zarr_grid(z, 0), gj = fox_zarr_grid(z, 1);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *n = e->d_name, *dot = strchr(n, '.'), *end = n + strlen(n);
+        int64_t ci = row, cj;
+        if (row < 0) {
+            if (!dot) continue;
+            ci = fox_zarr_index(n, dot);
+            cj = fox_zarr_index(dot + 1, end);
+        } else {
+            cj = fox_zarr_index(n, end);
+        }
+        if (ci < 0 || cj < 0 || ci >= gi || cj >= gj) continue;
+        int regular = e->d_type == DT_REG;
+        if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {  // the file system did not say: ask
+            char path[4352];
+            struct stat st;
+            if (snprintf(path, sizeof path, "%s/%s", dir, n) >= (int)sizeof path) fox_fatal("%s: path too long", dir);
+            regular = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+        }
+        if (!regular) fox_fatal("%s/%s: a chunk that is not a regular file", dir, n);
+        have[ci * gj + cj] = 1;
+    }
+    closedir(d);
+}
+
+// Every chunk the shape needs is a file on disk; else an error naming the first missing one.
+static inline void fox_zarr_check_chunks(const FoxZarr *z) {
+    int64_t gi = fox_zarr_grid(z, 0), gj = fox_zarr_grid(z, 1);
+    unsigned char *have = (unsigned char *)fox_calloc((size_t)(gi * gj), 1);
+    if (z->sep == '.') {
+        fox_zarr_list_chunks(z, z->dir, -1, have);
+    } else {
+        char path[4352];
+        for (int64_t ci = 0; ci < gi; ci++) {
+            if (snprintf(path, sizeof path, "%s/%lld", z->dir, (long long)ci) >= (int)sizeof path) fox_fatal("%s: path too long", z->dir);
+            fox_zarr_list_chunks(z, path, ci, have);
+        }
+    }
+    for (int64_t k = 0; k < gi * gj; k++)
+        if (!have[k])
+            fox_fatal("%s/%lld%c%lld: chunk missing (shape %lld x %lld needs %lld x %lld chunks of %lld x %lld): a "
+                      "training array with a hole is a broken download", z->dir, (long long)(k / gj), z->sep,
+                      (long long)(k % gj), (long long)z->shape[0], (long long)z->shape[1], (long long)gi,
+                      (long long)gj, (long long)z->chunks[0], (long long)z->chunks[1]);
+    free(have);
+}
+
 // Opens a zarr v2 array directory; any problem is a fatal one-line error.
 static inline void fox_zarr_open(FoxZarr *z, const char *dir) {
     memset(z, 0, sizeof *z);
@@ -272,6 +338,7 @@ static inline void fox_zarr_open(FoxZarr *z, const char *dir) {
     fox_zarr_parse_metadata(z, json, len, path);
     free(json);
     free(path);
+    fox_zarr_check_chunks(z);
 #ifndef FOX_NO_BLOSC
     blosc_init();
 #endif
@@ -281,27 +348,18 @@ static inline size_t fox_zarr_chunk_bytes(const FoxZarr *z) {
     return (size_t)z->chunks[0] * (size_t)z->chunks[1] * (size_t)z->itemsize;
 }
 
-// Reads and decompresses chunk (ci, cj) into dst; a missing file is a chunk of fill_value.
+// Reads and decompresses chunk (ci, cj) into dst; a chunk gone since fox_zarr_open is an error too.
 static inline void fox_zarr_load_chunk(FoxZarr *z, int64_t ci, int64_t cj, unsigned char *dst) {
     size_t want = fox_zarr_chunk_bytes(z);
     size_t plen = strlen(z->dir) + 48;
     char *path = (char *)fox_malloc(plen);
     snprintf(path, plen, "%s/%lld%c%lld", z->dir, (long long)ci, z->sep, (long long)cj);
     FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno != ENOENT) fox_fatal("%s: cannot open chunk: %s", path, strerror(errno));
-        for (size_t i = 0; i < want / (size_t)z->itemsize; i++) {
-            if (z->itemsize == 1) dst[i] = (unsigned char)z->fill;
-            else if (z->itemsize == 2) { uint16_t v = (uint16_t)z->fill; memcpy(dst + 2 * i, &v, 2); }
-            else memcpy(dst + 4 * i, &z->fill, 4);
-        }
-        free(path);
-        z->chunks_decoded++;
-        return;
-    }
-    if (fseek(f, 0, SEEK_END) != 0) fox_fatal("%s: cannot seek", path);
-    long size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) fox_fatal("%s: cannot seek", path);
+    if (!f) fox_fatal("%s: cannot open chunk: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) fox_fatal("%s: cannot stat chunk: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fox_fatal("%s: a chunk that is not a regular file", path);
+    long size = (long)st.st_size;
     if (z->compressor == FOX_ZARR_RAW) {
         if ((size_t)size != want)
             fox_fatal("%s: uncompressed chunk has %ld bytes, expected %zu", path, size, want);

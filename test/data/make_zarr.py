@@ -6,6 +6,7 @@ Writes OUTDIR/<name>.zarr for each case below plus OUTDIR/<name>.u16, the same a
 little-endian uint16 (row-major), which the C test compares the reader against. Also writes
 arrays fox.c must reject (bad_*.zarr) and a directory that is not a zarr array.
 """
+import json
 import os
 import shutil
 import sys
@@ -46,16 +47,25 @@ def main():
         a = tokens(shape, i)
         z[:] = a
         a.astype("<u2").tofile(os.path.join(out, name + ".u16"))
-    # A missing chunk reads as fill_value: write all but chunk (1, 1).
-    path = os.path.join(out, "missing_chunk.zarr")
-    shutil.rmtree(path, ignore_errors=True)
-    z = zarr.open(path, mode="w", shape=(12, 50), chunks=(5, 20), dtype="<u2",
-                  compressor=Blosc(cname="lz4", clevel=1, shuffle=Blosc.SHUFFLE), fill_value=7)
-    a = tokens((12, 50), 99)
-    z[:] = a
-    os.remove(os.path.join(path, "1.1"))
-    a[5:10, 20:40] = 7
-    a.astype("<u2").tofile(os.path.join(out, "missing_chunk.u16"))
+    # Holes, which zarr reads as fill_value and fox.c refuses: a chunk file removed (both separators), a
+    # .zarray that claims more documents than the chunks hold, a directory in place of a chunk, and a
+    # whole array to delete a chunk from after it was opened.
+    holes = {"missing_chunk": ("1.1", {}), "missing_chunk_slash": ("1/1", {"dimension_separator": "/"}),
+             "claims_more": (None, {}), "dir_chunk": ("0.1", {}), "delete_later": (None, {})}
+    for name, (chunk, extra) in holes.items():
+        path = os.path.join(out, name + ".zarr")
+        shutil.rmtree(path, ignore_errors=True)
+        z = zarr.open(zarr.DirectoryStore(path, **extra), mode="w", shape=(12, 50), chunks=(5, 20), dtype="<u2",
+                      compressor=Blosc(cname="lz4", clevel=1, shuffle=Blosc.SHUFFLE), fill_value=7)
+        z[:] = tokens((12, 50), 99)
+        if chunk:
+            os.remove(os.path.join(path, chunk))
+        if name == "dir_chunk":
+            os.mkdir(os.path.join(path, chunk))
+    meta_path = os.path.join(out, "claims_more.zarr", ".zarray")
+    meta = json.load(open(meta_path))
+    meta["shape"] = [20, 50]
+    json.dump(meta, open(meta_path, "w"))
     # Arrays to reject.
     bad = [
         ("bad_dtype", dict(shape=(4, 8), chunks=(2, 4), dtype="<f4", compressor=None)),
