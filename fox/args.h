@@ -20,7 +20,7 @@
     F(INT, dim, "dim", 768, 1, 1 << 20, "d_model") \
     F(INT, heads, "heads", 12, 1, 1 << 16, "attention heads (head_dim = dim/heads)") \
     F(INT, vocab, "vocab", 50257, 2, 1 << 30, "vocabulary size (GPT-2: 50257; SlimPajama/LLaMA: 32000)") \
-    F(INT, mlp_hidden, "mlp-hidden", 0, 0, 1 << 24, "SwiGLU hidden size; 0 = the preset's ratio (SPEC §1 rounding)") \
+    F(INT, mlp_hidden, "mlp-hidden", 0, 0, 1 << 24, "SwiGLU hidden size; 0 = the preset's ratio (docs/model.md §1.2)") \
     F(FG, forget_gate, "forget-gate", -1, 0, 0, "data-dependent | data-independent | fixed | none") \
     F(SW, rope, "rope", -1, 0, 0, "rotary embedding on q and k") \
     F(SW, qk_norm, "qk-norm", -1, 0, 0, "per-head RMSNorm of q and k") \
@@ -57,7 +57,7 @@
     F(STR, tokenizer, "tokenizer", "data/gpt2_tokenizer.bin", 0, 0, "vocabulary file used to print the sample as text") \
     F(INT, log_every, "log-every", 1, 1, 2147483647, "print a training line every N steps") \
     F(BOOL, deterministic, "deterministic", 1, 0, 0, "bitwise reproducible attention backward; off: fp32 atomics, faster (train_fox; the CPU trainer is always deterministic)") \
-    F(BOOL, acp, "acp", 0, 0, 0, "Adaptive Computation Pruning, skip the attention tiles the forget gates make negligible (weights below e^-10/T of the row's largest; SPEC §1)") \
+    F(BOOL, acp, "acp", 0, 0, 0, "Adaptive Computation Pruning, skip the attention tiles the forget gates make negligible (weights below e^-10/T of the row's largest; docs/model.md §1.5)") \
     F(BOOL, zero, "zero", 1, 0, 0, "ZeRO-1 with several ranks: each holds 1/N of the AdamW moments and updates 1/N of the weights, then they exchange them (train_fox)") \
     F(INT, recompute, "recompute", 0, 0, 2, "activations recomputed in the backward: 0 none, 1 norms+MLP, 2 whole blocks (train_fox; the CPU trainer keeps all)") \
     F(BOOL, eval_only, "eval-only", 0, 0, 0, "no training: per-token loss of --init, or of the newest checkpoint in --out, on --val") \

@@ -78,8 +78,11 @@ typedef struct {
 static volatile sig_atomic_t run_stop_signal = 0;
 
 static void run_on_stop_signal(int sig) {
+    static const char note[] = "\nstopping after this step, with a checkpoint (SIGINT again to quit at once)\n";
     if (run_stop_signal && sig == SIGINT) _exit(128 + SIGINT);  // a second Ctrl-C: at once
     run_stop_signal = sig;
+    ssize_t said = write(STDERR_FILENO, note, sizeof(note) - 1);  // write(2): safe in a signal handler
+    (void)said;
 }
 
 static void run_catch_stop_signals(void) {

@@ -125,12 +125,13 @@ wait $pid
 st=$?
 [ $st -eq 75 ] && grep -q '^stopped by SIGUSR1 at step' "$tmp/usr1.txt"
 check $? "SIGUSR1 (Slurm's --signal): exit $st (75) with a checkpoint"
-$BIN $ARGS --steps $SIGSTEPS --eval-every 0 --out "$tmp/int" > "$tmp/int.txt" 2>&1 &
+$BIN $SHAPE --seq-len 64 --batch 64 --lr 3e-3 --warmup-tokens 512 --sample-tokens 0 --steps $SIGSTEPS --eval-every 0 --out "$tmp/int" > "$tmp/int.txt" 2>&1 &  # long steps
 pid=$!
 n=0
 while [ $n -lt 600 ] && [ ! -s "$tmp/int/log.jsonl" ]; do sleep 0.05; n=$((n + 1)); done
 kill -INT $pid
-sleep 0.2
+n=0
+while [ $n -lt 600 ] && ! grep -q 'SIGINT again to quit at once' "$tmp/int.txt"; do sleep 0.01; n=$((n + 1)); done
 kill -INT $pid
 wait $pid
 st=$?
@@ -138,7 +139,8 @@ st=$?
 check $? "a second SIGINT exits at once (exit $st, 130)"
 $BIN $ARGS --steps $SIGSTEPS --eval-every 0 > "$tmp/noout.txt" 2>&1 &
 pid=$!
-sleep 1
+n=0
+while [ $n -lt 600 ] && ! grep -q '^step ' "$tmp/noout.txt"; do sleep 0.05; n=$((n + 1)); done
 kill -TERM $pid
 wait $pid
 st=$?
