@@ -7,6 +7,10 @@ endif
 # The Python that can import torch and numpy (on Debian: /usr/bin/python3; on the GPU box: python3).
 PYTHON ?= $(shell for p in python3 /usr/bin/python3 python; do $$p -c 'import torch, numpy' >/dev/null 2>&1 && command -v $$p && break; done)
 
+# What the configuration found is said once: by the make that builds, not by `make test`'s first one,
+# which only runs scripts/setup.sh (that may install what was not found).
+NOTE_FINDINGS := $(filter-out test,$(or $(MAKECMDGOALS),all))
+
 CFLAGS = -O3 -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra
 ifneq ($(NATIVE),0)
   CFLAGS += -march=native
@@ -17,7 +21,7 @@ ifeq ($(NO_OMP),1)
 else ifeq ($(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo yes),yes)
   CFLAGS += -fopenmp
 else
-  $(info OpenMP not found: building single-threaded)
+  $(if $(NOTE_FINDINGS),$(info OpenMP not found: building single-threaded))
   CFLAGS += -fopenmp-simd -Wno-unknown-pragmas
 endif
 # libblosc (Debian: libblosc-dev) decompresses LongCrawl64's zarr chunks; without it (or with NO_BLOSC=1)
@@ -25,7 +29,7 @@ endif
 ifeq ($(if $(filter 1,$(NO_BLOSC)),no,$(shell printf '\043include <blosc.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo yes)),yes)
   BLOSC_LIB = -lblosc
 else
-  $(info building without libblosc (no blosc.h, or NO_BLOSC=1): compressed zarr arrays are not readable)
+  $(if $(NOTE_FINDINGS),$(info building without libblosc (no blosc.h, or NO_BLOSC=1): compressed zarr arrays are not readable))
   BLOSC_LIB =
   BLOSC_DEF = -DFOX_NO_BLOSC
   CFLAGS += $(BLOSC_DEF)
@@ -46,8 +50,8 @@ FIXTURES = build/fixtures
 all: train_fox_cpu test_fox_cpu test_fox_fd fox_data $(MPI_BIN)
 
 # Every binary depends on build/config.txt, the build configuration (compilers, flags, whether libblosc,
-# MPI and nvcc were found), rewritten at the end of this file only when it changes: a machine that gains
-# libblosc-dev or MPI rebuilds.
+# MPI and nvcc were found, GPU_ARCH), rewritten at the end of this file only when it changes: a machine
+# that gains libblosc-dev or MPI rebuilds, an unchanged configuration does not.
 BUILD_CONFIG = build/config.txt
 
 train_fox_cpu: train_fox.c $(FOX_HEADERS) $(BUILD_CONFIG)
@@ -67,11 +71,12 @@ test_fox_fd: test_fox.c train_fox.c $(FOX_HEADERS) $(BUILD_CONFIG)
 include data.mk
 
 $(FIXTURES)/manifest.txt: train_fox.py fox/config.h fox/rng.h fox/checkpoint.h fox/fixture.h
-	@test -n "$(PYTHON)" || { echo "error: no Python with torch and numpy (apt-get install python3-torch python3-numpy)"; exit 1; }
+	@test -n "$(PYTHON)" || { echo "error: no Python with torch and numpy (sh scripts/setup.sh says what make test needs)"; exit 1; }
 	$(PYTHON) train_fox.py fixtures --out $(FIXTURES)
 
-# `make test` first installs the Debian packages the tests need (scripts/setup.sh; as root, else it prints
-# the command), then runs a second make, which finds them when it parses this file.
+# `make test` first installs the Debian packages the tests need (scripts/setup.sh: as root; anyone else
+# gets the apt-get command and an error), then runs the suites in a second make, which finds the new
+# packages when it parses this file (PYTHON, libblosc, mpicc) and rebuilds what they change.
 test:
 	@sh scripts/setup.sh
 	@$(MAKE) --no-print-directory test-suites
@@ -83,7 +88,7 @@ test-suites: train_fox_cpu test_fox_cpu test_fox_fd fox_data fox_data_noblosc te
 	  "reference selfcheck=$(PYTHON) train_fox.py selfcheck" \
 	  "cpu trainer=./test_fox_cpu $(FIXTURES)" \
 	  "finite differences=./test_fox_fd" \
-	  "runs that survive=sh scripts/test_runs.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
+	  "runs=sh scripts/test_runs.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "paper run scripts=bash test/test_paper_scripts.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "data pipeline=./test_data" \
 	  "plots=$(PYTHON) test/test_plot.py"
@@ -93,8 +98,11 @@ test-suites: train_fox_cpu test_fox_cpu test_fox_fd fox_data fox_data_noblosc te
 TRAIN_ARGS = --model fox-pro --layers 4 --dim 128 --heads 2 --seq-len 128 --batch 4 --steps 150 \
              --lr 3e-3 --min-lr 3e-4 --warmup-tokens 10K --eval-every 50 --val-steps 8 --top-k 40 \
              --sample-tokens 96
-# A new run directory each time (a run never writes into another run's directory).
-TRAIN_OUT ?= runs/train_$(shell date +%Y%m%d_%H%M%S)
+# A new run directory each time, runs/train_DATE_TIME (a fresh run never writes into another run's
+# directory); TRAIN_OUT=DIR chooses it (an earlier run there is refused, or resumed with TRAIN_ARGS+=--resume).
+ifndef TRAIN_OUT
+  TRAIN_OUT := $(shell d=runs/train_$$(date +%Y%m%d_%H%M%S); o=$$d; i=2; while [ -e $$o ]; do o=$${d}_$$i; i=$$((i + 1)); done; echo $$o)
+endif
 # TRAIN_BIN (set in the CUDA block below): ./train_fox when it is built and a GPU is present.
 train: train_fox_cpu
 	$(TRAIN_BIN) $(TRAIN_ARGS) --out $(TRAIN_OUT)
@@ -111,7 +119,8 @@ clean:
 # nvcc is here and nvidia-smi finds a GPU, else ./train_fox_cpu (TRAIN_BIN).
 NVCC ?= nvcc
 TRAIN_BIN = ./train_fox_cpu
-ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
+NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null)
+ifneq ($(NVCC_FOUND),)
 GPU_ARCH ?= 90a
 NVCCFLAGS = -O3 -std=c++17 -gencode=arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp $(BLOSC_DEF)
 CUDA_LDLIBS = -lcublasLt -lcublas -lcudart -lgomp $(BLOSC_LIB) -lm
@@ -119,9 +128,11 @@ CUDA_HEADERS = fox/attention.cuh fox/gemm.cuh fox/kernels.cuh $(FOX_HEADERS)
 
 all: train_fox test_fox cuda-dev
 
-# The per-kernel check-and-benchmark programs (so CI compiles every CUDA file).
+# The per-kernel check-and-benchmark programs (so CI compiles every CUDA file); all of them rebuilt (-B)
+# when the build configuration differs from the one they were built with (build/config_cuda_dev.txt).
 cuda-dev:
-	$(MAKE) -C dev/cuda NVCC=$(NVCC) ARCH=$(GPU_ARCH) BLOSC_LIB="$(BLOSC_LIB)" BLOSC_DEF="$(BLOSC_DEF)"
+	$(MAKE) -C dev/cuda $(if $(shell cmp -s $(BUILD_CONFIG) build/config_cuda_dev.txt || echo x),-B) NVCC=$(NVCC) ARCH=$(GPU_ARCH) BLOSC_LIB="$(BLOSC_LIB)" BLOSC_DEF="$(BLOSC_DEF)"
+	@cp $(BUILD_CONFIG) build/config_cuda_dev.txt
 
 # With Open MPI (mpicc --showme), train_fox is data parallel under mpirun: one rank per GPU, gradients
 # averaged with NCCL (the toolkit's libnccl). Started without mpirun it is one process, MPI untouched.
@@ -153,7 +164,7 @@ test-gpu: train_fox test_fox train_fox_cpu
 	  "gpu parity, head_dim 64=./test_fox $(GPU_FIXTURES)" \
 	  "gpu parity, head_dim 128=./test_fox $(GPU_FIXTURES)_dh128" \
 	  "gpu end to end=sh scripts/test_gpu_e2e.sh" \
-	  "gpu runs that survive=sh scripts/test_runs.sh ./train_fox ./train_fox" \
+	  "gpu runs=sh scripts/test_runs.sh ./train_fox $(if $(TRAIN_FOX_MPI),./train_fox)" \
 	  "gpu data parallel=sh scripts/test_gpu_dp.sh"
 
 clean: clean-cuda
@@ -164,6 +175,6 @@ clean-cuda:
 endif
 # --- end CUDA ---
 
-# The build configuration (see BUILD_CONFIG), written when it differs from the last one.
-BUILD_CONFIG_TEXT = cc=$(CC) cflags=$(CFLAGS) ldlibs=$(LDLIBS) mpicc=$(MPICC) nvcc=$(shell command -v $(NVCC) 2>/dev/null) nvccflags=$(NVCCFLAGS) mpi=$(TRAIN_FOX_MPI) $(TRAIN_FOX_MPI_LIBS)
-$(shell mkdir -p build && printf '%s\n' '$(BUILD_CONFIG_TEXT)' > build/config.new && { cmp -s build/config.new $(BUILD_CONFIG) || mv build/config.new $(BUILD_CONFIG); }; rm -f build/config.new)
+# The build configuration (see BUILD_CONFIG), one line each, written when it differs from the last one.
+BUILD_CONFIG_TEXT = cc=$(CC)|cflags=$(CFLAGS)|ldlibs=$(LDLIBS)|mpicc=$(MPICC)|nvcc=$(NVCC_FOUND)|nvccflags=$(NVCCFLAGS)|nvcc_mpi=$(TRAIN_FOX_MPI) $(TRAIN_FOX_MPI_LIBS)
+$(shell mkdir -p build && t=$(BUILD_CONFIG).$$$$ && printf '%s\n' '$(subst ','\'',$(BUILD_CONFIG_TEXT))' | tr '|' '\n' > $$t && { cmp -s $$t $(BUILD_CONFIG) || mv -f $$t $(BUILD_CONFIG); }; rm -f $$t)

@@ -1,6 +1,6 @@
 # data.mk: the data pipeline (issue 3): fox_data, test_data and `make test-data`.
-# Included from the main Makefile, which sets CC, CFLAGS and PYTHON; the defaults below let it
-# also run alone (make -f data.mk test-data).
+# Included from the main Makefile, which sets CC, CFLAGS, PYTHON and BUILD_CONFIG (the build configuration
+# every binary depends on); the defaults below let it also run alone (make -f data.mk test-data).
 CC ?= gcc
 CFLAGS ?= -O2 -std=c11 -Wall -Wextra -fopenmp
 PYTHON ?= /usr/bin/python3

@@ -11,8 +11,10 @@ for spec in "$@"; do
     label=${spec%%=*}
     cmd=${spec#*=}
     echo "=== $label: $cmd"
+    : > "$rcfile"
     { sh -c "$cmd" 2>&1; echo $? > "$rcfile"; } | tee "$log"
     rc=$(cat "$rcfile")
+    [ -n "$rc" ] || rc=255  # the suite's shell itself died: a failure too
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     p=0
     f=0
