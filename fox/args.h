@@ -103,12 +103,7 @@ static inline void fox_args_help(const char *prog) {
 static inline FOX_NORETURN FOX_PRINTF(1, 2) void fox_usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fflush(stdout);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(FOX_EXIT_USAGE);
+    fox_vfatal(FOX_EXIT_USAGE, fmt, ap);
 }
 
 static inline FOX_NORETURN void fox_arg_error(const char *flag, const char *value, const char *what) {

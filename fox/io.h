@@ -40,17 +40,21 @@ static inline int fox_remove_flat_dir_status(const char *dir) {
     return rmdir(dir) || rc ? -1 : 0;
 }
 
-// Bad input is never a crash: one line "error: ..." on stderr and exit status 1.
-static inline FOX_NORETURN FOX_PRINTF(1, 2) void fox_fatal(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
+// One line "error: ..." (and the hint) on stderr, the half-written directory removed, exit `status`.
+static inline FOX_NORETURN void fox_vfatal(int status, const char *fmt, va_list ap) {
     fflush(stdout);
     fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "%s\n", fox_fatal_hint);
-    va_end(ap);
     if (fox_fatal_cleanup_dir[0]) fox_remove_flat_dir_status(fox_fatal_cleanup_dir);
-    exit(1);
+    exit(status);
+}
+
+// Bad input is never a crash: one line "error: ..." on stderr and exit status 1.
+static inline FOX_NORETURN FOX_PRINTF(1, 2) void fox_fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fox_vfatal(1, fmt, ap);
 }
 
 static inline void *fox_malloc(size_t bytes) {
