@@ -1,4 +1,4 @@
-// dataloader.h: fox.c's data loader (SPEC §3). Header-only, C11, also compiles as CUDA C++.
+// dataloader.h: fox.c's data loader (docs/model.md §3). Header-only, C11, also compiles as CUDA C++.
 //
 // Sources: a glob of llm.c shards ("data/train_*.bin"; uint16 or the uint32 variant), or a zarr
 // v2 array directory (LongCrawl64's DIR/train.zarr, read through fox/zarr.h; link -lblosc).
@@ -8,7 +8,7 @@
 //          tokens gives (n-1)/T windows); input = w[0:T], target = w[1:T+1].
 //   zarr:  a rectangle of B consecutive docs x [p*T, (p+1)*T) (docs in blocks of B from doc 0,
 //          p < L/T); target = the rectangle, input = target shifted right by one with EOT (50256)
-//          at position 0 (SPEC §3). One rectangle is one batch, so its chunks decompress once.
+//          at position 0 (docs/model.md §3). One rectangle is one batch, so its chunks decompress once.
 // An epoch is an ordering of all windows of the source. Train: for .bin the shard order is a
 // seeded permutation and each shard's windows follow their own seeded permutation; for zarr all
 // rectangles follow one seeded permutation. Permutations are keyed by (seed, epoch, shard) with
@@ -36,7 +36,7 @@
 #include "fox/rng.h"
 #include "fox/zarr.h"
 
-// Shard format (SPEC §3): the ONE definition of these constants; Python code parses them from this file.
+// Shard format (docs/model.md §3): the ONE definition of these constants; Python code parses them from this file.
 #define FOX_SHARD_MAGIC 20240520
 #define FOX_SHARD_VERSION 1
 #define FOX_SHARD_MAGIC_U32 20240801

@@ -1,4 +1,4 @@
-// tokenizer.h: GPT-2 byte-level BPE in C (SPEC §4), byte-exact with tiktoken's `gpt2` encoding.
+// tokenizer.h: GPT-2 byte-level BPE in C (docs/model.md §4), byte-exact with tiktoken's `gpt2` encoding.
 // Header-only, C11, also compiles as C++.
 //
 // Encoding = tiktoken's algorithm:

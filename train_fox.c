@@ -1,5 +1,5 @@
 // train_fox.c: the fp32 CPU reference trainer for the Forgetting Transformer (FoX).
-// Readable first, parallel with OpenMP, every forward next to its backward. SPEC.md §1-2, §5-6.
+// Readable first, parallel with OpenMP, every forward next to its backward. docs/model.md §1-2, §5-6.
 // The model's shapes and switches come from fox/config.h; the checkpoint format from
 // fox/checkpoint.h; the data from dataloader.h. test_fox.c includes this file with TESTING set.
 #include <stdio.h>
@@ -879,7 +879,7 @@ static void model_backward(Model *m, const int *inputs, const int *targets, int 
 }
 
 // ----------------------------------------------------------------------------
-// Optimizer (SPEC §2)
+// Optimizer (docs/model.md §2)
 
 // Global L2 norm of the gradient, summed in a fixed order (deterministic).
 static double grad_norm(const real *g, size_t n) {

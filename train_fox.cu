@@ -1,6 +1,6 @@
 // train_fox.cu: the CUDA trainer for the Forgetting Transformer (FoX). It computes the model of
 // train_fox.c (same ops, same order, same run logic: flags, logs, checkpoints, resume, eval,
-// sampling) with the precision of SPEC §2: bf16 GEMM and attention operands with fp32 accumulation;
+// sampling) with the precision of docs/model.md §2: bf16 GEMM and attention operands with fp32 accumulation;
 // fp32 master weights, AdamW moments, residual stream, gate/norm/softmax statistics and loss.
 // GEMMs: fox/gemm.cuh (cuBLASLt); attention: fox/attention.cuh; other kernels: fox/kernels.cuh.
 // Data parallel when built with FOX_MPI and started by mpirun: one rank per GPU, each block's gradients
@@ -664,7 +664,7 @@ static void model_zero_grad(Model *m) {
 }
 
 // ----------------------------------------------------------------------------
-// Optimizer (SPEC §2)
+// Optimizer (docs/model.md §2)
 
 // Global L2 norm of the gradient: fixed per-block partial sums, then one fixed-order sum.
 static double grad_norm(Model *m) {
@@ -886,7 +886,7 @@ static double run_model_acp_live(Model *m) { return m->acp_live; }
 
 static void run_model_sync(Model *m) { FOX_CUDA_CHECK(cudaStreamSynchronize(m->stream)); }
 
-// bf16 dense peak of the device (SPEC §6), or 0 when unknown.
+// bf16 dense peak of the device (docs/model.md §6), or 0 when unknown.
 static double run_model_peak_flops(void) {
     cudaDeviceProp prop;
     int dev;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """train_fox.py: the independent PyTorch reference for fox.c (Forgetting Transformer, FoX).
 
-Written from SPEC.md §1-§2 and the FoX paper (Appendix A, eq. 15-23), not from the C code, so
+Written from docs/model.md §1-§2 and the FoX paper (Appendix A, eq. 15-23), not from the C code, so
 that fox.c can be checked against it. The shared definitions are read from fox/*.h at import
 time: config fields, presets and the parameter layout (fox/config.h), the RNG (fox/rng.h), the
 model.bin format (fox/checkpoint.h) and the fixture format (fox/fixture.h).
@@ -33,7 +33,7 @@ Fixture contents (all float64; parameters flat, in the fox.c layout; absent tens
   train.lrs              (steps,) the learning rate each step used
   train.final.<p>        the weights after all steps
 
-Training contract (SPEC §2): gradients = mean over micro-batches of each micro-batch's mean-loss
+Training contract (docs/model.md §2): gradients = mean over micro-batches of each micro-batch's mean-loss
 gradient; if norm > clip, grads *= clip / (norm + 1e-6); lr = peak (s+1)/W for s < W, then
 min_lr + (peak - min_lr)(1 + cos(pi (s-W)/max(1, S-W)))/2; AdamW as torch.optim.AdamW, decay
 only on the FOX_PARAMS decay=1 tensors.
@@ -133,7 +133,7 @@ def _f32(x):
 
 
 def mlp_hidden_for(d_model, mlp_ratio_x2):
-    """SPEC §1: I = 256 * ceil(int(d * r * 2/3) / 256), r = ratio_x2 / 2."""
+    """docs/model.md §1: I = 256 * ceil(int(d * r * 2/3) / 256), r = ratio_x2 / 2."""
     raw = d_model * mlp_ratio_x2 // 3
     return 256 * ((raw + 255) // 256)
 
@@ -231,7 +231,7 @@ def param_learned(c, name):
 
 
 def fgate_bias_init(c, h):
-    """SPEC §1 / FoX Appendix D: for the data-independent and fixed gates, head h has timescale
+    """docs/model.md §1 / FoX Appendix D: for the data-independent and fixed gates, head h has timescale
     T_h = -1/log σ(b), log-spaced from t_min to t_max, so b = -log(expm1(1/T_h)); 0 otherwise.
     Computed in double, returned as float32 (as fox_fgate_bias_init)."""
     if c["forget_gate"] in (FG_NONE, FG_DATA_DEPENDENT):
@@ -301,7 +301,7 @@ def init_normal(key, idx, std):
 
 
 def init_params(c, seed, chunk=1 << 22):
-    """Reference initialisation (SPEC §1 Init): tensor t of FOX_PARAMS uses key
+    """Reference initialisation (docs/model.md §1 Init): tensor t of FOX_PARAMS uses key
     fox_rng_key(seed, t); N: element i (flat, all layers) = float32(0.02 * normal(key, i));
     ONE: 1; FGATE: fgate_bias_init per head, the same in every layer."""
     params = {}
@@ -443,7 +443,7 @@ def read_fixture(path):
 
 
 # ----------------------------------------------------------------------------------------------
-# The model (SPEC §1)
+# The model (docs/model.md §1)
 
 
 def rms_norm(x, w, eps):
@@ -500,7 +500,7 @@ class FoxModel(torch.nn.Module):
         return (F.silu(gate) * up) @ self.p["mlp_out_w"][l].t()
 
     def attention(self, l, xn):
-        """Paper eq. 15-23 with the SPEC §1 switches; xn = RMSNorm(x), (B, T, D)."""
+        """Paper eq. 15-23 with the docs/model.md §1 switches; xn = RMSNorm(x), (B, T, D)."""
         c, p = self.config, self.p
         B, T, D = xn.shape
         H, Dh = c["n_head"], head_dim(c)
@@ -550,7 +550,7 @@ class FoxModel(torch.nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------
-# Training (SPEC §2, with the contract fixed in the fixture hparams)
+# Training (docs/model.md §2, with the contract fixed in the fixture hparams)
 
 
 def lr_at(step, peak, min_lr, warmup, total):
@@ -961,7 +961,7 @@ def main(argv=None):
     p.add_argument("--dim", type=int, required=True, help="d_model")
     p.add_argument("--heads", type=int, required=True)
     p.add_argument("--vocab", type=int, help="vocab_size (default %d)" % FOX["FOX_VOCAB_GPT2"])
-    p.add_argument("--mlp-hidden", type=int, help="default: the preset's ratio (SPEC §1)")
+    p.add_argument("--mlp-hidden", type=int, help="default: the preset's ratio (docs/model.md §1)")
     p.add_argument("--seed", type=int, default=1337, help="RNG seed (default 1337)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override any config field, e.g. forget_gate=3 or t_max=64 (repeatable)")

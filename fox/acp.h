@@ -1,4 +1,4 @@
-// fox/acp.h: Adaptive Computation Pruning (SPEC §1; ACP paper §3), the one definition both trainers use.
+// fox/acp.h: Adaptive Computation Pruning (docs/model.md §1; ACP paper §3), the one definition both trainers use.
 // Attention runs on a grid of FOX_ACP_BLOCK x FOX_ACP_BLOCK tiles (query block m, key block n <= m). The
 // decay bias c_i - c_j of tile (m, n) is at most c[first row of m] - c[last column of n]; when that is
 // below delta = -2U - ln T + ln eps (U >= |q.k|/sqrt(d_h), eps = e^-10) every attention weight of the tile
@@ -27,7 +27,7 @@ static inline FOX_ACP_HD long long fox_acp_tiles(int T) { return (long long)fox_
 
 static inline FOX_ACP_HD double fox_acp_threshold(double U, int T) { return -2.0 * U - log((double)T) + FOX_ACP_LOG_EPS; }
 
-// U from the QK-norm weights of one head (SPEC: max|g_q| max|g_k| sqrt(d_h), q and k being RMS-normed).
+// U from the QK-norm weights of one head (docs/model.md §1.5: max|g_q| max|g_k| sqrt(d_h), q and k being RMS-normed).
 static inline FOX_ACP_HD double fox_acp_bound_qknorm(double max_abs_gq, double max_abs_gk, int dh) {
     return max_abs_gq * max_abs_gk * sqrt((double)dh);
 }

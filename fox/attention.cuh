@@ -1,4 +1,4 @@
-// fox/attention.cuh: Forgetting Attention (SPEC §1), forward and backward, FlashAttention-2 style on
+// fox/attention.cuh: Forgetting Attention (docs/model.md §1), forward and backward, FlashAttention-2 style on
 // tensor cores, bf16 operands with fp32 accumulation: warpgroup MMA (wgmma) at d_h = 64 on Hopper
 // (sm_90a builds), mma.sync m16n8k16 otherwise (d_h = 128, sm_80). FOX_ATTN_NO_WGMMA=1 forces mma.sync.
 // The backward is deterministic by default: the same inputs give bitwise the same outputs, run after run

@@ -1,4 +1,4 @@
-// fox/checkpoint.h: the checkpoint format (SPEC §5), one definition for C, CUDA and Python.
+// fox/checkpoint.h: the checkpoint format (docs/model.md §5), one definition for C, CUDA and Python.
 //
 // A run directory OUT holds checkpoints as sub-directories OUT/ckpt_SSSSSSSS (S = steps done).
 // Each is written as OUT/.tmp_ckpt_SSSSSSSS, every file fsync'd, then renamed into place, so a

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <math.h>
 
-// Forget-gate kinds (SPEC §1).
+// Forget-gate kinds (docs/model.md §1).
 #define FOX_FG_NONE 0
 #define FOX_FG_DATA_DEPENDENT 1
 #define FOX_FG_DATA_INDEPENDENT 2
@@ -41,7 +41,7 @@
     X(FLOAT, t_max, 128.0) \
     X(FLOAT, rope_theta, 500000.0)
 
-// Presets (SPEC §1): P(name, forget_gate, rope, qk_norm, kv_shift, output_gate, output_norm, mlp_ratio_x2)
+// Presets (docs/model.md §1): P(name, forget_gate, rope, qk_norm, kv_shift, output_gate, output_norm, mlp_ratio_x2)
 #define FOX_PRESETS(P) \
     P(fox-pro, 1, 0, 1, 1, 1, 1, 7) \
     P(fox-llama, 1, 0, 0, 0, 0, 0, 8) \
@@ -50,7 +50,7 @@
 
 // Parameter tensors, in checkpoint order; layer-stacked tensors hold all layers contiguously.
 // P(name, layered, rows, cols, decay, init); rows/cols name the dims of fox_dim() below, where
-// "1" means 1 and a 0-sized dim drops the tensor. init: N = normal(0, 0.02), ONE, FGATE (SPEC
+// "1" means 1 and a 0-sized dim drops the tensor. init: N = normal(0, 0.02), ONE, FGATE (docs/model.md
 // §1 forget-gate bias init; 0 for the data-dependent gate).
 // attn_in_w stacks the projections of the attention inputs, rows in this order:
 // q [D] | k [D] | v [D] | output gate [D, if enabled] | k-shift [H] | v-shift [H] (if KV-shift) | forget gate [H] (data-dependent).
@@ -114,7 +114,7 @@ static inline int fox_attn_in_rows(const FoxConfig *c) {
          + (c->forget_gate == FOX_FG_DATA_DEPENDENT ? H : 0);
 }
 
-// SPEC §1: I = 256 * ceil(int(d * r * 2/3) / 256), r = ratio_x2 / 2.
+// docs/model.md §1: I = 256 * ceil(int(d * r * 2/3) / 256), r = ratio_x2 / 2.
 static inline int fox_mlp_hidden(int d_model, int mlp_ratio_x2) {
     int raw = d_model * mlp_ratio_x2 / 3;
     return 256 * ((raw + 255) / 256);
@@ -190,7 +190,7 @@ static inline const char *fox_config_invalid(const FoxConfig *c) {
     return NULL;
 }
 
-// SPEC §1 / FoX Appendix D: the fixed or data-independent gate of head h has timescale
+// docs/model.md §1 / FoX Appendix D: the fixed or data-independent gate of head h has timescale
 // T_h = -1/log σ(b), log-spaced from t_min to t_max, so b = -log(expm1(1/T_h)).
 static inline float fox_fgate_bias_init(const FoxConfig *c, int h) {
     if (c->forget_gate == FOX_FG_DATA_DEPENDENT || c->forget_gate == FOX_FG_NONE) return 0.0f;
@@ -199,14 +199,14 @@ static inline float fox_fgate_bias_init(const FoxConfig *c, int h) {
     return (float)(-log(expm1(1.0 / T)));
 }
 
-// Non-embedding parameter count N of the MFU formula (SPEC §6): all parameters but wte.
+// Non-embedding parameter count N of the MFU formula (docs/model.md §6): all parameters but wte.
 static inline size_t fox_mfu_params(const FoxConfig *c) {
     FoxLayout lay;
     fox_layout(c, &lay);
     return lay.total - lay.p[FOX_P_wte].numel;
 }
 
-// FLOPs per token of one training step (SPEC §6): 3·(2N + 2·n_layer·d_model·T).
+// FLOPs per token of one training step (docs/model.md §6): 3·(2N + 2·n_layer·d_model·T).
 static inline double fox_flops_per_token(const FoxConfig *c, int T) {
     return 3.0 * (2.0 * (double)fox_mfu_params(c) + 2.0 * c->n_layer * (double)c->d_model * T);
 }

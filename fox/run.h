@@ -29,7 +29,7 @@
 //   double run_model_acp_live(Model *m);         ACP: fraction of the attention tiles the last forward
 //                                                computed (this rank's); < 0 without ACP
 //   void   run_model_sync(Model *m);             waits for queued work (step timing)
-//   double run_model_peak_flops(void);           dense peak for MFU (SPEC §6), 0 when unknown
+//   double run_model_peak_flops(void);           dense peak for MFU (docs/model.md §6), 0 when unknown
 //   void   run_model_report(Model *m);           once, after the first step (memory)
 #ifndef FOX_RUN_H
 #define FOX_RUN_H
@@ -63,7 +63,7 @@ typedef struct {
     int bad_in_a_row;             // consecutive skipped steps
     uint64_t rng;                 // counter of the sampling stream
     int *inputs, *targets;
-    double *pos_loss;             // per-position loss summed since the last save (SPEC §6 L(i))
+    double *pos_loss;             // per-position loss summed since the last save (docs/model.md §6 L(i))
     long long pos_loss_seqs;
     double *step_pos_loss;        // the same for the current step, added to pos_loss if it is applied
     int train_seq_len;            // --eval-only: the evaluated checkpoint's training context (0 = unknown)
@@ -253,7 +253,7 @@ static FOX_NORETURN void run_exit(Run *r, int code, const char *msg) {
     exit(code);
 }
 
-// Atomic checkpoint (SPEC §5): every rank writes its state into the temporary directory, rank 0
+// Atomic checkpoint (docs/model.md §5): every rank writes its state into the temporary directory, rank 0
 // the weights, then rank 0 renames it into place and prunes old ones. Weights or moments that are
 // not finite on any rank are never written: the run stops instead. A failed write removes its
 // temporary directory (fox_fatal), so the newest complete checkpoint stays the one to resume.
@@ -586,7 +586,7 @@ static void eval_init(Run *r) {
     if (r->dist.rank == 0) printf("evaluating %s (%zu parameters) at context %d\n", path, r->model.lay.total, T);
 }
 
-// SPEC §6: L(i) = mean over sequences of the loss at position i (float64 sums, memory independent
+// docs/model.md §6: L(i) = mean over sequences of the loss at position i (float64 sums, memory independent
 // of the number of sequences), P(l) = exp(mean_{i<l} L(i)); written as OUT/per_token_loss.npy and
 // OUT/per_token_loss.json (P at l = 512, 1024, 2048, ... and at the full context).
 static void eval_per_token(Run *r) {
@@ -655,7 +655,7 @@ static void run_free(Run *r) {
     if (r->lock_fd >= 0) close(r->lock_fd);
 }
 
-// The step's line on stdout and in log.jsonl: tokens/s and MFU by SPEC §6 (or achieved GFLOP/s where
+// The step's line on stdout and in log.jsonl: tokens/s and MFU by docs/model.md §6 (or achieved GFLOP/s where
 // the device's peak is unknown), and ACP's fraction of computed tiles.
 static void log_step(Run *r, double loss, double lr, double norm, double dt, double peak) {
     FoxArgs *a = &r->args;

@@ -20,7 +20,7 @@ static inline AttnCols attn_cols(const FoxConfig *c) {
     return a;
 }
 
-// SPEC §1 init: N(0, 0.02²) from the shared counter RNG (stream = tensor index), norms 1,
+// docs/model.md §1 init: N(0, 0.02²) from the shared counter RNG (stream = tensor index), norms 1,
 // forget-gate biases per Appendix D.
 static inline void fox_init_params(const FoxConfig *c, const FoxLayout *lay, float *params, uint64_t seed) {
     for (int t = 0; t < FOX_NUM_PARAMS; t++) {

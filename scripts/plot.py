@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Plots for fox.c runs: per-token loss / perplexity, and training curves.
 
-Two kinds of figure (SPEC.md section 6):
+Two kinds of figure (docs/model.md §6):
 
 per-token
     For each run, the per-token validation loss L(i) (``per_token_loss.npy``,

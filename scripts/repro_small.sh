@@ -1,7 +1,7 @@
 #!/bin/sh
 # scripts/repro_small.sh: the paper's FoX-versus-Transformer comparison at a small scale (issue 5):
 # fox-pro, transformer-pro, fox-llama and transformer-llama of one size, trained at context T on the
-# bundled corpus, then evaluated at 4T (per-token loss L(i) and P(l), SPEC §6).
+# bundled corpus, then evaluated at 4T (per-token loss L(i) and P(l), docs/model.md §6).
 # Usage (repository root, GPU machine): sh scripts/repro_small.sh [OUTDIR]   (default runs/repro)
 # Then, anywhere with matplotlib: python3 scripts/plot.py per-token OUTDIR/* --out fig.png ...
 set -eu

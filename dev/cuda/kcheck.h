@@ -6,7 +6,7 @@
 // Error check: every element must satisfy |gpu − ref| <= rtol·|ref| + afrac·rms(ref), with rms(ref) the
 // root mean square of the whole reference tensor (so near-zero elements born of cancellation are judged
 // on the tensor's scale); NaN or Inf never passes. The line prints max |gpu − ref| and the worst
-// ratio err/tol (PASS when <= 1). Tolerances (SPEC §2 precision):
+// ratio err/tol (PASS when <= 1). Tolerances (docs/model.md §2 precision):
 //   TOL_BF16   an fp32 computation rounded once to bf16: rounding is <= 2^-8 relative (8 significant
 //              bits), the fp32 arithmetic before it ~1e-6 of the scale: rtol 2^-8 + 1e-4, afrac 1e-4.
 //   TOL_F32    fp32 element-wise math and short (<= a few thousand terms) reductions: ~10 ulps of 2^-24

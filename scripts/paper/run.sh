@@ -97,7 +97,7 @@ case "$size:$model" in 760M*:transformer-*) head_dim=128 ;; esac
 heads=$((dim / head_dim))
 steps=$((tokens / STEP_TOKENS))
 # Pro models: the paper's runs shared one QK-norm weight vector across the heads (Appendix A,
-# footnote 4; "no observable impact"): --qk-norm-shared reproduces them (SPEC §1). Override with
+# footnote 4; "no observable impact"): --qk-norm-shared reproduces them (docs/model.md §1). Override with
 # --qk-norm-shared off.
 shared=()
 case "$model" in *-pro) shared=(--qk-norm-shared) ;; esac
