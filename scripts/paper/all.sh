@@ -14,6 +14,8 @@
 # stops at once when run.sh was stopped by a signal (exit 75); it exits non-zero if any run failed.
 set -u
 here=$(dirname "$0")
+# shellcheck source=scripts/paper/wait_status.sh
+. "$here/wait_status.sh"
 MODELS="fox-pro transformer-pro fox-llama transformer-llama"
 mode=print
 case "${1:-}" in
@@ -37,12 +39,7 @@ trap forward USR1 TERM INT HUP
 run_one() {  # SIZE MODEL: run.sh's exit code in rc
     "$here/run.sh" "$1" "$2" &
     run_pid=$!
-    rc=0
-    wait "$run_pid" || rc=$?
-    while [ "$rc" -gt 128 ] && kill -0 "$run_pid" 2> /dev/null; do
-        rc=0
-        wait "$run_pid" || rc=$?
-    done
+    wait_status "$run_pid"
     run_pid=""
 }
 

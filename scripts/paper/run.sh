@@ -45,6 +45,8 @@
 # script exits 75 without relaunching. A signal during the pause before a relaunch: exit 75 at once.
 # Each launch and exit is also logged to OUT/relaunch.log.
 set -u
+# shellcheck source=scripts/paper/wait_status.sh
+. "$(dirname "$0")/wait_status.sh"
 
 PROG=scripts/paper/run.sh
 usage() {
@@ -216,14 +218,7 @@ wait_child() {
             fi
         done
     fi
-    # wait returns above 128 when a trapped signal interrupts it: wait again while the child lives
-    # (a child that really died of a signal is gone, so kill -0 fails and its status stays).
-    rc=0
-    wait "$child" || rc=$?
-    while [ "$rc" -gt 128 ] && kill -0 "$child" 2> /dev/null; do
-        rc=0
-        wait "$child" || rc=$?
-    done
+    wait_status "$child"
     child=""
 }
 
