@@ -116,6 +116,21 @@ losses "$tmp/sref/log.jsonl" > "$tmp/l_sref"
 losses "$tmp/sig/log.jsonl" > "$tmp/l_sig"
 cmp -s "$tmp/l_sref" "$tmp/l_sig" && cmp -s "$tmp/sref/ckpt_$(printf %08d $SIGSTEPS)/model.bin" "$tmp/sig/ckpt_$(printf %08d $SIGSTEPS)/model.bin"
 check $? "and ends bitwise equal to the uninterrupted run (losses and weights)"
+$BIN $ARGS --steps $SIGSTEPS --ckpt-every 1 --keep 2 --eval-every 0 --out "$tmp/inw" > "$tmp/inw.txt" 2>&1 &
+pid=$!
+n=0
+while [ $n -lt 3000 ] && ! ls -d "$tmp"/inw/.tmp_ckpt_* > /dev/null 2>&1; do sleep 0.002; n=$((n + 1)); done
+kill -TERM $pid
+wait $pid
+st=$?
+at=$(sed -n 's/^stopped by SIGTERM at step \([0-9]*\):.*/\1/p' "$tmp/inw.txt")
+[ $st -eq 75 ] && [ -n "$at" ] && [ -f "$tmp/inw/ckpt_$(printf %08d "${at:-0}")/state_00000.bin" ] &&
+    ! ls -d "$tmp"/inw/.tmp_ckpt_* > /dev/null 2>&1
+check $? "SIGTERM while a checkpoint is being written: the write finishes, exit $st (75) at step $at, no temporary left"
+$BIN $ARGS --steps $SIGSTEPS --ckpt-every 1 --keep 2 --eval-every 0 --resume --out "$tmp/inw" > /dev/null 2>&1
+losses "$tmp/inw/log.jsonl" > "$tmp/l_inw"
+cmp -s "$tmp/l_sref" "$tmp/l_inw"
+check $? "and its resume ends bitwise equal to the uninterrupted run"
 $BIN $ARGS --steps $SIGSTEPS --eval-every 0 --out "$tmp/usr1" > "$tmp/usr1.txt" 2>&1 &
 pid=$!
 n=0
