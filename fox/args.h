@@ -51,7 +51,8 @@
     F(INT, val_steps, "val-steps", 20, 1, 1 << 24, "validation micro-batches per evaluation") \
     F(INT, ckpt_every, "ckpt-every", 0, 0, 2147483647, "checkpoint every N steps (and at the end); 0 = only at the end") \
     F(INT, keep, "keep", 3, 1, 4096, "checkpoints kept in --out (older ones are deleted)") \
-    F(INT, max_bad_steps, "max-bad-steps", 5, 1, 1 << 20, "consecutive skipped steps (non-finite loss or gradient norm) before the run stops (exit 3)") \
+    F(INT, max_bad_steps, "max-bad-steps", 5, 1, 1 << 20, "consecutive skipped steps (non-finite loss or gradient norm, loss spike) before the run stops (exit 3)") \
+    F(FLT, spike_z, "spike-z", 0.0, 0.0, 1e6, "also skip a step whose loss exceeds the recent mean by Z standard deviations (after 20 steps); 0 = off") \
     F(INT, sample_tokens, "sample-tokens", 64, 0, 1 << 24, "tokens to generate after training; 0 = none") \
     F(INT, top_k, "top-k", 1, 1, 1 << 30, "sampling: 1 = greedy, k > 1 = top-k at temperature 1") \
     F(STR, tokenizer, "tokenizer", "data/gpt2_tokenizer.bin", 0, 0, "vocabulary file used to print the sample as text") \

@@ -43,6 +43,9 @@ enum {
     FOX_STATE_I_RNG = 18,          // uint64 sampling RNG counter
     FOX_STATE_I_SKIPPED = 20,      // int64 steps skipped so far (non-finite or spiking loss)
     FOX_STATE_I_PARAMS = 22,       // int64 parameters of the model (the moments' slice lies inside)
+    FOX_STATE_I_LOSS_MEAN = 24,    // float64 bits: the recent mean of the loss (--spike-z)
+    FOX_STATE_I_LOSS_VAR = 26,     // float64 bits: its variance
+    FOX_STATE_I_LOSS_COUNT = 28,   // int64 steps in those statistics
 };
 
 #include <stdint.h>
@@ -54,7 +57,8 @@ enum {
 // What a rank needs besides weights and moments to continue bit for bit.
 typedef struct {
     int rank, world, step, seq_len, batch;
-    long long tokens, shard_offset, shard_count, total_batch, loader_bytes, params, skipped;
+    long long tokens, shard_offset, shard_count, total_batch, loader_bytes, params, skipped, loss_count;
+    double loss_mean, loss_var;
     uint64_t rng;
 } FoxTrainState;
 
@@ -66,6 +70,19 @@ static inline void fox_put_i64(int32_t *h, int at, long long v) {
 
 static inline long long fox_get_i64(const int32_t *h, int at) {
     return (long long)(((uint64_t)(uint32_t)h[at + 1] << 32) | (uint64_t)(uint32_t)h[at]);
+}
+
+static inline void fox_put_f64(int32_t *h, int at, double v) {
+    long long bits;
+    memcpy(&bits, &v, 8);
+    fox_put_i64(h, at, bits);
+}
+
+static inline double fox_get_f64(const int32_t *h, int at) {
+    long long bits = fox_get_i64(h, at);
+    double v;
+    memcpy(&v, &bits, 8);
+    return v;
 }
 
 // The CRC-32 of a header as stored, its checksum word read as zero.
@@ -216,6 +233,9 @@ static inline void fox_write_state(const char *path, const FoxTrainState *s, con
     fox_put_i64(h, FOX_STATE_I_RNG, (long long)s->rng);
     fox_put_i64(h, FOX_STATE_I_SKIPPED, s->skipped);
     fox_put_i64(h, FOX_STATE_I_PARAMS, s->params);
+    fox_put_f64(h, FOX_STATE_I_LOSS_MEAN, s->loss_mean);
+    fox_put_f64(h, FOX_STATE_I_LOSS_VAR, s->loss_var);
+    fox_put_i64(h, FOX_STATE_I_LOSS_COUNT, s->loss_count);
     const void *parts[3] = {m, v, loader};
     size_t n = (size_t)s->shard_count * sizeof(float), bytes[3] = {n, n, (size_t)s->loader_bytes};
     fox_write_checked(path, h, parts, bytes, 3);
@@ -224,7 +244,7 @@ static inline void fox_write_state(const char *path, const FoxTrainState *s, con
 // Reads a state file into m, v and loader, checking its header against what this run expects
 // (`want`: rank, world, seq_len, batch, total_batch, params, shard_offset, shard_count,
 // loader_bytes, and step: the one its directory is named for) and against itself (tokens = step x
-// tokens per step), then its checksum; fills tokens, rng and skipped.
+// tokens per step), then its checksum; fills tokens, rng, skipped and the loss statistics.
 static inline void fox_read_state(const char *path, FoxTrainState *want, float *m, float *v, void *loader) {
     int32_t h[FOX_CKPT_HEADER_INTS];
     FILE *f = fox_fopen(path, "rb");
@@ -261,7 +281,11 @@ static inline void fox_read_state(const char *path, FoxTrainState *want, float *
     want->tokens = fox_get_i64(h, FOX_STATE_I_TOKENS);
     want->rng = (uint64_t)fox_get_i64(h, FOX_STATE_I_RNG);
     want->skipped = version >= 2 ? fox_get_i64(h, FOX_STATE_I_SKIPPED) : 0;
-    if (want->skipped < 0) fox_fatal("%s holds a negative skipped-step count", path);
+    want->loss_mean = version >= 2 ? fox_get_f64(h, FOX_STATE_I_LOSS_MEAN) : 0.0;
+    want->loss_var = version >= 2 ? fox_get_f64(h, FOX_STATE_I_LOSS_VAR) : 0.0;
+    want->loss_count = version >= 2 ? fox_get_i64(h, FOX_STATE_I_LOSS_COUNT) : 0;
+    if (want->skipped < 0 || want->loss_count < 0 || !isfinite(want->loss_mean) || !(want->loss_var >= 0.0 && isfinite(want->loss_var)))
+        fox_fatal("%s holds an invalid skipped-step count or loss statistics", path);
 }
 
 // The training context a state file was written with (its header alone is read).

@@ -48,7 +48,7 @@
 #include "../tokenizer.h"
 
 // Exit codes besides 0 (done) and 1 (an error, one line on stderr): the run stopped itself.
-#define FOX_EXIT_DIVERGED 3   // --max-bad-steps steps in a row had a non-finite loss or gradient norm
+#define FOX_EXIT_DIVERGED 3   // --max-bad-steps steps in a row were not applied (step_rejection)
 #define FOX_EXIT_STOPPED 75   // a signal (SIGTERM, SIGINT, SIGUSR1, SIGHUP): checkpoint written, --resume
 
 typedef struct {
@@ -61,6 +61,8 @@ typedef struct {
     long long tokens;
     long long skipped;            // steps skipped so far (checkpointed)
     int bad_in_a_row;             // consecutive skipped steps
+    double loss_mean, loss_var;   // recent mean and variance of the applied steps' loss (--spike-z)
+    long long loss_count;         // applied steps in them
     uint64_t rng;                 // counter of the sampling stream
     int *inputs, *targets;
     double *pos_loss;             // per-position loss summed since the last save (docs/model.md §6 L(i))
@@ -235,6 +237,9 @@ static FoxTrainState run_state(const Run *r) {
     s.loader_bytes = (long long)dataloader_state_bytes(&r->train);
     s.rng = r->rng;
     s.skipped = r->skipped;
+    s.loss_mean = r->loss_mean;
+    s.loss_var = r->loss_var;
+    s.loss_count = r->loss_count;
     return s;
 }
 
@@ -324,6 +329,9 @@ static void load_checkpoint(Run *r, int step) {
     r->tokens = s.tokens;
     r->rng = s.rng;
     r->skipped = s.skipped;
+    r->loss_mean = s.loss_mean;
+    r->loss_var = s.loss_var;
+    r->loss_count = s.loss_count;
     if (r->dist.rank == 0) printf("resumed from %s at step %d\n", dir, step);
 }
 
@@ -677,11 +685,31 @@ static void log_step(Run *r, double loss, double lr, double norm, double dt, dou
              r->step, loss, lr, norm, dt * 1e3, tps, mfu, acp_json, r->tokens, r->skipped);
 }
 
-// A step whose loss or gradient norm is not finite changes nothing but the data position: it is
-// logged and counted, and after --max-bad-steps in a row the run stops (FOX_EXIT_DIVERGED).
-static void skip_step(Run *r, double loss, double norm) {
+// Why a step is not applied: a non-finite loss or gradient norm, or (--spike-z Z, once
+// FOX_SPIKE_WARMUP steps are in the statistics) a loss more than Z standard deviations above the
+// recent mean; NULL to apply it.
+#define FOX_SPIKE_WARMUP 20
+static const char *step_rejection(const Run *r, double loss, double norm) {
+    if (!isfinite(loss)) return "non-finite loss";
+    if (!isfinite(norm)) return "non-finite grad norm";
+    double z = r->args.spike_z;
+    if (z > 0.0 && r->loss_count >= FOX_SPIKE_WARMUP && loss > r->loss_mean + z * sqrt(r->loss_var)) return "loss spike";
+    return NULL;
+}
+
+// The recent mean and variance of the loss: the newest step weighs 1/n over the first 32 (the plain
+// mean and variance), then 1/32 (exponential forgetting), so they follow the falling loss.
+static void update_loss_stats(Run *r, double loss) {
+    r->loss_count++;
+    double a = r->loss_count < 32 ? 1.0 / (double)r->loss_count : 1.0 / 32, d = loss - r->loss_mean;
+    r->loss_mean += a * d;
+    r->loss_var = (1.0 - a) * (r->loss_var + a * d * d);
+}
+
+// A step that is not applied changes nothing but the data position: it is logged and counted, and
+// after --max-bad-steps in a row the run stops (FOX_EXIT_DIVERGED).
+static void skip_step(Run *r, double loss, double norm, const char *why) {
     char l[32], g[32], msg[512];
-    const char *why = !isfinite(loss) ? "non-finite loss" : "non-finite grad norm";
     r->skipped++;
     r->bad_in_a_row++;
     if (r->dist.rank == 0) {
@@ -717,12 +745,14 @@ static void train(Run *r) {
         double t0 = now_seconds(), norm, lr = lr_at(&r->opt, r->step);
         int stop, saved = 0;
         double loss = step_gradient(r, &norm, &stop);
-        if (isfinite(loss) && isfinite(norm)) {
+        const char *rejected = step_rejection(r, loss, norm);
+        if (!rejected) {
             run_model_update(m, &r->opt, lr, r->step + 1, norm);
             run_model_sync(m);
             r->step++;
             r->tokens += step_tokens;
             r->bad_in_a_row = 0;
+            update_loss_stats(r, loss);
             for (int t = 0; t < a->seq_len; t++) r->pos_loss[t] += r->step_pos_loss[t];
             r->pos_loss_seqs += (long long)r->grad_accum * a->batch;
             if (r->dist.rank == 0 && (r->step % a->log_every == 0 || r->step == a->steps))
@@ -738,7 +768,7 @@ static void train(Run *r) {
             }
             saved = a->out[0] && ((a->ckpt_every > 0 && r->step % a->ckpt_every == 0) || r->step == a->steps);
         } else {
-            skip_step(r, loss, norm);
+            skip_step(r, loss, norm, rejected);
         }
         if (stop && a->out[0] && !saved) saved = 1;
         if (saved) {

@@ -195,6 +195,29 @@ st=$?
 { [ $st -eq 0 ] || [ $st -eq 3 ]; } && json_ok "$tmp/lr/log.jsonl" && { [ ! -d "$tmp/lr/ckpt_00000005" ] || all_finite "$tmp/lr"; }
 check $? "--lr 1e3 (the issue's case): exit $st (0 or 3), log valid JSON, no non-finite checkpoint ($(grep -c '^skipped' "$tmp/lr.txt") steps skipped)"
 
+# ---- the loss-spike guard: replaying the log's losses through the rule (docs/model.md §2) must give
+# exactly the steps it skipped; the statistics are checkpointed, so a resume makes the same decisions
+SPIKE="$SHAPE --seq-len 64 --batch 2 --lr 0.03 --warmup-tokens 512 --sample-tokens 0 --eval-every 0 --steps 40 --spike-z 0.3 --max-bad-steps 100 --ckpt-every 10 --keep 5"
+$BIN $SPIKE --out "$tmp/spike" > "$tmp/spike.txt" 2>&1
+st=$?
+spikes=$(grep -c '^skipped step [0-9]*: loss spike' "$tmp/spike.txt")
+awk -v z=0.3 '
+    /"skipped": "loss spike"/ { match($0, /"loss": [^,]*/); l = substr($0, RSTART + 8, RLENGTH - 8) + 0
+                                if (!(n >= 20 && l > m + z * sqrt(v))) bad++; next }
+    /^{"step": [0-9]*, "loss"/ { match($0, /"loss": [^,]*/); l = substr($0, RSTART + 8, RLENGTH - 8) + 0
+                                 if (n >= 20 && l > m + z * sqrt(v) + 1e-9) bad++
+                                 n++; a = n < 32 ? 1 / n : 1 / 32; d = l - m; m += a * d; v = (1 - a) * (v + a * d * d) }
+    END { exit bad > 0 }' "$tmp/spike/log.jsonl"
+ok=$?
+[ $st -eq 0 ] && [ "$spikes" -ge 1 ] && [ $ok -eq 0 ] && [ "$(losses "$tmp/spike/log.jsonl" | wc -l)" -eq 40 ]
+check $? "--spike-z 0.3: $spikes steps skipped as loss spikes, exactly those the rule picks from the logged losses"
+mkdir -p "$tmp/spres" && cp -r "$tmp/spike/ckpt_00000030" "$tmp/spres/"
+$BIN $SPIKE --resume --out "$tmp/spres" > /dev/null 2>&1
+losses_after "$tmp/spike/log.jsonl" 30 > "$tmp/l_sp"
+losses "$tmp/spres/log.jsonl" > "$tmp/l_spres"
+cmp -s "$tmp/l_sp" "$tmp/l_spres" && [ "$(wc -l < "$tmp/l_sp")" -eq 10 ]
+check $? "a resume from step 30 makes the same decisions, bitwise"
+
 # ---- one run per directory
 $BIN $ARGS --steps $SIGSTEPS --eval-every 0 --out "$tmp/lock" > /dev/null 2>&1 &
 pid=$!
