@@ -106,7 +106,6 @@ endif
 # TRAIN_BIN (set in the CUDA block below): ./train_fox when it is built and a GPU is present.
 train: train_fox_cpu
 	$(TRAIN_BIN) $(TRAIN_ARGS) --out $(TRAIN_OUT)
-	@echo "run directory: $(TRAIN_OUT)"
 
 clean:
 	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox_cpu test_fox_fd fox_data fox_data_noblosc test_data build

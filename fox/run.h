@@ -665,7 +665,19 @@ static void run_free(Run *r) {
 
 // The step's line on stdout and in log.jsonl: tokens/s and MFU by docs/model.md §6 (or achieved GFLOP/s where
 // the device's peak is unknown), and ACP's fraction of computed tiles.
-static void log_step(Run *r, double loss, double lr, double norm, double dt, double peak) {
+// " | ETA ..." for the step line: the time the remaining steps take at this run's pace so far, when the
+// whole run takes longer than a minute; else "".
+static void format_eta(char *buf, size_t cap, double elapsed, int done, int left) {
+    double eta = done > 0 ? elapsed / done * left : 0.0;
+    long s = (long)(eta + 0.5);
+    buf[0] = 0;
+    if (done < 1 || left < 1 || elapsed + eta < 60.0) return;
+    if (s >= 3600) snprintf(buf, cap, " | ETA %ldh%02ldm", s / 3600, s / 60 % 60);
+    else if (s >= 60) snprintf(buf, cap, " | ETA %ldm%02lds", s / 60, s % 60);
+    else snprintf(buf, cap, " | ETA %lds", s);
+}
+
+static void log_step(Run *r, double loss, double lr, double norm, double dt, double peak, const char *eta) {
     FoxArgs *a = &r->args;
     long long step_tokens = (long long)r->grad_accum * a->batch * a->seq_len * r->dist.world;
     double tps = step_tokens / dt, flops = tps * fox_flops_per_token(&r->model.cfg, a->seq_len);
@@ -677,8 +689,8 @@ static void log_step(Run *r, double loss, double lr, double norm, double dt, dou
         snprintf(acp_txt, sizeof(acp_txt), " | ACP %.1f%% of tiles", 100.0 * acp);
         snprintf(acp_json, sizeof(acp_json), "\"acp_live\": %.4f, ", acp);
     }
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s%s\n", r->step, a->steps, loss, lr,
-           norm, dt * 1e3, tps, rate, acp_txt);
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s%s%s\n", r->step, a->steps, loss, lr,
+           norm, dt * 1e3, tps, rate, acp_txt, eta);
     if (peak > 0) snprintf(mfu, sizeof(mfu), "\"mfu\": %.4f, ", flops / peak);
     log_json(r, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.7g, \"grad_norm\": %.17g, \"ms\": %.3f, "
                 "\"tokens_per_s\": %.1f, %s%s\"tokens\": %lld, \"skipped_steps\": %lld}",
@@ -740,7 +752,8 @@ static void train(Run *r) {
                a->model, m->lay.total, fox_mfu_params(&m->cfg) / 1e6, m->cfg.n_layer, m->cfg.d_model,
                m->cfg.n_head, m->cfg.mlp_hidden, step_tokens, a->batch, a->seq_len, r->grad_accum,
                r->dist.world, r->opt.warmup_steps);
-    int first = 1;
+    int first = 1, step_start = r->step;
+    double t_start = now_seconds();
     while (r->step < a->steps) {
         double t0 = now_seconds(), norm, lr = lr_at(&r->opt, r->step);
         int stop, saved = 0;
@@ -755,8 +768,11 @@ static void train(Run *r) {
             update_loss_stats(r, loss);
             for (int t = 0; t < a->seq_len; t++) r->pos_loss[t] += r->step_pos_loss[t];
             r->pos_loss_seqs += (long long)r->grad_accum * a->batch;
-            if (r->dist.rank == 0 && (r->step % a->log_every == 0 || r->step == a->steps))
-                log_step(r, loss, lr, norm, now_seconds() - t0, peak);
+            if (r->dist.rank == 0 && (r->step % a->log_every == 0 || r->step == a->steps)) {
+                char eta[48];
+                format_eta(eta, sizeof(eta), now_seconds() - t_start, r->step - step_start, a->steps - r->step);
+                log_step(r, loss, lr, norm, now_seconds() - t0, peak, eta);
+            }
             if (first && r->dist.rank == 0) run_model_report(m);
             first = 0;
             if (r->has_val && a->eval_every > 0 && (r->step % a->eval_every == 0 || r->step == a->steps)) {
@@ -801,6 +817,7 @@ static int run_main(int argc, char **argv) {
         run_init(&r);
         train(&r);
         if (r.dist.rank == 0 && r.args.sample_tokens > 0) print_sample(&r);
+        if (r.dist.rank == 0 && r.args.out[0]) printf("run directory: %s\n", r.args.out);
     }
     run_free(&r);
     dist_finalize();
