@@ -36,7 +36,7 @@ else
 endif
 LDLIBS = $(BLOSC_LIB) -lm
 
-FOX_HEADERS = fox/run.h fox/dist.h fox/testing.h fox/fixture.h fox/train_common.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/crc32.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
+FOX_HEADERS = fox/run.h fox/trainer.h fox/dist.h fox/train_common.h fox/acp.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/crc32.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
 
 # With MPI (Debian: libopenmpi-dev openmpi-bin) the data-parallel build train_fox_cpu_mpi is made
 # too: mpirun -np N ./train_fox_cpu_mpi ... (N ranks, gradients averaged with MPI_Allreduce).
@@ -47,7 +47,7 @@ endif
 
 FIXTURES = build/fixtures
 
-all: train_fox_cpu test_fox_cpu test_fox_fd fox_data $(MPI_BIN)
+all: train_fox_cpu test_fox_cpu test_fox_fd test_fox_e2e fox_data $(MPI_BIN)
 
 # Every binary depends on build/config.txt, the build configuration (compilers, flags, whether libblosc,
 # MPI and nvcc were found, GPU_ARCH), rewritten at the end of this file only when it changes: a machine
@@ -60,17 +60,23 @@ train_fox_cpu: train_fox.c $(FOX_HEADERS) $(BUILD_CONFIG)
 train_fox_cpu_mpi: train_fox.c $(FOX_HEADERS) $(BUILD_CONFIG)
 	$(MPICC) $(CFLAGS) -DFOX_MPI -I. -o $@ train_fox.c $(LDLIBS)
 
-test_fox_cpu: test_fox.c train_fox.c fox/fixture.h $(FOX_HEADERS) $(BUILD_CONFIG)
-	$(CC) $(CFLAGS) -I. -o $@ test_fox.c $(LDLIBS)
+# The tests, one binary per kind (test/): parity with the reference's fixtures, finite differences (the
+# model in float64), and the trainer binary end to end (which recomputes losses with the model, so the
+# backward and optimizer of train_fox.c go unused there, as the optimizer does in the float64 build).
+# The test-only headers sit beside them (TEST_HEADERS).
+TEST_HEADERS = test/testing.h test/fixture.h
+test_fox_cpu: test/test_parity.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
+	$(CC) $(CFLAGS) -I. -Itest -o $@ test/test_parity.c $(LDLIBS)
 
-# The same tests' finite-difference part, with the model in float64 (the optimizer and schedule
-# are exercised by test_fox_cpu, hence unused here).
-test_fox_fd: test_fox.c train_fox.c $(FOX_HEADERS) $(BUILD_CONFIG)
-	$(CC) $(CFLAGS) -Wno-unused-function -DFOX_REAL_DOUBLE -I. -o $@ test_fox.c $(LDLIBS)
+test_fox_fd: test/test_finite_diff.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
+	$(CC) $(CFLAGS) -Wno-unused-function -DFOX_REAL_DOUBLE -I. -Itest -o $@ test/test_finite_diff.c $(LDLIBS)
+
+test_fox_e2e: test/test_end_to_end.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
+	$(CC) $(CFLAGS) -Wno-unused-function -I. -Itest -o $@ test/test_end_to_end.c $(LDLIBS)
 
 include data.mk
 
-$(FIXTURES)/manifest.txt: train_fox.py fox/config.h fox/rng.h fox/checkpoint.h fox/fixture.h
+$(FIXTURES)/manifest.txt: train_fox.py fox/config.h fox/rng.h fox/checkpoint.h test/fixture.h
 	@test -n "$(PYTHON)" || { echo "error: no Python with torch and numpy (sh scripts/setup.sh says what make test needs)"; exit 1; }
 	$(PYTHON) train_fox.py fixtures --out $(FIXTURES)
 
@@ -82,12 +88,14 @@ test:
 	@$(MAKE) --no-print-directory test-suites
 
 # Every suite prints "N passed, M failed"; scripts/run_tests.sh runs them all and sums them up.
-test-suites: train_fox_cpu test_fox_cpu test_fox_fd fox_data fox_data_noblosc test_data $(MPI_BIN) $(FIXTURES)/manifest.txt test/data/node_modules/js-tiktoken/package.json
+test-suites: train_fox_cpu test_fox_cpu test_fox_fd test_fox_e2e fox_data fox_data_noblosc test_data $(MPI_BIN) $(FIXTURES)/manifest.txt test/data/node_modules/js-tiktoken/package.json
 	PYTHON=$(PYTHON) FOX_MPI_BIN=$(MPI_BIN) sh scripts/run_tests.sh \
 	  "test harness=sh test/test_run_tests.sh" \
+	  "headers compile alone=CC=$(CC) CFLAGS_EXTRA='$(BLOSC_DEF)' NVCC=$(NVCC) sh scripts/check_headers.sh" \
 	  "reference selfcheck=$(PYTHON) train_fox.py selfcheck" \
-	  "cpu trainer=./test_fox_cpu $(FIXTURES)" \
+	  "cpu parity=./test_fox_cpu $(FIXTURES)" \
 	  "finite differences=./test_fox_fd" \
+	  "cpu end to end=./test_fox_e2e" \
 	  "runs=sh scripts/test_runs.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "paper run scripts=bash test/test_paper_scripts.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "data pipeline=./test_data" \
@@ -108,9 +116,13 @@ train: train_fox_cpu
 	$(TRAIN_BIN) $(TRAIN_ARGS) --out $(TRAIN_OUT)
 
 clean:
-	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox_cpu test_fox_fd fox_data fox_data_noblosc test_data build
+	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox_cpu test_fox_fd test_fox_e2e fox_data fox_data_noblosc test_data build
 
-.PHONY: all test test-suites train clean
+# Every header compiles on its own (C headers with $(CC), CUDA headers with nvcc when present).
+check-headers:
+	CC=$(CC) CFLAGS_EXTRA='$(BLOSC_DEF)' NVCC=$(NVCC) sh scripts/check_headers.sh
+
+.PHONY: all test test-suites train clean check-headers
 
 # --- CUDA (train_fox.cu) ---
 # With nvcc on PATH: train_fox (the GPU trainer) and test_fox (its parity test against the reference's
@@ -123,7 +135,8 @@ ifneq ($(NVCC_FOUND),)
 GPU_ARCH ?= 90a
 NVCCFLAGS = -O3 -std=c++17 -gencode=arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp $(BLOSC_DEF)
 CUDA_LDLIBS = -lcublasLt -lcublas -lcudart -lgomp $(BLOSC_LIB) -lm
-CUDA_HEADERS = fox/attention.cuh fox/gemm.cuh fox/kernels.cuh $(FOX_HEADERS)
+CUDA_HEADERS = fox/cuda_common.cuh fox/attention.cuh fox/attention_primitives.cuh fox/attention_traits.cuh \
+               fox/attention_forward.cuh fox/attention_backward.cuh fox/gemm.cuh fox/kernels.cuh $(FOX_HEADERS)
 
 all: train_fox test_fox cuda-dev
 
@@ -144,8 +157,8 @@ endif
 train_fox: train_fox.cu $(CUDA_HEADERS) $(BUILD_CONFIG)
 	$(NVCC) $(NVCCFLAGS) $(TRAIN_FOX_MPI) -I. -o $@ train_fox.cu $(CUDA_LDLIBS) $(TRAIN_FOX_MPI_LIBS)
 
-test_fox: test_fox.cu train_fox.cu fox/fixture.h $(CUDA_HEADERS) $(BUILD_CONFIG)
-	$(NVCC) $(NVCCFLAGS) -I. -o $@ test_fox.cu $(CUDA_LDLIBS)
+test_fox: test/test_parity_gpu.cu train_fox.cu $(TEST_HEADERS) $(CUDA_HEADERS) $(BUILD_CONFIG)
+	$(NVCC) $(NVCCFLAGS) -I. -Itest -o $@ test/test_parity_gpu.cu $(CUDA_LDLIBS)
 
 ifneq ($(shell nvidia-smi -L 2>/dev/null | grep -c GPU),0)
 TRAIN_BIN = ./train_fox

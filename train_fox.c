@@ -1,28 +1,18 @@
 // train_fox.c: the fp32 CPU reference trainer for the Forgetting Transformer (FoX).
 // Readable first, parallel with OpenMP, every forward next to its backward. docs/model.md §1-2, §5-6.
 // The model's shapes and switches come from fox/config.h; the checkpoint format from
-// fox/checkpoint.h; the data from dataloader.h. test_fox.c includes this file with TESTING set.
+// fox/checkpoint.h; the data from dataloader.h. The tests in test/ include this file with TESTING set.
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
-#include "fox/config.h"
-#include "fox/rng.h"
-#include "fox/args.h"
-#include "fox/io.h"
-#include "fox/checkpoint.h"
-#include "fox/npy.h"
-#include "fox/train_common.h"
-#include "fox/dist.h"
-#include "fox/acp.h"
-#include "dataloader.h"
-#include "tokenizer.h"
 
 // The model's number type: float for training; the finite-difference test builds it as double
 // (FOX_REAL_DOUBLE) so that differences of losses are exact enough to check gradients tightly.
 #ifdef FOX_REAL_DOUBLE
 typedef double real;
+#define FOX_ACP_REAL double  // the number type of c in fox/acp.h's staircase search
 #define exp_r exp
 #define sqrt_r sqrt
 #define log_r log
@@ -39,6 +29,13 @@ typedef float real;
 #define fmin_r fminf
 #endif
 
+#include "fox/config.h"        // FoxConfig, presets, FOX_PARAMS layout, FOX_ATTN_IN_ROWS (AttnCols)
+#include "fox/io.h"            // fox_malloc, fox_calloc, fox_fatal: checked allocation, one-line errors
+#include "fox/train_common.h"  // fox_init_params, fox_rope_angle, OptConfig
+#include "fox/dist.h"          // Dist, dist_allreduce_sum: the data-parallel ranks (MPI)
+#include "fox/trainer.h"       // ModelOptions and the run_model_* functions this file defines for fox/run.h
+#include "fox/acp.h"           // ACP: the tile grid, the bound U, the staircase search
+
 // ----------------------------------------------------------------------------
 // Model state
 
@@ -48,11 +45,11 @@ typedef struct {
     real *mid;       // (L, N, D): residual after attention
     real *ln1_rstd, *xn1;  // (L, N), (L, N, D)
     real *proj;      // (L, N, NIN): attn_in_w outputs
-    real *ks, *vs;   // (L, N, D): keys and values after KV-shift
-    real *qn, *kn;   // (L, N, D): attention q and k (after QK-norm and RoPE)
+    real *ks, *v;    // (L, N, D): keys after KV-shift (before QK-norm); values after KV-shift
+    real *q, *k;     // (L, N, D): attention q and k (after QK-norm and RoPE)
     real *q_rstd, *k_rstd;  // (L, N, H)
-    real *cum;       // (L, B, H, T): c_t = Σ log f
-    real *att, *lse; // (L, N, D), (L, B, H, T)
+    real *c;         // (L, B, H, T): c_t = Σ log f
+    real *o, *lse;   // (L, N, D), (L, B, H, T)
     real *on, *on_rstd;     // (L, N, D), (L, N, H): output-normed attention
     real *z;         // (L, N, D): input of attn_out_w
     real *ln2_rstd, *xn2;   // (L, N), (L, N, D)
@@ -64,10 +61,10 @@ typedef struct {
 
 // Gradient scratch for one block at a time.
 typedef struct {
-    real *dresid, *dxn, *dproj, *dks, *dvs, *dqn, *dkn, *dcum, *datt, *don, *dz, *du, *dh;
-} Grads;
+    real *dres, *dxn, *dproj, *dks, *dv, *dq, *dk, *dc, *d_o, *don, *dz, *du, *dh;
+} Scratch;
 
-typedef struct {
+struct Model {
     FoxConfig cfg;
     FoxLayout lay;
     AttnCols cols;
@@ -77,8 +74,8 @@ typedef struct {
     int *acp_first;  // (B, H, ceil(T / FOX_ACP_BLOCK)): first live key block of each query block
     long long acp_live, acp_tiles;  // attention tiles computed / in the causal grid, last forward
     Acts a;
-    Grads d;
-} Model;
+    Scratch s;
+};
 
 static real *param(Model *m, int which, int layer) { return m->params + fox_param_offset(&m->lay, which, layer); }
 
@@ -95,13 +92,13 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->xn1 = fox_calloc(L * N * D, sizeof(real));
     a->proj = fox_calloc(L * N * NIN, sizeof(real));
     a->ks = fox_calloc(L * N * D, sizeof(real));
-    a->vs = fox_calloc(L * N * D, sizeof(real));
-    a->qn = fox_calloc(L * N * D, sizeof(real));
-    a->kn = fox_calloc(L * N * D, sizeof(real));
+    a->v = fox_calloc(L * N * D, sizeof(real));
+    a->q = fox_calloc(L * N * D, sizeof(real));
+    a->k = fox_calloc(L * N * D, sizeof(real));
     a->q_rstd = fox_calloc(L * N * H, sizeof(real));
     a->k_rstd = fox_calloc(L * N * H, sizeof(real));
-    a->cum = fox_calloc(L * N * H, sizeof(real));
-    a->att = fox_calloc(L * N * D, sizeof(real));
+    a->c = fox_calloc(L * N * H, sizeof(real));
+    a->o = fox_calloc(L * N * D, sizeof(real));
     a->lse = fox_calloc(L * N * H, sizeof(real));
     a->on = fox_calloc(L * N * D, sizeof(real));
     a->on_rstd = fox_calloc(L * N * H, sizeof(real));
@@ -114,20 +111,20 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->xnf = fox_calloc(N * D, sizeof(real));
     a->logits = fox_calloc(N * V, sizeof(real));
     a->losses = fox_calloc(N, sizeof(real));
-    Grads *d = &m->d;
-    d->dresid = fox_calloc(N * D, sizeof(real));
-    d->dxn = fox_calloc(N * D, sizeof(real));
-    d->dproj = fox_calloc(N * NIN, sizeof(real));
-    d->dks = fox_calloc(N * D, sizeof(real));
-    d->dvs = fox_calloc(N * D, sizeof(real));
-    d->dqn = fox_calloc(N * D, sizeof(real));
-    d->dkn = fox_calloc(N * D, sizeof(real));
-    d->dcum = fox_calloc(N * H, sizeof(real));
-    d->datt = fox_calloc(N * D, sizeof(real));
-    d->don = fox_calloc(N * D, sizeof(real));
-    d->dz = fox_calloc(N * D, sizeof(real));
-    d->du = fox_calloc(N * 2 * I, sizeof(real));
-    d->dh = fox_calloc(N * I, sizeof(real));
+    Scratch *sc = &m->s;
+    sc->dres = fox_calloc(N * D, sizeof(real));
+    sc->dxn = fox_calloc(N * D, sizeof(real));
+    sc->dproj = fox_calloc(N * NIN, sizeof(real));
+    sc->dks = fox_calloc(N * D, sizeof(real));
+    sc->dv = fox_calloc(N * D, sizeof(real));
+    sc->dq = fox_calloc(N * D, sizeof(real));
+    sc->dk = fox_calloc(N * D, sizeof(real));
+    sc->dc = fox_calloc(N * H, sizeof(real));
+    sc->d_o = fox_calloc(N * D, sizeof(real));
+    sc->don = fox_calloc(N * D, sizeof(real));
+    sc->dz = fox_calloc(N * D, sizeof(real));
+    sc->du = fox_calloc(N * 2 * I, sizeof(real));
+    sc->dh = fox_calloc(N * I, sizeof(real));
     m->acp_first = fox_calloc((size_t)B * H * fox_acp_blocks(T), sizeof(int));
     m->B = B;
     m->T = T;
@@ -137,7 +134,7 @@ static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed
     memset(m, 0, sizeof(*m));
     m->cfg = *c;
     fox_layout(c, &m->lay);
-    m->cols = attn_cols(c);
+    m->cols = fox_attn_cols(c);
     size_t n = m->lay.total;
     m->params = fox_malloc(n * sizeof(real));
     m->grads = fox_calloc(n, sizeof(real));
@@ -153,11 +150,11 @@ static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed
 static void model_free(Model *m) {
     real **bufs[] = {
         &m->params, &m->grads, &m->m, &m->v, &m->a.resid, &m->a.mid, &m->a.ln1_rstd, &m->a.xn1, &m->a.proj,
-        &m->a.ks, &m->a.vs, &m->a.qn, &m->a.kn, &m->a.q_rstd, &m->a.k_rstd, &m->a.cum, &m->a.att, &m->a.lse,
+        &m->a.ks, &m->a.v, &m->a.q, &m->a.k, &m->a.q_rstd, &m->a.k_rstd, &m->a.c, &m->a.o, &m->a.lse,
         &m->a.on, &m->a.on_rstd, &m->a.z, &m->a.ln2_rstd, &m->a.xn2, &m->a.mlp_u, &m->a.mlp_h,
-        &m->a.lnf_rstd, &m->a.xnf, &m->a.logits, &m->a.losses, &m->d.dresid, &m->d.dxn, &m->d.dproj,
-        &m->d.dks, &m->d.dvs, &m->d.dqn, &m->d.dkn, &m->d.dcum, &m->d.datt, &m->d.don, &m->d.dz,
-        &m->d.du, &m->d.dh,
+        &m->a.lnf_rstd, &m->a.xnf, &m->a.logits, &m->a.losses, &m->s.dres, &m->s.dxn, &m->s.dproj,
+        &m->s.dks, &m->s.dv, &m->s.dq, &m->s.dk, &m->s.dc, &m->s.d_o, &m->s.don, &m->s.dz,
+        &m->s.du, &m->s.dh,
     };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { free(*bufs[i]); *bufs[i] = NULL; }
     free(m->acp_first);
@@ -397,7 +394,7 @@ static void rope_apply(real *x, SeqShape s, real theta, int inverse) {
             for (int h = 0; h < s.H; h++) {
                 real *v = x + ((size_t)b * s.T + t) * D + (size_t)h * s.Dh;
                 for (int i = 0; i < half; i++) {
-                    double ang = t * pow((double)theta, -2.0 * i / s.Dh);
+                    double ang = fox_rope_angle(t, i, s.Dh, (double)theta);
                     real cs = (real)cos(ang), sn = (real)(inverse ? -sin(ang) : sin(ang));
                     real x1 = v[i], x2 = v[i + half];
                     v[i] = x1 * cs - x2 * sn;
@@ -409,17 +406,17 @@ static void rope_apply(real *x, SeqShape s, real theta, int inverse) {
 }
 
 // Forget gate: log f_t per head (logsigmoid in fp32) and c_t = Σ_{l≤t} log f_l, stored (B, H, T).
-static void forget_gate_forward(real *cum, const real *proj, const real *bias, int fc, int kind, SeqShape s) {
+static void forget_gate_forward(real *c, const real *proj, const real *bias, int fc, int kind, SeqShape s) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
             double acc = 0.0;
-            real *c = cum + ((size_t)b * s.H + h) * s.T;
+            real *ch = c + ((size_t)b * s.H + h) * s.T;
             for (int t = 0; t < s.T; t++) {
                 real logit = bias[h];
                 if (kind == FOX_FG_DATA_DEPENDENT) logit += proj[((size_t)b * s.T + t) * s.stride + fc + h];
                 acc += logsigmoid_r(logit);
-                c[t] = (real)acc;
+                ch[t] = (real)acc;
             }
         }
     }
@@ -427,16 +424,16 @@ static void forget_gate_forward(real *cum, const real *proj, const real *bias, i
 
 // d log f_t = Σ_{i≥t} dc_i, a true reverse cumulative sum (no "total minus prefix"); then through
 // logsigmoid: d logit = d log f · σ(-logit).
-static void forget_gate_backward(real *dproj, real *dbias, const real *dcum, const real *proj,
+static void forget_gate_backward(real *dproj, real *dbias, const real *dc, const real *proj,
                                  const real *bias, int fc, int kind, SeqShape s) {
     #pragma omp parallel for
     for (int h = 0; h < s.H; h++) {
         double db = 0.0;
         for (int b = 0; b < s.B; b++) {
-            const real *dc = dcum + ((size_t)b * s.H + h) * s.T;
+            const real *dch = dc + ((size_t)b * s.H + h) * s.T;
             double acc = 0.0;
             for (int t = s.T - 1; t >= 0; t--) {
-                acc += dc[t];
+                acc += dch[t];
                 size_t n = (size_t)b * s.T + t;
                 real logit = bias[h] + (kind == FOX_FG_DATA_DEPENDENT ? proj[n * s.stride + fc + h] : 0.0f);
                 real dlogit = (real)acc * sigmoid_r(-logit);
@@ -453,18 +450,18 @@ static int first_key(const int *kv_first, int bh, int i, SeqShape s) {
     return kv_first ? kv_first[(size_t)bh * fox_acp_blocks(s.T) + i / FOX_ACP_BLOCK] * FOX_ACP_BLOCK : 0;
 }
 
-// Forgetting Attention (FoX eq. 5-6), causal, row by row with an online softmax:
+// Forgetting Attention (FoX eq. 11-13), causal, row by row with an online softmax:
 // o_i = Σ_{j≤i} exp(q_i·k_j/√d + c_i − c_j) v_j / Σ_{j≤i} exp(...). Stores lse_i for backward.
-// q, k, v, o are (N, D) with head h at columns h·Dh; cum and lse are (B, H, T). kv_first: the ACP
+// q, k, v, o are (N, D) with head h at columns h·Dh; c and lse are (B, H, T). kv_first: the ACP
 // staircase (fox/acp.h), or NULL.
 static void attention_forward(real *o, real *lse, const real *q, const real *k, const real *v,
-                              const real *cum, const int *kv_first, SeqShape s) {
+                              const real *c, const int *kv_first, SeqShape s) {
     int D = s.H * s.Dh;
     real scale = 1.0f / sqrt_r((real)s.Dh);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
-            const real *c = cum ? cum + ((size_t)b * s.H + h) * s.T : NULL;
+            const real *ch = c ? c + ((size_t)b * s.H + h) * s.T : NULL;
             real *acc = fox_malloc((size_t)s.Dh * sizeof(real));
             for (int i = 0; i < s.T; i++) {
                 const real *qi = q + ((size_t)b * s.T + i) * D + h * s.Dh;
@@ -476,7 +473,7 @@ static void attention_forward(real *o, real *lse, const real *q, const real *k, 
                     real dot = 0.0f;
                     #pragma omp simd reduction(+:dot)
                     for (int d = 0; d < s.Dh; d++) dot += qi[d] * kj[d];
-                    real sc = dot * scale + (c ? c[i] - c[j] : 0.0f);
+                    real sc = dot * scale + (ch ? ch[i] - ch[j] : 0.0f);
                     if (sc > mx) {
                         real r = exp_r(mx - sc);
                         l *= r;
@@ -498,16 +495,16 @@ static void attention_forward(real *o, real *lse, const real *q, const real *k, 
 
 // Backward of the above: with P_ij = exp(s_ij − lse_i), D_i = dO_i·o_i, dS_ij = P_ij (dO_i·v_j − D_i):
 // dq_i = Σ_j dS_ij k_j/√d, dk_j = Σ_i dS_ij q_i/√d, dv_j = Σ_i P_ij dO_i, dc_i += Σ_j dS_ij, dc_j −= Σ_i dS_ij.
-static void attention_backward(real *dq, real *dk, real *dv, real *dcum, const real *dout,
+static void attention_backward(real *dq, real *dk, real *dv, real *dc, const real *dout,
                                const real *q, const real *k, const real *v, const real *o,
-                               const real *lse, const real *cum, const int *kv_first, SeqShape s) {
+                               const real *lse, const real *c, const int *kv_first, SeqShape s) {
     int D = s.H * s.Dh;
     real scale = 1.0f / sqrt_r((real)s.Dh);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
             size_t bh = ((size_t)b * s.H + h) * s.T;
-            const real *c = cum ? cum + bh : NULL;
+            const real *ch = c ? c + bh : NULL;
             for (int i = 0; i < s.T; i++) {
                 size_t ri = ((size_t)b * s.T + i) * D + h * s.Dh;
                 real Di = 0.0f;
@@ -516,14 +513,14 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dcum, const r
                     size_t rj = ((size_t)b * s.T + j) * D + h * s.Dh;
                     real dot = 0.0f, dp = 0.0f;
                     for (int d = 0; d < s.Dh; d++) { dot += q[ri + d] * k[rj + d]; dp += dout[ri + d] * v[rj + d]; }
-                    real p = exp_r(dot * scale + (c ? c[i] - c[j] : 0.0f) - lse[bh + i]);
+                    real p = exp_r(dot * scale + (ch ? ch[i] - ch[j] : 0.0f) - lse[bh + i]);
                     real ds = p * (dp - Di);
                     for (int d = 0; d < s.Dh; d++) {
                         dq[ri + d] += ds * scale * k[rj + d];
                         dk[rj + d] += ds * scale * q[ri + d];
                         dv[rj + d] += p * dout[ri + d];
                     }
-                    if (dcum) { dcum[bh + i] += ds; dcum[bh + j] -= ds; }
+                    if (dc) { dc[bh + i] += ds; dc[bh + j] -= ds; }
                 }
             }
         }
@@ -617,39 +614,37 @@ static SeqShape seq_shape(const Model *m, int B, int T, int stride) {
     return s;
 }
 
-static size_t lofs(const Model *m, int l, size_t per_token, int B, int T) {
-    (void)m;
+// Element offset of layer l's slice of an (L, B·T, per_token) activation.
+static size_t layer_offset(int l, size_t per_token, int B, int T) {
     return (size_t)l * (size_t)B * T * per_token;
 }
 
 // Block l's slices of the attention activations.
-typedef struct { real *x, *xn, *proj, *ks, *vs, *qn, *kn, *cum, *lse, *att, *on, *z; } AttnLayer;
+typedef struct { real *x, *xn, *proj, *ks, *v, *q, *k, *c, *lse, *o, *on, *z; } AttnLayer;
 
 static AttnLayer attn_layer(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     size_t D = (size_t)m->cfg.d_model, H = (size_t)m->cfg.n_head, NIN = (size_t)m->cols.width;
-    AttnLayer al = {a->resid + lofs(m, l, D, B, T), a->xn1 + lofs(m, l, D, B, T), a->proj + lofs(m, l, NIN, B, T),
-                    a->ks + lofs(m, l, D, B, T), a->vs + lofs(m, l, D, B, T), a->qn + lofs(m, l, D, B, T),
-                    a->kn + lofs(m, l, D, B, T), a->cum + lofs(m, l, H, B, T), a->lse + lofs(m, l, H, B, T),
-                    a->att + lofs(m, l, D, B, T), a->on + lofs(m, l, D, B, T), a->z + lofs(m, l, D, B, T)};
+    AttnLayer al = {a->resid + layer_offset(l, D, B, T), a->xn1 + layer_offset(l, D, B, T), a->proj + layer_offset(l, NIN, B, T),
+                    a->ks + layer_offset(l, D, B, T), a->v + layer_offset(l, D, B, T), a->q + layer_offset(l, D, B, T),
+                    a->k + layer_offset(l, D, B, T), a->c + layer_offset(l, H, B, T), a->lse + layer_offset(l, H, B, T),
+                    a->o + layer_offset(l, D, B, T), a->on + layer_offset(l, D, B, T), a->z + layer_offset(l, D, B, T)};
     return al;
 }
-
-FOX_ACP_FIRST_LIVE(acp_first_live, real, static)
 
 // Block l's ACP staircase (into m->acp_first), or NULL when ACP is off or there is no forget gate. U per
 // (b, h): from the QK-norm weights, else from the largest q and k norms of the sequence (fox/acp.h).
 // count: add the live tiles to m->acp_live (the forward pass).
-static const int *acp_tables(Model *m, int l, const real *cum, const real *qn, const real *kn, SeqShape s, int count) {
+static const int *acp_tables(Model *m, int l, const real *gate_c, const real *q, const real *k, SeqShape s, int count) {
     const FoxConfig *c = &m->cfg;
     if (!m->acp || c->forget_gate == FOX_FG_NONE) return NULL;
-    int nblk = fox_acp_blocks(s.T), D = s.H * s.Dh, wst = c->qk_norm_shared ? 0 : s.Dh;
+    int nblk = fox_acp_blocks(s.T), D = s.H * s.Dh, wstride = c->qk_norm_shared ? 0 : s.Dh;
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
             double mq = 0.0, mk = 0.0, U;
             if (c->qk_norm) {
-                const real *gq = param(m, FOX_P_qnorm_w, l) + h * wst, *gk = param(m, FOX_P_knorm_w, l) + h * wst;
+                const real *gq = param(m, FOX_P_qnorm_w, l) + h * wstride, *gk = param(m, FOX_P_knorm_w, l) + h * wstride;
                 for (int i = 0; i < s.Dh; i++) {
                     mq = fmax(mq, fabs((double)gq[i]));
                     mk = fmax(mk, fabs((double)gk[i]));
@@ -660,8 +655,8 @@ static const int *acp_tables(Model *m, int l, const real *cum, const real *qn, c
                     size_t r = ((size_t)b * s.T + t) * D + (size_t)h * s.Dh;
                     double q2 = 0.0, k2 = 0.0;
                     for (int i = 0; i < s.Dh; i++) {
-                        q2 += (double)qn[r + i] * qn[r + i];
-                        k2 += (double)kn[r + i] * kn[r + i];
+                        q2 += (double)q[r + i] * q[r + i];
+                        k2 += (double)k[r + i] * k[r + i];
                     }
                     mq = fmax(mq, q2);
                     mk = fmax(mk, k2);
@@ -669,10 +664,10 @@ static const int *acp_tables(Model *m, int l, const real *cum, const real *qn, c
                 U = fox_acp_bound_norms(mq, mk, s.Dh);
             }
             double delta = fox_acp_threshold(U, s.T);
-            const real *cb = cum + ((size_t)b * s.H + h) * s.T;
+            const real *ch = gate_c + ((size_t)b * s.H + h) * s.T;
             int *kf = m->acp_first + ((size_t)b * s.H + h) * nblk, prev = 0;
             for (int mb = 0; mb < nblk; mb++) {  // (the running max keeps the staircase monotone)
-                int f = acp_first_live(cb, s.T, mb, delta);
+                int f = fox_acp_first_live(ch, s.T, mb, delta);
                 prev = f > prev ? f : prev;
                 kf[mb] = prev;
             }
@@ -690,49 +685,49 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
-    AttnCols cl = m->cols;
+    AttnCols cols = m->cols;
     SeqShape s = seq_shape(m, B, T, NIN);
     AttnLayer al = attn_layer(m, l, B, T);
-    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks, *vs = al.vs, *qn = al.qn, *kn = al.kn;
-    real *cum = al.cum, *lse = al.lse, *att = al.att, *on = al.on, *z = al.z;
+    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks, *v = al.v, *q = al.q, *k = al.k;
+    real *lse = al.lse, *o = al.o, *on = al.on, *z = al.z;
 
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_forward(xn, a->ln1_rstd + lofs(m, l, 1, B, T), x, param(m, FOX_P_ln1_w, l), ln);
+    rmsnorm_forward(xn, a->ln1_rstd + layer_offset(l, 1, B, T), x, param(m, FOX_P_ln1_w, l), ln);
     matmul_forward(proj, xn, param(m, FOX_P_attn_in_w, l), N, D, NIN);
     if (c->kv_shift) {
-        kv_shift_forward(ks, proj, cl.k, cl.ak, s);
-        kv_shift_forward(vs, proj, cl.v, cl.av, s);
+        kv_shift_forward(ks, proj, cols.k, cols.k_shift, s);
+        kv_shift_forward(v, proj, cols.v, cols.v_shift, s);
     } else {
-        copy_columns(ks, proj, cl.k, N, D, NIN);
-        copy_columns(vs, proj, cl.v, N, D, NIN);
+        copy_columns(ks, proj, cols.k, N, D, NIN);
+        copy_columns(v, proj, cols.v, N, D, NIN);
     }
     if (c->qk_norm) {
-        int wst = c->qk_norm_shared ? 0 : Dh;
-        NormShape qs = {N, H, Dh, NIN, D, wst, FOX_QK_NORM_EPS}, kshape = {N, H, Dh, D, D, wst, FOX_QK_NORM_EPS};
-        rmsnorm_forward(qn, a->q_rstd + lofs(m, l, H, B, T), proj + cl.q, param(m, FOX_P_qnorm_w, l), qs);
-        rmsnorm_forward(kn, a->k_rstd + lofs(m, l, H, B, T), ks, param(m, FOX_P_knorm_w, l), kshape);
+        int wstride = c->qk_norm_shared ? 0 : Dh;
+        NormShape qs = {N, H, Dh, NIN, D, wstride, FOX_QK_NORM_EPS}, kshape = {N, H, Dh, D, D, wstride, FOX_QK_NORM_EPS};
+        rmsnorm_forward(q, a->q_rstd + layer_offset(l, H, B, T), proj + cols.q, param(m, FOX_P_qnorm_w, l), qs);
+        rmsnorm_forward(k, a->k_rstd + layer_offset(l, H, B, T), ks, param(m, FOX_P_knorm_w, l), kshape);
     } else {
-        copy_columns(qn, proj, cl.q, N, D, NIN);
-        memcpy(kn, ks, (size_t)N * D * sizeof(real));
+        copy_columns(q, proj, cols.q, N, D, NIN);
+        memcpy(k, ks, (size_t)N * D * sizeof(real));
     }
     if (c->rope) {
-        rope_apply(qn, s, c->rope_theta, 0);
-        rope_apply(kn, s, c->rope_theta, 0);
+        rope_apply(q, s, c->rope_theta, 0);
+        rope_apply(k, s, c->rope_theta, 0);
     }
     if (c->forget_gate != FOX_FG_NONE)
-        forget_gate_forward(cum, proj, param(m, FOX_P_fgate_b, l), cl.f, c->forget_gate, s);
-    attention_forward(att, lse, qn, kn, vs, c->forget_gate != FOX_FG_NONE ? cum : NULL, acp_tables(m, l, cum, qn, kn, s, 1), s);
+        forget_gate_forward(al.c, proj, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, s);
+    attention_forward(o, lse, q, k, v, c->forget_gate != FOX_FG_NONE ? al.c : NULL, acp_tables(m, l, al.c, q, k, s, 1), s);
     if (c->output_norm) {
         NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
-        rmsnorm_forward(on, a->on_rstd + lofs(m, l, H, B, T), att, param(m, FOX_P_onorm_w, l), os);
+        rmsnorm_forward(on, a->on_rstd + layer_offset(l, H, B, T), o, param(m, FOX_P_onorm_w, l), os);
     } else {
-        memcpy(on, att, (size_t)N * D * sizeof(real));
+        memcpy(on, o, (size_t)N * D * sizeof(real));
     }
-    if (c->output_gate) output_gate_forward(z, on, proj, cl.g, N, D, NIN);
+    if (c->output_gate) output_gate_forward(z, on, proj, cols.gate, N, D, NIN);
     else memcpy(z, on, (size_t)N * D * sizeof(real));
-    real *y = m->d.dz;  // scratch: the projection, before the residual add
+    real *y = m->s.dz;  // scratch: the projection, before the residual add
     matmul_forward(y, z, param(m, FOX_P_attn_out_w, l), N, D, D);
-    residual_add(a->mid + lofs(m, l, D, B, T), x, y, (size_t)N * D);
+    residual_add(a->mid + layer_offset(l, D, B, T), x, y, (size_t)N * D);
 }
 
 // Forward of block l's MLP: mid[l] → resid[l+1].
@@ -740,15 +735,15 @@ static void mlp_block_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, I = c->mlp_hidden;
-    real *x = a->mid + lofs(m, l, D, B, T), *xn = a->xn2 + lofs(m, l, D, B, T);
-    real *u = a->mlp_u + lofs(m, l, 2 * (size_t)I, B, T), *hh = a->mlp_h + lofs(m, l, I, B, T);
+    real *x = a->mid + layer_offset(l, D, B, T), *xn = a->xn2 + layer_offset(l, D, B, T);
+    real *mlp_u = a->mlp_u + layer_offset(l, 2 * (size_t)I, B, T), *mlp_h = a->mlp_h + layer_offset(l, I, B, T);
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_forward(xn, a->ln2_rstd + lofs(m, l, 1, B, T), x, param(m, FOX_P_ln2_w, l), ln);
-    matmul_forward(u, xn, param(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
-    swiglu_forward(hh, u, N, I);
-    real *y = m->d.dxn;  // scratch
-    matmul_forward(y, hh, param(m, FOX_P_mlp_out_w, l), N, I, D);
-    residual_add(a->resid + lofs(m, l + 1, D, B, T), x, y, (size_t)N * D);
+    rmsnorm_forward(xn, a->ln2_rstd + layer_offset(l, 1, B, T), x, param(m, FOX_P_ln2_w, l), ln);
+    matmul_forward(mlp_u, xn, param(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
+    swiglu_forward(mlp_h, mlp_u, N, I);
+    real *y = m->s.dxn;  // scratch
+    matmul_forward(y, mlp_h, param(m, FOX_P_mlp_out_w, l), N, I, D);
+    residual_add(a->resid + layer_offset(l + 1, D, B, T), x, y, (size_t)N * D);
 }
 
 // Full forward over B×T tokens (B, T within the allocated capacity). With targets, fills the
@@ -765,96 +760,96 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
         mlp_block_forward(m, l, B, T);
     }
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_forward(a->xnf, a->lnf_rstd, a->resid + lofs(m, L, D, B, T), param(m, FOX_P_lnf_w, 0), ln);
+    rmsnorm_forward(a->xnf, a->lnf_rstd, a->resid + layer_offset(L, D, B, T), param(m, FOX_P_lnf_w, 0), ln);
     matmul_forward(a->logits, a->xnf, param(m, FOX_P_lm_head_w, 0), N, D, V);
     return targets ? crossentropy_forward(a->losses, a->logits, targets, N, V) : 0.0;
 }
 
 static void zero(real *p, size_t n) { memset(p, 0, n * sizeof(real)); }
 
-// Backward of block l's MLP: d.dresid holds dL/d resid[l+1] on entry, dL/d mid[l] on exit.
+// Backward of block l's MLP: d.dres holds dL/d resid[l+1] on entry, dL/d mid[l] on exit.
 static void mlp_block_backward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
-    Grads *g = &m->d;
+    Scratch *g = &m->s;
     int N = B * T, D = c->d_model, I = c->mlp_hidden;
-    real *x = a->mid + lofs(m, l, D, B, T), *xn = a->xn2 + lofs(m, l, D, B, T);
-    real *u = a->mlp_u + lofs(m, l, 2 * (size_t)I, B, T), *hh = a->mlp_h + lofs(m, l, I, B, T);
+    real *x = a->mid + layer_offset(l, D, B, T), *xn = a->xn2 + layer_offset(l, D, B, T);
+    real *mlp_u = a->mlp_u + layer_offset(l, 2 * (size_t)I, B, T), *mlp_h = a->mlp_h + layer_offset(l, I, B, T);
     zero(g->dh, (size_t)N * I);
     zero(g->du, (size_t)N * 2 * I);
     zero(g->dxn, (size_t)N * D);
-    matmul_backward(g->dh, grad(m, FOX_P_mlp_out_w, l), g->dresid, hh, param(m, FOX_P_mlp_out_w, l), N, I, D);
-    swiglu_backward(g->du, g->dh, u, N, I);
+    matmul_backward(g->dh, grad(m, FOX_P_mlp_out_w, l), g->dres, mlp_h, param(m, FOX_P_mlp_out_w, l), N, I, D);
+    swiglu_backward(g->du, g->dh, mlp_u, N, I);
     matmul_backward(g->dxn, grad(m, FOX_P_mlp_in_w, l), g->du, xn, param(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_backward(g->dresid, grad(m, FOX_P_ln2_w, l), g->dxn, x, a->ln2_rstd + lofs(m, l, 1, B, T),
+    rmsnorm_backward(g->dres, grad(m, FOX_P_ln2_w, l), g->dxn, x, a->ln2_rstd + layer_offset(l, 1, B, T),
                      param(m, FOX_P_ln2_w, l), ln);
 }
 
-// Backward of block l's attention: d.dresid holds dL/d mid[l] on entry, dL/d resid[l] on exit.
+// Backward of block l's attention: d.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
 static void attention_block_backward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
-    Grads *g = &m->d;
+    Scratch *g = &m->s;
     int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
-    AttnCols cl = m->cols;
+    AttnCols cols = m->cols;
     SeqShape s = seq_shape(m, B, T, NIN);
     AttnLayer al = attn_layer(m, l, B, T);
-    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks, *vs = al.vs, *qn = al.qn, *kn = al.kn;
-    real *cum = al.cum, *lse = al.lse, *att = al.att, *on = al.on, *z = al.z;
+    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks, *v = al.v, *q = al.q, *k = al.k;
+    real *lse = al.lse, *o = al.o, *on = al.on, *z = al.z;
     int has_fg = c->forget_gate != FOX_FG_NONE;
 
     zero(g->dz, (size_t)N * D);
     zero(g->don, (size_t)N * D);
-    zero(g->datt, (size_t)N * D);
+    zero(g->d_o, (size_t)N * D);
     zero(g->dproj, (size_t)N * NIN);
-    zero(g->dqn, (size_t)N * D);
-    zero(g->dkn, (size_t)N * D);
+    zero(g->dq, (size_t)N * D);
+    zero(g->dk, (size_t)N * D);
     zero(g->dks, (size_t)N * D);
-    zero(g->dvs, (size_t)N * D);
-    zero(g->dcum, (size_t)N * H);
+    zero(g->dv, (size_t)N * D);
+    zero(g->dc, (size_t)N * H);
     zero(g->dxn, (size_t)N * D);
 
-    matmul_backward(g->dz, grad(m, FOX_P_attn_out_w, l), g->dresid, z, param(m, FOX_P_attn_out_w, l), N, D, D);
-    if (c->output_gate) output_gate_backward(g->don, g->dproj, g->dz, on, proj, cl.g, N, D, NIN);
+    matmul_backward(g->dz, grad(m, FOX_P_attn_out_w, l), g->dres, z, param(m, FOX_P_attn_out_w, l), N, D, D);
+    if (c->output_gate) output_gate_backward(g->don, g->dproj, g->dz, on, proj, cols.gate, N, D, NIN);
     else memcpy(g->don, g->dz, (size_t)N * D * sizeof(real));
     if (c->output_norm) {
         NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
-        rmsnorm_backward(g->datt, grad(m, FOX_P_onorm_w, l), g->don, att, a->on_rstd + lofs(m, l, H, B, T),
+        rmsnorm_backward(g->d_o, grad(m, FOX_P_onorm_w, l), g->don, o, a->on_rstd + layer_offset(l, H, B, T),
                          param(m, FOX_P_onorm_w, l), os);
     } else {
-        memcpy(g->datt, g->don, (size_t)N * D * sizeof(real));
+        memcpy(g->d_o, g->don, (size_t)N * D * sizeof(real));
     }
-    attention_backward(g->dqn, g->dkn, g->dvs, has_fg ? g->dcum : NULL, g->datt, qn, kn, vs, att, lse,
-                       has_fg ? cum : NULL, acp_tables(m, l, cum, qn, kn, s, 0), s);
+    attention_backward(g->dq, g->dk, g->dv, has_fg ? g->dc : NULL, g->d_o, q, k, v, o, lse,
+                       has_fg ? al.c : NULL, acp_tables(m, l, al.c, q, k, s, 0), s);
     if (has_fg)
-        forget_gate_backward(g->dproj, grad(m, FOX_P_fgate_b, l), g->dcum, proj, param(m, FOX_P_fgate_b, l),
-                             cl.f, c->forget_gate, s);
+        forget_gate_backward(g->dproj, grad(m, FOX_P_fgate_b, l), g->dc, proj, param(m, FOX_P_fgate_b, l),
+                             cols.fgate, c->forget_gate, s);
     if (c->rope) {
-        rope_apply(g->dqn, s, c->rope_theta, 1);
-        rope_apply(g->dkn, s, c->rope_theta, 1);
+        rope_apply(g->dq, s, c->rope_theta, 1);
+        rope_apply(g->dk, s, c->rope_theta, 1);
     }
     if (c->qk_norm) {
-        int wst = c->qk_norm_shared ? 0 : Dh;
-        NormShape qs = {N, H, Dh, NIN, D, wst, FOX_QK_NORM_EPS}, kshape = {N, H, Dh, D, D, wst, FOX_QK_NORM_EPS};
-        rmsnorm_backward(g->dproj + cl.q, grad(m, FOX_P_qnorm_w, l), g->dqn, proj + cl.q,
-                         a->q_rstd + lofs(m, l, H, B, T), param(m, FOX_P_qnorm_w, l), qs);
-        rmsnorm_backward(g->dks, grad(m, FOX_P_knorm_w, l), g->dkn, ks, a->k_rstd + lofs(m, l, H, B, T),
+        int wstride = c->qk_norm_shared ? 0 : Dh;
+        NormShape qs = {N, H, Dh, NIN, D, wstride, FOX_QK_NORM_EPS}, kshape = {N, H, Dh, D, D, wstride, FOX_QK_NORM_EPS};
+        rmsnorm_backward(g->dproj + cols.q, grad(m, FOX_P_qnorm_w, l), g->dq, proj + cols.q,
+                         a->q_rstd + layer_offset(l, H, B, T), param(m, FOX_P_qnorm_w, l), qs);
+        rmsnorm_backward(g->dks, grad(m, FOX_P_knorm_w, l), g->dk, ks, a->k_rstd + layer_offset(l, H, B, T),
                          param(m, FOX_P_knorm_w, l), kshape);
     } else {
-        add_columns(g->dproj, g->dqn, cl.q, N, D, NIN);
-        memcpy(g->dks, g->dkn, (size_t)N * D * sizeof(real));
+        add_columns(g->dproj, g->dq, cols.q, N, D, NIN);
+        memcpy(g->dks, g->dk, (size_t)N * D * sizeof(real));
     }
     if (c->kv_shift) {
-        kv_shift_backward(g->dproj, g->dks, proj, cl.k, cl.ak, s);
-        kv_shift_backward(g->dproj, g->dvs, proj, cl.v, cl.av, s);
+        kv_shift_backward(g->dproj, g->dks, proj, cols.k, cols.k_shift, s);
+        kv_shift_backward(g->dproj, g->dv, proj, cols.v, cols.v_shift, s);
     } else {
-        add_columns(g->dproj, g->dks, cl.k, N, D, NIN);
-        add_columns(g->dproj, g->dvs, cl.v, N, D, NIN);
+        add_columns(g->dproj, g->dks, cols.k, N, D, NIN);
+        add_columns(g->dproj, g->dv, cols.v, N, D, NIN);
     }
     matmul_backward(g->dxn, grad(m, FOX_P_attn_in_w, l), g->dproj, xn, param(m, FOX_P_attn_in_w, l), N, D, NIN);
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_backward(g->dresid, grad(m, FOX_P_ln1_w, l), g->dxn, x, a->ln1_rstd + lofs(m, l, 1, B, T),
+    rmsnorm_backward(g->dres, grad(m, FOX_P_ln1_w, l), g->dxn, x, a->ln1_rstd + layer_offset(l, 1, B, T),
                      param(m, FOX_P_ln1_w, l), ln);
 }
 
@@ -862,20 +857,20 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
 static void model_backward(Model *m, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
-    Grads *g = &m->d;
+    Scratch *g = &m->s;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
     crossentropy_backward(a->logits, targets, N, V, dloss_scale / N);
     zero(g->dxn, (size_t)N * D);
-    zero(g->dresid, (size_t)N * D);
+    zero(g->dres, (size_t)N * D);
     matmul_backward(g->dxn, grad(m, FOX_P_lm_head_w, 0), a->logits, a->xnf, param(m, FOX_P_lm_head_w, 0), N, D, V);
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_backward(g->dresid, grad(m, FOX_P_lnf_w, 0), g->dxn, a->resid + lofs(m, L, D, B, T), a->lnf_rstd,
+    rmsnorm_backward(g->dres, grad(m, FOX_P_lnf_w, 0), g->dxn, a->resid + layer_offset(L, D, B, T), a->lnf_rstd,
                      param(m, FOX_P_lnf_w, 0), ln);
     for (int l = L - 1; l >= 0; l--) {
         mlp_block_backward(m, l, B, T);
         attention_block_backward(m, l, B, T);
     }
-    embedding_backward(grad(m, FOX_P_wte, 0), g->dresid, inputs, N, D);
+    embedding_backward(grad(m, FOX_P_wte, 0), g->dres, inputs, N, D);
 }
 
 // ----------------------------------------------------------------------------
@@ -926,18 +921,16 @@ static void optimizer_update(Model *m, const OptConfig *o, double lr, int t, dou
 // The run (fox/run.h): what it needs from this model. Not part of the test build.
 #ifndef TESTING
 
-static int run_acp;  // --acp (run_model_options runs first)
-
-static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute, int forward_only,
-                           const Dist *d) {
-    (void)recompute;     // the CPU trainer keeps every activation,
-    (void)forward_only;  // and its host buffers whether or not a backward follows;
-    (void)d;             // its ranks meet only in MPI_Allreduce
-    model_init(m, c, B, T, seed);
-    m->acp = run_acp;
+// The CPU trainer keeps every activation and its host buffers whether or not a backward follows
+// (recompute, forward_only), is always deterministic, holds every AdamW moment (zero), and its ranks
+// meet only in MPI_Allreduce.
+static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Dist *d) {
+    Model *m = (Model *)fox_calloc(1, sizeof(Model));
+    (void)d;
+    model_init(m, c, o->batch, o->seq_len, o->seed);
+    m->acp = o->acp;
+    return m;
 }
-
-static void run_model_options(const FoxArgs *a) { run_acp = a->acp; }
 
 static const float *run_model_losses(Model *m) { return m->a.losses; }
 

@@ -5,28 +5,21 @@
 // GEMMs: fox/gemm.cuh (cuBLASLt); attention: fox/attention.cuh; other kernels: fox/kernels.cuh.
 // Data parallel when built with FOX_MPI and started by mpirun: one rank per GPU, each block's gradients
 // averaged by NCCL during the step's last backward pass (reduce_final_grads), ZeRO-1 sharding of the
-// AdamW state (--zero). test_fox.cu includes this file with TESTING set.
+// AdamW state (--zero). test/test_parity_gpu.cu includes this file with TESTING set.
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
-#include <stdarg.h>
 #include <string.h>
 #include <math.h>
-#include <cuda_runtime.h>
-#include <cuda_bf16.h>
-#include "fox/config.h"
-#include "fox/rng.h"
-#include "fox/args.h"
-#include "fox/io.h"
-#include "fox/checkpoint.h"
-#include "fox/npy.h"
-#include "fox/train_common.h"
-#include "fox/dist.h"
-#include "dataloader.h"
-#include "tokenizer.h"
-#include "fox/attention.cuh"
-#include "fox/gemm.cuh"
-#include "fox/kernels.cuh"
+#include "fox/config.h"        // FoxConfig, presets, FOX_PARAMS layout, FOX_ATTN_IN_ROWS (AttnCols)
+#include "fox/io.h"            // fox_malloc, fox_calloc, fox_fatal: checked allocation, one-line errors
+#include "fox/train_common.h"  // fox_init_params, fox_rope_angle, OptConfig
+#include "fox/dist.h"          // Dist, dist_allreduce_sum_f64, dist_broadcast: the data-parallel ranks (MPI)
+#include "fox/trainer.h"       // ModelOptions and the run_model_* functions this file defines for fox/run.h
+#include "fox/cuda_common.cuh" // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, bf16
+#include "fox/attention.cuh"   // fox_attention_forward/backward: Forgetting Attention, the forget-gate scans
+#include "fox/gemm.cuh"        // Gemm, linear_forward, linear_backward_*: cuBLASLt GEMMs
+#include "fox/kernels.cuh"     // every other kernel: norms, attention inputs, gates, SwiGLU, loss, AdamW, ACP
 #ifdef FOX_MPI
 #include <nccl.h>
 
@@ -38,11 +31,6 @@ static inline void fox_nccl_check(ncclResult_t r, const char *what, const char *
     }
 }
 #endif
-
-// Largest bf16 logits buffer (bytes); longer batches run the lm_head and cross entropy in chunks
-// of tokens and recompute each chunk's logits in the backward pass. (test_fox lowers it to test
-// the chunked path.)
-static size_t fox_logits_budget = (size_t)2 << 30;
 
 // Activation recomputation (--recompute): what the forward keeps for the backward.
 enum { RECOMPUTE_NONE = 0, RECOMPUTE_NORM_MLP = 1, RECOMPUTE_BLOCK = 2 };
@@ -61,7 +49,7 @@ typedef struct {
     float **c, **lse;    // (B, H, T): c = Σ log f; attention log-sum-exp
     bf16 **o, **z;  // (N, D): attention output; output-normed and gated (attn_out_w's operand)
     bf16 **xn2;     // (N, D): RMSNorm(mid)
-    bf16 **u, **hh; // (N, 2I), (N, I): mlp_in_w output, SwiGLU output
+    bf16 **mlp_u, **mlp_h;  // (N, 2I), (N, I): mlp_in_w output, SwiGLU output
     bf16 *xnf;      // (N, D)
     bf16 *logits;   // (ce_rows, VP); the backward pass turns it into dlogits
     float *losses, *ce_lse;  // (N)
@@ -89,7 +77,7 @@ typedef struct {
     int *bucket_token, *bucket_start, *bucket_pos;  // embedding backward buckets
 } Scratch;
 
-typedef struct {
+struct Model {
     FoxConfig cfg;
     FoxLayout lay;
     AttnCols cols;
@@ -97,7 +85,10 @@ typedef struct {
     int forward_only;               // --eval-only: no gradients, AdamW moments or backward scratch
     int planning;                   // the buffers are only counted (device_bytes_needed), not allocated
     int acp;                        // Adaptive Computation Pruning (--acp)
-    double acp_live;                // fraction of the attention tiles the last forward computed (-1: no ACP)
+    long long acp_live, acp_tiles;  // attention tiles computed / in the causal grid, last forward (ACP)
+    int deterministic;              // bitwise reproducible attention backward (--deterministic)
+    size_t logits_bytes;            // largest bf16 logits buffer; longer batches run the lm_head and
+                                    // cross entropy in chunks, recomputing each chunk's logits in the backward
     float *params, *grads, *m, *v;  // fp32, FOX_PARAMS layout (a checkpoint is a straight copy)
     bf16 *wbf[FOX_NUM_PARAMS];      // bf16 copies of the GEMM weights, rows padded (NULL otherwise)
     size_t rows_pad[FOX_NUM_PARAMS];
@@ -119,7 +110,7 @@ typedef struct {
     float *h_losses;                // (N) host copy of the per-position losses
     int *h_count, *h_fill, *h_bucket_token, *h_bucket_start, *h_bucket_pos;
     size_t bytes_weights, bytes_acts, bytes_scratch;
-} Model;
+};
 
 // A zeroed device buffer, its size added to *counter; when the model is only being planned, the size
 // alone (NULL).
@@ -183,13 +174,13 @@ static void model_alloc_acts(Model *m, int B, int T) {
     const FoxConfig *c = &m->cfg;
     int L = c->n_layer, r = m->recompute;
     size_t N = (size_t)B * T, D = (size_t)c->d_model, H = (size_t)c->n_head, I = (size_t)c->mlp_hidden;
-    size_t NP = (size_t)m->NINP, f = sizeof(float), h = sizeof(bf16), *cnt = &m->bytes_acts;
+    size_t NINP = (size_t)m->NINP, f = sizeof(float), h = sizeof(bf16), *cnt = &m->bytes_acts;
     int keep_block = r < RECOMPUTE_BLOCK, keep_norm_mlp = r < RECOMPUTE_NORM_MLP;
     Acts *a = &m->a;
     a->resid = (float *)dev_alloc(m, (L + 1) * N * D * f, cnt);
     a->mid = (float **)layer_slices(m, L, N * D * f, keep_block, cnt);
     a->xn1 = (bf16 **)layer_slices(m, L, N * D * h, keep_norm_mlp, cnt);
-    a->proj = (float **)layer_slices(m, L, N * NP * f, keep_block, cnt);
+    a->proj = (float **)layer_slices(m, L, N * NINP * f, keep_block, cnt);
     a->q = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
     a->k = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
     a->v = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
@@ -198,10 +189,10 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->o = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
     a->z = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
     a->xn2 = (bf16 **)layer_slices(m, L, N * D * h, keep_norm_mlp, cnt);
-    a->u = (bf16 **)layer_slices(m, L, N * 2 * I * h, keep_norm_mlp, cnt);
-    a->hh = (bf16 **)layer_slices(m, L, N * I * h, keep_norm_mlp, cnt);
+    a->mlp_u = (bf16 **)layer_slices(m, L, N * 2 * I * h, keep_norm_mlp, cnt);
+    a->mlp_h = (bf16 **)layer_slices(m, L, N * I * h, keep_norm_mlp, cnt);
     a->xnf = (bf16 *)dev_alloc(m, N * D * h, cnt);
-    size_t budget_rows = fox_logits_budget / ((size_t)m->VP * h);
+    size_t budget_rows = m->logits_bytes / ((size_t)m->VP * h);
     m->ce_rows = (int)(N < budget_rows ? N : (budget_rows ? budget_rows : 1));
     a->logits = (bf16 *)dev_alloc(m, (size_t)m->ce_rows * m->VP * h, cnt);
     a->losses = (float *)dev_alloc(m, N * f, cnt);
@@ -225,7 +216,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     s->dxn = (float *)dev_alloc(m, N * D * f, cnt);
     s->dh = (float *)dev_alloc(m, N * I * f, cnt);
     s->du = (bf16 *)dev_alloc(m, N * 2 * I * h, cnt);
-    s->dproj = (bf16 *)dev_alloc(m, N * NP * h, cnt);
+    s->dproj = (bf16 *)dev_alloc(m, N * NINP * h, cnt);
     s->dq = (bf16 *)dev_alloc(m, N * D * h, cnt);
     s->dk = (bf16 *)dev_alloc(m, N * D * h, cnt);
     s->dv = (bf16 *)dev_alloc(m, N * D * h, cnt);
@@ -281,7 +272,7 @@ static void upload_rope_tables(Model *m, int T) {
     float *cs = (float *)fox_malloc(bytes), *sn = (float *)fox_malloc(bytes);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) {
-            double ang = t * pow((double)m->cfg.rope_theta, -2.0 * i / m->Dh);
+            double ang = fox_rope_angle(t, i, m->Dh, (double)m->cfg.rope_theta);
             cs[(size_t)t * half + i] = (float)cos(ang);
             sn[(size_t)t * half + i] = (float)sin(ang);
         }
@@ -293,24 +284,26 @@ static void upload_rope_tables(Model *m, int T) {
 
 // The model's shape and options, nothing allocated: this rank's AdamW moments are elements
 // [shard_lo, shard_hi) of the flat vector.
-static void model_setup(Model *m, const FoxConfig *c, int B, int T, int recompute, int forward_only, size_t shard_lo,
-                        size_t shard_hi) {
+static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, size_t shard_lo, size_t shard_hi) {
     memset(m, 0, sizeof(*m));
     m->cfg = *c;
     fox_layout(c, &m->lay);
-    m->cols = attn_cols(c);
+    m->cols = fox_attn_cols(c);
     m->Dh = fox_head_dim(c);
     fox_attn_check_dh(m->Dh);
     m->NINP = (m->cols.width + 63) / 64 * 64;
     m->VP = (c->vocab_size + 63) / 64 * 64;
-    m->recompute = recompute;
-    m->forward_only = forward_only;
+    m->recompute = o->recompute;
+    m->forward_only = o->forward_only;
+    m->acp = o->acp;
+    m->deterministic = o->deterministic;
+    m->logits_bytes = o->logits_bytes ? o->logits_bytes : FOX_LOGITS_BYTES;
     m->shard_lo = shard_lo;
     m->shard_hi = shard_hi;
     for (int k = 0; k < FOX_NUM_PARAMS; k++)
         m->rows_pad[k] = k == FOX_P_attn_in_w ? (size_t)m->NINP : k == FOX_P_lm_head_w ? (size_t)m->VP : m->lay.p[k].rows;
-    m->B = B;
-    m->T = T;
+    m->B = o->batch;
+    m->T = o->seq_len;
 }
 
 // Allocates a set-up model and fills it: the shared init (seed) on the host, copied to the device.
@@ -329,11 +322,11 @@ static void model_create(Model *m, uint64_t seed) {
 
 #ifdef TESTING
 // A whole model for training (every AdamW moment on this device), as the tests and benchmarks take it.
-static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute) {
+static void model_init(Model *m, const FoxConfig *c, const ModelOptions *o) {
     FoxLayout lay;
     fox_layout(c, &lay);
-    model_setup(m, c, B, T, recompute, 0, 0, lay.total);
-    model_create(m, seed);
+    model_setup(m, c, o, 0, lay.total);
+    model_create(m, o->seed);
 }
 #endif
 
@@ -341,8 +334,8 @@ static void model_free(Model *m) {
     Acts *a = &m->a;
     Scratch *s = &m->s;
     void **layered[] = {(void **)a->mid, (void **)a->xn1, (void **)a->proj, (void **)a->q, (void **)a->k, (void **)a->v,
-                        (void **)a->c, (void **)a->lse, (void **)a->o, (void **)a->z, (void **)a->xn2, (void **)a->u,
-                        (void **)a->hh};
+                        (void **)a->c, (void **)a->lse, (void **)a->o, (void **)a->z, (void **)a->xn2, (void **)a->mlp_u,
+                        (void **)a->mlp_h};
     for (size_t i = 0; i < sizeof(layered) / sizeof(layered[0]); i++) {
         FOX_CUDA_CHECK(cudaFree(layered[i][0]));
         free(layered[i]);
@@ -376,16 +369,12 @@ static void model_free(Model *m) {
 // ----------------------------------------------------------------------------
 // Launch helpers
 
-static QkvShape qkv_shape(Model *m, int l, int B, int T) {
+static QkvInputs qkv_inputs(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
-    QkvShape s;
+    QkvInputs s;
     s.proj = m->a.proj[l];
     s.ld = m->NINP;
-    s.cq = m->cols.q;
-    s.ck = m->cols.k;
-    s.cv = m->cols.v;
-    s.cak = c->kv_shift ? m->cols.ak : -1;
-    s.cav = c->kv_shift ? m->cols.av : -1;
+    s.cols = m->cols;
     s.qw = c->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL;
     s.kw = c->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL;
     s.wstride = c->qk_norm_shared ? 0 : m->Dh;
@@ -435,20 +424,17 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     float *x = resid_at(m, l, B, T);
     rmsnorm_forward(m, a->xn1[l], x, param(m, FOX_P_ln1_w, l), N);
     linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn1[l], wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
-    QkvShape qs = qkv_shape(m, l, B, T);
+    QkvInputs qs = qkv_inputs(m, l, B, T);
     LAUNCH_HEADS(qkv_forward_kernel, Dh, (size_t)N * H, m->stream, a->q[l], a->k[l], a->v[l], qs);
-    const float *cum = a->zero_c;
-    if (c->forget_gate != FOX_FG_NONE) {
-        int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.f : -1;
-        forget_gate_forward_kernel<<<B * H, SCAN_THREADS_F, 0, m->stream>>>(a->c[l], a->proj[l], m->NINP, cf,
-                                                                            param(m, FOX_P_fgate_b, l), H, T);
-        FOX_LAUNCH_CHECK();
-        cum = a->c[l];
+    const int has_fg = c->forget_gate != FOX_FG_NONE;
+    if (has_fg) {
+        int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
+        fox_forget_gate_forward(a->c[l], a->proj[l], m->NINP, cf, param(m, FOX_P_fgate_b, l), B, H, T, m->stream);
     }
     const int *kv_first = acp_tables(m, l, B, T, 1) ? a->acp_kv_first : NULL;
-    fox_attention_forward(a->q[l], a->k[l], a->v[l], cum, a->o[l], a->lse[l], B, H, T, Dh, kv_first, m->stream);
+    fox_attention_forward(a->q[l], a->k[l], a->v[l], has_fg ? a->c[l] : a->zero_c, a->o[l], a->lse[l], B, H, T, Dh, kv_first, m->stream);
     LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m->stream, a->z[l], a->o[l], a->proj[l], m->NINP,
-                 c->output_gate ? m->cols.g : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, Dh);
+                 c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, Dh);
     // The residual add is the GEMM's epilogue: mid = x + z W_oᵀ.
     linear_forward(&m->gemm, a->mid[l], x, CUDA_R_32F, D, a->z[l], wbf(m, FOX_P_attn_out_w, l), N, D, D);
 }
@@ -458,8 +444,8 @@ static void mlp_inner_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
     rmsnorm_forward(m, a->xn2[l], a->mid[l], param(m, FOX_P_ln2_w, l), N);
-    linear_forward(&m->gemm, a->u[l], NULL, CUDA_R_16BF, 2 * I, a->xn2[l], wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
-    fox_swiglu_forward(a->hh[l], a->u[l], N, I, m->stream);
+    linear_forward(&m->gemm, a->mlp_u[l], NULL, CUDA_R_16BF, 2 * I, a->xn2[l], wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
+    fox_swiglu_forward(a->mlp_h[l], a->mlp_u[l], N, I, m->stream);
 }
 
 // Forward of block l's MLP: mid[l] → resid[l+1].
@@ -467,7 +453,7 @@ static void mlp_block_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
     mlp_inner_forward(m, l, B, T);
-    linear_forward(&m->gemm, resid_at(m, l + 1, B, T), a->mid[l], CUDA_R_32F, D, a->hh[l], wbf(m, FOX_P_mlp_out_w, l),
+    linear_forward(&m->gemm, resid_at(m, l + 1, B, T), a->mid[l], CUDA_R_32F, D, a->mlp_h[l], wbf(m, FOX_P_mlp_out_w, l),
                    N, I, D);
 }
 
@@ -507,11 +493,12 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     }
     m->logits_kept = N <= m->ce_rows;
     FOX_CUDA_CHECK(cudaMemcpy(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
-    m->acp_live = -1.0;
+    m->acp_live = m->acp_tiles = 0;
     if (m->acp && c->forget_gate != FOX_FG_NONE) {
         unsigned long long live;
         FOX_CUDA_CHECK(cudaMemcpy(&live, a->acp_live, sizeof(live), cudaMemcpyDeviceToHost));
-        m->acp_live = (double)live / ((double)L * B * c->n_head * fox_acp_tiles(T));
+        m->acp_live = (long long)live;
+        m->acp_tiles = (long long)L * B * c->n_head * fox_acp_tiles(T);
     }
     double total = 0.0;
     for (int n = 0; n < N; n++) total += m->h_losses[n];
@@ -545,8 +532,8 @@ static void mlp_block_backward(Model *m, int l, int B, int T) {
     Scratch *s = &m->s;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
     linear_backward_input(&m->gemm, s->dh, s->dres_bf, D, wbf(m, FOX_P_mlp_out_w, l), N, I, D);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_out_w, l), s->dres_bf, D, a->hh[l], N, I, D);
-    fox_swiglu_backward(s->du, s->dh, a->u[l], N, I, m->stream);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_out_w, l), s->dres_bf, D, a->mlp_h[l], N, I, D);
+    fox_swiglu_backward(s->du, s->dh, a->mlp_u[l], N, I, m->stream);
     linear_backward_input(&m->gemm, s->dxn, s->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn2[l], N, D, 2 * I);
     rmsnorm_backward(m, a->mid[l], param(m, FOX_P_ln2_w, l), grad(m, FOX_P_ln2_w, l), N, 1);
@@ -557,29 +544,30 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    int N = B * T, D = c->d_model, H = c->n_head, Dh = m->Dh, NP = m->NINP;
+    int N = B * T, D = c->d_model, H = c->n_head, Dh = m->Dh, NINP = m->NINP;
     int has_fg = c->forget_gate != FOX_FG_NONE;
     linear_backward_input(&m->gemm, s->dxn, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z[l], N, D, D);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
-    fox_output_backward(s->d_o, s->dproj, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], NP,
-                        c->output_gate ? m->cols.g : -1, ow, N, H, Dh, s->colsum_rows, s->colsum_part, m->stream);
+    fox_output_backward(s->d_o, s->dproj, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], NINP,
+                        c->output_gate ? m->cols.gate : -1, ow, N, H, Dh, s->colsum_rows, s->colsum_part, m->stream);
     const int *q_last = acp_tables(m, l, B, T, 0) ? a->acp_q_last : NULL;
     fox_attention_backward(a->q[l], a->k[l], a->v[l], has_fg ? a->c[l] : a->zero_c, a->o[l], a->lse[l], s->d_o, s->dc,
-                           s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, q_last, m->stream);
+                           s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, q_last, m->deterministic,
+                           m->stream);
     if (has_fg) {
-        int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.f : -1;
+        int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
         forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m->stream>>>(
-            s->dproj, s->dfg, s->dlogf, a->proj[l], NP, cf, param(m, FOX_P_fgate_b, l), B, H, T);
+            s->dproj, s->dfg, s->dlogf, a->proj[l], NINP, cf, param(m, FOX_P_fgate_b, l), B, H, T);
         FOX_LAUNCH_CHECK();
         if (c->forget_gate != FOX_FG_FIXED)
             colsum_accumulate(grad(m, FOX_P_fgate_b, l), s->dfg, N, H, H, s->colsum_part, m->stream);
     }
-    QkvShape qs = qkv_shape(m, l, B, T);
+    QkvInputs qs = qkv_inputs(m, l, B, T);
     fox_qkv_backward(s->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
                      s->dq, s->dk, s->dv, qs, s->dks, s->colsum_rows, s->colsum_part, m->stream);
-    linear_backward_input(&m->gemm, s->dxn, s->dproj, NP, wbf(m, FOX_P_attn_in_w, l), N, D, NP);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NP, a->xn1[l], N, D, m->cols.width);
+    linear_backward_input(&m->gemm, s->dxn, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn1[l], N, D, m->cols.width);
     rmsnorm_backward(m, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
 }
 
@@ -745,8 +733,6 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
 // The run (fox/run.h): what it needs from this model. Not part of the test build.
 #ifndef TESTING
 
-static int run_acp, run_zero;  // --acp, --zero (run_model_options runs before run_model_init)
-
 // Bytes of device memory the model's buffers take at recompute level `recompute` (nothing allocated).
 static size_t device_bytes_needed(const Model *m, int recompute, size_t *weights, size_t *acts, size_t *scratch) {
     Model plan = *m;
@@ -796,8 +782,8 @@ static void check_device_memory(const Model *m, const Dist *d) {
 // --gpus-per-task does); the run must fit in its memory (check_device_memory); then the ranks' NCCL
 // communicator (rank 0 makes the id, MPI carries it to the others). ZeRO-1 (--zero 1, several ranks):
 // this rank keeps only its shard of the AdamW moments.
-static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute, int forward_only,
-                           const Dist *d) {
+static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Dist *d) {
+    Model *m = (Model *)fox_calloc(1, sizeof(Model));
     int ngpu = 0;
     FOX_CUDA_CHECK(cudaGetDeviceCount(&ngpu));
     int bound = ngpu == 1 && getenv("CUDA_VISIBLE_DEVICES");
@@ -807,11 +793,10 @@ static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t 
     FoxLayout lay;
     fox_layout(c, &lay);
     size_t lo = 0, hi = lay.total;
-    if (d->world > 1 && run_zero) zero_shard(lay.total, d->world, d->rank, &lo, &hi);
-    model_setup(m, c, B, T, recompute, forward_only, lo, hi);
+    if (d->world > 1 && o->zero) zero_shard(lay.total, d->world, d->rank, &lo, &hi);
+    model_setup(m, c, o, lo, hi);
     check_device_memory(m, d);
-    model_create(m, seed);
-    m->acp = run_acp;
+    model_create(m, o->seed);
     m->world = d->world;
 #ifdef FOX_MPI
     if (d->world > 1) {
@@ -824,13 +809,7 @@ static void run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t 
         FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->reduced, cudaEventDisableTiming));
     }
 #endif
-}
-
-// --deterministic 0 trades bitwise reproducibility of the attention backward for speed.
-static void run_model_options(const FoxArgs *a) {
-    fox_attention_set_deterministic(a->deterministic);
-    run_acp = a->acp;
-    run_zero = a->zero;
+    return m;
 }
 
 static const float *run_model_losses(Model *m) { return m->h_losses; }
@@ -882,7 +861,7 @@ static void run_model_shard(const Model *m, size_t *offset, size_t *count) {
 
 static void run_model_logits_row(Model *m, int row, float *out) { model_logits_row(m, row, out); }
 
-static double run_model_acp_live(Model *m) { return m->acp_live; }
+static double run_model_acp_live(Model *m) { return m->acp_tiles ? (double)m->acp_live / m->acp_tiles : -1.0; }
 
 static void run_model_sync(Model *m) { FOX_CUDA_CHECK(cudaStreamSynchronize(m->stream)); }
 

@@ -4,7 +4,7 @@
 Written from docs/model.md §1-§2 and the FoX paper (Appendix A, eq. 15-23), not from the C code, so
 that fox.c can be checked against it. The shared definitions are read from fox/*.h at import
 time: config fields, presets and the parameter layout (fox/config.h), the RNG (fox/rng.h), the
-model.bin format (fox/checkpoint.h) and the fixture format (fox/fixture.h).
+model.bin format (fox/checkpoint.h) and the fixture format (test/fixture.h).
 
 Subcommands:
   fixtures --out DIR     write DIR/<name>.fix (float64 reference tensors: init, weights, logits,
@@ -98,7 +98,7 @@ def _number(s):
 
 
 _CONFIG_H = _header("config.h")
-_ALL_HEADERS = "".join(_header(h) for h in ("config.h", "rng.h", "checkpoint.h", "fixture.h"))
+_ALL_HEADERS = "".join(_header(h) for h in ("config.h", "rng.h", "checkpoint.h", "../test/fixture.h"))
 
 # Every `#define FOX_NAME <number>` of the shared headers.
 FOX = {name: _number(val) for name, val in re.findall(
@@ -180,21 +180,28 @@ def head_dim(c):
     return c["d_model"] // c["n_head"]
 
 
+# [(name, rows symbol "D"/"H", C condition on the config c)], the row blocks of attn_in_w in order.
+ATTN_IN_ROWS = _macro_entries(_CONFIG_H, "FOX_ATTN_IN_ROWS", "R")
+
+
+def _c_condition(expr, c):
+    """A FOX_ATTN_IN_ROWS condition (`1`, `c->kv_shift`, `c->forget_gate == FOX_FG_...`) on config c."""
+    py = re.sub(r"c->(\w+)", lambda m: repr(c[m.group(1)]), expr)
+    py = re.sub(r"\bFOX_\w+", lambda m: repr(FOX[m.group(0)]), py)
+    if not re.fullmatch(r"[\d.\s=!<>]+", py):
+        raise ValueError("FOX_ATTN_IN_ROWS condition %r is not a comparison of numbers" % expr)
+    return bool(eval(py))
+
+
 def attn_in_slices(c):
-    """Row ranges of the stacked attention input projection attn_in_w, in the fox.c order:
-    q [D] | k [D] | v [D] | output gate [D] | k-shift [H] | v-shift [H] | forget gate [H]."""
-    D, H = c["d_model"], c["n_head"]
-    widths = [("q", D), ("k", D), ("v", D)]
-    if c["output_gate"]:
-        widths.append(("gate", D))
-    if c["kv_shift"]:
-        widths += [("k_shift", H), ("v_shift", H)]
-    if c["forget_gate"] == FG_DATA_DEPENDENT:
-        widths.append(("fgate", H))
+    """Row ranges of the stacked attention input projection attn_in_w (FOX_ATTN_IN_ROWS in fox/config.h):
+    q [D] | k [D] | v [D] | gate [D] | k_shift [H] | v_shift [H] | fgate [H], each when present."""
+    size = {"D": c["d_model"], "H": c["n_head"]}
     slices, start = {}, 0
-    for name, w in widths:
-        slices[name] = slice(start, start + w)
-        start += w
+    for name, rows, condition in ATTN_IN_ROWS:
+        if _c_condition(condition, c):
+            slices[name] = slice(start, start + size[rows])
+            start += size[rows]
     return slices
 
 
@@ -323,7 +330,7 @@ def init_params(c, seed, chunk=1 << 22):
 
 
 # ----------------------------------------------------------------------------------------------
-# Files: model.bin (fox/checkpoint.h) and fixtures (fox/fixture.h), written atomically
+# Files: model.bin (fox/checkpoint.h) and fixtures (test/fixture.h), written atomically
 
 
 def _atomic_write(path, chunks):
@@ -412,7 +419,7 @@ def load_model_bin(path):
 
 
 def write_fixture(path, tensors):
-    """Writes named float64 tensors [(name, array)] in the fox/fixture.h format."""
+    """Writes named float64 tensors [(name, array)] in the test/fixture.h format."""
     chunks = [struct.pack("<ii", FOX["FOX_FIXTURE_MAGIC"], len(tensors))]
     for name, arr in tensors:
         arr = np.ascontiguousarray(arr, dtype=np.float64)

@@ -14,6 +14,10 @@
 #define FOX_ACP_BLOCK 128
 #define FOX_ACP_LOG_EPS (-10.0)
 
+#ifndef FOX_ACP_REAL
+#define FOX_ACP_REAL float
+#endif
+
 #ifdef __CUDACC__
 #define FOX_ACP_HD __host__ __device__
 #else
@@ -37,20 +41,18 @@ static inline FOX_ACP_HD double fox_acp_bound_norms(double max_q2, double max_k2
     return sqrt(max_q2) * sqrt(max_k2) / sqrt((double)dh);
 }
 
-// FOX_ACP_FIRST_LIVE(name, type, qualifiers) defines
-//   int name(const type *c, int T, int m, double delta)
-// the first live key block of query block m for the sequence's c (T values): a binary search, liveness
-// being monotone in n; the diagonal block is always live.
-#define FOX_ACP_FIRST_LIVE(NAME, TYPE, QUAL)                                                              \
-    QUAL int NAME(const TYPE *c, int T, int m, double delta) {                                            \
-        double top = (double)c[m * FOX_ACP_BLOCK];                                                        \
-        int lo = 0, hi = m; /* the answer is in [lo, hi] */                                               \
-        while (lo < hi) {                                                                                 \
-            int mid = (lo + hi) / 2, last = mid * FOX_ACP_BLOCK + FOX_ACP_BLOCK - 1;                      \
-            if (top - (double)c[last < T ? last : T - 1] >= delta) hi = mid;                              \
-            else lo = mid + 1;                                                                            \
-        }                                                                                                 \
-        return lo;                                                                                        \
+// The first live key block of query block m for the sequence's c (T values): a binary search, liveness
+// being monotone in n; the diagonal block is always live. c's number type is FOX_ACP_REAL: float, or
+// double in the float64 build of the CPU trainer (which defines it before including this header).
+static inline FOX_ACP_HD int fox_acp_first_live(const FOX_ACP_REAL *c, int T, int m, double delta) {
+    double top = (double)c[m * FOX_ACP_BLOCK];
+    int lo = 0, hi = m;  // the answer is in [lo, hi]
+    while (lo < hi) {
+        int mid = (lo + hi) / 2, last = mid * FOX_ACP_BLOCK + FOX_ACP_BLOCK - 1;
+        if (top - (double)c[last < T ? last : T - 1] >= delta) hi = mid;
+        else lo = mid + 1;
     }
+    return lo;
+}
 
 #endif

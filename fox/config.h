@@ -49,11 +49,10 @@
     P(transformer-llama, 0, 1, 0, 0, 0, 0, 8)
 
 // Parameter tensors, in checkpoint order; layer-stacked tensors hold all layers contiguously.
-// P(name, layered, rows, cols, decay, init); rows/cols name the dims of fox_dim() below, where
-// "1" means 1 and a 0-sized dim drops the tensor. init: N = normal(0, 0.02), ONE, FGATE (docs/model.md
-// §1 forget-gate bias init; 0 for the data-dependent gate).
-// attn_in_w stacks the projections of the attention inputs, rows in this order:
-// q [D] | k [D] | v [D] | output gate [D, if enabled] | k-shift [H] | v-shift [H] (if KV-shift) | forget gate [H] (data-dependent).
+// P(name, layered, rows, cols, decay, init); rows/cols name the dims fox_dim_<symbol>() below, where
+// 1 means 1 and a 0-sized dim drops the tensor. init: N = normal(0, 0.02), ONE, FGATE (docs/model.md
+// §1 forget-gate bias init; 0 for the data-dependent gate). attn_in_w stacks the projections of the
+// attention inputs (FOX_ATTN_IN_ROWS).
 #define FOX_PARAMS(P) \
     P(wte, 0, V, D, 1, N) \
     P(ln1_w, 1, 1, D, 0, ONE) \
@@ -68,6 +67,17 @@
     P(mlp_out_w, 1, D, I, 1, N) \
     P(lnf_w, 0, 1, D, 0, ONE) \
     P(lm_head_w, 0, V, D, 1, N)
+
+// The row blocks of attn_in_w (so the columns of its output), in this order, each present when its
+// condition on the config c holds (docs/model.md §1.4): R(name, rows: D or H, condition).
+#define FOX_ATTN_IN_ROWS(R) \
+    R(q, D, 1) \
+    R(k, D, 1) \
+    R(v, D, 1) \
+    R(gate, D, c->output_gate) \
+    R(k_shift, H, c->kv_shift) \
+    R(v_shift, H, c->kv_shift) \
+    R(fgate, H, c->forget_gate == FOX_FG_DATA_DEPENDENT)
 
 typedef struct {
 #define FOX_FIELD_INT int
@@ -107,11 +117,25 @@ static inline size_t fox_param_offset(const FoxLayout *lay, int which, int layer
 
 static inline int fox_head_dim(const FoxConfig *c) { return c->d_model / c->n_head; }
 
-// Width of the attn_in_w projection: see the row order above.
-static inline int fox_attn_in_rows(const FoxConfig *c) {
-    int D = c->d_model, H = c->n_head;
-    return 3 * D + (c->output_gate ? D : 0) + (c->kv_shift ? 2 * H : 0)
-         + (c->forget_gate == FOX_FG_DATA_DEPENDENT ? H : 0);
+// First row of each FOX_ATTN_IN_ROWS block in attn_in_w (the column in a row of its output), -1 when
+// absent; width: the rows of attn_in_w.
+typedef struct {
+#define R(name, rows, present) int name;
+    FOX_ATTN_IN_ROWS(R)
+#undef R
+    int width;
+} AttnCols;
+
+static inline AttnCols fox_attn_cols(const FoxConfig *c) {
+    const int D = c->d_model, H = c->n_head;
+    AttnCols a;
+    a.width = 0;
+#define R(name, rows, present) \
+    a.name = (present) ? a.width : -1; \
+    if (present) a.width += (rows);
+    FOX_ATTN_IN_ROWS(R)
+#undef R
+    return a;
 }
 
 // docs/model.md §1: I = 256 * ceil(int(d * r * 2/3) / 256), r = ratio_x2 / 2.
@@ -120,20 +144,18 @@ static inline int fox_mlp_hidden(int d_model, int mlp_ratio_x2) {
     return 256 * ((raw + 255) / 256);
 }
 
-static inline size_t fox_dim(const FoxConfig *c, const char *sym) {
-    size_t D = (size_t)c->d_model, H = (size_t)c->n_head;
-    if (!strcmp(sym, "1")) return 1;
-    if (!strcmp(sym, "V")) return (size_t)c->vocab_size;
-    if (!strcmp(sym, "D")) return D;
-    if (!strcmp(sym, "I")) return (size_t)c->mlp_hidden;
-    if (!strcmp(sym, "I2")) return 2 * (size_t)c->mlp_hidden;
-    if (!strcmp(sym, "NIN")) return (size_t)fox_attn_in_rows(c);
-    if (!strcmp(sym, "HF")) return c->forget_gate == FOX_FG_NONE ? 0 : H;
-    if (!strcmp(sym, "QN")) return c->qk_norm ? (c->qk_norm_shared ? D / H : D) : 0;
-    if (!strcmp(sym, "ON")) return c->output_norm ? D : 0;
-    fprintf(stderr, "fox: unknown dimension symbol %s\n", sym);
-    exit(1);
+// The dimension symbols of FOX_PARAMS.
+static inline size_t fox_dim_1(const FoxConfig *c) { (void)c; return 1; }
+static inline size_t fox_dim_V(const FoxConfig *c) { return (size_t)c->vocab_size; }
+static inline size_t fox_dim_D(const FoxConfig *c) { return (size_t)c->d_model; }
+static inline size_t fox_dim_I(const FoxConfig *c) { return (size_t)c->mlp_hidden; }
+static inline size_t fox_dim_I2(const FoxConfig *c) { return 2 * (size_t)c->mlp_hidden; }
+static inline size_t fox_dim_NIN(const FoxConfig *c) { return (size_t)fox_attn_cols(c).width; }
+static inline size_t fox_dim_HF(const FoxConfig *c) { return c->forget_gate == FOX_FG_NONE ? 0 : (size_t)c->n_head; }
+static inline size_t fox_dim_QN(const FoxConfig *c) {
+    return c->qk_norm ? (size_t)(c->qk_norm_shared ? fox_head_dim(c) : c->d_model) : 0;
 }
+static inline size_t fox_dim_ON(const FoxConfig *c) { return c->output_norm ? (size_t)c->d_model : 0; }
 
 static inline void fox_layout(const FoxConfig *c, FoxLayout *lay) {
     size_t off = 0;
@@ -141,7 +163,7 @@ static inline void fox_layout(const FoxConfig *c, FoxLayout *lay) {
 #define P(nm, lyr, r, cl, dec, ini) \
     lay->p[i].name = #nm; lay->p[i].layered = lyr; lay->p[i].decay = dec; \
     lay->p[i].init = FOX_INIT_##ini; \
-    lay->p[i].rows = fox_dim(c, #r); lay->p[i].cols = fox_dim(c, #cl); \
+    lay->p[i].rows = fox_dim_##r(c); lay->p[i].cols = fox_dim_##cl(c); \
     lay->p[i].numel = (lyr ? (size_t)c->n_layer : 1) * lay->p[i].rows * lay->p[i].cols; \
     lay->p[i].offset = off; off += lay->p[i].numel; i++;
     FOX_PARAMS(P)
@@ -165,14 +187,6 @@ static inline int fox_config_apply_preset(FoxConfig *c, const char *preset) {
 #define P(nm, fg, rp, qk, kv, og, on, r2) \
     if (!strcmp(preset, #nm)) { c->forget_gate = fg; c->rope = rp; c->qk_norm = qk; c->kv_shift = kv; \
         c->output_gate = og; c->output_norm = on; c->mlp_hidden = fox_mlp_hidden(c->d_model, r2); return 1; }
-    FOX_PRESETS(P)
-#undef P
-    return 0;
-}
-
-// The preset's MLP ratio ×2 (for recomputing mlp_hidden after --dim changes); 0 if unknown.
-static inline int fox_preset_mlp_ratio_x2(const char *preset) {
-#define P(nm, fg, rp, qk, kv, og, on, r2) if (!strcmp(preset, #nm)) return r2;
     FOX_PRESETS(P)
 #undef P
     return 0;

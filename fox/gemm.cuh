@@ -4,15 +4,10 @@
 #ifndef FOX_GEMM_CUH
 #define FOX_GEMM_CUH
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
-#include <cuda_runtime.h>
-#include <cuda_bf16.h>
 #include <cublasLt.h>
-
-typedef __nv_bfloat16 bf16;
+#include "cuda_common.cuh"  // FOX_CUDA_CHECK, bf16
 
 #define FOX_CUBLAS_CHECK(call) fox_cublas_check((call), #call, __FILE__, __LINE__)
 static inline void fox_cublas_check(cublasStatus_t st, const char *what, const char *file, int line) {

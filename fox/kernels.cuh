@@ -5,38 +5,19 @@
 #ifndef FOX_KERNELS_CUH
 #define FOX_KERNELS_CUH
 
-#include <cuda_runtime.h>
-#include <cuda_bf16.h>
-#include "attention.cuh"
-#include "gemm.cuh"
+#include "cuda_common.cuh"  // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, bf16, fox_blocks, warp_sum, warp_max
+#include "config.h"         // FOX_NORM_EPS
+#include "acp.h"            // FOX_ACP_BLOCK, fox_acp_threshold: the ACP tables' grid and bound
 
 #define FOX_WARPS 8  // warps per block of the one-warp-per-row kernels
 
-static inline unsigned fox_blocks(size_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-    return x;
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
-    return x;
-}
-
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// log σ(x) without overflow.
-__device__ __forceinline__ float logsigmoidf_(float x) { return fminf(x, 0.0f) - log1pf(expf(-fabsf(x))); }
 
 // Global warp index of the one-warp-per-item kernels.
 __device__ __forceinline__ size_t warp_index() { return (size_t)blockIdx.x * FOX_WARPS + threadIdx.x / 32; }
 
 static inline unsigned warp_blocks(size_t items) { return (unsigned)((items + FOX_WARPS - 1) / FOX_WARPS); }
 
-// Launches a one-warp-per-(token, head) kernel templated on E = dh/32 (2 or 4).
+// Launches a one-warp-per-(token, head) kernel templated on PER_LANE = dh/32 (2 or 4): the elements of a head each lane holds.
 #define LAUNCH_HEADS(kernel, dh, items, stream, ...)                                                                    \
     do {                                                                                                                \
         if ((dh) == 64) kernel<2><<<warp_blocks(items), FOX_WARPS * 32, 0, stream>>>(__VA_ARGS__);                     \
@@ -44,9 +25,7 @@ static inline unsigned warp_blocks(size_t items) { return (unsigned)((items + FO
         FOX_LAUNCH_CHECK();                                                                                             \
     } while (0)
 
-#define FOX_LAUNCH_CHECK() FOX_CUDA_CHECK(cudaGetLastError())
-
-// Launches a kernel of the (head, HEAD_BLOCK_ROWS tokens) grid templated on E = dh/32. The head is
+// Launches a kernel of the (head, HEAD_BLOCK_ROWS tokens) grid templated on PER_LANE = dh/32. The head is
 // blockIdx.x so that the blocks running at once cover whole rows (DRAM locality).
 #define LAUNCH_HEAD_BLOCKS(kernel, dh, N, H, stream, ...)                                                               \
     do {                                                                                                                \
@@ -59,6 +38,7 @@ static inline unsigned warp_blocks(size_t items) { return (unsigned)((items + FO
 // ----------------------------------------------------------------------------
 // Embedding
 
+// Paper: x_0 = the token embedding (no positional embedding; docs/model.md §1). CPU: embedding_forward.
 __global__ void embedding_forward_kernel(float *out, const int *tokens, const float *wte, int N, int D) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * D) return;
@@ -69,6 +49,7 @@ __global__ void embedding_forward_kernel(float *out, const int *tokens, const fl
 // dwte[token] += Σ dres over the token's positions, in position order. Tokens come bucketed on the
 // host (bucket b: token bucket_token[b], positions pos[start[b] .. start[b+1])), so no two blocks
 // touch one row and no atomics are needed.
+// CPU: embedding_backward.
 __global__ void embedding_backward_kernel(float *dwte, const float *dres, const int *bucket_token, const int *start,
                                           const int *pos, int D) {
     int b = blockIdx.x;
@@ -147,21 +128,21 @@ static inline size_t colsum_rows_floats(int N, int D) {
     return nb * D;
 }
 
-// In the (head, HEAD_BLOCK_ROWS tokens) kernels a lane owns elements lane + 32e (e < E) of head
+// In the (head, HEAD_BLOCK_ROWS tokens) kernels a lane owns elements lane + 32e (e < PER_LANE) of head
 // h = blockIdx.x in every token its warp visits; this adds the warps' per-lane sums acc in warp order
 // into part[blockIdx.y, h·dh + lane + 32e], i.e. a (head_blocks(N), H·dh) matrix of block partials.
 // Every thread of the block must call it.
-template <int E>
-__device__ __forceinline__ void head_partials_store(float *part, const float acc[E], int dh) {
-    __shared__ float red[FOX_WARPS][E * 32];
+template <int PER_LANE>
+__device__ __forceinline__ void head_partials_store(float *part, const float acc[PER_LANE], int dh) {
+    __shared__ float red[FOX_WARPS][PER_LANE * 32];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __syncthreads();  // a previous call's reads of red are done
 #pragma unroll
-    for (int e = 0; e < E; e++) red[warp][lane + 32 * e] = acc[e];
+    for (int e = 0; e < PER_LANE; e++) red[warp][lane + 32 * e] = acc[e];
     __syncthreads();
     if (warp == 0) {
 #pragma unroll
-        for (int e = 0; e < E; e++) {
+        for (int e = 0; e < PER_LANE; e++) {
             float t = 0.0f;
             for (int w = 0; w < FOX_WARPS; w++) t += red[w][lane + 32 * e];
             part[((size_t)blockIdx.y * gridDim.x + blockIdx.x) * dh + lane + 32 * e] = t;
@@ -203,6 +184,7 @@ __device__ __forceinline__ float row_rstd(const float4 *x, int D4, int lane, flo
     return 1.0f / sqrtf(warp_sum(ss) / (4 * D4) + eps);
 }
 
+// Paper: the pre-norm RMSNorm of each block and the final norm (docs/model.md §1). CPU: rmsnorm_forward.
 __global__ void rmsnorm_forward_kernel(bf16 *out, const float *in, const float *w, int N, int D, float eps) {
     size_t row = warp_index();
     int lane = threadIdx.x % 32, D4 = D / 4;
@@ -219,6 +201,7 @@ __global__ void rmsnorm_forward_kernel(bf16 *out, const float *in, const float *
 // also as bf16 (the next GEMM's operand). dw's block partials: each warp adds dy⊙x̂ of its rows into its
 // own shared-memory row (a lane owns its columns), then the block adds its warps in order into
 // part[blockIdx.x]. Dynamic shared memory: FOX_WARPS·D floats.
+// CPU: rmsnorm_backward (and the ln weight's column sums).
 __global__ void rmsnorm_backward_kernel(float *dres, bf16 *dres_bf, float *part, const float *dy, const float *in,
                                         const float *w, int N, int D, float eps, int accumulate) {
     extern __shared__ float4 wsum[];  // (FOX_WARPS, D/4)
@@ -289,79 +272,83 @@ static inline void fox_rmsnorm_backward(float *dres, bf16 *dres_bf, float *dw, c
 // ----------------------------------------------------------------------------
 // Attention inputs: KV-shift, QK-norm and RoPE in one pass over the fp32 projection, writing the
 // attention's bf16 q, k, v in (B, H, T, dh). One warp per (token, head); lane l holds elements
-// l + 32e (e < E = dh/32), so each RoPE pair (i, i + dh/2) lives in one lane (dh % 64 == 0).
+// l + 32e (e < PER_LANE = dh/32), so each RoPE pair (i, i + dh/2) lives in one lane (dh % 64 == 0).
 
 typedef struct {
     const float *proj;           // (N, ld): attn_in_w outputs
-    int ld, cq, ck, cv, cak, cav;  // column offsets (AttnCols), cak/cav < 0 without KV-shift
+    int ld;                      // proj's row stride
+    AttnCols cols;               // where q, k, v and the shift logits sit in a row (k_shift < 0: no KV-shift)
     const float *qw, *kw;        // QK-norm weights (NULL without QK-norm); wstride 0 when shared
     int wstride;
     const float *rope_cos, *rope_sin;  // (T, dh/2) tables, NULL without RoPE
     int B, T, H, dh;
-} QkvShape;
+} QkvInputs;
 
-template <int E>
-__device__ __forceinline__ void load_shifted(float y[E], const QkvShape &s, size_t n, int t, int col, int ca, int h, int lane) {
+template <int PER_LANE>
+__device__ __forceinline__ void load_shifted(float y[PER_LANE], const QkvInputs &s, size_t n, int t, int col, int ca, int h, int lane) {
     const float *row = s.proj + n * s.ld;
     float al = ca >= 0 ? sigmoidf_(row[ca + h]) : 0.0f;
 #pragma unroll
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < PER_LANE; e++) {
         int k = h * s.dh + lane + 32 * e;
         float x = row[col + k];
         y[e] = ca >= 0 ? (t ? al * row[col + k - s.ld] : 0.0f) + (1.0f - al) * x : x;
     }
 }
 
-template <int E>
-__device__ __forceinline__ float head_rstd(const float x[E], int dh, float eps) {
+template <int PER_LANE>
+__device__ __forceinline__ float head_rstd(const float x[PER_LANE], int dh, float eps) {
     float ss = 0.0f;
 #pragma unroll
-    for (int e = 0; e < E; e++) ss += x[e] * x[e];
+    for (int e = 0; e < PER_LANE; e++) ss += x[e] * x[e];
     return 1.0f / sqrtf(warp_sum(ss) / dh + eps);
 }
 
 // inverse = 1 turns by −angle (the backward of the rotation is its transpose).
-template <int E>
-__device__ __forceinline__ void rope_rotate(float x[E], const QkvShape &s, int t, int lane, int inverse) {
+template <int PER_LANE>
+__device__ __forceinline__ void rope_rotate(float x[PER_LANE], const QkvInputs &s, int t, int lane, int inverse) {
     int half = s.dh / 2;
 #pragma unroll
-    for (int e = 0; e < E / 2; e++) {
+    for (int e = 0; e < PER_LANE / 2; e++) {
         int i = lane + 32 * e;
         float cs = s.rope_cos[(size_t)t * half + i], sn = s.rope_sin[(size_t)t * half + i];
         if (inverse) sn = -sn;
-        float x1 = x[e], x2 = x[e + E / 2];
+        float x1 = x[e], x2 = x[e + PER_LANE / 2];
         x[e] = x1 * cs - x2 * sn;
-        x[e + E / 2] = x2 * cs + x1 * sn;
+        x[e + PER_LANE / 2] = x2 * cs + x1 * sn;
     }
 }
 
-template <int E>
-__global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvShape s) {
+// Paper eq. 15-19 (FoX Pro): q = QK-norm(W_q x); k = QK-norm(KV-shift(W_k x)), v = KV-shift(W_v x); then
+// RoPE (Transformer presets). CPU: kv_shift_forward, rmsnorm_forward (per head), rope_apply in
+// attention_block_forward.
+template <int PER_LANE>
+__global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
     size_t w = warp_index();
     int lane = threadIdx.x % 32;
     if (w >= (size_t)s.B * s.T * s.H) return;
     size_t n = w / s.H;
     int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T);
-    float qv[E], kv[E], vv[E];
-    load_shifted<E>(qv, s, n, t, s.cq, -1, h, lane);
-    load_shifted<E>(kv, s, n, t, s.ck, s.cak, h, lane);
-    load_shifted<E>(vv, s, n, t, s.cv, s.cav, h, lane);
+    float qv[PER_LANE], kv[PER_LANE], vv[PER_LANE];
+    load_shifted<PER_LANE>(qv, s, n, t, s.cols.q, -1, h, lane);
+    load_shifted<PER_LANE>(kv, s, n, t, s.cols.k, s.cols.k_shift, h, lane);
+    load_shifted<PER_LANE>(vv, s, n, t, s.cols.v, s.cols.v_shift, h, lane);
     if (s.qw) {
-        float rq = head_rstd<E>(qv, s.dh, FOX_QK_NORM_EPS), rk = head_rstd<E>(kv, s.dh, FOX_QK_NORM_EPS);
+        float rq = head_rstd<PER_LANE>(qv, s.dh, FOX_QK_NORM_EPS), rk = head_rstd<PER_LANE>(kv, s.dh, FOX_QK_NORM_EPS);
 #pragma unroll
-        for (int e = 0; e < E; e++) {
+        for (int e = 0; e < PER_LANE; e++) {
             int i = h * s.wstride + lane + 32 * e;
             qv[e] = qv[e] * rq * s.qw[i];
             kv[e] = kv[e] * rk * s.kw[i];
         }
     }
     if (s.rope_cos) {
-        rope_rotate<E>(qv, s, t, lane, 0);
-        rope_rotate<E>(kv, s, t, lane, 0);
+        rope_rotate<PER_LANE>(qv, s, t, lane, 0);
+        rope_rotate<PER_LANE>(kv, s, t, lane, 0);
     }
     size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
 #pragma unroll
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < PER_LANE; e++) {
         int i = lane + 32 * e;
         q[o + i] = __float2bfloat16(qv[e]);
         k[o + i] = __float2bfloat16(kv[e]);
@@ -370,105 +357,107 @@ __global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvShape s) {
 }
 
 // Per-head RMSNorm backward (one warp, lane-strided elements): dx, and prod = dy⊙x̂ (the weight's part).
-template <int E>
-__device__ __forceinline__ void head_norm_backward(float dx[E], float prod[E], const float x[E], const float dy[E],
+template <int PER_LANE>
+__device__ __forceinline__ void head_norm_backward(float dx[PER_LANE], float prod[PER_LANE], const float x[PER_LANE], const float dy[PER_LANE],
                                                    const float *w, int dh, float eps) {
-    float rs = head_rstd<E>(x, dh, eps), dot = 0.0f;
+    float rs = head_rstd<PER_LANE>(x, dh, eps), dot = 0.0f;
 #pragma unroll
-    for (int e = 0; e < E; e++) dot += dy[e] * w[e * 32] * x[e] * rs;
+    for (int e = 0; e < PER_LANE; e++) dot += dy[e] * w[e * 32] * x[e] * rs;
     dot = warp_sum(dot) / dh;
 #pragma unroll
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < PER_LANE; e++) {
         dx[e] = rs * (dy[e] * w[e * 32] - x[e] * rs * dot);
         prod[e] = dy[e] * x[e] * rs;
     }
 }
 
 // One token's inputs of qk_backward_kernel, loaded a token ahead (two tokens' loads in flight per warp).
-template <int E> struct QkIn {
-    float gq[E], gk[E], q[E], k[E], kp[E], al;  // dq, dk; q, k columns of the row; k of the row before; α_t
+template <int PER_LANE> struct QkIn {
+    float gq[PER_LANE], gk[PER_LANE], q[PER_LANE], k[PER_LANE], kp[PER_LANE], al;  // dq, dk; q, k columns of the row; k of the row before; α_t
 };
 
-template <int E>
-__device__ __forceinline__ void qk_load(QkIn<E> &in, const bf16 *dq, const bf16 *dk, const QkvShape &s, int nn, int h,
+template <int PER_LANE>
+__device__ __forceinline__ void qk_load(QkIn<PER_LANE> &in, const bf16 *dq, const bf16 *dk, const QkvInputs &s, int nn, int h,
                                         int lane) {
     size_t n = (size_t)nn;
     int t = (int)(n % s.T), b = (int)(n / s.T);
     size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
     const float *row = s.proj + n * s.ld;
-    in.al = s.cak >= 0 ? row[s.cak + h] : 0.0f;
+    in.al = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
 #pragma unroll
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < PER_LANE; e++) {
         int k = h * s.dh + lane + 32 * e;
         in.gq[e] = __bfloat162float(dq[o + lane + 32 * e]);
         in.gk[e] = __bfloat162float(dk[o + lane + 32 * e]);
-        in.q[e] = row[s.cq + k];
-        in.k[e] = row[s.ck + k];
-        in.kp[e] = s.cak >= 0 && t ? row[s.ck + k - s.ld] : 0.0f;
+        in.q[e] = row[s.cols.q + k];
+        in.k[e] = row[s.cols.k + k];
+        in.kp[e] = s.cols.k_shift >= 0 && t ? row[s.cols.k + k - s.ld] : 0.0f;
     }
 }
 
 // Backward through RoPE and QK-norm for q and the shifted k: dproj's q columns (bf16), dks (fp32
 // (N, D): the gradient of the shifted keys, consumed by kv_backward_kernel) and, with QK-norm, the
 // block partials of the weight gradients (qpart, kpart: head_partials_store). Grid: (head, token block).
-template <int E>
+// Backward of eq. 15 and 17's QK-norm and RoPE for q and the shifted k. CPU: rope_apply (inverse) and
+// rmsnorm_backward in attention_block_backward.
+template <int PER_LANE>
 __global__ void qk_backward_kernel(bf16 *dproj, float *dks, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk,
-                                   QkvShape s) {
+                                   QkvInputs s) {
     int lane = threadIdx.x % 32, h = blockIdx.x, D = s.H * s.dh, N = s.B * s.T;
     int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
-    float qacc[E] = {}, kacc[E] = {};
+    float qacc[PER_LANE] = {}, kacc[PER_LANE] = {};
     int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32;
-    QkIn<E> in, next;
-    if (nn < n1) qk_load<E>(in, dq, dk, s, nn, h, lane);
+    QkIn<PER_LANE> in, next;
+    if (nn < n1) qk_load<PER_LANE>(in, dq, dk, s, nn, h, lane);
     for (; nn < n1; nn += FOX_WARPS) {
-        if (nn + FOX_WARPS < n1) qk_load<E>(next, dq, dk, s, nn + FOX_WARPS, h, lane);
+        if (nn + FOX_WARPS < n1) qk_load<PER_LANE>(next, dq, dk, s, nn + FOX_WARPS, h, lane);
         size_t n = (size_t)nn;
         int t = (int)(n % s.T);
-        float x[E], dx[E], prod[E];
+        float x[PER_LANE], dx[PER_LANE], prod[PER_LANE];
         if (s.rope_cos) {
-            rope_rotate<E>(in.gq, s, t, lane, 1);
-            rope_rotate<E>(in.gk, s, t, lane, 1);
+            rope_rotate<PER_LANE>(in.gq, s, t, lane, 1);
+            rope_rotate<PER_LANE>(in.gk, s, t, lane, 1);
         }
         // q
-        if (s.qw) head_norm_backward<E>(dx, prod, in.q, in.gq, s.qw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+        if (s.qw) head_norm_backward<PER_LANE>(dx, prod, in.q, in.gq, s.qw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
 #pragma unroll
-        for (int e = 0; e < E; e++) {
-            dproj[n * s.ld + s.cq + h * s.dh + lane + 32 * e] = __float2bfloat16(s.qw ? dx[e] : in.gq[e]);
+        for (int e = 0; e < PER_LANE; e++) {
+            dproj[n * s.ld + s.cols.q + h * s.dh + lane + 32 * e] = __float2bfloat16(s.qw ? dx[e] : in.gq[e]);
             if (s.qw) qacc[e] += prod[e];
         }
         // k, shifted as in load_shifted
         float al = sigmoidf_(in.al);
 #pragma unroll
-        for (int e = 0; e < E; e++) x[e] = s.cak >= 0 ? (t ? al * in.kp[e] : 0.0f) + (1.0f - al) * in.k[e] : in.k[e];
-        if (s.qw) head_norm_backward<E>(dx, prod, x, in.gk, s.kw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+        for (int e = 0; e < PER_LANE; e++) x[e] = s.cols.k_shift >= 0 ? (t ? al * in.kp[e] : 0.0f) + (1.0f - al) * in.k[e] : in.k[e];
+        if (s.qw) head_norm_backward<PER_LANE>(dx, prod, x, in.gk, s.kw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
 #pragma unroll
-        for (int e = 0; e < E; e++) {
+        for (int e = 0; e < PER_LANE; e++) {
             dks[n * D + h * s.dh + lane + 32 * e] = s.qw ? dx[e] : in.gk[e];
             if (s.qw) kacc[e] += prod[e];
         }
         in = next;
     }
     if (s.qw) {
-        head_partials_store<E>(qpart, qacc, s.dh);
-        head_partials_store<E>(kpart, kacc, s.dh);
+        head_partials_store<PER_LANE>(qpart, qacc, s.dh);
+        head_partials_store<PER_LANE>(kpart, kacc, s.dh);
     }
 }
 
 // Backward of the KV-shift y_t = α_t x_{t−1} + (1−α_t) x_t for keys (gradient dks fp32 (N, D)) and
 // values (gradient dv bf16 (B, H, T, dh)): dx_t = (1−α_t) dy_t + α_{t+1} dy_{t+1};
 // dα_t = Σ dy_t (x_{t−1} − x_t), through the sigmoid into the α columns. Without the shift, dx = dy.
-template <int E>
-__device__ __forceinline__ void shift_backward(bf16 *dproj, const float gy[E], const float gnext[E], int has_next,
-                                               const QkvShape &s, size_t n, int t, int col, int ca, int h, int lane) {
+template <int PER_LANE>
+__device__ __forceinline__ void shift_backward(bf16 *dproj, const float gy[PER_LANE], const float gnext[PER_LANE], int has_next,
+                                               const QkvInputs &s, size_t n, int t, int col, int ca, int h, int lane) {
     const float *row = s.proj + n * s.ld;
     if (ca < 0) {
 #pragma unroll
-        for (int e = 0; e < E; e++) dproj[n * s.ld + col + h * s.dh + lane + 32 * e] = __float2bfloat16(gy[e]);
+        for (int e = 0; e < PER_LANE; e++) dproj[n * s.ld + col + h * s.dh + lane + 32 * e] = __float2bfloat16(gy[e]);
         return;
     }
     float al = sigmoidf_(row[ca + h]), an = has_next ? sigmoidf_(row[s.ld + ca + h]) : 0.0f, dal = 0.0f;
 #pragma unroll
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < PER_LANE; e++) {
         int k = col + h * s.dh + lane + 32 * e;
         float dx = (1.0f - al) * gy[e] + (has_next ? an * gnext[e] : 0.0f);
         dproj[n * s.ld + k] = __float2bfloat16(dx);
@@ -478,35 +467,36 @@ __device__ __forceinline__ void shift_backward(bf16 *dproj, const float gy[E], c
     if (lane == 0) dproj[n * s.ld + ca + h] = __float2bfloat16(dal * al * (1.0f - al));
 }
 
-template <int E>
-__global__ void kv_backward_kernel(bf16 *dproj, const float *dks, const bf16 *dv, QkvShape s) {
+// Backward of eq. 16-19's KV-shift. CPU: kv_shift_backward.
+template <int PER_LANE>
+__global__ void kv_backward_kernel(bf16 *dproj, const float *dks, const bf16 *dv, QkvInputs s) {
     size_t w = warp_index();
     int lane = threadIdx.x % 32;
     if (w >= (size_t)s.B * s.T * s.H) return;
     size_t n = w / s.H;
     int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T), D = s.H * s.dh, has_next = t + 1 < s.T;
-    float gy[E], gn[E];
+    float gy[PER_LANE], gn[PER_LANE];
 #pragma unroll
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < PER_LANE; e++) {
         int i = h * s.dh + lane + 32 * e;
         gy[e] = dks[n * D + i];
         gn[e] = has_next ? dks[(n + 1) * D + i] : 0.0f;
     }
-    shift_backward<E>(dproj, gy, gn, has_next, s, n, t, s.ck, s.cak, h, lane);
+    shift_backward<PER_LANE>(dproj, gy, gn, has_next, s, n, t, s.cols.k, s.cols.k_shift, h, lane);
     size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
 #pragma unroll
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < PER_LANE; e++) {
         gy[e] = __bfloat162float(dv[o + lane + 32 * e]);
         gn[e] = has_next ? __bfloat162float(dv[o + s.dh + lane + 32 * e]) : 0.0f;
     }
-    shift_backward<E>(dproj, gy, gn, has_next, s, n, t, s.cv, s.cav, h, lane);
+    shift_backward<PER_LANE>(dproj, gy, gn, has_next, s, n, t, s.cols.v, s.cols.v_shift, h, lane);
 }
 
 // The backward of the attention inputs (q, k, v → dproj's q, k, v and shift columns) and the QK-norm
 // weight gradients dqw, dkw (with QK-norm). dks: (N, D) fp32; part: 2·colsum_rows_floats(N, D) floats,
 // part2: colsum_scratch_floats(head_blocks(N)·H, D).
 static inline void fox_qkv_backward(bf16 *dproj, float *dqw, float *dkw, const bf16 *dq, const bf16 *dk, const bf16 *dv,
-                                    const QkvShape &s, float *dks, float *part, float *part2, cudaStream_t st) {
+                                    const QkvInputs &s, float *dks, float *part, float *part2, cudaStream_t st) {
     int N = s.B * s.T;
     float *qpart = part, *kpart = part + colsum_rows_floats(N, s.H * s.dh);
     LAUNCH_HEAD_BLOCKS(qk_backward_kernel, s.dh, N, s.H, st, dproj, dks, qpart, kpart, dq, dk, s);
@@ -518,49 +508,9 @@ static inline void fox_qkv_backward(bf16 *dproj, float *dqw, float *dkw, const b
 }
 
 // ----------------------------------------------------------------------------
-// Forget gate: c_t = Σ_{l≤t} log σ(b_h + proj[t, f+h]) per (b, h), an inclusive fp32 scan (one
-// block per sequence and head: each thread sums a contiguous chunk, the block scans the chunk totals,
-// then each thread walks its chunk forward from its prefix). cf < 0: the gate has no projection.
-#define SCAN_THREADS_F 1024
-
-__global__ void __launch_bounds__(SCAN_THREADS_F) forget_gate_forward_kernel(float *c, const float *proj, int ld, int cf,
-                                                                            const float *bias, int H, int T) {
-    __shared__ float warp_tot[SCAN_THREADS_F / 32];
-    int bh = blockIdx.x, b = bh / H, h = bh % H;
-    int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    int chunk = (T + SCAN_THREADS_F - 1) / SCAN_THREADS_F, lo = min(T, tid * chunk), hi = min(T, lo + chunk);
-    const float *rows = proj + (size_t)b * T * ld;
-    float *cr = c + (size_t)bh * T;
-    float tot = 0.0f;
-    for (int t = lo; t < hi; t++) tot += logsigmoidf_(bias[h] + (cf >= 0 ? rows[(size_t)t * ld + cf + h] : 0.0f));
-    float pre = tot;  // inclusive prefix across lanes, then across warps
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-        float o = __shfl_up_sync(0xffffffffu, pre, off);
-        if (lane >= off) pre += o;
-    }
-    if (lane == 31) warp_tot[warp] = pre;
-    __syncthreads();
-    if (warp == 0) {
-        float x = warp_tot[lane];
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-            float o = __shfl_up_sync(0xffffffffu, x, off);
-            if (lane >= off) x += o;
-        }
-        warp_tot[lane] = x;
-    }
-    __syncthreads();
-    float excl = __shfl_up_sync(0xffffffffu, pre, 1);  // exact exclusive prefix (no pre − tot)
-    float run = (lane ? excl : 0.0f) + (warp ? warp_tot[warp - 1] : 0.0f);
-    for (int t = lo; t < hi; t++) {
-        run += logsigmoidf_(bias[h] + (cf >= 0 ? rows[(size_t)t * ld + cf + h] : 0.0f));
-        cr[t] = run;
-    }
-}
-
-// d logit = d log f · σ(−logit), into dproj's forget column (when there is one) and dfg (N, H) fp32,
-// whose column sums are the bias gradient.
+// Backward of eq. 20 (f_t = σ(w_f·x_t + b_f)): d logit = d log f · σ(−logit), into dproj's forget column
+// (when there is one) and dfg (N, H) fp32, whose column sums are the bias gradient. CPU: the last loop of
+// forget_gate_backward (d log f comes from fox_attention_backward's reverse scan).
 __global__ void forget_gate_backward_kernel(bf16 *dproj, float *dfg, const float *dlogf, const float *proj, int ld,
                                             int cf, const float *bias, int B, int H, int T) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -581,8 +531,7 @@ __global__ void forget_gate_backward_kernel(bf16 *dproj, float *dfg, const float
 // NULL) gains the number of live tiles (an integer sum: the same every run).
 #define ACP_THREADS 256
 
-FOX_ACP_FIRST_LIVE(acp_first_live_dev, float, static __device__ __forceinline__)
-
+// ACP paper §3 (docs/model.md §1.5). CPU: acp_tables.
 __global__ void __launch_bounds__(ACP_THREADS) acp_tables_kernel(int *kv_first, int *q_last, unsigned long long *live,
                                                                  const float *c, const bf16 *q, const bf16 *k,
                                                                  const float *qw, const float *kw, int wstride, int H,
@@ -622,7 +571,7 @@ __global__ void __launch_bounds__(ACP_THREADS) acp_tables_kernel(int *kv_first, 
     }
     double U = qw ? fox_acp_bound_qknorm(mq, mk, dh) : fox_acp_bound_norms(mq, mk, dh), delta = fox_acp_threshold(U, T);
     const float *ch = c + (size_t)bh * T;
-    for (int m = tid; m < nblk; m += ACP_THREADS) kf[m] = acp_first_live_dev(ch, T, m, delta);
+    for (int m = tid; m < nblk; m += ACP_THREADS) kf[m] = fox_acp_first_live(ch, T, m, delta);
     __syncthreads();
     if (tid == 0) {
         unsigned long long n = 1;  // query block 0 keeps its diagonal tile
@@ -657,7 +606,9 @@ static inline void fox_acp_tables(int *kv_first, int *q_last, unsigned long long
 // Attention output: z = RMSNorm_head(o) ⊙ σ(g) (each part optional), one warp per (token, head);
 // o and z are (N, D) bf16, g read from proj (fp32) at column cg (< 0: no gate); ow NULL: no norm.
 
-template <int E>
+// Paper eq. 21 and 23: z = RMSNorm(o) ⊙ σ(W_g x) (output norm and output gate, each optional). CPU:
+// rmsnorm_forward (per head) and output_gate_forward in attention_block_forward.
+template <int PER_LANE>
 __global__ void output_forward_kernel(bf16 *z, const bf16 *o, const float *proj, int ld, int cg, const float *ow,
                                       int N, int H, int dh) {
     size_t w = warp_index();
@@ -665,12 +616,12 @@ __global__ void output_forward_kernel(bf16 *z, const bf16 *o, const float *proj,
     if (w >= (size_t)N * H) return;
     size_t n = w / H;
     int h = (int)(w % H), D = H * dh;
-    float x[E];
+    float x[PER_LANE];
 #pragma unroll
-    for (int e = 0; e < E; e++) x[e] = __bfloat162float(o[n * D + h * dh + lane + 32 * e]);
-    float rs = ow ? head_rstd<E>(x, dh, FOX_NORM_EPS) : 1.0f;
+    for (int e = 0; e < PER_LANE; e++) x[e] = __bfloat162float(o[n * D + h * dh + lane + 32 * e]);
+    float rs = ow ? head_rstd<PER_LANE>(x, dh, FOX_NORM_EPS) : 1.0f;
 #pragma unroll
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < PER_LANE; e++) {
         int i = h * dh + lane + 32 * e;
         float y = ow ? x[e] * rs * ow[i] : x[e];
         if (cg >= 0) y *= sigmoidf_(proj[n * ld + cg + i]);
@@ -679,15 +630,15 @@ __global__ void output_forward_kernel(bf16 *z, const bf16 *o, const float *proj,
 }
 
 // One token's inputs of output_backward_kernel (o, dz, gate logits), loaded a token ahead.
-template <int E> struct OutIn {
-    float x[E], g[E], gl[E];
+template <int PER_LANE> struct OutIn {
+    float x[PER_LANE], g[PER_LANE], gl[PER_LANE];
 };
 
-template <int E>
-__device__ __forceinline__ void output_load(OutIn<E> &in, const float *dz, const bf16 *o, const float *proj, int ld,
+template <int PER_LANE>
+__device__ __forceinline__ void output_load(OutIn<PER_LANE> &in, const float *dz, const bf16 *o, const float *proj, int ld,
                                             int cg, size_t n, int h, int dh, int D, int lane) {
 #pragma unroll
-    for (int e = 0; e < E; e++) {
+    for (int e = 0; e < PER_LANE; e++) {
         int i = h * dh + lane + 32 * e;
         in.x[e] = __bfloat162float(o[n * D + i]);
         in.g[e] = dz[n * D + i];
@@ -698,22 +649,23 @@ __device__ __forceinline__ void output_load(OutIn<E> &in, const float *dz, const
 // Backward of the above: dz (N, D) fp32 → d_o (N, D) bf16 (the attention's dO), the gate's dproj
 // columns, and with the norm the block partials of its weight gradient Σ d(on)⊙ô (head_partials_store).
 // Grid: (head, token block).
-template <int E>
+// Backward of eq. 21 and 23. CPU: output_gate_backward, rmsnorm_backward (per head).
+template <int PER_LANE>
 __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, float *part, const float *dz, const bf16 *o,
                                        const float *proj, int ld, int cg, const float *ow, int N, int H, int dh) {
     int lane = threadIdx.x % 32, h = blockIdx.x, D = H * dh;
     int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
-    float acc[E] = {};
+    float acc[PER_LANE] = {};
     int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32;
-    OutIn<E> in, next;
-    if (nn < n1) output_load<E>(in, dz, o, proj, ld, cg, (size_t)nn, h, dh, D, lane);
+    OutIn<PER_LANE> in, next;
+    if (nn < n1) output_load<PER_LANE>(in, dz, o, proj, ld, cg, (size_t)nn, h, dh, D, lane);
     for (; nn < n1; nn += FOX_WARPS) {
-        if (nn + FOX_WARPS < n1) output_load<E>(next, dz, o, proj, ld, cg, (size_t)(nn + FOX_WARPS), h, dh, D, lane);
+        if (nn + FOX_WARPS < n1) output_load<PER_LANE>(next, dz, o, proj, ld, cg, (size_t)(nn + FOX_WARPS), h, dh, D, lane);
         size_t n = (size_t)nn;
-        float don[E], dx[E], prod[E];
-        float rs = ow ? head_rstd<E>(in.x, dh, FOX_NORM_EPS) : 1.0f;
+        float don[PER_LANE], dx[PER_LANE], prod[PER_LANE];
+        float rs = ow ? head_rstd<PER_LANE>(in.x, dh, FOX_NORM_EPS) : 1.0f;
 #pragma unroll
-        for (int e = 0; e < E; e++) {
+        for (int e = 0; e < PER_LANE; e++) {
             int i = h * dh + lane + 32 * e;
             float g = in.g[e];
             if (cg >= 0) {
@@ -723,15 +675,15 @@ __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, float *part, cons
             }
             don[e] = g;
         }
-        if (ow) head_norm_backward<E>(dx, prod, in.x, don, ow + h * dh + lane, dh, FOX_NORM_EPS);
+        if (ow) head_norm_backward<PER_LANE>(dx, prod, in.x, don, ow + h * dh + lane, dh, FOX_NORM_EPS);
 #pragma unroll
-        for (int e = 0; e < E; e++) {
+        for (int e = 0; e < PER_LANE; e++) {
             d_o[n * D + h * dh + lane + 32 * e] = __float2bfloat16(ow ? dx[e] : don[e]);
             if (ow) acc[e] += prod[e];
         }
         in = next;
     }
-    if (ow) head_partials_store<E>(part, acc, dh);
+    if (ow) head_partials_store<PER_LANE>(part, acc, dh);
 }
 
 // The output norm+gate backward and, with the norm, dow += its weight gradient. part:
@@ -774,6 +726,7 @@ __device__ __forceinline__ int swiglu_slot(size_t i, int I, size_t *n, int *j) {
 
 __host__ __device__ static inline size_t swiglu_threads(int N, int I) { return (size_t)N * ((I + SWIGLU_VEC - 1) / SWIGLU_VEC); }
 
+// SwiGLU: h = silu(gate) ⊙ up (docs/model.md §1.2). CPU: swiglu_forward.
 __global__ void swiglu_forward_kernel(bf16 *hout, const bf16 *u, int N, int I) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n;
     if (i >= swiglu_threads(N, I)) return;
@@ -787,6 +740,7 @@ __global__ void swiglu_forward_kernel(bf16 *hout, const bf16 *u, int N, int I) {
     store_bf16_vec(hout + n * I + j, h, cnt, vec);
 }
 
+// CPU: swiglu_backward.
 __global__ void swiglu_backward_kernel(bf16 *du, const float *dh, const bf16 *u, int N, int I) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n;
     if (i >= swiglu_threads(N, I)) return;
@@ -848,6 +802,7 @@ __device__ void block_lse(float *out_lse, const bf16 *z, int V) {
     }
 }
 
+// Per-position cross entropy of the next token (docs/model.md §2). CPU: crossentropy_forward.
 __global__ void __launch_bounds__(CE_THREADS) crossentropy_forward_kernel(float *losses, float *lse, const bf16 *logits,
                                                                          const int *targets, int V, int VP) {
     size_t row = blockIdx.x;
@@ -860,6 +815,7 @@ __global__ void __launch_bounds__(CE_THREADS) crossentropy_forward_kernel(float 
     }
 }
 
+// CPU: crossentropy_backward.
 __global__ void __launch_bounds__(CE_THREADS) crossentropy_backward_kernel(bf16 *logits, const float *lse,
                                                                           const int *targets, int V, int VP, float scale) {
     size_t row = blockIdx.x;
@@ -910,6 +866,7 @@ typedef struct {
     float gscale;  // 1, or the clip factor
 } AdamStep;
 
+// AdamW (docs/model.md §2). CPU: adamw_update.
 __global__ void adamw_kernel(float *w, bf16 *wbf, const float *grad, float *m, float *v, size_t n, size_t first,
                              size_t layer_numel, size_t pad_per_layer, AdamStep a) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

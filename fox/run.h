@@ -1,36 +1,6 @@
 // fox/run.h: a training or evaluation run — flags, data, the step loop, logs, checkpoints, resume,
 // --eval-only and sampling — shared by train_fox_cpu (train_fox.c) and train_fox (train_fox.cu).
-// Each trainer defines its Model (with fields cfg, lay and T) and these before including this file:
-//   void   run_model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed, int recompute,
-//                         int forward_only, const Dist *d);
-//                                          (a GPU trainer picks its GPU and joins its ranks here, and
-//                                          checks that the run fits in device memory before allocating:
-//                                          one line with the need and the remedy if not); forward_only
-//                                          (--eval-only): no gradients, optimizer state or backward
-//                                          scratch, and the least activation memory
-//   void   run_model_options(const FoxArgs *a);   trainer-specific flags (--deterministic, --acp)
-//   void   model_free(Model *m);
-//   double model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
-//   const float *run_model_losses(Model *m);     per-position losses of the last forward, on the host
-//   void   run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale,
-//                             int last);   last: the step's last micro-batch (a trainer may start averaging
-//                                          the ranks' gradients as they become final)
-//   void   run_model_zero_grad(Model *m);
-//   void   run_model_average_grads(Model *m, const Dist *d);   mean of the ranks' gradients
-//   double run_model_grad_norm(Model *m);        global L2 norm of the (averaged) gradient: every rank
-//                                                gets the same value
-//   void   run_model_update(Model *m, const OptConfig *o, double lr, int t, double norm);
-//                                                clip by that norm, then AdamW (t: 1-based step)
-//   void   run_model_get(Model *m, float *params, float *m1, float *m2);   fp32, FOX_PARAMS layout;
-//   void   run_model_set(Model *m, const float *params, const float *m1, const float *m2);  NULL skips
-//   void   run_model_shard(const Model *m, size_t *offset, size_t *count);   the AdamW moments this rank holds
-//                                          (m1, m2 above): elements [offset, offset + count)
-//   void   run_model_logits_row(Model *m, int row, float *out);   after a forward without targets
-//   double run_model_acp_live(Model *m);         ACP: fraction of the attention tiles the last forward
-//                                                computed (this rank's); < 0 without ACP
-//   void   run_model_sync(Model *m);             waits for queued work (step timing)
-//   double run_model_peak_flops(void);           dense peak for MFU (docs/model.md §6), 0 when unknown
-//   void   run_model_report(Model *m);           once, after the first step (memory)
+// What the run needs from a trainer is declared in fox/trainer.h.
 #ifndef FOX_RUN_H
 #define FOX_RUN_H
 
@@ -44,6 +14,7 @@
 #include "checkpoint.h"
 #include "train_common.h"
 #include "dist.h"
+#include "trainer.h"
 #include "../dataloader.h"
 #include "../tokenizer.h"
 
@@ -54,7 +25,10 @@
 typedef struct {
     FoxArgs args;
     Dist dist;
-    Model model;
+    Model *model;                 // the trainer's (fox/trainer.h)
+    FoxConfig cfg;                // its configuration and parameter layout
+    FoxLayout lay;
+    int seq_len;                  // its context: the training --seq-len, or the evaluation's
     OptConfig opt;
     DataLoader train, val;
     int has_val, grad_accum, step;
@@ -139,13 +113,13 @@ static void check_tokens(const int *ids, size_t n, int vocab, const char *what) 
 // The next batch of a loader, with its ids checked against the vocabulary.
 static void next_batch(Run *r, DataLoader *dl, const char *what, size_t n) {
     dataloader_next(dl, r->inputs, r->targets);
-    check_tokens(r->inputs, n, r->model.cfg.vocab_size, what);
-    check_tokens(r->targets, n, r->model.cfg.vocab_size, what);
+    check_tokens(r->inputs, n, r->cfg.vocab_size, what);
+    check_tokens(r->targets, n, r->cfg.vocab_size, what);
 }
 
 // Host buffers for the weights (and the AdamW moments), allocated on first use.
 static void ensure_host_staging(Run *r, int moments) {
-    size_t n = r->model.lay.total;
+    size_t n = r->lay.total;
     if (!r->h_params) r->h_params = (float *)fox_malloc(n * sizeof(float));
     if (moments && !r->h_m) {
         r->h_m = (float *)fox_malloc(n * sizeof(float));
@@ -156,7 +130,7 @@ static void ensure_host_staging(Run *r, int moments) {
 static void load_weights(Run *r, const char *path, const FoxConfig *cfg) {
     ensure_host_staging(r, 0);
     fox_read_model_bin(path, cfg, r->h_params);
-    run_model_set(&r->model, r->h_params, NULL, NULL);
+    run_model_set(r->model, r->h_params, NULL, NULL);
 }
 
 // The number of validation batches an evaluation reads: up to --val-steps.
@@ -180,7 +154,7 @@ static double evaluate(Run *r) {
     double sum = 0.0;
     for (int s = 0; s < steps; s++) {
         next_batch(r, &r->val, r->args.val, (size_t)B * T);
-        sum += model_forward(&r->model, r->inputs, r->targets, B, T);
+        sum += model_forward(r->model, r->inputs, r->targets, B, T);
     }
     double mean = sum / steps;
     dist_allreduce_sum_f64(&r->dist, &mean, 1);
@@ -191,7 +165,7 @@ static double evaluate(Run *r) {
 // losses and stop signals meet in one reduction, so all ranks take the same decisions. Returns the
 // loss; the gradient's norm goes to norm_out, whether some rank was signalled to stop to stop_out.
 static double step_gradient(Run *r, double *norm_out, int *stop_out) {
-    Model *m = &r->model;
+    Model *m = r->model;
     int B = r->args.batch, T = r->args.seq_len, N = B * T;
     int poison = r->step + 1 == r->test_nan_step && r->test_nan_attempts > 0;
     r->test_nan_attempts -= poison;
@@ -229,10 +203,10 @@ static FoxTrainState run_state(const Run *r) {
     s.batch = r->args.batch;
     s.tokens = r->tokens;
     size_t off, cnt;
-    run_model_shard(&r->model, &off, &cnt);
+    run_model_shard(r->model, &off, &cnt);
     s.shard_offset = (long long)off;
     s.shard_count = (long long)cnt;
-    s.params = (long long)r->model.lay.total;
+    s.params = (long long)r->lay.total;
     s.total_batch = (long long)r->grad_accum * r->args.batch * r->args.seq_len * r->dist.world;
     s.loader_bytes = (long long)dataloader_state_bytes(&r->train);
     s.rng = r->rng;
@@ -266,9 +240,9 @@ static void save_checkpoint(Run *r) {
     const char *out = r->args.out;
     char tmp[4096], path[4352];
     ensure_host_staging(r, 1);
-    run_model_get(&r->model, r->h_params, r->h_m, r->h_v);
+    run_model_get(r->model, r->h_params, r->h_m, r->h_v);
     FoxTrainState s = run_state(r);
-    double bad = !fox_all_finite(r->h_params, r->model.lay.total) || !fox_all_finite(r->h_m, (size_t)s.shard_count) ||
+    double bad = !fox_all_finite(r->h_params, r->lay.total) || !fox_all_finite(r->h_m, (size_t)s.shard_count) ||
                  !fox_all_finite(r->h_v, (size_t)s.shard_count);
     dist_allreduce_sum_f64(&r->dist, &bad, 1);
     if (bad > 0.0) {
@@ -288,7 +262,7 @@ static void save_checkpoint(Run *r) {
     dist_barrier(&r->dist);
     if (r->dist.rank == 0) {
         snprintf(path, sizeof(path), "%s/model.bin", tmp);
-        fox_write_model_bin(path, &r->model.cfg, r->h_params);
+        fox_write_model_bin(path, &r->cfg, r->h_params);
         fox_ckpt_commit(out, r->step);
         fox_fatal_cleanup_dir[0] = 0;
         fox_ckpt_prune(out, r->args.keep);
@@ -316,7 +290,7 @@ static void load_checkpoint(Run *r, int step) {
     set_fallback_hint(r, step);
     fox_ckpt_dir(dir, sizeof(dir), r->args.out, step, 0);
     snprintf(path, sizeof(path), "%s/model.bin", dir);
-    fox_read_model_bin(path, &r->model.cfg, r->h_params);
+    fox_read_model_bin(path, &r->cfg, r->h_params);
     r->step = step;
     FoxTrainState s = run_state(r);
     void *loader = fox_malloc((size_t)s.loader_bytes);
@@ -325,7 +299,7 @@ static void load_checkpoint(Run *r, int step) {
     dataloader_load_state(&r->train, loader, (size_t)s.loader_bytes);
     free(loader);
     fox_fatal_hint[0] = 0;
-    run_model_set(&r->model, r->h_params, r->h_m, r->h_v);
+    run_model_set(r->model, r->h_params, r->h_m, r->h_v);
     r->tokens = s.tokens;
     r->rng = s.rng;
     r->skipped = s.skipped;
@@ -386,8 +360,8 @@ static int pick_token(const float *z, int V, int k, double u, int *best) {
 // Greedy (top_k = 1) or top-k sampling of n tokens after an EOT prompt, recomputing the full
 // forward per token (no KV cache).
 static void sample_tokens(Run *r, int *out, int n) {
-    Model *m = &r->model;
-    int T = m->T < n + 1 ? m->T : n + 1, V = m->cfg.vocab_size, k = r->args.top_k < 1 ? 1 : r->args.top_k;
+    Model *m = r->model;
+    int T = r->seq_len < n + 1 ? r->seq_len : n + 1, V = r->cfg.vocab_size, k = r->args.top_k < 1 ? 1 : r->args.top_k;
     int *ctx = (int *)fox_calloc((size_t)T, sizeof(int));
     int *best = (int *)fox_calloc((size_t)k, sizeof(int));
     float *z = (float *)fox_malloc((size_t)V * sizeof(float));
@@ -411,7 +385,7 @@ static void print_sample(Run *r) {
     int *ids = (int *)fox_calloc((size_t)n, sizeof(int));
     sample_tokens(r, ids, n);
     Tokenizer tok;
-    if (r->model.cfg.vocab_size == FOX_VOCAB_GPT2 && tokenizer_load(&tok, r->args.tokenizer)) {
+    if (r->cfg.vocab_size == FOX_VOCAB_GPT2 && tokenizer_load(&tok, r->args.tokenizer)) {
         size_t len;
         char *text = tokenizer_decode(&tok, ids, (size_t)n, &len);
         printf("sample: %.*s\n", (int)len, text);
@@ -514,12 +488,19 @@ static void cut_log(const char *out, int step) {
     if (rename(tmp, path)) fox_fatal("cannot rename %s: %s", tmp, strerror(errno));
 }
 
+// The model options of a run's arguments, for micro-batches of batch x seq_len tokens (forward_only:
+// --eval-only, which recomputes whole blocks so the longest contexts fit).
+static ModelOptions model_options(const FoxArgs *a, int batch, int seq_len, int forward_only) {
+    ModelOptions o = {batch, seq_len, (uint64_t)a->seed, forward_only, forward_only ? 2 : a->recompute, a->acp,
+                      a->zero, a->deterministic, 0};
+    return o;
+}
+
 // Sets up the run from its arguments: model, optimizer, data, resume.
 static void run_init(Run *r) {
     FoxArgs *a = &r->args;
     run_catch_stop_signals();  // a signal during the set-up stops the run after its first step
     FoxConfig cfg = fox_args_config(a);
-    run_model_options(a);
     run_test_hooks(r);
     if (a->resume && !a->out[0]) fox_usage_error("--resume needs --out");
     if (a->overwrite && a->resume) fox_usage_error("--overwrite starts over, --resume continues: give one of them");
@@ -542,9 +523,12 @@ static void run_init(Run *r) {
     r->targets = (int *)fox_calloc((size_t)a->batch * a->seq_len, sizeof(int));
     r->pos_loss = (double *)fox_calloc((size_t)a->seq_len, sizeof(double));
     r->step_pos_loss = (double *)fox_calloc((size_t)a->seq_len, sizeof(double));
-    r->model.cfg = cfg;  // the token checks read the vocabulary
+    r->cfg = cfg;  // the token checks read the vocabulary
+    fox_layout(&cfg, &r->lay);
+    r->seq_len = a->seq_len;
     if (r->has_val && a->eval_every > 0) check_val_data(r);
-    run_model_init(&r->model, &cfg, a->batch, a->seq_len, (uint64_t)a->seed, a->recompute, 0, &r->dist);
+    ModelOptions mo = model_options(a, a->batch, a->seq_len, 0);
+    r->model = run_model_init(&cfg, &mo, &r->dist);
     if (a->init[0]) load_weights(r, a->init, &cfg);
     if (a->resume) {
         int latest = fox_ckpt_latest(a->out);
@@ -577,7 +561,6 @@ static int eval_weights_path(const FoxArgs *a, char *path, size_t cap) {
 // only what a forward needs (the least device memory, for long evaluation contexts).
 static void eval_init(Run *r) {
     FoxArgs *a = &r->args;
-    run_model_options(a);
     if (!a->out[0]) fox_usage_error("--eval-only needs --out (where per_token_loss.npy and .json go)");
     if (!a->val[0]) fox_usage_error("--eval-only needs --val");
     int T = a->eval_seq_len ? a->eval_seq_len : a->seq_len;
@@ -586,12 +569,16 @@ static void eval_init(Run *r) {
     FoxConfig cfg = fox_read_model_config(path);
     dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
     r->has_val = 1;
-    run_model_init(&r->model, &cfg, 1, T, (uint64_t)a->seed, 2, 1, &r->dist);
+    r->cfg = cfg;
+    fox_layout(&cfg, &r->lay);
+    r->seq_len = T;
+    ModelOptions mo = model_options(a, 1, T, 1);
+    r->model = run_model_init(&cfg, &mo, &r->dist);
     load_weights(r, path, &cfg);
     r->inputs = (int *)fox_calloc((size_t)T, sizeof(int));
     r->targets = (int *)fox_calloc((size_t)T, sizeof(int));
     r->pos_loss = (double *)fox_calloc((size_t)T, sizeof(double));
-    if (r->dist.rank == 0) printf("evaluating %s (%zu parameters) at context %d\n", path, r->model.lay.total, T);
+    if (r->dist.rank == 0) printf("evaluating %s (%zu parameters) at context %d\n", path, r->lay.total, T);
 }
 
 // docs/model.md §6: L(i) = mean over sequences of the loss at position i (float64 sums, memory independent
@@ -599,15 +586,15 @@ static void eval_init(Run *r) {
 // OUT/per_token_loss.json (P at l = 512, 1024, 2048, ... and at the full context).
 static void eval_per_token(Run *r) {
     FoxArgs *a = &r->args;
-    int T = r->model.T;
+    int T = r->seq_len;
     long long avail = dataloader_num_windows(&r->val);
     long long mine = (a->eval_seqs - r->dist.rank + r->dist.world - 1) / r->dist.world;
     if (mine > avail) mine = avail;
     double t0 = now_seconds(), count = (double)mine;
     for (long long s = 0; s < mine; s++) {
         next_batch(r, &r->val, a->val, (size_t)T);
-        model_forward(&r->model, r->inputs, r->targets, 1, T);
-        const float *pos = run_model_losses(&r->model);
+        model_forward(r->model, r->inputs, r->targets, 1, T);
+        const float *pos = run_model_losses(r->model);
         for (int t = 0; t < T; t++) r->pos_loss[t] += pos[t];
     }
     dist_allreduce_sum_f64(&r->dist, r->pos_loss, (size_t)T);
@@ -648,7 +635,8 @@ static void eval_per_token(Run *r) {
 }
 
 static void run_free(Run *r) {
-    model_free(&r->model);
+    if (r->model) model_free(r->model);
+    free(r->model);
     if (!r->args.eval_only) dataloader_free(&r->train);
     if (r->has_val) dataloader_free(&r->val);
     free(r->inputs);
@@ -680,11 +668,11 @@ static void format_eta(char *buf, size_t cap, double elapsed, int done, int left
 static void log_step(Run *r, double loss, double lr, double norm, double dt, double peak, const char *eta) {
     FoxArgs *a = &r->args;
     long long step_tokens = (long long)r->grad_accum * a->batch * a->seq_len * r->dist.world;
-    double tps = step_tokens / dt, flops = tps * fox_flops_per_token(&r->model.cfg, a->seq_len);
+    double tps = step_tokens / dt, flops = tps * fox_flops_per_token(&r->cfg, a->seq_len);
     char rate[64], acp_txt[48] = "", acp_json[48] = "", mfu[48] = "";
     if (peak > 0) snprintf(rate, sizeof(rate), "MFU %.1f%%", 100.0 * flops / peak);
     else snprintf(rate, sizeof(rate), "%.2f GFLOP/s", flops / 1e9);
-    double acp = run_model_acp_live(&r->model);
+    double acp = run_model_acp_live(r->model);
     if (acp >= 0.0) {
         snprintf(acp_txt, sizeof(acp_txt), " | ACP %.1f%% of tiles", 100.0 * acp);
         snprintf(acp_json, sizeof(acp_json), "\"acp_live\": %.4f, ", acp);
@@ -743,14 +731,14 @@ static void skip_step(Run *r, double loss, double norm, const char *why) {
 // --ckpt-every; a stop signal ends it after the current step with a checkpoint (FOX_EXIT_STOPPED).
 static void train(Run *r) {
     FoxArgs *a = &r->args;
-    Model *m = &r->model;
+    Model *m = r->model;
     long long step_tokens = (long long)r->grad_accum * a->batch * a->seq_len * r->dist.world;
     double peak = run_model_peak_flops() * r->dist.world;  // tokens/s counts every rank's tokens
     if (r->dist.rank == 0)
         printf("model %s: %zu parameters (%.2fM non-embedding), %d layers, d_model %d, %d heads, mlp %d | "
                "%lld tokens/step = %d x %d x %d accum x %d ranks, warmup %d steps\n",
-               a->model, m->lay.total, fox_mfu_params(&m->cfg) / 1e6, m->cfg.n_layer, m->cfg.d_model,
-               m->cfg.n_head, m->cfg.mlp_hidden, step_tokens, a->batch, a->seq_len, r->grad_accum,
+               a->model, r->lay.total, fox_mfu_params(&r->cfg) / 1e6, r->cfg.n_layer, r->cfg.d_model,
+               r->cfg.n_head, r->cfg.mlp_hidden, step_tokens, a->batch, a->seq_len, r->grad_accum,
                r->dist.world, r->opt.warmup_steps);
     int first = 1, step_start = r->step;
     double t_start = now_seconds();

@@ -1,24 +1,11 @@
-// fox/train_common.h: facts of the model and the optimizer shared by the CPU and CUDA trainers:
-// where each projection sits in attn_in_w's output, the initialisation, the learning-rate schedule.
+// fox/train_common.h: facts of the model and the optimizer shared by the CPU and CUDA trainers: the
+// initialisation, the RoPE angles, the learning-rate schedule.
 #ifndef FOX_TRAIN_COMMON_H
 #define FOX_TRAIN_COMMON_H
 
 #include <math.h>
 #include "config.h"
 #include "rng.h"
-
-// Column offsets of each projection inside a row of attn_in_w's output; -1 when absent.
-typedef struct { int q, k, v, g, ak, av, f, width; } AttnCols;
-
-static inline AttnCols attn_cols(const FoxConfig *c) {
-    int D = c->d_model, H = c->n_head, at = 3 * D;
-    AttnCols a = {0, D, 2 * D, -1, -1, -1, -1, 0};
-    if (c->output_gate) { a.g = at; at += D; }
-    if (c->kv_shift) { a.ak = at; a.av = at + H; at += 2 * H; }
-    if (c->forget_gate == FOX_FG_DATA_DEPENDENT) { a.f = at; at += H; }
-    a.width = at;
-    return a;
-}
 
 // docs/model.md §1 init: N(0, 0.02²) from the shared counter RNG (stream = tensor index), norms 1,
 // forget-gate biases per Appendix D.
@@ -35,6 +22,10 @@ static inline void fox_init_params(const FoxConfig *c, const FoxLayout *lay, flo
         }
     }
 }
+
+// RoPE (docs/model.md §1.2), rotate-half convention: the pair (i, i + dh/2) of position t turns by
+// t·θ^(−2i/dh), in double in both trainers.
+static inline double fox_rope_angle(int t, int i, int dh, double theta) { return t * pow(theta, -2.0 * i / dh); }
 
 typedef struct {
     double lr, min_lr, weight_decay, grad_clip, beta1, beta2, eps;

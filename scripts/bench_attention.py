@@ -6,8 +6,8 @@
 2. Times forward and forward+backward at T in {4096, 16384}, d_h in {64, 128} (B*T = 32k tokens,
    16 heads of 64 or 8 of 128) for ours and for causal SDPA (flash and cuDNN backends, no gate), with
    triton.testing.do_bench medians, and prints TFLOP/s (causal forward = 2 B H T^2 d_h, fwd+bwd = 3.5x).
-   "ours" is the default (deterministic) backward; "nondet" is fox_attention_set_deterministic(0) (fp32
-   atomics in arrival order), timed beside it.
+   "ours" is the deterministic backward (deterministic = 1); "nondet" is deterministic = 0 (fp32 atomics
+   in arrival order), timed beside it.
 
     cd dev/cuda && make libfoxattn.so && cd ../.. && python3 scripts/bench_attention.py
 (FOX_ATTN_NO_WGMMA=1 times the mma.sync kernels instead of the Hopper wgmma ones at d_h = 64.)
@@ -32,18 +32,18 @@ def load_lib():
     lib.foxattn_forward.restype = None
     lib.foxattn_backward_scratch_bytes.argtypes = [i, i, i, i]
     lib.foxattn_backward_scratch_bytes.restype = ctypes.c_size_t
-    lib.foxattn_backward.argtypes = [p, p, p, p, p, p, p, p, p, p, p, p, p, i, i, i, i, p, p]
+    lib.foxattn_backward.argtypes = [p, p, p, p, p, p, p, p, p, p, p, p, p, i, i, i, i, p, i, p]
     lib.foxattn_backward.restype = None
-    lib.foxattn_set_deterministic.argtypes = [i]
-    lib.foxattn_set_deterministic.restype = None
     return lib
 
 
 class FoxAttention:
-    """Our kernel on preallocated buffers. q, k, v: (B, H, T, d) bf16; c: (B, H, T) fp32; dout: (B, T, H, d)."""
+    """Our kernel on preallocated buffers. q, k, v: (B, H, T, d) bf16; c: (B, H, T) fp32; dout: (B, T, H, d).
+    deterministic: 1 for the bitwise-repeatable backward, 0 for fp32 atomics in arrival order."""
 
-    def __init__(self, lib, q, k, v, c, dout):
+    def __init__(self, lib, q, k, v, c, dout, deterministic=1):
         self.lib, self.q, self.k, self.v, self.c, self.dout = lib, q, k, v, c, dout
+        self.deterministic = deterministic
         B, H, T, d = q.shape
         self.shape = (B, H, T, d)
         dev = q.device
@@ -64,7 +64,7 @@ class FoxAttention:
         self.lib.foxattn_backward(self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(), self.c.data_ptr(),
                                   self.o.data_ptr(), self.lse.data_ptr(), self.dout.data_ptr(), self.dc.data_ptr(),
                                   self.dlogf.data_ptr(), self.dq.data_ptr(), self.dk.data_ptr(), self.dv.data_ptr(),
-                                  self.scratch.data_ptr(), *self.shape, None, s)
+                                  self.scratch.data_ptr(), *self.shape, None, self.deterministic, s)
 
     def forward_backward(self):
         self.forward()
@@ -136,9 +136,8 @@ def bench(lib):
             ours = FoxAttention(lib, q, k, v, c, dout)
             row = [T, d, tflops(flops, do_bench(ours.forward, return_mode="median")),
                    tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median"))]
-            lib.foxattn_set_deterministic(0)
+            ours.deterministic = 0
             row.append(tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median")))
-            lib.foxattn_set_deterministic(1)
             del ours
             qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
             dout_bhtd = dout.transpose(1, 2).contiguous()

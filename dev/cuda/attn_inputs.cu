@@ -52,14 +52,16 @@ static void run(const Cfg &c) {
           *d_part = dmalloc<float>(colsum_scratch_floats((size_t)N * H, D));
     bf16 *d_q = dmalloc<bf16>(n), *d_k = dmalloc<bf16>(n), *d_v = dmalloc<bf16>(n), *d_dq = to_device(dq),
          *d_dk = to_device(dk), *d_dv = to_device(dv), *d_dproj = dmalloc<bf16>((size_t)N * ld);
-    QkvShape s;
+    QkvInputs s;
     s.proj = d_proj;
     s.ld = ld;
-    s.cq = cq;
-    s.ck = ck;
-    s.cv = cv;
-    s.cak = cak;
-    s.cav = cav;
+    s.cols.q = cq;
+    s.cols.k = ck;
+    s.cols.v = cv;
+    s.cols.gate = s.cols.fgate = -1;
+    s.cols.k_shift = cak;
+    s.cols.v_shift = cav;
+    s.cols.width = ld;
     s.qw = c.norm ? d_qw : nullptr;
     s.kw = c.norm ? d_kw : nullptr;
     s.wstride = wst;

@@ -1,13 +1,14 @@
 // dev/cuda/forget_gate.cu: checks the forget-gate kernels against an fp64 CPU reference, then times them,
 // with train_fox.cu's launches:
-//   forward:  forget_gate_forward_kernel: c_t = Σ_{l≤t} log σ(b_h + proj[t, f+h]) (fp32 scan per (b, h))
-//   backward: fox_attn::reverse_cumsum_kernel (the last step of the attention backward: dc += dS column
-//             sums, dlogf_t = Σ_{i≥t} dc_i, a true reverse scan), forget_gate_backward_kernel
+//   forward:  fox_forget_gate_forward (fox/attention.cuh): c_t = Σ_{l≤t} log σ(b_h + proj[t, f+h]) (fp32 scan per (b, h))
+//   backward: fox_attention_reverse_scan (fox/attention.cuh; the last step of the attention backward:
+//             dc += dS column sums, dlogf_t = Σ_{i≥t} dc_i, a true reverse scan), forget_gate_backward_kernel
 //             (d logit = dlogf·σ(−logit) into dproj's forget column and dfg) and colsum_accumulate (bias
 //             gradient).
 // Data-dependent gate (cf >= 0) and data-independent (cf < 0, bias only).
 //   make forget_gate && ./forget_gate
 #include "kcheck.h"
+#include "../../fox/attention.cuh"  // fox_forget_gate_forward, fox_attention_reverse_scan
 
 struct Cfg {
     int B, T, H;
@@ -57,12 +58,10 @@ static void run(const Cfg &c) {
         }
 
     auto fwd = [&] {
-        forget_gate_forward_kernel<<<B * H, SCAN_THREADS_F>>>(d_c, d_proj, ld, cf, d_bias, H, T);
-        FOX_LAUNCH_CHECK();
+        fox_forget_gate_forward(d_c, d_proj, ld, cf, d_bias, B, H, T, 0);
     };
     auto bwd = [&] {
-        fox_attn::reverse_cumsum_kernel<<<B * H, fox_attn::SCAN_THREADS>>>(d_dc, d_xc, d_dlogf, T);
-        FOX_LAUNCH_CHECK();
+        fox_attention_reverse_scan(d_dc, d_xc, d_dlogf, B * H, T, 0);
         forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256>>>(d_dproj, d_dfg, d_dlogf, d_proj, ld, cf,
                                                                              d_bias, B, H, T);
         FOX_LAUNCH_CHECK();

@@ -1,12 +1,13 @@
-// test_fox.cu: checks train_fox.cu on the GPU against the PyTorch reference's float64 fixtures
+// test/test_parity_gpu.cu: checks train_fox.cu on the GPU against the PyTorch reference's float64 fixtures
 // (forward, loss, per-position losses, every gradient, 10 AdamW steps), that the recompute levels
 // give bitwise the same gradients, that training is bitwise reproducible, and that a model.bin
 // written from the GPU state reads back in train_fox_cpu's format.
 // Usage: test_fox FIXTURE_DIR   (fixtures at head_dim 64 or 128: `make test-gpu` writes them)
 #define TESTING
 #include "train_fox.cu"
-#include "fox/fixture.h"
-#include "fox/testing.h"
+#include "fox/checkpoint.h"  // fox_read_model_bin, fox_write_model_bin
+#include "fixture.h"         // the reference's tensors
+#include "testing.h"         // check, compare, check_rel
 
 static void check_abs(const char *fx, const char *what, const float *a, const double *ref, size_t n, double tol) {
     Err e = compare(a, ref, n);
@@ -76,10 +77,17 @@ static void train_steps(Model *m, const OptConfig *o, int accum, const double *t
     free(targets);
 }
 
+// A deterministic training model of B x T tokens at a recompute level; logits_bytes 0: the default buffer.
+static ModelOptions test_options(int B, int T, int level, size_t logits_bytes) {
+    ModelOptions o = {B, T, 1234, 0, level, 0, 0, 1, logits_bytes};
+    return o;
+}
+
 // Gradients of one forward/backward at a recompute level (host copy).
 static float *grads_at_level(const FoxConfig *c, int B, int T, int level, const float *params, const int *in, const int *tg) {
     Model m;
-    model_init(&m, c, B, T, 1234, level);
+    ModelOptions o = test_options(B, T, level, 0);
+    model_init(&m, c, &o);
     model_set_params(&m, params);
     model_zero_grad(&m);
     model_forward(&m, in, tg, B, T);
@@ -106,7 +114,8 @@ static float *all_logits(Model *m, int N) {
     return out;
 }
 
-static void test_fixture(const char *dir, const char *name) {
+// logits_bytes: the lm_head's logits buffer (0: the default; smaller: the chunked path).
+static void test_fixture(const char *dir, const char *name, size_t logits_bytes) {
     char path[4352], pname[160], what[96];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     Fixture fx;
@@ -122,7 +131,8 @@ static void test_fixture(const char *dir, const char *name) {
     int B = (int)tin->dims[0], T = (int)tin->dims[1], N = B * T, V = c.vocab_size;
     const FixtureTensor *hp = fixture_get(&fx, "train.hparams");
     Model m;
-    model_init(&m, &c, B, T, 1234, RECOMPUTE_NONE);
+    ModelOptions opts = test_options(B, T, RECOMPUTE_NONE, logits_bytes);
+    model_init(&m, &c, &opts);
 
     // The shared RNG: the weights model_init put on the device equal the reference's init.
     float *got = device_copy(m.params, m.lay.total);
@@ -223,7 +233,8 @@ static void test_determinism_long(void) {
     fox_config_apply_preset(&c, "fox-pro");
     int B = 2, T = 1024, steps = 2, N = B * T;
     Model m;
-    model_init(&m, &c, B, T, 1234, RECOMPUTE_NONE);
+    ModelOptions opts = test_options(B, T, RECOMPUTE_NONE, 0);
+    model_init(&m, &c, &opts);
     float *params = device_copy(m.params, m.lay.total);
     double *tok = (double *)fox_malloc((size_t)2 * steps * N * sizeof(double));
     for (size_t i = 0; i < (size_t)2 * steps * N; i++)
@@ -303,8 +314,6 @@ static void test_crossentropy_large_vocab(void) {
 // The ACP tables the GPU computes (fox_acp_tables) against the host's, from fox/acp.h: U from the QK-norm
 // weights, or from the largest q and k norms (qw NULL); kv_first with its running max; q_last by its
 // definition (the last query block m with kv_first[m] <= n). Gates of different speeds per (b, h).
-FOX_ACP_FIRST_LIVE(acp_first_live_host, float, static)
-
 static void test_acp_tables(void) {
     const int B = 2, H = 3, T = 1500, dh = 64, nblk = fox_acp_blocks(T), BH = B * H;
     size_t nqk = (size_t)BH * T * dh;
@@ -364,7 +373,7 @@ static void test_acp_tables(void) {
             double delta = fox_acp_threshold(U, T);
             int prev = 0;
             for (int m = 0; m < nblk; m++) {
-                int f = acp_first_live_host(c + (size_t)bh * T, T, m, delta);
+                int f = fox_acp_first_live(c + (size_t)bh * T, T, m, delta);
                 prev = f > prev ? f : prev;
                 bad += kf[bh * nblk + m] != prev;
                 pruned += prev;
@@ -406,15 +415,13 @@ int main(int argc, char **argv) {
         line[strcspn(line, "\r\n")] = 0;
         if (!line[0]) continue;
         if (!first[0]) snprintf(first, sizeof(first), "%s", line);
-        test_fixture(argv[1], line);
+        test_fixture(argv[1], line, 0);
     }
     fclose(f);
     // The first fixture again with a logits buffer of 48 rows: the lm_head and cross entropy run in
     // chunks, and the backward recomputes each chunk's logits.
-    fox_logits_budget = (size_t)48 * 128 * sizeof(bf16);
     printf("-- %s with the lm_head in chunks of 48 tokens\n", first);
-    test_fixture(argv[1], first);
-    fox_logits_budget = (size_t)2 << 30;
+    test_fixture(argv[1], first, (size_t)48 * 128 * sizeof(bf16));
     test_crossentropy_large_vocab();
     test_acp_tables();
     test_determinism_long();

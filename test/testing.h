@@ -1,4 +1,4 @@
-// fox/testing.h: the checks of test_fox.c and test_fox.cu: PASS/FAIL lines, a count for the closing
+// test/testing.h: the checks of the C and CUDA tests: PASS/FAIL lines, a count for the closing
 // "N passed, M failed" line, and the norm-relative error of a tensor against a float64 reference.
 #ifndef FOX_TESTING_H
 #define FOX_TESTING_H
@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <math.h>
+#include "fox/io.h"  // FOX_PRINTF
 
 static int passed, failed;
 

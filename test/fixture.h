@@ -1,4 +1,4 @@
-// fox/fixture.h: the fixture format train_fox.py writes and the tests read. A fixture is a list
+// test/fixture.h: the fixture format train_fox.py writes and the tests read. A fixture is a list
 // of named float64 tensors: int32 FOX_FIXTURE_MAGIC, int32 count, then per tensor: int32 name
 // length, the name's bytes (no NUL), int32 ndim, int64 dims[ndim], float64 data (row-major).
 #ifndef FOX_FIXTURE_H
@@ -7,8 +7,8 @@
 #define FOX_FIXTURE_MAGIC 20261123
 
 #include <stdint.h>
-#include "io.h"
-#include "config.h"
+#include "fox/io.h"      // fox_fopen, fox_fread, fox_fatal
+#include "fox/config.h"  // FoxConfig, FOX_CONFIG_FIELDS: a fixture carries its model's config
 
 typedef struct {
     char name[128];

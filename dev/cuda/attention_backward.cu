@@ -1,0 +1,727 @@
+// dev/cuda/attention_backward.cu: the Forgetting Attention backward (step 2, the dK / dV / dQ / dS-sums
+// kernel) in every version tried, numbered by the order of the dQ / dc adds across key blocks, each
+// checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
+// (fox/attention.cuh, whose four kernels are versions 1 and 3 on mma.sync and 13 and 14 on warpgroup MMA).
+//   make attention_backward
+//   ./attention_backward            every version: checks, then timings
+//   ./attention_backward 13         version 13 only (and the API)
+//   ./attention_backward 13 check   (or bench) one half
+// Each version runs on the paths it was built for: mma.sync (d_h 64 with 64-row query tiles, d_h 128 with
+// 32) and / or warpgroup MMA (d_h 64, Hopper; skipped where fox_attn::use_wgmma() is false).
+//
+// Versions (figures: backward TFLOP/s, T 16384, d_h 64 unless noted; NOTES.md has the full tables):
+//  1 BWD_ATOMIC       fp32 atomics in arrival order, dQ step after the tile's other work (not
+//                     deterministic). mma.sync: 231 (H200, session 3 run 3), 227 at d_h 128; wgmma: 307
+//                     (H200, session 2), 317-320 (H200, session 3), 322 (H100, session 4), 326 (H100,
+//                     session 5). The API's nondeterministic mma.sync kernel.
+//  2 BWD_ORDERED      the same adds in a fixed order, every warp waits after its tile: mma.sync 183 (H200,
+//                     session 2 run 2), 179 at d_h 128.
+//  3 BWD_STAGGER      ordered, half the warps do their dQ step first: mma.sync 205 (H200, session 2),
+//                     208 at d_h 128. The API's deterministic mma.sync kernel.
+//  4 BWD_BLOCK        ordered per block, thread 0 polls and releases: mma.sync 179 (H200), 174 at d_h 128;
+//                     wgmma 214-216 (H200, sessions 2 and 3; the default then).
+//  5 BWD_SYNC         a 9th sync warp on the per-tile barrier, dQ step first: wgmma 276-278 (H200, session 3).
+//  6 BWD_SYNC2        two sync warps (release / acquire): wgmma 278-279 (H200, session 3).
+//  7 BWD_SYNC_NOWAIT  5 without the waits (timing control, not deterministic): wgmma 276-278 (H200).
+//  8 BWD_SYNC_LATE    sync warp off the barrier, dQ step last, 168 registers: wgmma 277 (H200, session 3),
+//                     279-281 (H100, session 4).
+//  9 BWD_ATOMIC_EARLY 1 with the dQ step first (timing control): wgmma 290 (H200, session 3).
+// 10 BWD_SYNC_WG      8 in a 384-thread block, setmaxnreg 240 / 24, a barrier per warpgroup: wgmma 307
+//                     (H100, session 4), 306-308 (H100, session 5).
+// 11 BWD_SYNC_WG_FULLBAR  10 with one barrier for both warpgroups (control): wgmma 282-283 (H100, session 4).
+// 12 BWD_SYNC_LATE_WGBAR  8 with a barrier per warpgroup, 168 registers (control): wgmma 303 (H100, session 4).
+// 13 BWD_SYNC_WG_PIPE 10 with the warpgroup MMAs pipelined across the tile's steps: wgmma 327 (H100,
+//                     session 5). The API's deterministic wgmma kernel.
+// 14 BWD_ATOMIC_PIPE  1 on wgmma with the pipelined MMAs (not deterministic): 338-340 (H100, session 5).
+//                     The API's nondeterministic wgmma kernel.
+#include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
+
+#include <stdlib.h>
+
+namespace fox_attn_dev {
+using namespace fox_attn;  // the primitives, the tile constants, steps 1 and 3 of the product backward
+
+// How the backward adds dQ and the dc row sums across key blocks. BWD_ATOMIC: fp32 atomics in whatever
+// order they land (not deterministic; kept to time the order's cost). BWD_ORDERED: the same adds, in
+// a fixed order (see bwd_kernel). BWD_STAGGER: ordered, and half the warps do their dQ step before the
+// tile's other work, so each scheduler has one warp computing while the other waits on memory.
+// BWD_BLOCK: ordered, one thread per block polls and releases (see bwd_kernel). BWD_SYNC: ordered, a 9th
+// "sync" warp alone waits on and releases the counters (see bwd_kernel). BWD_SYNC2: the same with two
+// such warps, one releasing and one acquiring, so their latencies overlap. BWD_SYNC_NOWAIT: BWD_SYNC
+// without the waits (a timing control, not deterministic). BWD_SYNC_LATE: a sync warp off the per-tile
+// barrier, the dQ step after the tile's other work (see bwd_kernel). BWD_SYNC_WG: BWD_SYNC_LATE in a
+// 384-thread block whose third warpgroup holds the sync warp and gives its registers to the two compute
+// warpgroups (setmaxnreg: 240 / 24 instead of 168 for all), and each compute warpgroup waits for the sync
+// warp's acquire on its own named barrier (2, 3) instead of one shared by all 8 compute warps, so the two
+// warpgroups do not wait on each other there (the public default at dh 64 on Hopper until BWD_SYNC_WG_PIPE).
+// BWD_ATOMIC_EARLY: BWD_ATOMIC with the dQ step before the tile's other work (a timing control).
+// BWD_SYNC_WG_FULLBAR: BWD_SYNC_WG with BWD_SYNC_LATE's single barrier 2 (all 8 compute warps meet the sync
+// warp before their adds); BWD_SYNC_LATE_WGBAR: BWD_SYNC_LATE (288 threads, 168 registers) with BWD_SYNC_WG's
+// barrier per warpgroup. Both are controls.
+// BWD_SYNC_WG_PIPE / BWD_ATOMIC_PIPE: BWD_SYNC_WG / BWD_ATOMIC with the warpgroup MMAs pipelined across
+// the tile's steps (see bwd_kernel): tile it-1's dQ product runs on the tensor cores during tile it's
+// softmax work, and tile it's dV/dK products during tile it-1's dQ adds. The public defaults at dh 64 on
+// Hopper (deterministic / not). Same results bit for bit as without the pipelining.
+enum {
+    BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3, BWD_SYNC = 4, BWD_SYNC2 = 5, BWD_SYNC_NOWAIT = 6,
+    BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9, BWD_SYNC_WG_FULLBAR = 10, BWD_SYNC_LATE_WGBAR = 11,
+    BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13
+};
+// threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
+constexpr int bwd_threads(int mode) {
+    return mode == BWD_SYNC || mode == BWD_SYNC_NOWAIT || mode == BWD_SYNC_LATE || mode == BWD_SYNC_LATE_WGBAR
+               ? NTHREADS + 32
+           : mode == BWD_SYNC2                                                   ? NTHREADS + 64
+           : mode == BWD_SYNC_WG || mode == BWD_SYNC_WG_FULLBAR || mode == BWD_SYNC_WG_PIPE ? NTHREADS + 128
+                                                                                 : NTHREADS;
+}
+
+// Ordering primitives only version 4 (BWD_BLOCK) uses.
+__device__ __forceinline__ int ld_relaxed_gpu(const int *p) {
+    int v;
+    asm volatile("ld.global.relaxed.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+
+
+// Backward, step 2. Block = BWD_BN keys of one (b, h); warp w owns keys 16w..16w+15 and keeps their dK,
+// dV in registers while query tiles of BM rows stream through (from the diagonal to the last live one).
+// Per tile each warp forms S^T and dP^T for its keys, P^T, dS^T = P^T (dP^T - D), accumulates
+// dV += P^T dO and dK += dS^T Q, and parks dS^T in smem (double-buffered); in the next iteration all
+// warps compute dQ = dS K for that tile and add it to the fp32 accumulator (software-pipelined: one
+// block barrier per tile).
+// dc: dc_t = sum_j dS_tj - sum_i dS_it. The row sum would vanish in exact arithmetic (softmax is shift
+// invariant), but D is formed from the bf16-rounded o, and that rounding error e_t enters both sums:
+// dc_t picks up -e_t + sum_i P_it e_i. Summed into dlogf the two parts cancel; with the column sum alone
+// they random-walk (3e-2 relative error in dlogf at T = 1000). So both sums are kept, in fp32: column
+// sums in registers (written to `colsum`, one writer per key), row sums reduced across the block.
+//
+// Determinism (BWD_ORDERED, BWD_STAGGER): the dQ and dc-row-sum contributions of the key blocks to a
+// query tile are fp32 atomic adds (fire and forget, into a zeroed accumulator), but issued in a fixed
+// order, highest key block first, so each address sees the same sequence of adds every run. A per-tile
+// counter `sem` orders them: every warp of key block n waits (acquire) until all warps of the live key
+// blocks above n in the tile's ACP row have released, adds, and releases one tile later (by then its
+// adds have landed, so the release costs no wait). Blocks are launched highest key block first
+// (blockIdx.x reversed), so a block only ever waits on blocks launched before it (no deadlock whatever
+// the occupancy), and block n+1 reaches each query tile one ACP row before block n does, so the waits
+// are short. dK, dV and the column sums are per-block register sums: deterministic by construction.
+// BWD_BLOCK: the same order, kept per block instead of per warp: thread 0 reads the counter of tile it
+// (relaxed) while the tile is computed, checks it at the end (fence.acq_rel, or spins with acquire)
+// before the barrier after which every warp adds tile it; and releases tile it-2 right after the
+// barrier that follows all warps' adds of it. Both sit on the block's critical path (about 1 us a tile).
+// BWD_SYNC: the same order as BWD_BLOCK, with the counters taken off the compute warps' path: a 9th warp
+// (the sync warp, NWARPS * 32 + 32 threads per block) joins the per-tile block barrier and does nothing
+// else. In iteration it, after barrier it, it waits on named barrier 1, which every compute warp arrives
+// at (without waiting) once it has issued tile it-1's adds, releases tile it-1, then acquires tile it
+// (spins until the live key blocks above have released it) before it arrives at barrier it+1, after
+// which the compute warps add tile it. Its fence and spin stall only itself. BWD_SYNC2: warp NWARPS
+// only releases, warp NWARPS + 1 only acquires (from barrier it on, in parallel with the release).
+// BWD_SYNC_LATE: the sync warp stays off the per-tile barrier (the compute warps use barrier 0 with a
+// count of NWARPS * 32), and the dQ step of tile it-1 comes after tile it's other work (as in
+// BWD_ATOMIC). Per tile t the sync warp acquires t, arrives at named barrier 2 (which the compute warps
+// wait on just before adding t, after its dQ product), waits on named barrier 1 (every compute warp has
+// issued its adds of t), releases t, and moves on to t+1: it has a whole tile's work for release and
+// acquire, and neither its fence nor its spin is on the compute warps' path unless a predecessor is late.
+// BWD_SYNC_WG: the same protocol; warps NWARPS..NWARPS+3 form a third warpgroup that runs setmaxnreg.dec
+// (then all but warp NWARPS exit), the compute warpgroups setmaxnreg.inc: ptxas caps the 384-thread
+// block at 168 registers per thread at entry and compiles the compute path for BWD_REGS_COMPUTE
+// (highest register R194 in the SASS). Barrier 2 is split per warpgroup: the sync warp arrives at 2 and 3 (128 + 32 each), compute
+// warpgroup w4 syncs on 2 + w4. Each warpgroup adds only its own dQ columns (and warpgroup 0 the dc row
+// sums), so every address still sees this block's adds of a tile between the same acquire and release,
+// and the sync warp still waits (barrier 1) for all 8 compute warps' adds before it releases.
+// WG: the five products on Hopper warpgroup MMA (sm_90a; dh 64, BM 64): warpgroup w4 (warps 4w4..4w4+3)
+// owns keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared.
+// PIPE (BWD_SYNC_WG_PIPE, BWD_ATOMIC_PIPE): per tile it a warpgroup commits three MMA groups, S^T/dP^T of
+// tile it, then dQ of tile it-1, then dV/dK of tile it, and waits for each only where its result is
+// needed: S^T/dP^T before the softmax step (dQ keeps running), dQ before its adds (dV/dK keep running),
+// dV/dK before the next tile's barrier (their register operands, and the Q/dO buffer the next prefetch
+// overwrites). The dQ issue is unconditional (at it = 0 on a zeroed dS^T buffer, result unused): ptxas
+// serializes every warpgroup MMA of the kernel when the issue sits under a branch (C7514).
+template <int DH, int BM, int MINB, int MODE, bool WG>
+__global__ void __launch_bounds__(bwd_threads(MODE), MINB)
+bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
+           const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
+           const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
+           float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk,
+           __nv_bfloat16 *__restrict__ dv, float *__restrict__ dc, float *__restrict__ colsum, int *__restrict__ sem,
+           int H, int T, const int *__restrict__ q_last) {
+    constexpr int BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
+    static_assert(FOX_ACP_BLOCK % BM == 0, "query tiles nest in the ACP grid");
+    static_assert(!WG || (DH == 64 && BM == 64), "warpgroup path: 128-byte smem rows");
+    extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
+    __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
+    __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
+    __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
+    __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T
+    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: a_i - lse_i log2e
+    float *Ds = rs + 2 * BM;                                            // [2][BM]
+    float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
+    const int g = lane >> 2, tq = lane & 3;
+    const int nblk = gridDim.x;
+    const int nb = nblk - 1 - blockIdx.x;  // key block: highest first (see above)
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t head_off = (size_t)bh * T;
+    const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
+    const float *ch = c + head_off, *lh = lse + head_off, *Dh = Dg + head_off;
+    const size_t ld_o = (size_t)H * DH;
+    const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
+    float *dqh = dq_acc + head_off * DH;
+    const int k0 = nb * BN;
+    const float c_ref = ch[k0];
+
+    const int nqt = (T + BM - 1) / BM;
+    const int *qlh = q_last ? q_last + (size_t)bh * nblk : nullptr;
+    // ACP: the diagonal tile is always live (every query row needs it), so a block covers at least it
+    const int m_last = qlh ? min(nblk - 1, max(qlh[nb], nb)) : nblk - 1;
+    const int qt_first = k0 / BM;
+    const int qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
+    const int ntiles = qt_last - qt_first + 1;
+    int *semh = sem + (size_t)bh * nqt;
+
+    constexpr bool PIPE = MODE == BWD_SYNC_WG_PIPE || MODE == BWD_ATOMIC_PIPE;  // pipelined warpgroup MMAs
+    constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR || MODE == BWD_SYNC_WG_PIPE;  // setmaxnreg
+    constexpr bool WGBAR = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_LATE_WGBAR || MODE == BWD_SYNC_WG_PIPE;  // barrier 2 per wg
+    constexpr bool LATE = MODE == BWD_SYNC_LATE || REGS || MODE == BWD_SYNC_LATE_WGBAR;
+    constexpr bool SYNCW = MODE == BWD_SYNC || MODE == BWD_SYNC2 || MODE == BWD_SYNC_NOWAIT || LATE;
+    static_assert(!REGS || WG, "BWD_SYNC_WG: setmaxnreg needs the sm_90a warpgroup path");
+    static_assert(!WGBAR || WG, "per-warpgroup barriers: a warpgroup adds its own dQ columns (warpgroup path)");
+    static_assert(!PIPE || WG, "pipelined MMAs: warpgroup path");
+    if constexpr (LATE) {
+        if (warp >= NWARPS) {  // the sync warp (see above); BWD_SYNC_WG: its warpgroup gives registers back
+            if constexpr (REGS) setmaxnreg_dec<BWD_REGS_SYNC>();
+            if (warp != NWARPS) return;  // BWD_SYNC_WG: warps NWARPS+1.. have nothing to do
+            int ord_row = -1, before = 0;
+            bool last = false;
+            for (int t = qt_first; t <= qt_last; t++) {
+                const int m = t / TPB;
+                if (m != ord_row) {
+                    ord_row = m;
+                    acp_order(m, nb, qlh, lane, before, last);
+                }
+                if (lane == 0 && before > 0) {
+                    unsigned spins = 0;
+                    while (ld_acquire_gpu(semh + t) < before) {
+                        __nanosleep(32);
+                        if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                    }
+                }
+                __syncwarp();
+                if constexpr (WGBAR) {  // t acquired: each compute warpgroup may add it, independently
+                    named_bar_arrive(2, 128 + 32);
+                    named_bar_arrive(3, 128 + 32);
+                } else {
+                    named_bar_arrive(2, NTHREADS + 32);  // t acquired: the compute warps may add it
+                }
+                named_bar_sync(1, NTHREADS + 32);    // every compute warp has issued its adds of t
+                if (lane == 0) red_release_gpu_add(semh + t, 1);
+                __syncwarp();
+            }
+            return;
+        }
+        if constexpr (REGS) setmaxnreg_inc<BWD_REGS_COMPUTE>();
+    } else if constexpr (SYNCW) {
+        if (warp >= NWARPS) {  // the sync warp(s) (see above): the compute warps never touch the counters
+            const bool rel = warp == NWARPS, acq = MODE != BWD_SYNC2 || warp == NWARPS + 1;
+            int ord_row = -1, before = 0;
+            bool last = false;
+            for (int it = 0; it <= ntiles; it++) {
+                __syncthreads();  // barrier it
+                if (rel && it > 0) {
+                    named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued tile it-1's adds
+                    if (lane == 0) red_release_gpu_add(semh + qt_first + it - 1, 1);
+                }
+                if (acq && it < ntiles) {
+                    const int m = (qt_first + it) / TPB;
+                    if (m != ord_row) {
+                        ord_row = m;
+                        acp_order(m, nb, qlh, lane, before, last);
+                    }
+                    if (MODE == BWD_SYNC_NOWAIT && lane == 0 && before > 0) {
+                        (void)ld_acquire_gpu(semh + qt_first + it);  // the load, without waiting on it
+                    } else if (lane == 0 && before > 0) {
+                        unsigned spins = 0;
+                        while (ld_acquire_gpu(semh + qt_first + it) < before) {
+                            __nanosleep(32);
+                            if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                        }
+                    }
+                }
+                __syncwarp();
+            }
+            return;
+        }
+    }
+
+    // Loader threads tid < BM fetch per-query values; rows past T get lse = +inf so their P is 0.
+    auto fetch_rows = [&](int qt, float &r, float &d) {
+        const int i = qt * BM + tid;
+        if (tid < BM) {
+            const bool ok = i < T;
+            r = ok ? (ch[i] - c_ref) * LOG2E - lh[i] * LOG2E : -INFINITY;
+            d = ok ? Dh[i] : 0.f;
+        }
+    };
+    auto store_rows = [&](int buf, float r, float d) {
+        if (tid < BM) {
+            rs[buf * BM + tid] = r;
+            Ds[buf * BM + tid] = d;
+        }
+    };
+
+    if constexpr (PIPE) {  // dS^T buffer 1: the operand of the unused dQ product issued in iteration 0
+        uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
+        for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    load_tile_async<DH, BN, NTHREADS>(Ks, kh, DH, k0, T, tid);
+    load_tile_async<DH, BN, NTHREADS>(Vs, vh, DH, k0, T, tid);
+    load_tile_async<DH, BM, NTHREADS>(Qs, qh, DH, qt_first * BM, T, tid);
+    load_tile_async<DH, BM, NTHREADS>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
+    cp_async_commit();
+    {
+        float r = 0.f, d = 0.f;
+        fetch_rows(qt_first, r, d);
+        store_rows(0, r, d);
+    }
+
+    const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
+    const float nb0 = -((j0 < T ? ch[j0] : c_ref) - c_ref) * LOG2E;
+    const float nb1 = -((j1 < T ? ch[j1] : c_ref) - c_ref) * LOG2E;
+    const float sl2 = LOG2E / sqrtf((float)DH);
+    const float scale = 1.f / sqrtf((float)DH);
+
+    float dka[DH / 8][4], dva[DH / 8][4];
+#pragma unroll
+    for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.f;
+    float cs0 = 0.f, cs1 = 0.f;  // column sums of dS for keys j0, j1
+
+    // dQ work split: warp owns query rows rg*16.. and DQC dh-columns of each tile.
+    constexpr int RG = BM / 16, DQC = DH * RG / NWARPS;
+    static_assert(DQC % 16 == 0, "dQ column split");
+    const int dq_r = (warp % RG) * 16, dq_c = (warp / RG) * DQC;
+    int ord_m = -1, ord_before = 0;  // ACP row of the cached order; live key blocks above nb in it
+    bool ord_last = false;           // no live key block below nb in it
+    int *pending = nullptr;          // counter this warp still has to release (one tile later)
+    const bool early = (MODE == BWD_STAGGER && warp < NWARPS / 2) || MODE == BWD_BLOCK || MODE == BWD_ATOMIC_EARLY ||
+                       (SYNCW && !LATE);
+    // this block's place in the order for ACP row m (same for every tile of the row); warp-uniform
+    auto ord_update = [&](int m) {
+        if (m == ord_m) return;
+        ord_m = m;
+        acp_order(m, nb, qlh, lane, ord_before, ord_last);
+    };
+
+    // dQ of tile it-1 = dS K from its parked dS^T. WG: warpgroup w4 takes all 64 query rows and dh columns
+    // 32 w4..; A = dS (dS^T in smem: MN-major), B = K (MN-major); issued only (the caller fences, commits
+    // and waits).
+    auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
+        const __nv_bfloat16 *dSb = dSt + ((it - 1) & 1) * BN * BM;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+            wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
+    };
+    // dQ (and dc row sums) of tile it-1 added to the fp32 accumulators (dqa: its dQ product, complete).
+    auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
+        const int pb = (it - 1) & 1, qt = qt_first + it - 1, i0 = qt * BM;
+        const __nv_bfloat16 *dSb = dSt + pb * BN * BM;
+        if constexpr (WG && !PIPE) {
+            wg_fence();
+            dq_mma_issue(it, dqa);
+            wg_commit_wait();
+        } else if constexpr (!WG) {
+#pragma unroll
+            for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                uint32_t a[4];
+                load_a_trans<BM>(a, dSb, kk * 16, dq_r, lane);
+#pragma unroll
+                for (int np = 0; np < DQC / 16; np++) {
+                    uint32_t bk[4];
+                    load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
+                    mma16816(dqa[2 * np], a, bk[0], bk[1]);
+                    mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
+                }
+            }
+        }
+        float rtot = 0.f;
+        if (tid < BM) {
+#pragma unroll
+            for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
+        }
+        int *sp = semh + qt;
+        if (MODE == BWD_ORDERED || MODE == BWD_STAGGER) {
+            // release the previous tile (its adds were issued an iteration ago, so the fence is cheap)
+            if (pending) {
+                __syncwarp();
+                if (lane == 0) red_release_gpu_add(pending, 1);
+                pending = nullptr;
+            }
+            ord_update(qt / TPB);
+            if (ord_before > 0) {
+                const int target = NWARPS * ord_before;
+                unsigned spins = 0;
+                while (ld_acquire_gpu(sp) < target) {
+                    __nanosleep(64);
+                    if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                }
+            }
+        }
+        // the sync warp has acquired tile it-1 (WGBAR: a barrier per warpgroup, so the two warpgroups do not
+        // wait on each other here)
+        if (LATE) {
+            if (WGBAR && w4 == 0) named_bar_sync(2, 128 + 32);  // constant ids: ptxas counts 4 barriers, not 16
+            else if (WGBAR) named_bar_sync(3, 128 + 32);
+            else named_bar_sync(2, NTHREADS + 32);
+        }
+        // fp32 adds; in the ordered modes every address sees its adds in one fixed order
+        const int qr0 = i0 + dq_r + g;
+#pragma unroll
+        for (int nt = 0; nt < DQC / 8; nt++) {
+            const int col = dq_c + nt * 8 + 2 * tq;
+            if (qr0 < T) atomic_add2(dqh + (size_t)qr0 * DH + col, dqa[nt][0], dqa[nt][1]);
+            if (qr0 + 8 < T) atomic_add2(dqh + (size_t)(qr0 + 8) * DH + col, dqa[nt][2], dqa[nt][3]);
+        }
+        if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
+        if ((MODE == BWD_ORDERED || MODE == BWD_STAGGER) && !ord_last) pending = sp;
+        if (SYNCW) named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
+    };
+
+    float dqp[DQC / 8][4];  // dQ product of tile it-1 (PIPE: in flight during tile it's softmax work)
+    for (int it = 0; it <= ntiles; it++) {
+        const int buf = it & 1;
+        cp_async_wait_all();
+        if constexpr (WG) fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
+        // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
+        if constexpr (LATE) named_bar_sync(0, NTHREADS);  // the compute warps only
+        else __syncthreads();
+        // BWD_BLOCK: every warp issued tile it-2's adds before this barrier (and long ago): release them
+        if (MODE == BWD_BLOCK && tid == 0 && it >= 2) red_release_gpu_add(semh + qt_first + it - 2, 1);
+        if (early && it > 0) dq_phase(it, dqp);
+        const bool more = it + 1 < ntiles;
+        float r_next = 0.f, d_next = 0.f;
+        if (more) {
+            const int i1 = (qt_first + it + 1) * BM;
+            load_tile_async<DH, BM, NTHREADS>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
+            load_tile_async<DH, BM, NTHREADS>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
+            cp_async_commit();
+            fetch_rows(qt_first + it + 1, r_next, d_next);
+        }
+        // BWD_BLOCK: tile it's adds come in the next iteration, after the next barrier; thread 0 must have
+        // seen the blocks above release it by then. Read the counter now, check it after this tile's work.
+        int poll = 0;
+        if (MODE == BWD_BLOCK && warp == 0 && it < ntiles) {
+            ord_update((qt_first + it) / TPB);
+            if (lane == 0 && ord_before > 0) poll = ld_relaxed_gpu(semh + qt_first + it);
+        }
+        if (it < ntiles) {
+            const int i0 = (qt_first + it) * BM;
+            const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
+            const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
+            __nv_bfloat16 *dSb = dSt + buf * BN * BM;
+
+            float st[BM / 8][4], dpt[BM / 8][4];
+            if constexpr (!WG) {
+#pragma unroll
+                for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
+            }
+            if constexpr (WG) {
+                // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < DH / 16; kk++)
+                    wgmma_m64n64_ss<0, 0>(st, gmma_desc(Ks + w4 * 64 * DH + kk * 16), gmma_desc(Qb + kk * 16), kk > 0);
+#pragma unroll
+                for (int kk = 0; kk < DH / 16; kk++)
+                    wgmma_m64n64_ss<0, 0>(dpt, gmma_desc(Vs + w4 * 64 * DH + kk * 16), gmma_desc(dOb + kk * 16), kk > 0);
+                if constexpr (PIPE) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
+                    wg_commit();
+                    dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                    wg_commit();
+                    wg_wait<1>();
+                } else {
+                    wg_commit_wait();
+                }
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < DH / 16; kk++) {
+                    uint32_t ka[4], va[4];
+                    load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
+                    load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
+#pragma unroll
+                    for (int np = 0; np < BM / 16; np++) {
+                        uint32_t bq[4], bo[4];
+                        load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
+                        mma16816(st[2 * np], ka, bq[0], bq[1]);
+                        mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
+                        load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
+                        mma16816(dpt[2 * np], va, bo[0], bo[1]);
+                        mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
+                    }
+                }
+            }
+
+            // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
+            const bool diag = i0 < k0 + BN - 1;
+            float rsum[BM / 4];
+#pragma unroll
+            for (int nt = 0; nt < BM / 8; nt++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int col = nt * 8 + 2 * tq + e, i = i0 + col;
+                    const float r = rb[col], d = Db[col];
+                    float p0 = ex2(fmaf(st[nt][e], sl2, r + nb0));
+                    float p1 = ex2(fmaf(st[nt][2 + e], sl2, r + nb1));
+                    if (diag) {
+                        if (j0 > i) p0 = 0.f;
+                        if (j1 > i) p1 = 0.f;
+                    }
+                    const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
+                    cs0 += ds0;
+                    cs1 += ds1;
+                    rsum[2 * nt + e] = ds0 + ds1;
+                    st[nt][e] = p0;
+                    st[nt][2 + e] = p1;
+                    dpt[nt][e] = ds0;
+                    dpt[nt][2 + e] = ds1;
+                }
+            }
+            if constexpr (WG) {
+                // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
+                uint32_t pa[BM / 16][4], sa[BM / 16][4];
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; kk++) {
+                    acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
+                    acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+                    const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[kk][0];
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[kk][1];
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[kk][2];
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[kk][3];
+                }
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; kk++) {
+                    wgmma_m64n64_rs<1>(dva, pa[kk], gmma_desc(dOb + kk * 16 * DH));
+                    wgmma_m64n64_rs<1>(dka, sa[kk], gmma_desc(Qb + kk * 16 * DH));
+                }
+                if constexpr (PIPE) wg_commit();  // waited for after tile it-1's dQ adds
+                else wg_commit_wait();
+            } else
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++) {
+                uint32_t pa[4], sa[4];
+                acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+                acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+                // park dS^T rows (keys) for the dQ product: sa[0]/sa[2] are row g, sa[1]/sa[3] row g+8
+                const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[0];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[1];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[2];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[3];
+#pragma unroll
+                for (int np = 0; np < DH / 16; np++) {
+                    uint32_t bo[4], bq[4];
+                    load_b_kn<DH>(bo, dOb, kk * 16, np * 16, lane);
+                    mma16816(dva[2 * np], pa, bo[0], bo[1]);
+                    mma16816(dva[2 * np + 1], pa, bo[2], bo[3]);
+                    load_b_kn<DH>(bq, Qb, kk * 16, np * 16, lane);
+                    mma16816(dka[2 * np], sa, bq[0], bq[1]);
+                    mma16816(dka[2 * np + 1], sa, bq[2], bq[3]);
+                }
+            }
+            warp_column_sums<BM / 4>(rsum, lane);
+#pragma unroll
+            for (int i = 0; i < BM / 32; i++) {
+                const int cidx = g * (BM / 32) + i;
+                rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
+            }
+        }
+        if constexpr (PIPE) {
+            if (it < ntiles) {
+                wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
+            } else {  // after the last tile: its dQ product alone
+                wg_fence();
+                dq_mma_issue(it, dqp);
+                wg_commit_wait();
+            }
+        }
+        if (!early && it > 0) dq_phase(it, dqp);
+        if constexpr (PIPE) wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
+        if (MODE == BWD_BLOCK && tid == 0 && it < ntiles && ord_before > 0) {
+            if (poll >= ord_before) {
+                fence_acq_rel_gpu();  // relaxed read + fence: an acquire (own adds landed long ago: cheap)
+            } else {
+                unsigned spins = 0;
+                while (ld_acquire_gpu(semh + qt_first + it) < ord_before) {
+                    __nanosleep(64);
+                    if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                }
+            }
+        }
+        if (more) store_rows(buf ^ 1, r_next, d_next);
+    }
+    if (pending) {
+        __syncwarp();
+        if (lane == 0) red_release_gpu_add(pending, 1);
+    }
+    if (MODE == BWD_BLOCK) {
+        __syncthreads();  // the last tile's adds
+        if (tid == 0) red_release_gpu_add(semh + qt_first + ntiles - 1, 1);
+    }
+
+    __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
+#pragma unroll
+    for (int nt = 0; nt < DH / 8; nt++) {
+        const int col = nt * 8 + 2 * tq;
+        if (j0 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j0 * DH + col) = pack_bf16(dka[nt][0] * scale, dka[nt][1] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j0 * DH + col) = pack_bf16(dva[nt][0], dva[nt][1]);
+        }
+        if (j1 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j1 * DH + col) = pack_bf16(dka[nt][2] * scale, dka[nt][3] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j1 * DH + col) = pack_bf16(dva[nt][2], dva[nt][3]);
+        }
+    }
+    cs0 = quad_sum(cs0);
+    cs1 = quad_sum(cs1);
+    if (tq == 0) {
+        if (j0 < T) colsum[head_off + j0] = -cs0;
+        if (j1 < T) colsum[head_off + j1] = -cs1;
+    }
+}
+
+// Steps 1 to 4 of the backward with version MODE as step 2 (steps 1, 3, 4 are the product's).
+template <int DH, int BM, int MINB, int MODE, bool WG>
+void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                  const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
+                  __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
+                  const int *q_last, cudaStream_t s) {
+    const size_t nvec = (size_t)B * H * T, nq = nvec * DH;
+    float *dq_acc = static_cast<float *>(scratch);
+    float *D = dq_acc + nq, *colsum = D + nvec;
+    int *sem = reinterpret_cast<int *>(colsum + nvec);
+    const int rows = B * T * H;
+    dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, D, H, T, rows);
+    FOX_LAUNCH_CHECK();
+    FOX_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
+    const size_t smem = bwd_smem_bytes<DH, BM>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, MODE, WG>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
+    bwd_kernel<DH, BM, MINB, MODE, WG><<<grid, bwd_threads(MODE), smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dk, dv, dc, colsum,
+                                                                sem, H, T, q_last);
+    FOX_LAUNCH_CHECK();
+    const size_t conv_blocks = (nq / 4 + 255) / 256;
+    dq_convert_kernel<<<(unsigned)(conv_blocks < 4096 ? conv_blocks : 4096), 256, 0, s>>>(
+        reinterpret_cast<const float4 *>(dq_acc), dq, 1.f / sqrtf((float)DH), nq / 4);
+    FOX_LAUNCH_CHECK();
+    fox_attention_reverse_scan(dc, colsum, dlogf, B * H, T, s);
+}
+
+}  // namespace fox_attn_dev
+
+using fox_attn_dev::backward_cfg;
+struct Version {
+    int number;
+    const char *name;
+    BwdFn mma64, mma128, wg64;  // the paths this version runs on (NULL: not built for it)
+    bool nondet;                // not deterministic: accuracy checked, bitwise repeat reported, not required
+};
+#define MMA64(M) backward_cfg<64, 64, 1, fox_attn_dev::M, false>
+#define MMA128(M) backward_cfg<128, 32, 1, fox_attn_dev::M, false>
+#define WG64(M) backward_cfg<64, 64, 1, fox_attn_dev::M, true>
+static const Version versions[] = {
+    {1, "atomics (BWD_ATOMIC)", MMA64(BWD_ATOMIC), MMA128(BWD_ATOMIC), WG64(BWD_ATOMIC), true},
+    {2, "warp-ordered (BWD_ORDERED)", MMA64(BWD_ORDERED), MMA128(BWD_ORDERED), nullptr, false},
+    {3, "warp-ordered, staggered (BWD_STAGGER)", MMA64(BWD_STAGGER), MMA128(BWD_STAGGER), nullptr, false},
+    {4, "block-ordered, thread 0 (BWD_BLOCK)", MMA64(BWD_BLOCK), MMA128(BWD_BLOCK), WG64(BWD_BLOCK), false},
+    {5, "sync warp, dQ step first (BWD_SYNC)", nullptr, nullptr, WG64(BWD_SYNC), false},
+    {6, "two sync warps, release / acquire (BWD_SYNC2)", nullptr, nullptr, WG64(BWD_SYNC2), false},
+    {7, "sync warp without the waits (BWD_SYNC_NOWAIT, timing control)", nullptr, nullptr, WG64(BWD_SYNC_NOWAIT), true},
+    {8, "sync warp, dQ step last, 168 registers (BWD_SYNC_LATE)", nullptr, nullptr, WG64(BWD_SYNC_LATE), false},
+    {9, "atomics, dQ step first (BWD_ATOMIC_EARLY, timing control)", nullptr, nullptr, WG64(BWD_ATOMIC_EARLY), true},
+    {10, "sync warpgroup + setmaxnreg, barrier per warpgroup (BWD_SYNC_WG)", nullptr, nullptr, WG64(BWD_SYNC_WG), false},
+    {11, "sync warpgroup + setmaxnreg, one barrier (BWD_SYNC_WG_FULLBAR)", nullptr, nullptr, WG64(BWD_SYNC_WG_FULLBAR),
+     false},
+    {12, "sync warp, 168 registers, barrier per warpgroup (BWD_SYNC_LATE_WGBAR)", nullptr, nullptr,
+     WG64(BWD_SYNC_LATE_WGBAR), false},
+    {13, "BWD_SYNC_WG with pipelined MMAs (BWD_SYNC_WG_PIPE)", nullptr, nullptr, WG64(BWD_SYNC_WG_PIPE), false},
+    {14, "atomics with pipelined MMAs (BWD_ATOMIC_PIPE)", nullptr, nullptr, WG64(BWD_ATOMIC_PIPE), true},
+};
+
+// The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
+static int paths(const Version &v, int dh, BwdFn fn[2], const char *path[2]) {
+    int n = 0;
+    BwdFn mma = dh == 64 ? v.mma64 : v.mma128;
+    if (mma) fn[n] = mma, path[n++] = "mma.sync";
+    if (dh == 64 && v.wg64 && fox_attn::use_wgmma()) fn[n] = v.wg64, path[n++] = "wgmma";
+    return n;
+}
+
+static bool run_checks(int only) {
+    bool all = true;
+    for (const Shape &s : check_shapes) {
+        print_shape(s);
+        Problem p = make_problem(s);
+        all &= check_forward(p, s.dh == 64 ? api_forward<64> : api_forward<128>, "api");
+        all &= check_backward(p, s.dh == 64 ? api_backward<64, 1> : api_backward<128, 1>, "api, deterministic", false);
+        for (const Version &v : versions) {
+            if (only && v.number != only) continue;
+            BwdFn fn[2];
+            const char *path[2];
+            for (int i = 0, n = paths(v, s.dh, fn, path); i < n; i++) {
+                char name[160];
+                snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
+                all &= check_backward(p, fn[i], name, v.nondet);
+            }
+        }
+        free_problem(p);
+    }
+    printf("correctness: %s\n", all ? "ALL PASS" : "SOME FAILED");
+    return all;
+}
+
+static bool run_bench(int only) {
+    bool ok = true;
+    for (const BenchShape &bs : bench_shapes) {
+        BenchInputs b = make_bench_inputs(bs.B, bs.H, bs.T, bs.dh);
+        ok &= bench_backward(b, bs.dh == 64 ? api_backward<64, 1> : api_backward<128, 1>, "api, deterministic", false);
+        for (const Version &v : versions) {
+            if (only && v.number != only) continue;
+            BwdFn fn[2];
+            const char *path[2];
+            for (int i = 0, n = paths(v, bs.dh, fn, path); i < n; i++) {
+                char name[160];
+                snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
+                ok &= bench_backward(b, fn[i], name, v.nondet);
+            }
+        }
+        free_bench_inputs(b);
+    }
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    const int only = argc > 1 ? atoi(argv[1]) : 0;  // 0: every version
+    const char *mode = argc > 2 ? argv[2] : "all";
+    if (only < 0 || only > (int)(sizeof versions / sizeof versions[0])) {
+        fprintf(stderr, "usage: %s [version 1..%d] [check|bench|all]\n", argv[0], (int)(sizeof versions / sizeof versions[0]));
+        return 2;
+    }
+    printf("dh 64 kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
+    bool ok = true;
+    if (strcmp(mode, "bench") != 0) ok &= run_checks(only);
+    if (strcmp(mode, "check") != 0) ok &= run_bench(only);
+    return ok ? 0 : 1;
+}

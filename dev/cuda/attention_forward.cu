@@ -1,0 +1,357 @@
+// dev/cuda/attention_forward.cu: the Forgetting Attention forward kernel in every version tried, each
+// checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
+// (fox/attention.cuh, whose two kernels are versions 1 and 3).
+//   make attention_forward
+//   ./attention_forward            every version: checks, then timings
+//   ./attention_forward 3          version 3 only (and the API)
+//   ./attention_forward 3 check    (or bench) one half
+//
+// Versions (figures: forward TFLOP/s; NOTES.md has the full tables):
+//  1 mma.sync, d_h 64: 4 warps x 2 row tiles of 16, 2 blocks/SM; d_h 128: 8 warps x 1 row tile.
+//    284-285 at T 16384, 265 at T 4096 (H200, session 2 run 3); d_h 128 287 (H200, session 1).
+//    The API's forward at d_h 128, on sm_80, and with FOX_ATTN_NO_WGMMA=1.
+//  2 wgmma (d_h 64, Hopper), 8 warps of 16 rows, 2 blocks/SM, P V issued and waited for after each
+//    tile's softmax: 333-336 at T 16384, 307-308 at T 4096 (H200, session 2 run 3); 336.9 / 341.6 at
+//    T 16384 B 2 H 16, 334.0 / 335.3 at B 1 H 24, 307.2 at T 4096 (H100, session 5).
+//  3 wgmma with tile t-1's P V pipelined under tile t's softmax (V triple-buffered): the same output bit
+//    for bit as 2. 348.3 / 344.9 at T 16384 B 2 H 16, 340.9 / 337.5 at B 1 H 24, 309.8 at T 4096 (H100,
+//    session 5, the same runs as 2's figures). The API's forward at d_h 64 on Hopper.
+#include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
+
+#include <stdlib.h>
+
+namespace fox_attn_dev {
+using namespace fox_attn;  // the primitives and the tile constants
+
+// Forward. Block = FWD_BM query rows of one (b, h); each warp owns MT row tiles of 16 (FwdCfg). Key
+// tiles are walked from the diagonal down to the first live one, double-buffered with cp.async.
+//
+// Gate precision: c reaches -1e4 and beyond at long T, where an fp32 ulp is ~1e-3, so c_i - c_j must be
+// formed from differences, never from c*log2e products. Each key tile takes c_ref = c at its first
+// key; a_i = (c_i - c_ref) log2e per row and nb_j = -(c_j - c_ref) log2e per key are small for every
+// tile that matters, and s_ij log2e = a_i + fma(qk, scale log2e, nb_j).
+// WG: S = Q K^T and O += P V on Hopper warpgroup MMA (sm_90a, dh 64): 8 warps of 16 rows, warpgroup w4
+// owning rows 64 w4.., operands straight from the swizzled smem tiles; the rest of the kernel is shared.
+// PIPE (with WG): tile t-1's P V runs on the tensor cores during tile t's softmax. Per tile a warpgroup
+// commits S(t) = Q K(t)^T, then P(t-1) V(t-1) (P kept in registers as bf16 fragments), waits for S(t)
+// only, forms tile t's exponentials and row sums, then waits for P V and rescales O: the same operations
+// on O in the same order as without PIPE (the same output bit for bit). V is triple-buffered (V(t-1)
+// is still read while V(t+1) lands); the P V issue is unconditional (at t = 0 a zero P on a zeroed V
+// buffer): under a branch ptxas would serialize the kernel's warpgroup MMAs.
+template <int DH, bool WG = false, bool PIPE = false>
+__global__ void __launch_bounds__(FwdCfg<DH, WG>::THREADS, FwdCfg<DH, WG>::MIN_BLOCKS)
+fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
+           const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
+           float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
+    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    constexpr int NV = PIPE ? 3 : 2;  // V buffers
+    static_assert(!WG || (DH == 64 && MT == 1), "warpgroup path: 128-byte smem rows, 16 rows per warp");
+    static_assert(!PIPE || WG, "pipelined P V: warpgroup path");
+    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
+    __nv_bfloat16 *Ks = Qs + BM * DH;          // [2][BN][DH]
+    __nv_bfloat16 *Vs = Ks + 2 * BN * DH;      // [NV][BN][DH]
+    float *nbs = reinterpret_cast<float *>(Vs + NV * BN * DH);  // [2][BN]: -(c_j - c_ref) log2e
+    float *crefs = nbs + 2 * BN;                                // [2]
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tq = lane & 3;
+    const int nqb = gridDim.x;
+    const int mb = nqb - 1 - blockIdx.x;  // longest rows first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t head_off = (size_t)bh * T;
+    const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
+    const float *ch = c + head_off;
+    const int q0 = mb * BM;
+
+    const int n_last = min((T - 1) / BN, (q0 + BM - 1) / BN);
+    const int n_first = kv_first ? kv_first[(size_t)bh * nqb + mb] * (FOX_ACP_BLOCK / BN) : 0;
+    const int ntiles = n_last - n_first + 1;
+
+    // Loader threads tid < BN fetch c for the next key tile; its nb_j goes to smem after this tile's math.
+    auto fetch_c = [&](int n, float &cj, float &cref) {
+        const int j = n * BN + tid;
+        cref = ch[n * BN];
+        cj = tid < BN && j < T ? ch[j] : cref;
+    };
+    auto store_c = [&](int buf, float cj, float cref) {
+        if (tid < BN) nbs[buf * BN + tid] = -(cj - cref) * LOG2E;
+        if (tid == 0) crefs[buf] = cref;
+    };
+
+    if constexpr (PIPE) {  // V buffer 2: the operand of the zero P V issued with tile 0
+        uint4 *z = reinterpret_cast<uint4 *>(Vs + 2 * BN * DH);
+        for (int i = tid; i < BN * DH / 8; i += NT) z[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    load_tile_async<DH, BM, NT>(Qs, qh, DH, q0, T, tid);
+    load_tile_async<DH, BN, NT>(Ks, kh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BN, NT>(Vs, vh, DH, n_last * BN, T, tid);
+    cp_async_commit();
+    {
+        float cj, cref;
+        fetch_c(n_last, cj, cref);
+        store_c(0, cj, cref);
+    }
+
+    // this thread's query rows: row[mt][0] = g and row[mt][1] = g + 8 of row tile mt
+    int row[MT][2];
+    float crow[MT][2], m[MT][2], l[MT][2];  // gate, running max (log2 units), running sum
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            row[mt][hf] = q0 + (warp * MT + mt) * 16 + g + 8 * hf;
+            crow[mt][hf] = row[mt][hf] < T ? ch[row[mt][hf]] : 0.f;
+            m[mt][hf] = -INFINITY;
+            l[mt][hf] = 0.f;
+        }
+    const float sl2 = LOG2E / sqrtf((float)DH);
+
+    uint32_t qf[MT][DH / 16][4];
+    uint32_t pprev[BN / 16][4];  // PIPE: tile t-1's P as bf16 A fragments (zero before tile 0)
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
+    float oacc[MT][DH / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < DH / 8; i++) oacc[mt][i][0] = oacc[mt][i][1] = oacc[mt][i][2] = oacc[mt][i][3] = 0.f;
+
+    for (int it = 0; it < ntiles; it++) {
+        const int n = n_last - it, buf = it & 1, vbuf = PIPE ? it % 3 : buf;
+        cp_async_wait_all();
+        if constexpr (WG) fence_proxy_async_smem();  // cp.async writes -> wgmma reads
+        __syncthreads();
+        const bool more = it + 1 < ntiles;
+        float cj_next = 0.f, cref_next = 0.f;
+        if (more) {
+            load_tile_async<DH, BN, NT>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT>(Vs + (PIPE ? (it + 1) % 3 : buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
+            cp_async_commit();
+            fetch_c(n - 1, cj_next, cref_next);
+        }
+        if (!WG && it == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < DH / 16; kk++) load_a<DH>(qf[mt][kk], Qs, (warp * MT + mt) * 16, kk * 16, lane);
+        }
+        const __nv_bfloat16 *Kb = Ks + buf * BN * DH, *Vb = Vs + vbuf * BN * DH;
+        const float *nb = nbs + buf * BN;
+
+        float s[MT][BN / 8][4];
+        if constexpr (WG) {
+            const int w4 = warp >> 2;
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                wgmma_m64n64_ss<0, 0>(s[0], gmma_desc(Qs + w4 * 64 * DH + kk * 16), gmma_desc(Kb + kk * 16), kk > 0);
+            if constexpr (PIPE) {  // then tile t-1's P V; only S is waited for here
+                wg_commit();
+                const __nv_bfloat16 *Vp = Vs + ((it + 2) % 3) * BN * DH;
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pprev[kk], gmma_desc(Vp + kk * 16 * DH));
+                wg_commit();
+                wg_wait<1>();
+            } else {
+                wg_commit_wait();
+            }
+        } else {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < DH / 16; kk++) {
+#pragma unroll
+            for (int np = 0; np < BN / 16; np++) {
+                uint32_t bf[4];
+                load_b_nk<DH>(bf, Kb, np * 16, kk * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(s[mt][2 * np], qf[mt][kk], bf[0], bf[1]);
+                    mma16816(s[mt][2 * np + 1], qf[mt][kk], bf[2], bf[3]);
+                }
+            }
+        }
+        }
+
+        const bool diag = n * BN + BN - 1 > q0;
+        const float cref = crefs[buf];
+        float nbj[BN / 4];  // this thread's key columns: nt * 8 + 2 * tq + e
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++) {
+            nbj[2 * nt] = nb[nt * 8 + 2 * tq];
+            nbj[2 * nt + 1] = nb[nt * 8 + 2 * tq + 1];
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
+            float mt_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
+                    float t = fmaf(s[mt][nt][x], sl2, nbj[2 * nt + (x & 1)]);
+                    if (diag && j > row[mt][hf]) t = -INFINITY;
+                    s[mt][nt][x] = t;
+                    mt_max[hf] = fmaxf(mt_max[hf], t);
+                }
+            float sh[2], al[2], ps[2] = {0.f, 0.f};
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float a = (crow[mt][hf] - cref) * LOG2E;
+                const float mn = fmaxf(m[mt][hf], a + quad_max(mt_max[hf]));
+                // Rows with nothing live yet keep max -inf: shift by 0 so exp2 sees -inf, not NaN.
+                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
+                al[hf] = mn == -INFINITY ? 1.f : ex2(m[mt][hf] - mn);
+                m[mt][hf] = mn;
+            }
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    s[mt][nt][x] = ex2(s[mt][nt][x] - sh[x >> 1]);
+                    ps[x >> 1] += s[mt][nt][x];
+                }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) l[mt][hf] = l[mt][hf] * al[hf] + ps[hf];  // quad-reduced at the end
+            if constexpr (PIPE) wg_wait<0>();  // tile t-1's P V has landed in O
+#pragma unroll
+            for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) oacc[mt][i][x] *= al[x >> 1];
+        }
+        if constexpr (PIPE) {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], s[0][2 * kk], s[0][2 * kk + 1]);
+        } else if constexpr (WG) {
+            uint32_t pa[BN / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[0][2 * kk], s[0][2 * kk + 1]);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pa[kk], gmma_desc(Vb + kk * 16 * DH));
+            wg_commit_wait();
+        } else
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) acc_to_a(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+            for (int np = 0; np < DH / 16; np++) {
+                uint32_t bf[4];
+                load_b_kn<DH>(bf, Vb, kk * 16, np * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(oacc[mt][2 * np], pa[mt], bf[0], bf[1]);
+                    mma16816(oacc[mt][2 * np + 1], pa[mt], bf[2], bf[3]);
+                }
+            }
+        }
+        if (more) store_c(buf ^ 1, cj_next, cref_next);
+    }
+
+    if constexpr (PIPE) {  // the last tile's P V
+        const __nv_bfloat16 *Vp = Vs + ((ntiles - 1) % 3) * BN * DH;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pprev[kk], gmma_desc(Vp + kk * 16 * DH));
+        wg_commit_wait();
+    }
+    const size_t ld_o = (size_t)H * DH;
+    __nv_bfloat16 *ob = o + (size_t)b * T * ld_o + (size_t)h * DH;
+    constexpr float LN2 = 0.6931471805599453f;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = row[mt][hf];
+            const float lsum = quad_sum(l[mt][hf]), inv = 1.f / lsum;
+            if (r >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < DH / 8; nt++)
+                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
+                    pack_bf16(oacc[mt][nt][2 * hf] * inv, oacc[mt][nt][2 * hf + 1] * inv);
+            if (tq == 0) lse[head_off + r] = (m[mt][hf] + log2f(lsum)) * LN2;
+        }
+}
+
+template <int DH, bool WG, bool PIPE>
+void forward_cfg(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
+                 const int *kv_first, cudaStream_t s) {
+    const size_t smem = fwd_smem_bytes<DH, PIPE>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
+    fwd_kernel<DH, WG, PIPE><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
+    FOX_LAUNCH_CHECK();
+}
+
+}  // namespace fox_attn_dev
+
+struct Version {
+    int number;
+    const char *name;
+    FwdFn fn64, fn128;  // NULL: not built for this d_h
+    bool wg;            // needs the warpgroup path (skipped where fox_attn::use_wgmma() is false)
+};
+static const Version versions[] = {
+    {1, "mma.sync", fox_attn_dev::forward_cfg<64, false, false>, fox_attn_dev::forward_cfg<128, false, false>, false},
+    {2, "wgmma, P V not pipelined", fox_attn_dev::forward_cfg<64, true, false>, nullptr, true},
+    {3, "wgmma, P V pipelined", fox_attn_dev::forward_cfg<64, true, true>, nullptr, true},
+};
+
+static FwdFn version_fn(const Version &v, int dh) {
+    if (v.wg && !fox_attn::use_wgmma()) return nullptr;
+    return dh == 64 ? v.fn64 : v.fn128;
+}
+
+static bool run_checks(int only) {
+    bool all = true;
+    for (const Shape &s : check_shapes) {
+        print_shape(s);
+        Problem p = make_problem(s);
+        for (const Version &v : versions) {
+            const FwdFn fn = version_fn(v, s.dh);
+            if ((only && v.number != only) || !fn) continue;
+            char name[96];
+            snprintf(name, sizeof name, "version %d: %s", v.number, v.name);
+            all &= check_forward(p, fn, name);
+        }
+        all &= check_forward(p, s.dh == 64 ? api_forward<64> : api_forward<128>, "api");
+        free_problem(p);
+    }
+    printf("correctness: %s\n", all ? "ALL PASS" : "SOME FAILED");
+    return all;
+}
+
+static void run_bench(int only) {
+    for (const BenchShape &bs : bench_shapes) {
+        BenchInputs b = make_bench_inputs(bs.B, bs.H, bs.T, bs.dh);
+        bench_forward(b, bs.dh == 64 ? api_forward<64> : api_forward<128>, "api");
+        for (const Version &v : versions) {
+            const FwdFn fn = version_fn(v, bs.dh);
+            if ((only && v.number != only) || !fn) continue;
+            char name[96];
+            snprintf(name, sizeof name, "version %d: %s", v.number, v.name);
+            bench_forward(b, fn, name);
+        }
+        free_bench_inputs(b);
+    }
+}
+
+int main(int argc, char **argv) {
+    const int only = argc > 1 ? atoi(argv[1]) : 0;  // 0: every version
+    const char *mode = argc > 2 ? argv[2] : "all";
+    if (only < 0 || only > (int)(sizeof versions / sizeof versions[0])) {
+        fprintf(stderr, "usage: %s [version 1..%d] [check|bench|all]\n", argv[0], (int)(sizeof versions / sizeof versions[0]));
+        return 2;
+    }
+    printf("dh 64 kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
+    bool ok = true;
+    if (strcmp(mode, "bench") != 0) ok &= run_checks(only);
+    if (strcmp(mode, "check") != 0) run_bench(only);
+    return ok ? 0 : 1;
+}

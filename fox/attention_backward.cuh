@@ -1,0 +1,575 @@
+// fox/attention_backward.cuh: the Forgetting Attention backward, in the four forms the public API
+// (fox/attention.cuh) selects: {Hopper warpgroup MMA at d_h 64 (sm_90a), mma.sync at any d_h} x
+// {deterministic, fp32 atomics in arrival order}. Step 1 forms D = rowsum(dO * o), step 2 (bwd_kernel)
+// dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3 converts dQ to bf16; the last
+// step, dc and the reverse scan into d log f, is fox_attention_reverse_scan in fox/attention.cuh. Other
+// forms of step 2, with their measurements, are in dev/cuda/attention_backward.cu.
+#ifndef FOX_ATTENTION_BACKWARD_CUH
+#define FOX_ATTENTION_BACKWARD_CUH
+
+#include <math.h>                     // INFINITY, sqrtf
+#include <cuda_runtime.h>             // dim3, cudaFuncSetAttribute, cudaMemsetAsync, cudaStream_t
+#include <cuda_bf16.h>                // __nv_bfloat16, __nv_bfloat162
+#include "acp.h"                      // FOX_ACP_BLOCK: q_last's grid
+#include "cuda_common.cuh"            // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK
+#include "attention_primitives.cuh"   // cp.async, ldmatrix, mma.sync, wgmma, atomics, acquire / release, barriers
+#include "attention_traits.cuh"       // LOG2E, NWARPS, BWD_BN, BwdCfg, bwd_smem_bytes, bwd_threads
+
+namespace fox_attn {
+
+// Backward, step 1: D_i = dO_i . o_i in fp32 (both in (B, T, H, dh)); one warp per (b, t, h) row.
+template <int DH>
+__global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __nv_bfloat16 *__restrict__ o,
+                                float *__restrict__ D, int H, int T, int rows) {
+    const int row = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const __nv_bfloat162 *a = reinterpret_cast<const __nv_bfloat162 *>(dout + (size_t)row * DH);
+    const __nv_bfloat162 *x = reinterpret_cast<const __nv_bfloat162 *>(o + (size_t)row * DH);
+    float sum = 0.f;
+#pragma unroll
+    for (int i = lane; i < DH / 2; i += 32) {
+        const float2 fa = __bfloat1622float2(a[i]), fx = __bfloat1622float2(x[i]);
+        sum += fa.x * fx.x + fa.y * fx.y;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) {
+        const int h = row % H, bt = row / H, b = bt / T, t = bt % T;
+        D[((size_t)b * H + h) * T + t] = sum;
+    }
+}
+
+// Key block nb's place in the add order of ACP row m (the same for every query tile of the row), computed
+// by one whole warp: `before` = live key blocks above nb in the row (its adds wait for all of theirs),
+// `last` = no live key block below nb. Warp-uniform results.
+__device__ __forceinline__ void acp_order(int m, int nb, const int *qlh, int lane, int &before, bool &last) {
+    if (!qlh) {
+        before = m - nb;
+        last = nb == 0;
+        return;
+    }
+    int above = 0, below = 0;
+    for (int base = 0; base <= m; base += 32) {
+        const int n2 = base + lane;
+        if (n2 <= m && n2 != nb && max(qlh[n2], n2) >= m) {
+            above += n2 > nb;
+            below += n2 < nb;
+        }
+    }
+    before = __reduce_add_sync(0xffffffffu, above);
+    last = __reduce_add_sync(0xffffffffu, below) == 0;
+}
+
+
+// Backward, step 2: the gradients of Forgetting Attention, FoX paper Appendix E Algorithm 2 (docs/model.md
+// §1.1; the CPU reference is attention_backward in train_fox.c): with P_ij = exp(s_ij - lse_i),
+// dP_ij = dO_i.v_j, dS_ij = P_ij (dP_ij - D_i):
+//   dq_i = scale sum_j dS_ij k_j,  dk_j = scale sum_i dS_ij q_i,  dv_j = sum_i P_ij dO_i,
+//   dc_t = sum_j dS_tj - sum_i dS_it  (the paper's dc^q + dc^k).
+// Block = BWD_BN keys of one (b, h); warp w owns keys 16w..16w+15 and keeps their dK, dV in registers
+// while query tiles of BM rows stream through (from the diagonal to the last live one). Per tile each
+// warp forms S^T and dP^T for its keys, P^T, dS^T = P^T (dP^T - D), accumulates dV += P^T dO and
+// dK += dS^T Q, and parks dS^T in smem (double-buffered); in the next iteration all warps compute
+// dQ = dS K for that tile and add it to the fp32 accumulator (software-pipelined: one block barrier per
+// tile).
+// dc: dc_t = sum_j dS_tj - sum_i dS_it. The row sum would vanish in exact arithmetic (softmax is shift
+// invariant), but D is formed from the bf16-rounded o, and that rounding error e_t enters both sums:
+// dc_t picks up -e_t + sum_i P_it e_i. Summed into dlogf the two parts cancel; with the column sum alone
+// they random-walk (3e-2 relative error in dlogf at T = 1000). So both sums are kept, in fp32: column
+// sums in registers (written to `colsum`, one writer per key), row sums reduced across the block.
+//
+// DET = false: the dQ and dc-row-sum adds are fp32 atomics in whatever order they land (faster; the low
+// bits of dq, dc and dlogf can differ between runs).
+// DET = true (deterministic): the same fp32 atomic adds (fire and forget, into a zeroed accumulator),
+// issued in a fixed order, highest key block first, so each address sees the same sequence of adds every
+// run. A per-tile counter `sem` orders them: the adds of key block n to a tile wait (acquire) until the
+// live key blocks above n in the tile's ACP row have released the tile, and key block n releases it once
+// its own adds are issued. Blocks are launched highest key block first (blockIdx.x reversed), so a block
+// only ever waits on blocks launched before it (no deadlock whatever the occupancy), and block n+1
+// reaches each query tile one ACP row before block n does, so the waits are short. dK, dV and the column
+// sums are per-block register sums: deterministic by construction. Who keeps the order:
+// - mma.sync (WARP_ORDER): every warp of key block n waits until all warps of the live key blocks above
+//   have released, adds, and releases one tile later (by then its adds have landed, so the release costs
+//   no wait). Staggered: half the warps do their dQ step before the tile's other work, half after, so
+//   each scheduler has one warp computing while the other waits on memory.
+// - warpgroup MMA (SYNCW): a sync warp does all the counter work, off the compute warps' path. The block
+//   has 384 threads: two compute warpgroups and a third whose warps run setmaxnreg.dec (then all but warp
+//   NWARPS exit) while the compute warpgroups run setmaxnreg.inc: ptxas caps the 384-thread block at 168
+//   registers per thread at entry and compiles the compute path for BWD_REGS_COMPUTE. The compute warps'
+//   per-tile barrier is named barrier 0 (the sync warp is not on it) and their dQ step of tile it-1 comes
+//   after tile it's other work. Per tile t the sync warp acquires t, arrives at named barriers 2 and 3
+//   (compute warpgroup w4 waits on 2 + w4 just before adding t, after its dQ product, so the two
+//   warpgroups never wait on each other there), waits on named barrier 1 (every compute warp has issued
+//   its adds of t), releases t, and moves on to t+1. Each warpgroup adds only its own dQ columns (and
+//   warpgroup 0 the dc row sums), so every address still sees this block's adds of a tile between the
+//   same acquire and release.
+// WG: the five products on Hopper warpgroup MMA (sm_90a; dh 64, BM 64): warpgroup w4 (warps 4w4..4w4+3)
+// owns keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared.
+// The MMAs are pipelined across the tile's steps: per tile it a warpgroup commits three MMA groups, S^T/dP^T
+// of tile it, then dQ of tile it-1, then dV/dK of tile it, and waits for each only where its result is
+// needed: S^T/dP^T before the softmax step (dQ keeps running), dQ before its adds (dV/dK keep running),
+// dV/dK before the next tile's barrier (their register operands, and the Q/dO buffer the next prefetch
+// overwrites). The dQ issue is unconditional (at it = 0 on a zeroed dS^T buffer, result unused): ptxas
+// serializes every warpgroup MMA of the kernel when the issue sits under a branch (C7514).
+template <int DH, int BM, int MINB, bool DET, bool WG>
+__global__ void __launch_bounds__(bwd_threads(WG, DET), MINB)
+bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
+           const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
+           const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
+           float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk,
+           __nv_bfloat16 *__restrict__ dv, float *__restrict__ dc, float *__restrict__ colsum, int *__restrict__ sem,
+           int H, int T, const int *__restrict__ q_last) {
+    constexpr int BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
+    static_assert(FOX_ACP_BLOCK % BM == 0, "query tiles nest in the ACP grid");
+    static_assert(!WG || (DH == 64 && BM == 64), "warpgroup path: 128-byte smem rows");
+    extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
+    __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
+    __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
+    __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
+    __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T
+    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: a_i - lse_i log2e
+    float *Ds = rs + 2 * BM;                                            // [2][BM]
+    float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
+    const int g = lane >> 2, tq = lane & 3;
+    const int nblk = gridDim.x;
+    const int nb = nblk - 1 - blockIdx.x;  // key block: highest first (see above)
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t head_off = (size_t)bh * T;
+    const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
+    const float *ch = c + head_off, *lh = lse + head_off, *Dsh = Dg + head_off;  // D_i = dO_i . o_i of this (b, h)
+    const size_t ld_o = (size_t)H * DH;
+    const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
+    float *dqh = dq_acc + head_off * DH;
+    const int k0 = nb * BN;
+    const float c_ref = ch[k0];
+
+    const int nqt = (T + BM - 1) / BM;
+    const int *qlh = q_last ? q_last + (size_t)bh * nblk : nullptr;
+    // ACP: the diagonal tile is always live (every query row needs it), so a block covers at least it
+    const int m_last = qlh ? min(nblk - 1, max(qlh[nb], nb)) : nblk - 1;
+    const int qt_first = k0 / BM;
+    const int qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
+    const int ntiles = qt_last - qt_first + 1;
+    int *semh = sem + (size_t)bh * nqt;
+
+    constexpr bool SYNCW = WG && DET;        // the sync warpgroup keeps the order (see above)
+    constexpr bool WARP_ORDER = !WG && DET;  // every compute warp keeps the order itself (see above)
+    if constexpr (SYNCW) {
+        if (warp >= NWARPS) {  // the sync warp (see above); its warpgroup gives registers back
+            setmaxnreg_dec<BWD_REGS_SYNC>();
+            if (warp != NWARPS) return;  // warps NWARPS+1.. have nothing to do
+            int ord_row = -1, before = 0;
+            bool last = false;
+            for (int t = qt_first; t <= qt_last; t++) {
+                const int m = t / TPB;
+                if (m != ord_row) {
+                    ord_row = m;
+                    acp_order(m, nb, qlh, lane, before, last);
+                }
+                if (lane == 0 && before > 0) {
+                    unsigned spins = 0;
+                    while (ld_acquire_gpu(semh + t) < before) {
+                        __nanosleep(32);
+                        if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                    }
+                }
+                __syncwarp();
+                named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
+                named_bar_arrive(3, 128 + 32);
+                named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued its adds of t
+                if (lane == 0) red_release_gpu_add(semh + t, 1);
+                __syncwarp();
+            }
+            return;
+        }
+        setmaxnreg_inc<BWD_REGS_COMPUTE>();
+    }
+
+    // Loader threads tid < BM fetch per-query values; rows past T get lse = +inf so their P is 0.
+    auto fetch_rows = [&](int qt, float &r, float &d) {
+        const int i = qt * BM + tid;
+        if (tid < BM) {
+            const bool ok = i < T;
+            r = ok ? (ch[i] - c_ref) * LOG2E - lh[i] * LOG2E : -INFINITY;
+            d = ok ? Dsh[i] : 0.f;
+        }
+    };
+    auto store_rows = [&](int buf, float r, float d) {
+        if (tid < BM) {
+            rs[buf * BM + tid] = r;
+            Ds[buf * BM + tid] = d;
+        }
+    };
+
+    if constexpr (WG) {  // dS^T buffer 1: the operand of the unused dQ product issued in iteration 0
+        uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
+        for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    load_tile_async<DH, BN, NTHREADS>(Ks, kh, DH, k0, T, tid);
+    load_tile_async<DH, BN, NTHREADS>(Vs, vh, DH, k0, T, tid);
+    load_tile_async<DH, BM, NTHREADS>(Qs, qh, DH, qt_first * BM, T, tid);
+    load_tile_async<DH, BM, NTHREADS>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
+    cp_async_commit();
+    {
+        float r = 0.f, d = 0.f;
+        fetch_rows(qt_first, r, d);
+        store_rows(0, r, d);
+    }
+
+    const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
+    const float nb0 = -((j0 < T ? ch[j0] : c_ref) - c_ref) * LOG2E;
+    const float nb1 = -((j1 < T ? ch[j1] : c_ref) - c_ref) * LOG2E;
+    const float sl2 = LOG2E / sqrtf((float)DH);
+    const float scale = 1.f / sqrtf((float)DH);
+
+    float dka[DH / 8][4], dva[DH / 8][4];
+#pragma unroll
+    for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.f;
+    float cs0 = 0.f, cs1 = 0.f;  // column sums of dS for keys j0, j1
+
+    // dQ work split: warp owns query rows rg*16.. and DQC dh-columns of each tile.
+    constexpr int RG = BM / 16, DQC = DH * RG / NWARPS;
+    static_assert(DQC % 16 == 0, "dQ column split");
+    const int dq_r = (warp % RG) * 16, dq_c = (warp / RG) * DQC;
+    int ord_m = -1, ord_before = 0;  // ACP row of the cached order; live key blocks above nb in it
+    bool ord_last = false;           // no live key block below nb in it
+    int *pending = nullptr;          // counter this warp still has to release (one tile later)
+    const bool early = WARP_ORDER && warp < NWARPS / 2;  // staggered: half the warps do the dQ step first
+    // this block's place in the order for ACP row m (same for every tile of the row); warp-uniform
+    auto ord_update = [&](int m) {
+        if (m == ord_m) return;
+        ord_m = m;
+        acp_order(m, nb, qlh, lane, ord_before, ord_last);
+    };
+
+    // dQ of tile it-1 = dS K from its parked dS^T. WG: warpgroup w4 takes all 64 query rows and dh columns
+    // 32 w4..; A = dS (dS^T in smem: MN-major), B = K (MN-major); issued only (the caller fences, commits
+    // and waits).
+    auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
+        const __nv_bfloat16 *dSb = dSt + ((it - 1) & 1) * BN * BM;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+            wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
+    };
+    // dQ (and dc row sums) of tile it-1 added to the fp32 accumulators (dqa: its dQ product, complete).
+    auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
+        const int pb = (it - 1) & 1, qt = qt_first + it - 1, i0 = qt * BM;
+        const __nv_bfloat16 *dSb = dSt + pb * BN * BM;
+        if constexpr (!WG) {
+#pragma unroll
+            for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                uint32_t a[4];
+                load_a_trans<BM>(a, dSb, kk * 16, dq_r, lane);
+#pragma unroll
+                for (int np = 0; np < DQC / 16; np++) {
+                    uint32_t bk[4];
+                    load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
+                    mma16816(dqa[2 * np], a, bk[0], bk[1]);
+                    mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
+                }
+            }
+        }
+        float rtot = 0.f;
+        if (tid < BM) {
+#pragma unroll
+            for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
+        }
+        int *sp = semh + qt;
+        if constexpr (WARP_ORDER) {
+            // release the previous tile (its adds were issued an iteration ago, so the fence is cheap)
+            if (pending) {
+                __syncwarp();
+                if (lane == 0) red_release_gpu_add(pending, 1);
+                pending = nullptr;
+            }
+            ord_update(qt / TPB);
+            if (ord_before > 0) {
+                const int target = NWARPS * ord_before;
+                unsigned spins = 0;
+                while (ld_acquire_gpu(sp) < target) {
+                    __nanosleep(64);
+                    if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                }
+            }
+        }
+        // the sync warp has acquired tile it-1 (a barrier per warpgroup, so the two warpgroups do not wait on
+        // each other here)
+        if (SYNCW) {
+            if (w4 == 0) named_bar_sync(2, 128 + 32);  // constant ids: ptxas counts 4 barriers, not 16
+            else named_bar_sync(3, 128 + 32);
+        }
+        // fp32 adds; deterministic: every address sees its adds in one fixed order
+        const int qr0 = i0 + dq_r + g;
+#pragma unroll
+        for (int nt = 0; nt < DQC / 8; nt++) {
+            const int col = dq_c + nt * 8 + 2 * tq;
+            if (qr0 < T) atomic_add2(dqh + (size_t)qr0 * DH + col, dqa[nt][0], dqa[nt][1]);
+            if (qr0 + 8 < T) atomic_add2(dqh + (size_t)(qr0 + 8) * DH + col, dqa[nt][2], dqa[nt][3]);
+        }
+        if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
+        if (WARP_ORDER && !ord_last) pending = sp;
+        if (SYNCW) named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
+    };
+
+    float dqp[DQC / 8][4];  // dQ product of tile it-1 (WG: in flight during tile it's softmax work)
+    for (int it = 0; it <= ntiles; it++) {
+        const int buf = it & 1;
+        cp_async_wait_all();
+        if constexpr (WG) fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
+        // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
+        if constexpr (SYNCW) named_bar_sync(0, NTHREADS);  // the compute warps only
+        else __syncthreads();
+        if (early && it > 0) dq_phase(it, dqp);
+        const bool more = it + 1 < ntiles;
+        float r_next = 0.f, d_next = 0.f;
+        if (more) {
+            const int i1 = (qt_first + it + 1) * BM;
+            load_tile_async<DH, BM, NTHREADS>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
+            load_tile_async<DH, BM, NTHREADS>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
+            cp_async_commit();
+            fetch_rows(qt_first + it + 1, r_next, d_next);
+        }
+        if (it < ntiles) {
+            const int i0 = (qt_first + it) * BM;
+            const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
+            const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
+            __nv_bfloat16 *dSb = dSt + buf * BN * BM;
+
+            float st[BM / 8][4], dpt[BM / 8][4];
+            if constexpr (!WG) {
+#pragma unroll
+                for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
+            }
+            if constexpr (WG) {
+                // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < DH / 16; kk++)
+                    wgmma_m64n64_ss<0, 0>(st, gmma_desc(Ks + w4 * 64 * DH + kk * 16), gmma_desc(Qb + kk * 16), kk > 0);
+#pragma unroll
+                for (int kk = 0; kk < DH / 16; kk++)
+                    wgmma_m64n64_ss<0, 0>(dpt, gmma_desc(Vs + w4 * 64 * DH + kk * 16), gmma_desc(dOb + kk * 16), kk > 0);
+                wg_commit();  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
+                dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                wg_commit();
+                wg_wait<1>();
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < DH / 16; kk++) {
+                    uint32_t ka[4], va[4];
+                    load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
+                    load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
+#pragma unroll
+                    for (int np = 0; np < BM / 16; np++) {
+                        uint32_t bq[4], bo[4];
+                        load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
+                        mma16816(st[2 * np], ka, bq[0], bq[1]);
+                        mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
+                        load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
+                        mma16816(dpt[2 * np], va, bo[0], bo[1]);
+                        mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
+                    }
+                }
+            }
+
+            // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
+            const bool diag = i0 < k0 + BN - 1;
+            float rsum[BM / 4];
+#pragma unroll
+            for (int nt = 0; nt < BM / 8; nt++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int col = nt * 8 + 2 * tq + e, i = i0 + col;
+                    const float r = rb[col], d = Db[col];
+                    float p0 = ex2(fmaf(st[nt][e], sl2, r + nb0));
+                    float p1 = ex2(fmaf(st[nt][2 + e], sl2, r + nb1));
+                    if (diag) {
+                        if (j0 > i) p0 = 0.f;
+                        if (j1 > i) p1 = 0.f;
+                    }
+                    const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
+                    cs0 += ds0;
+                    cs1 += ds1;
+                    rsum[2 * nt + e] = ds0 + ds1;
+                    st[nt][e] = p0;
+                    st[nt][2 + e] = p1;
+                    dpt[nt][e] = ds0;
+                    dpt[nt][2 + e] = ds1;
+                }
+            }
+            if constexpr (WG) {
+                // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
+                uint32_t pa[BM / 16][4], sa[BM / 16][4];
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; kk++) {
+                    acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
+                    acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+                    const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[kk][0];
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[kk][1];
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[kk][2];
+                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[kk][3];
+                }
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; kk++) {
+                    wgmma_m64n64_rs<1>(dva, pa[kk], gmma_desc(dOb + kk * 16 * DH));
+                    wgmma_m64n64_rs<1>(dka, sa[kk], gmma_desc(Qb + kk * 16 * DH));
+                }
+                wg_commit();  // waited for after tile it-1's dQ adds
+            } else
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++) {
+                uint32_t pa[4], sa[4];
+                acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+                acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+                // park dS^T rows (keys) for the dQ product: sa[0]/sa[2] are row g, sa[1]/sa[3] row g+8
+                const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[0];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[1];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[2];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[3];
+#pragma unroll
+                for (int np = 0; np < DH / 16; np++) {
+                    uint32_t bo[4], bq[4];
+                    load_b_kn<DH>(bo, dOb, kk * 16, np * 16, lane);
+                    mma16816(dva[2 * np], pa, bo[0], bo[1]);
+                    mma16816(dva[2 * np + 1], pa, bo[2], bo[3]);
+                    load_b_kn<DH>(bq, Qb, kk * 16, np * 16, lane);
+                    mma16816(dka[2 * np], sa, bq[0], bq[1]);
+                    mma16816(dka[2 * np + 1], sa, bq[2], bq[3]);
+                }
+            }
+            warp_column_sums<BM / 4>(rsum, lane);
+#pragma unroll
+            for (int i = 0; i < BM / 32; i++) {
+                const int cidx = g * (BM / 32) + i;
+                rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
+            }
+        }
+        if constexpr (WG) {
+            if (it < ntiles) {
+                wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
+            } else {  // after the last tile: its dQ product alone
+                wg_fence();
+                dq_mma_issue(it, dqp);
+                wg_commit_wait();
+            }
+        }
+        if (!early && it > 0) dq_phase(it, dqp);
+        if constexpr (WG) wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
+        if (more) store_rows(buf ^ 1, r_next, d_next);
+    }
+    if (pending) {
+        __syncwarp();
+        if (lane == 0) red_release_gpu_add(pending, 1);
+    }
+
+    __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
+#pragma unroll
+    for (int nt = 0; nt < DH / 8; nt++) {
+        const int col = nt * 8 + 2 * tq;
+        if (j0 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j0 * DH + col) = pack_bf16(dka[nt][0] * scale, dka[nt][1] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j0 * DH + col) = pack_bf16(dva[nt][0], dva[nt][1]);
+        }
+        if (j1 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j1 * DH + col) = pack_bf16(dka[nt][2] * scale, dka[nt][3] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j1 * DH + col) = pack_bf16(dva[nt][2], dva[nt][3]);
+        }
+    }
+    cs0 = quad_sum(cs0);
+    cs1 = quad_sum(cs1);
+    if (tq == 0) {
+        if (j0 < T) colsum[head_off + j0] = -cs0;
+        if (j1 < T) colsum[head_off + j1] = -cs1;
+    }
+}
+
+// Backward, step 3: dq = scale * fp32 accumulator, as bf16.
+__global__ void dq_convert_kernel(const float4 *__restrict__ acc, __nv_bfloat16 *__restrict__ dq, float scale, size_t n4) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        const float4 x = acc[i];
+        uint2 out;
+        out.x = pack_bf16(x.x * scale, x.y * scale);
+        out.y = pack_bf16(x.z * scale, x.w * scale);
+        reinterpret_cast<uint2 *>(dq)[i] = out;
+    }
+}
+
+// Scratch layout (fp32 unless noted): dq accumulator (B H T dh), D (B H T), dS column sums (B H T),
+// order counters (int, B H ceil(T/16): enough for any query tile of >= 16 rows).
+inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)B * H * ((T + 15) / 16); }
+inline size_t bwd_scratch_bytes(int B, int H, int T, int dh) {
+    return (size_t)B * H * T * ((size_t)dh + 2) * sizeof(float) + bwd_sem_count(B, H, T) * sizeof(int);
+}
+
+// Steps 1 to 3 of the backward; leaves the dS row sums in dc and the minus column sums in the scratch's
+// colsum, returned for the final step (fox_attention_reverse_scan).
+template <int DH, int BM, int MINB, bool DET, bool WG>
+float *backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                    const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc,
+                    __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
+                    const int *q_last, cudaStream_t s) {
+    const size_t nvec = (size_t)B * H * T, nq = nvec * DH;
+    float *dq_acc = static_cast<float *>(scratch);
+    float *D = dq_acc + nq, *colsum = D + nvec;
+    int *sem = reinterpret_cast<int *>(colsum + nvec);
+    const int rows = B * T * H;
+    dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, D, H, T, rows);
+    FOX_LAUNCH_CHECK();
+    FOX_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
+    const size_t smem = bwd_smem_bytes<DH, BM>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, DET, WG>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
+    bwd_kernel<DH, BM, MINB, DET, WG><<<grid, bwd_threads(WG, DET), smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dk,
+                                                                              dv, dc, colsum, sem, H, T, q_last);
+    FOX_LAUNCH_CHECK();
+    const size_t conv_blocks = (nq / 4 + 255) / 256;
+    dq_convert_kernel<<<(unsigned)(conv_blocks < 4096 ? conv_blocks : 4096), 256, 0, s>>>(
+        reinterpret_cast<const float4 *>(dq_acc), dq, 1.f / sqrtf((float)DH), nq / 4);
+    FOX_LAUNCH_CHECK();
+    return colsum;
+}
+
+// Steps 1 to 3 as the public API runs them. Deterministic: warpgroup MMA with the sync warpgroup's order at
+// dh 64 on Hopper (needs an sm_90a build), otherwise mma.sync with the staggered warp-level order.
+// Not deterministic: the same kernels with plain fp32 atomics.
+template <int DH>
+float *backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dq,
+                __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last,
+                bool det, cudaStream_t s) {
+    constexpr int BM = BwdCfg<DH>::BM, MINB = BwdCfg<DH>::MINB;
+    if constexpr (DH == 64) {
+        if (use_wgmma()) {
+            if (det)
+                return backward_cfg<64, 64, 1, true, true>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
+                                                           q_last, s);
+            return backward_cfg<64, 64, 1, false, true>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
+                                                        q_last, s);
+        }
+    }
+    if (det)
+        return backward_cfg<DH, BM, MINB, true, false>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
+                                                       q_last, s);
+    return backward_cfg<DH, BM, MINB, false, false>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
+                                                    q_last, s);
+}
+
+}  // namespace fox_attn
+
+#endif  // FOX_ATTENTION_BACKWARD_CUH

@@ -1,0 +1,267 @@
+// fox/attention_primitives.cuh: the building blocks of the attention kernels (fox/attention_forward.cuh,
+// fox/attention_backward.cuh, and the experiments of dev/cuda): PTX wrappers for cp.async, ldmatrix,
+// mma.sync, Hopper warpgroup MMA (wgmma), barriers, atomics, memory ordering and register reallocation,
+// the swizzled shared-memory layout, and small warp-level helpers. Nothing here knows about attention.
+#ifndef FOX_ATTENTION_PRIMITIVES_CUH
+#define FOX_ATTENTION_PRIMITIVES_CUH
+
+#include <stdint.h>      // uint32_t, uint64_t
+#include <cuda_runtime.h>  // __cvta_generic_to_shared, atomicAdd, shuffles
+#include <cuda_bf16.h>   // __nv_bfloat16, __floats2bfloat162_rn
+
+namespace fox_attn {
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory tiles of bf16 rows, 16-byte chunks XOR-swizzled so ldmatrix reads of 8 rows at one
+// column hit 8 different bank groups.
+template <int COLS> __device__ __forceinline__ int swz(int row, int col) {
+    constexpr int CHUNKS = COLS / 8;
+    static_assert(CHUNKS >= 4, "rows of at least 64 bytes");
+    const int chunk = col >> 3;
+    const int x = CHUNKS >= 8 ? (row & 7) : ((row >> 1) & 3);
+    return row * COLS + ((chunk ^ x) << 3) + (col & 7);
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// 16-byte async copy global -> shared; bytes past `valid` (0 or 16) are zero-filled.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+
+// d[4] += a (16x16 bf16, row) * b (16x8 bf16, col)
+__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+// A fragment (16 x 16, row-major in smem, COLS per row) at (row0, col0).
+template <int COLS> __device__ __forceinline__ void load_a(uint32_t a[4], const __nv_bfloat16 *s, int row0, int col0, int lane) {
+    ldmatrix_x4(a, s + swz<COLS>(row0 + (lane & 15), col0 + ((lane >> 4) << 3)));
+}
+// A fragment (16 x 16) of the transpose of a row-major smem tile X: A[m][k] = X[k0 + k][m0 + m].
+template <int COLS> __device__ __forceinline__ void load_a_trans(uint32_t a[4], const __nv_bfloat16 *s, int k0, int m0, int lane) {
+    const int mi = lane >> 3;
+    ldmatrix_x4_trans(a, s + swz<COLS>(k0 + (lane & 7) + ((mi >> 1) << 3), m0 + ((mi & 1) << 3)));
+}
+// B fragments of two n8 tiles (b[0..1] for n0..n0+7, b[2..3] for n0+8..n0+15), k0..k0+15, from
+// smem holding X[n][k] row-major (B = X^T, e.g. K for Q K^T).
+template <int COLS> __device__ __forceinline__ void load_b_nk(uint32_t b[4], const __nv_bfloat16 *s, int n0, int k0, int lane) {
+    ldmatrix_x4(b, s + swz<COLS>(n0 + (lane & 7) + ((lane >> 4) << 3), k0 + (((lane >> 3) & 1) << 3)));
+}
+// Same, from smem holding X[k][n] row-major (B = X, e.g. V for P V).
+template <int COLS> __device__ __forceinline__ void load_b_kn(uint32_t b[4], const __nv_bfloat16 *s, int k0, int n0, int lane) {
+    ldmatrix_x4_trans(b, s + swz<COLS>(k0 + (lane & 7) + (((lane >> 3) & 1) << 3), n0 + ((lane >> 4) << 3)));
+}
+
+// Async copy of `rows` rows of DH bf16 starting at global row `row0` (row stride `ld` elements) into a
+// swizzled smem tile by NT threads; rows at or past T are zero-filled.
+template <int DH, int ROWS, int NT>
+__device__ __forceinline__ void load_tile_async(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int ld, int row0, int T, int tid) {
+    constexpr int CHUNKS = ROWS * DH / 8;
+    static_assert(CHUNKS % NT == 0, "whole chunks per thread");
+#pragma unroll
+    for (int i = 0; i < CHUNKS / NT; i++) {
+        const int idx = tid + i * NT;
+        const int r = idx / (DH / 8), col = (idx % (DH / 8)) * 8;
+        const bool valid = row0 + r < T;
+        const __nv_bfloat16 *g = src + (size_t)(valid ? row0 + r : 0) * ld + col;
+        cp_async16(dst + swz<DH>(r, col), g, valid);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hopper warpgroup MMA (sm_90a builds; a no-op or a trap elsewhere). Shared-memory operands are described by
+// 64-bit descriptors: 128-byte swizzle (our swz<64> layout: 16-byte chunk ^= row & 7 in rows of 128 bytes,
+// tiles 1024-byte aligned), 8-row groups 1024 bytes apart. A K-major operand advances 32 bytes per k16
+// step; an MN-major one 16 rows (2048 bytes).
+__device__ __forceinline__ uint64_t gmma_desc(const void *p) {
+    const uint32_t a = smem_u32(p);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ void wg_fence() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+// Waits until at most N committed groups of this warpgroup's MMAs are still running.
+template <int N> __device__ __forceinline__ void wg_wait() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit_wait() {
+    wg_commit();
+    wg_wait<0>();
+}
+// generic-proxy smem writes (st.shared, cp.async) -> later reads by wgmma (async proxy)
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// D (64 x 64, fp32, m16n8 accumulator layout per warp) += A (64 x 16) B (16 x 64), both from smem
+// descriptors; TA / TB: A / B stored MN-major (transposed) rather than K-major.
+// scale_d = 0: D = A B (D's old contents ignored, so no zeroing: zeroing the accumulator registers
+// makes ptxas serialize the warpgroup MMAs).
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n64_ss(float (&d)[8][4], uint64_t da, uint64_t db, int scale_d) {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %36, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(scale_d));
+#else
+    __trap();
+#endif
+}
+// D (64 x 64) += A (64 x 16, registers: this warp's 16 rows as an mma.m16n8k16 A fragment) B (smem).
+template <int TB>
+__device__ __forceinline__ void wgmma_m64n64_rs(float (&d)[8][4], const uint32_t a[4], uint64_t db) {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %38, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB), "r"(1));
+#else
+    __trap();
+#endif
+}
+// D (64 x 32) += A (64 x 16) B (16 x 32), both from smem descriptors (scale_d = 0: D = A B).
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n32_ss(float (&d)[4][4], uint64_t da, uint64_t db, int scale_d) {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %20, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %18, %19;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(scale_d));
+#else
+    __trap();
+#endif
+}
+
+// Convert two n8 accumulator tiles (16 x 16 of one row block) to an A fragment, as bf16.
+__device__ __forceinline__ void acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
+    a[0] = pack_bf16(lo[0], lo[1]);
+    a[1] = pack_bf16(lo[2], lo[3]);
+    a[2] = pack_bf16(hi[0], hi[1]);
+    a[3] = pack_bf16(hi[2], hi[3]);
+}
+
+// 2^x on the special-function unit (2^-inf = 0).
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// One halving step: lanes with bit M set keep the upper N/2 values, the others the lower N/2, each
+// adding its partner's copy of the half it keeps.
+template <int N, int M> __device__ __forceinline__ void halve_and_add(float v[], int lane) {
+    const bool upper = lane & M;
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+        const float lo = v[i], hi = v[i + N / 2];
+        const float send = upper ? lo : hi, keep = upper ? hi : lo;
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, M);
+    }
+}
+// Sums N per-thread values (v[c] belongs to column (c/2)*8 + 2*tq + c%2 of an accumulator tile) over the
+// 8 lanes that share tq, halving the live values each step (reduce-scatter): afterwards v[i], i < N/8,
+// holds the warp's total for value index g*(N/8) + i.
+template <int N> __device__ __forceinline__ void warp_column_sums(float v[N], int lane) {
+    halve_and_add<N, 16>(v, lane);
+    halve_and_add<N / 2, 8>(v, lane);
+    halve_and_add<N / 4, 4>(v, lane);
+}
+
+__device__ __forceinline__ void atomic_add2(float *p, float x, float y) {
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(p), make_float2(x, y));
+#else
+    atomicAdd(p, x);
+    atomicAdd(p + 1, y);
+#endif
+}
+
+// Cross-block ordering at GPU scope: an acquiring load, a releasing add (fire and forget).
+__device__ __forceinline__ int ld_acquire_gpu(const int *p) {
+    int v;
+    asm volatile("ld.global.acquire.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release_gpu_add(int *p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+// Warpgroup register reallocation (sm_90a): every warp of a warpgroup runs the same one.
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+// Named barriers: `arrive` signals without waiting, `sync` waits for nthreads arrivals (both count).
+__device__ __forceinline__ void named_bar_arrive(int id, int nthreads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+__device__ __forceinline__ void named_bar_sync(int id, int nthreads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+}  // namespace fox_attn
+
+#endif  // FOX_ATTENTION_PRIMITIVES_CUH

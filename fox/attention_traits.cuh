@@ -1,0 +1,72 @@
+// fox/attention_traits.cuh: the attention kernels' tile shapes, threads per block and shared-memory
+// sizes (fox/attention_forward.cuh, fox/attention_backward.cuh, and the experiments of dev/cuda), and
+// the run-time choice between the warpgroup-MMA and mma.sync paths.
+#ifndef FOX_ATTENTION_TRAITS_CUH
+#define FOX_ATTENTION_TRAITS_CUH
+
+#include <stddef.h>           // size_t
+#include <stdlib.h>           // getenv
+#include <string.h>           // strcmp
+#include "acp.h"              // FOX_ACP_BLOCK: the ACP grid every tile nests in
+#include "cuda_common.cuh"    // FOX_CUDA_CHECK
+
+namespace fox_attn {
+
+inline constexpr float LOG2E = 1.4426950408889634f;
+inline constexpr int NWARPS = 8;              // backward warps per block (the compute warps)
+inline constexpr int NTHREADS = NWARPS * 32;
+inline constexpr int FWD_BM = 128;            // forward: query rows per block
+inline constexpr int FWD_BN = 64;             // forward: keys per pipelined tile
+inline constexpr int BWD_BN = 128;            // backward: keys per block (16 per warp)
+static_assert(FWD_BM == FOX_ACP_BLOCK && BWD_BN == FOX_ACP_BLOCK, "tiles must nest in the ACP grid");
+
+// Forward block shape. WG: the Hopper warpgroup-MMA path (dh 64), 8 warps of 16 rows; mma.sync: each warp
+// owns MT row tiles of 16, so every K/V fragment read from smem feeds MT mma.
+template <int DH, bool WG = false> struct FwdCfg {
+    static constexpr int MT = DH == 64 && !WG ? 2 : 1;  // dh 128 has no registers for a second row tile
+    static constexpr int THREADS = FWD_BM / (16 * MT) * 32;
+    // dh 64: 3 would cap mma.sync at 168 registers (spills); the warpgroup path needs ~126 at 256 threads
+    static constexpr int MIN_BLOCKS = DH == 64 ? 2 : 1;
+};
+
+// Forward smem: the Q tile, K double-buffered, V double- (or, PIPE, triple-) buffered, the gate terms.
+template <int DH, bool PIPE = false> size_t fwd_smem_bytes() {
+    return (size_t)(FWD_BM + (PIPE ? 5 : 4) * FWD_BN) * DH * 2 + (2 * FWD_BN + 2) * 4;
+}
+
+// Backward tile configuration: BM query rows per tile, MINB blocks per SM (register cap).
+template <int DH> struct BwdCfg {
+    static constexpr int BM = DH == 64 ? 64 : 32;  // dh 128: 32 keeps dK, dV and S^T in registers
+    static constexpr int MINB = 1;
+};
+
+// Backward smem: K, V, Q and dO double-buffered, dS^T double-buffered, per-row stats and row sums.
+template <int DH, int BM> size_t bwd_smem_bytes() {
+    return (size_t)(2 * BWD_BN * DH + 4 * BM * DH + 2 * BWD_BN * BM) * 2 + (4 + 2 * NWARPS) * BM * 4;
+}
+
+// Threads per backward block: the deterministic warpgroup-MMA kernel adds a third warpgroup that holds
+// the sync warp (fox/attention_backward.cuh); the others are the NWARPS compute warps alone.
+constexpr int bwd_threads(bool wg, bool det) { return wg && det ? NTHREADS + 128 : NTHREADS; }
+
+// The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24
+// = 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).
+inline constexpr int BWD_REGS_COMPUTE = 240, BWD_REGS_SYNC = 24;
+
+// Whether the dh 64 kernels take the warpgroup-MMA path: the current device (queried once) is a Hopper
+// (compute capability 9.x; the build must then be sm_90a), and FOX_ATTN_NO_WGMMA is unset or "0"
+// (set it to fall back to the mma.sync kernels, e.g. to compare).
+inline bool use_wgmma() {
+    static const bool yes = [] {
+        int dev = 0, m = 0;
+        FOX_CUDA_CHECK(cudaGetDevice(&dev));
+        FOX_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
+        const char *e = getenv("FOX_ATTN_NO_WGMMA");
+        return m == 9 && !(e && e[0] && strcmp(e, "0") != 0);
+    }();
+    return yes;
+}
+
+}  // namespace fox_attn
+
+#endif  // FOX_ATTENTION_TRAITS_CUH

@@ -1,0 +1,43 @@
+// fox/cuda_common.cuh: what every CUDA file of fox.c shares: the checked CUDA call, the bf16 type, the
+// launch-size helper, the warp reductions and the sigmoids. Included by each .cuh that needs them.
+#ifndef FOX_CUDA_COMMON_CUH
+#define FOX_CUDA_COMMON_CUH
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+
+// Every CUDA runtime call is checked: an error prints where and what, and the process exits with 1.
+#define FOX_CUDA_CHECK(call) fox_cuda_check((call), #call, __FILE__, __LINE__)
+static inline void fox_cuda_check(cudaError_t err, const char *what, const char *file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "CUDA error at %s:%d: %s: %s\n", file, line, what, cudaGetErrorString(err));
+        exit(EXIT_FAILURE);
+    }
+}
+// After a kernel launch: the launch's own error (bad configuration, too much shared memory).
+#define FOX_LAUNCH_CHECK() FOX_CUDA_CHECK(cudaGetLastError())
+
+// Blocks of `threads` threads that cover n items.
+static inline unsigned fox_blocks(size_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+    return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+    return x;
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+// log σ(x) without overflow.
+__device__ __forceinline__ float logsigmoidf_(float x) { return fminf(x, 0.0f) - log1pf(expf(-fabsf(x))); }
+
+#endif  // FOX_CUDA_COMMON_CUH

@@ -1,0 +1,73 @@
+// fox/trainer.h: the contract between the run loop (fox/run.h: flags, data, steps, logs, checkpoints,
+// --eval-only, sampling) and a trainer (train_fox.c on the CPU, train_fox.cu on the GPU). A trainer
+// includes this header, defines `struct Model` (which the run never looks into) and every function
+// declared below, then includes fox/run.h. The compiler checks each definition against its declaration
+// here.
+#ifndef FOX_TRAINER_H
+#define FOX_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "config.h"        // FoxConfig, FoxLayout
+#include "train_common.h"  // OptConfig
+#include "dist.h"          // Dist: this process's rank among the data-parallel ranks
+
+typedef struct Model Model;
+
+// How the run wants the model built: everything a trainer needs from the command line, passed in (a
+// trainer keeps no flags of its own in file-scope variables).
+typedef struct {
+    int batch, seq_len;     // the micro-batch: batch sequences of seq_len tokens
+    uint64_t seed;          // the weights' seed (docs/model.md §1 init)
+    int forward_only;       // --eval-only: no gradients, optimizer state or backward scratch
+    int recompute;          // --recompute: activations recomputed in the backward (GPU; the CPU keeps all)
+    int acp;                // --acp: Adaptive Computation Pruning (docs/model.md §1.5)
+    int zero;               // --zero: ZeRO-1, this rank holds 1/ranks of the AdamW moments (GPU)
+    int deterministic;      // --deterministic: bitwise reproducible attention backward (GPU)
+    size_t logits_bytes;    // largest logits buffer; longer batches run the lm_head in chunks (GPU;
+                            // 0 = FOX_LOGITS_BYTES)
+} ModelOptions;
+
+#define FOX_LOGITS_BYTES ((size_t)2 << 30)
+
+// The tests (TESTING) drive the model directly and build without the run, hence without these.
+#ifndef TESTING
+// A new model with the shared init (a GPU trainer also picks its GPU, joins its ranks and checks that
+// the run fits in device memory before allocating: one line with the need and the remedy if not). The
+// run releases it with model_free, then free.
+static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Dist *d);
+static void model_free(Model *m);
+// Mean loss over the targets (inputs and targets: batch x T token ids; targets NULL: logits only).
+static double model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
+// Per-position losses of the last forward, on the host.
+static const float *run_model_losses(Model *m);
+// Adds this micro-batch's gradient, scaled by dloss_scale. last: the step's last micro-batch (a trainer
+// may start averaging the ranks' gradients as they become final).
+static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale,
+                               int last);
+static void run_model_zero_grad(Model *m);
+// The mean of the ranks' gradients, on every rank.
+static void run_model_average_grads(Model *m, const Dist *d);
+// Global L2 norm of the (averaged) gradient; every rank gets the same value.
+static double run_model_grad_norm(Model *m);
+// Clips by that norm, then one AdamW step (t: 1-based step).
+static void run_model_update(Model *m, const OptConfig *o, double lr, int t, double norm);
+// fp32 copies in the FOX_PARAMS layout: all weights, and the AdamW moments this rank holds
+// (run_model_shard); a NULL pointer skips that part.
+static void run_model_get(Model *m, float *params, float *m1, float *m2);
+static void run_model_set(Model *m, const float *params, const float *m1, const float *m2);
+// The AdamW moments this rank holds: elements [offset, offset + count) of the flat vector.
+static void run_model_shard(const Model *m, size_t *offset, size_t *count);
+// One row of logits of the last forward (made without targets), vocab_size floats.
+static void run_model_logits_row(Model *m, int row, float *out);
+// ACP: the fraction of the attention tiles the last forward computed (this rank's); < 0 without ACP.
+static double run_model_acp_live(Model *m);
+// Waits for queued work (step timing).
+static void run_model_sync(Model *m);
+// The device's dense bf16 peak for MFU (docs/model.md §6); 0 when unknown.
+static double run_model_peak_flops(void);
+// Printed once, after the first step (device memory).
+static void run_model_report(Model *m);
+#endif
+
+#endif

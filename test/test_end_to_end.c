@@ -1,0 +1,302 @@
+// test/test_end_to_end.c: the train_fox_cpu binary as a user runs it: checkpoints and a resume that
+// equals the uninterrupted run, --eval-only's per-token loss, data parallel under mpirun (when the MPI
+// build exists), one-line errors on bad input, and weights exchanged with the PyTorch reference
+// (train_fox.py init / loss). The model code of train_fox.c recomputes what the binary should have written.
+// Usage (repository root, after make): test_fox_e2e   (environment: PYTHON = an interpreter that can import
+// torch; FOX_MPI_BIN = the MPI build, if any)
+#define TESTING
+#include "train_fox.c"
+#include "fox/args.h"        // FoxArgs, fox_args_parse, fox_args_config: the trainer's command line
+#include "fox/checkpoint.h"  // fox_read_model_bin, fox_write_model_bin, fox_ckpt_list
+#include "fox/npy.h"         // fox_write_npy_f64_2d
+#include "dataloader.h"      // DataLoader: the windows the binary trained on
+#include "testing.h"         // check: PASS / FAIL lines and their count
+
+static const char *tmpdir;
+
+// Runs a shell command; returns its exit status, with stderr captured to TMP/stderr.txt.
+static int sh(const char *fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    char full[8800];
+    snprintf(full, sizeof(full), "%s > %s/stdout.txt 2> %s/stderr.txt", cmd, tmpdir, tmpdir);
+    int st = system(full);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+// The binary must fail with exactly one line on stderr that starts with "error:" and names `needle`.
+static void expect_error(const char *label, const char *needle, int status) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/stderr.txt", tmpdir);
+    size_t len;
+    char *err = fox_read_file(path, &len);
+    int lines = 0;
+    for (char *p = err; p && *p; p++) lines += *p == '\n';
+    int ok = status != 0 && err && !strncmp(err, "error: ", 7) && lines == 1 && strstr(err, needle);
+    check(ok, "bad input: %-34s exit %d, stderr: %s", label, status, err && *err ? strtok(err, "\n") : "(empty)");
+    free(err);
+}
+
+#define TINY "./train_fox_cpu --layers 2 --dim 32 --heads 2 --mlp-hidden 64 --seq-len 32 --batch 2 " \
+             "--val-steps 2 --sample-tokens 0 --warmup-tokens 256 --lr 3e-3"
+
+static void write_shard(const char *path, int magic, int version, int ntok, int claimed, int tok_bytes) {
+    FILE *f = fox_fopen(path, "wb");
+    int32_t h[256] = {0};
+    h[0] = magic; h[1] = version; h[2] = claimed;
+    fox_fwrite(h, 4, 256, f, path);
+    for (int i = 0; i < ntok; i++) {
+        uint32_t v = (uint32_t)(i * 7919 % 50000);
+        fox_fwrite(&v, (size_t)tok_bytes, 1, f, path);
+    }
+    fclose(f);
+}
+
+static void test_bad_inputs(void) {
+    char p[4300], q[4300];
+    expect_error("unknown flag", "--bogus", sh(TINY " --bogus 1"));
+    expect_error("bad flag value", "--rope", sh(TINY " --rope maybe"));
+    expect_error("missing shard", "nonexistent", sh(TINY " --train %s/nonexistent_*.bin", tmpdir));
+    snprintf(p, sizeof(p), "%s/badmagic.bin", tmpdir);
+    write_shard(p, 1234, 1, 4096, 4096, 2);
+    expect_error("wrong magic", "badmagic.bin", sh(TINY " --train %s --val ''", p));
+    snprintf(p, sizeof(p), "%s/truncated.bin", tmpdir);
+    write_shard(p, 20240520, 1, 1000, 4096, 2);
+    expect_error("truncated shard", "truncated.bin", sh(TINY " --train %s --val ''", p));
+    expect_error("seq-len larger than the data", "data/val.bin", sh(TINY " --seq-len 200000 --train data/val.bin --val ''"));
+    snprintf(q, sizeof(q), "%s/run_a", tmpdir);
+    expect_error("checkpoint of another config", "d_model", sh(TINY " --steps 6 --dim 64 --resume --out %s", q));
+    sh("cp -r %s/run_a %s/run_corrupt", tmpdir, tmpdir);
+    snprintf(p, sizeof(p), "%s/run_corrupt/ckpt_00000006/model.bin", tmpdir);
+    snprintf(q, sizeof(q), "%s/run_corrupt", tmpdir);
+    FILE *f = fox_fopen(p, "r+b");
+    int32_t bad = 99;
+    fox_fwrite(&bad, 4, 1, f, p);
+    fclose(f);
+    expect_error("checkpoint with a wrong magic", "model.bin", sh(TINY " --steps 6 --resume --out %s", q));
+    snprintf(p, sizeof(p), "%s/run_corrupt/ckpt_00000003/model.bin", tmpdir);
+    sh("rm -rf %s/run_corrupt/ckpt_00000006 && mkdir %s/run_corrupt/ckpt_00000006 && cp %s %s/run_corrupt/ckpt_00000006/ && "
+       "head -c 2000 %s/run_corrupt/ckpt_00000003/state_00000.bin > %s/run_corrupt/ckpt_00000006/state_00000.bin",
+       tmpdir, tmpdir, p, tmpdir, tmpdir, tmpdir);
+    expect_error("truncated optimizer state", "state_00000.bin", sh(TINY " --steps 6 --resume --out %s", q));
+}
+
+// Parses "loss" of every training line of a log.jsonl into losses (up to cap); returns the count.
+static int read_losses(const char *path, double *losses, int cap) {
+    size_t len;
+    char *text = fox_read_file(path, &len);
+    if (!text) return 0;
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line && n < cap; line = strtok(NULL, "\n")) {
+        char *at = strstr(line, "\"loss\": ");
+        if (at) losses[n++] = strtod(at + 8, NULL);
+    }
+    free(text);
+    return n;
+}
+
+static int files_equal(const char *a, const char *b) {
+    size_t la, lb;
+    char *x = fox_read_file(a, &la), *y = fox_read_file(b, &lb);
+    int eq = x && y && la == lb && !memcmp(x, y, la);
+    free(x);
+    free(y);
+    return eq;
+}
+
+// Uninterrupted 6 steps vs. 3 steps, a restart from the checkpoint, 3 more: same losses, bit for bit.
+static void test_checkpoint_resume(void) {
+    char a[4200], b[4200], pa[4300], pb[4300];
+    snprintf(a, sizeof(a), "%s/run_a", tmpdir);
+    snprintf(b, sizeof(b), "%s/run_b", tmpdir);
+    int st = sh(TINY " --steps 6 --ckpt-every 3 --eval-every 3 --keep 5 --out %s", a);
+    check(st == 0, "uninterrupted run of 6 steps exits 0 (status %d)", st);
+    st = sh("mkdir -p %s && cp -r %s/ckpt_00000003 %s/ && cp %s/log.jsonl %s/log.jsonl", b, a, b, a, b);
+    st = st || sh("%s/../../train_fox_cpu --help > /dev/null || true", a);
+    // Cut run_b's log back to the first 3 steps, as if the run had been killed after step 3.
+    st = sh("head -n 4 %s/log.jsonl > %s/log.tmp && mv %s/log.tmp %s/log.jsonl", a, b, b, b);
+    check(st == 0, "prepared an interrupted copy of the run at step 3");
+    // A stale temporary checkpoint (a kill mid-write) must be ignored.
+    sh("mkdir -p %s/.tmp_ckpt_00000004 && echo partial > %s/.tmp_ckpt_00000004/model.bin", b, b);
+    st = sh(TINY " --steps 6 --ckpt-every 3 --eval-every 3 --keep 5 --resume --out %s", b);
+    check(st == 0, "resumed run exits 0 (status %d)", st);
+    double la[16], lb[16];
+    snprintf(pa, sizeof(pa), "%s/log.jsonl", a);
+    snprintf(pb, sizeof(pb), "%s/log.jsonl", b);
+    int na = read_losses(pa, la, 16), nb = read_losses(pb, lb, 16);
+    int same = na == 6 && nb == 6;
+    for (int i = 0; same && i < 6; i++) same = la[i] == lb[i];
+    check(same, "resume from step 3 gives bitwise the same 6 losses (%d and %d read; last %.17g vs %.17g)", na, nb,
+          na ? la[na - 1] : 0.0, nb ? lb[nb - 1] : 0.0);
+    snprintf(pa, sizeof(pa), "%s/ckpt_00000006/model.bin", a);
+    snprintf(pb, sizeof(pb), "%s/ckpt_00000006/model.bin", b);
+    check(files_equal(pa, pb), "final weights of the resumed run are bitwise equal");
+    snprintf(pa, sizeof(pa), "%s/ckpt_00000006/state_00000.bin", a);
+    snprintf(pb, sizeof(pb), "%s/ckpt_00000006/state_00000.bin", b);
+    check(files_equal(pa, pb), "final optimizer and loader state are bitwise equal");
+    // Round trip: the checkpoint's model.bin reads back to the weights that produced it.
+    Model m;
+    FoxConfig c = fox_read_model_config(pa[0] ? (snprintf(pa, sizeof(pa), "%s/ckpt_00000006/model.bin", a), pa) : pa);
+    model_init(&m, &c, 1, 1, 0);
+    fox_read_model_bin(pa, &c, m.params);
+    snprintf(pb, sizeof(pb), "%s/roundtrip.bin", tmpdir);
+    fox_write_model_bin(pb, &c, m.params);
+    check(files_equal(pa, pb), "model.bin read then written again is bitwise identical");
+    model_free(&m);
+    // --keep: with keep 1 only the newest survives.
+    st = sh(TINY " --steps 8 --ckpt-every 2 --eval-every 0 --keep 1 --out %s/run_keep", tmpdir);
+    char kdir[4300];
+    snprintf(kdir, sizeof(kdir), "%s/run_keep", tmpdir);
+    int steps[16];
+    int n = fox_ckpt_list(kdir, steps, 16);
+    check(st == 0 && n == 1 && steps[0] == 8, "--keep 1 leaves only ckpt_00000008 (%d left)", n);
+}
+
+// Reads a 1-D float64 .npy that fox_write_npy_f64 wrote; returns its length (0 on failure).
+static size_t read_npy_f64(const char *path, double *x, size_t cap) {
+    size_t len;
+    char *buf = fox_read_file(path, &len);
+    if (!buf || len < 10 || memcmp(buf, "\x93NUMPY", 6)) { free(buf); return 0; }
+    size_t start = 10 + (size_t)(unsigned char)buf[8] + 256 * (size_t)(unsigned char)buf[9];
+    size_t n = (len - start) / sizeof(double);
+    if (n > cap) n = cap;
+    memcpy(x, buf + start, n * sizeof(double));
+    free(buf);
+    return n;
+}
+
+// --eval-only on a checkpoint at twice its training context: L(i) equals this process's own
+// forward over the same validation sequences, and the JSON's P(l) follows from it.
+static void test_eval_only(void) {
+    char out[4200], path[4300];
+    snprintf(out, sizeof(out), "%s/eval", tmpdir);
+    int st = sh("./train_fox_cpu --eval-only --init %s/run_a/ckpt_00000006/model.bin --val data/val.bin "
+                "--eval-seqs 3 --eval-seq-len 64 --out %s", tmpdir, out);
+    check(st == 0, "--eval-only at context 64 exits 0 (status %d)", st);
+    snprintf(path, sizeof(path), "%s/run_a/ckpt_00000006/model.bin", tmpdir);
+    FoxConfig c = fox_read_model_config(path);
+    Model m;
+    model_init(&m, &c, 1, 64, 0);
+    fox_read_model_bin(path, &c, m.params);
+    DataLoader val;
+    dataloader_init(&val, "data/val.bin", 1, 64, 0, 1, 1337, 0);
+    double ref[64] = {0}, got[64];
+    int in[64], tg[64];
+    for (int s = 0; s < 3; s++) {
+        dataloader_next(&val, in, tg);
+        model_forward(&m, in, tg, 1, 64);
+        for (int t = 0; t < 64; t++) ref[t] += m.a.losses[t] / 3.0;
+    }
+    dataloader_free(&val);
+    model_free(&m);
+    snprintf(path, sizeof(path), "%s/per_token_loss.npy", out);
+    size_t n = read_npy_f64(path, got, 64);
+    double mx = 0.0, mean = 0.0;
+    for (int t = 0; t < 64; t++) { mx = fmax(mx, fabs(got[t] - ref[t])); mean += ref[t] / 64; }
+    check(n == 64 && mx < 1e-6, "per_token_loss.npy has 64 values equal to L(i) recomputed here (max diff %.2e)", mx);
+    snprintf(path, sizeof(path), "%s/per_token_loss.json", out);
+    size_t len;
+    char *js = fox_read_file(path, &len);
+    char *at = js ? strstr(js, "\"64\": ") : NULL;
+    double p64 = at ? strtod(at + 6, NULL) : NAN;
+    check(fabs(p64 - exp(mean)) < 1e-6 * exp(mean) && js && strstr(js, "\"n_seqs\": 3"),
+          "per_token_loss.json: P(64) %.6f = exp(mean L) %.6f over 3 sequences", p64, exp(mean));
+    free(js);
+}
+
+
+// Data parallel: 2 MPI ranks with micro-batch 2 see the same 4 sequences per step as 1 rank
+// with 2 micro-batches of 2 (rank r takes windows r, r+2, ...), so the losses agree up to the
+// order of fp32 sums. Runs when the Makefile found mpicc (FOX_MPI_BIN).
+static void test_data_parallel(void) {
+    const char *bin = getenv("FOX_MPI_BIN");
+    if (!bin || !*bin) { printf("SKIP data parallel: no MPI build (install libopenmpi-dev openmpi-bin)\n"); return; }
+    const char *args = "--layers 2 --dim 32 --heads 2 --mlp-hidden 64 --seq-len 32 --batch 2 --steps 5 --lr 3e-3 "
+                       "--warmup-tokens 256 --sample-tokens 0 --eval-every 0";
+    int st = sh("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 mpirun --oversubscribe "
+                "-np 2 ./%s %s --out %s/dp2", bin, args, tmpdir);
+    check(st == 0, "mpirun -np 2 ./%s exits 0 (status %d)", bin, st);
+    st = sh("OMP_NUM_THREADS=1 ./train_fox_cpu %s --total-batch-tokens 128 --out %s/dp1", args, tmpdir);
+    char p1[4300], p2[4300];
+    snprintf(p1, sizeof(p1), "%s/dp1/log.jsonl", tmpdir);
+    snprintf(p2, sizeof(p2), "%s/dp2/log.jsonl", tmpdir);
+    double l1[8], l2[8], mx = 0.0;
+    int n1 = read_losses(p1, l1, 8), n2 = read_losses(p2, l2, 8);
+    for (int i = 0; i < n1 && i < n2; i++) mx = fmax(mx, fabs(l1[i] - l2[i]) / l1[i]);
+    check(st == 0 && n1 == 5 && n2 == 5 && mx < 1e-5, "2 ranks x batch 2 = 1 rank x 2 micro-batches: 5 losses within %.1e (tol 1e-5)", mx);
+    // --eval-only across ranks: rank r takes sequences r, r+2, ..., so 2 ranks cover the same 5.
+    const char *ev = "--eval-only --val data/val.bin --eval-seqs 5 --eval-seq-len 64";
+    st = sh("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 mpirun --oversubscribe "
+            "-np 2 ./%s %s --out %s/dp2", bin, ev, tmpdir);
+    snprintf(p2, sizeof(p2), "%s/dp2/per_token_loss.npy", tmpdir);
+    double e2[64], e1[64];
+    size_t m2 = st == 0 ? read_npy_f64(p2, e2, 64) : 0;
+    st = sh("OMP_NUM_THREADS=1 ./train_fox_cpu %s --init %s/dp2/ckpt_00000005/model.bin --out %s/dp1", ev, tmpdir, tmpdir);
+    snprintf(p1, sizeof(p1), "%s/dp1/per_token_loss.npy", tmpdir);
+    size_t m1 = st == 0 ? read_npy_f64(p1, e1, 64) : 0;
+    mx = 0.0;
+    for (size_t i = 0; i < m1 && i < m2; i++) mx = fmax(mx, fabs(e1[i] - e2[i]));
+    check(m1 == 64 && m2 == 64 && mx < 1e-6, "--eval-only on 2 ranks gives the L(i) of 1 rank (max diff %.1e)", mx);
+}
+
+// fox.c and the PyTorch reference exchange weights: the reference's init loads here (and equals
+// ours), and the reference computes the same loss from a model.bin that fox.c wrote.
+static void test_reference_interop(void) {
+    const char *py = getenv("PYTHON");
+    if (!py || !*py) { check(0, "PYTHON is not set: cannot run the reference interop tests"); return; }
+    char path[4300];
+    snprintf(path, sizeof(path), "%s/ref_init.bin", tmpdir);
+    int st = sh("%s train_fox.py init --model fox-pro --layers 2 --dim 32 --heads 2 --mlp-hidden 64 --vocab 50257 --seed 1337 --out %s",
+                py, path);
+    check(st == 0, "train_fox.py init wrote %s (status %d)", path, st);
+    FoxArgs a;
+    char *argv[] = {"x", "--layers", "2", "--dim", "32", "--heads", "2", "--mlp-hidden", "64"};
+    fox_args_parse(&a, 9, argv);
+    FoxConfig c = fox_args_config(&a);
+    Model ours, theirs;
+    model_init(&ours, &c, 2, 32, 1337);
+    model_init(&theirs, &c, 2, 32, 0);
+    fox_read_model_bin(path, &c, theirs.params);
+    double mx = 0.0;
+    for (size_t i = 0; i < ours.lay.total; i++) mx = fmax(mx, fabs((double)ours.params[i] - theirs.params[i]));
+    check(mx <= 1e-7, "reference init (seed 1337) equals ours: max |diff| %.3e", mx);
+    // Our checkpoint from the resume test, evaluated by both on the same tokens.
+    char ck[4300], npy[4300];
+    snprintf(ck, sizeof(ck), "%s/run_a/ckpt_00000006/model.bin", tmpdir);
+    snprintf(npy, sizeof(npy), "%s/tokens.npy", tmpdir);
+    fox_read_model_bin(ck, &c, ours.params);
+    int B = 2, T = 32, in[64], tg[64];
+    double toks[2 * 33];
+    uint64_t key = fox_rng_key(3, 3);
+    for (int i = 0; i < B * (T + 1); i++) toks[i] = (double)fox_rng_below(key, (uint64_t)i, 50257);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) { in[b * T + t] = (int)toks[b * (T + 1) + t]; tg[b * T + t] = (int)toks[b * (T + 1) + t + 1]; }
+    fox_write_npy_f64_2d(npy, toks, (size_t)B, (size_t)(T + 1));
+    double ours_loss = model_forward(&ours, in, tg, B, T);
+    st = sh("%s train_fox.py loss --model-bin %s --tokens %s --dtype float64", py, ck, npy);
+    snprintf(path, sizeof(path), "%s/stdout.txt", tmpdir);
+    size_t len;
+    char *outp = fox_read_file(path, &len);
+    double ref = outp && strstr(outp, "loss ") ? strtod(strstr(outp, "loss ") + 5, NULL) : NAN;
+    free(outp);
+    check(st == 0 && fabs(ours_loss - ref) <= 1e-5 * fabs(ref), "loss of a fox.c checkpoint: ours %.8f, reference %.8f", ours_loss, ref);
+    model_free(&ours);
+    model_free(&theirs);
+}
+
+int main(void) {
+    char tmpl[] = "/tmp/fox_test_XXXXXX";
+    tmpdir = mkdtemp(tmpl);
+    if (!tmpdir) fox_fatal("cannot create a temporary directory");
+    test_checkpoint_resume();
+    test_eval_only();
+    test_data_parallel();
+    test_bad_inputs();
+    test_reference_interop();
+    sh("rm -rf %s", tmpdir);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,127 @@
+// test/test_finite_diff.c: the gradients fox.c alone defines the numerics of, by finite differences,
+// independent of PyTorch: the forget gate (data-dependent weights and bias, data-independent bias), the
+// KV-shift weights (including the t = 0 terms) and the QK-norm weights (per head and shared). Built with
+// FOX_REAL_DOUBLE, so train_fox.c's model runs in float64 and central differences with one Richardson
+// step are exact to ~1e-10; tolerance 1e-6 relative on the projection of the gradient on a random
+// direction. Usage: test_fox_fd
+#define TESTING
+#include "train_fox.c"
+#include "testing.h"  // check: PASS / FAIL lines and their count
+
+static double loss_at(Model *m, const int *in, const int *tg, int B, int T) { return model_forward(m, in, tg, B, T); }
+
+// Derivative of the loss along a random direction u restricted to `mask` elements of tensor k
+// (all when mask is NULL), by central differences with one Richardson step (error O(eps^4)),
+// against the analytic gradient's projection g·u. The projection sums many elements, so it
+// stays far above the fp32 rounding of the loss.
+static void fd_direction(Model *m, int k, int layer, const char *label, const int *in, const int *tg, int B, int T,
+                         int (*mask)(const Model *, size_t), double eps, double tol) {
+    const FoxParamInfo *p = &m->lay.p[k];
+    size_t n = p->rows * p->cols;
+    real *w = param(m, k, layer), *g = grad(m, k, layer);
+    double *u = fox_malloc(n * sizeof(double));
+    real *saved = fox_malloc(n * sizeof(real));
+    memcpy(saved, w, n * sizeof(real));
+    zero(m->grads, m->lay.total);
+    loss_at(m, in, tg, B, T);
+    model_backward(m, in, tg, B, T, 1.0f);
+    // u has the scale of the weights it moves (their RMS), so eps is a relative step.
+    double gu = 0.0, ss = 0.0;
+    size_t cnt = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!mask || mask(m, i)) { ss += (double)w[i] * w[i]; cnt++; }
+    double scale = sqrt(ss / (double)(cnt ? cnt : 1));
+    uint64_t key = fox_rng_key(4242, (uint64_t)k * 64 + (uint64_t)layer);
+    for (size_t i = 0; i < n; i++) {
+        u[i] = (!mask || mask(m, i)) ? scale * fox_rng_normal(key, i) : 0.0;
+        gu += u[i] * g[i];
+    }
+    double d[2];
+    for (int r = 0; r < 2; r++) {
+        double h = r ? eps / 2 : eps, l[2];
+        for (int sgn = 0; sgn < 2; sgn++) {
+            for (size_t i = 0; i < n; i++) w[i] = (real)(saved[i] + (sgn ? -h : h) * u[i]);
+            l[sgn] = loss_at(m, in, tg, B, T);
+        }
+        d[r] = (l[0] - l[1]) / (2 * h);
+    }
+    memcpy(w, saved, n * sizeof(real));
+    double fd = (4 * d[1] - d[0]) / 3, rel = fabs(fd - gu) / fmax(fabs(gu), 1e-12);
+    check(rel <= tol && fabs(gu) > 1e-6, "finite diff %-34s fd %+.6e  analytic %+.6e  rel %.2e (tol %.0e)", label, fd, gu, rel, tol);
+    free(u);
+    free(saved);
+}
+
+static int mask_rows_f(const Model *m, size_t i) { return m->cols.fgate >= 0 && (int)(i / m->cfg.d_model) >= m->cols.fgate; }
+static int mask_rows_ak(const Model *m, size_t i) {
+    int r = (int)(i / m->cfg.d_model);
+    return m->cols.k_shift >= 0 && r >= m->cols.k_shift && r < m->cols.k_shift + m->cfg.n_head;
+}
+static int mask_rows_av(const Model *m, size_t i) {
+    int r = (int)(i / m->cfg.d_model);
+    return m->cols.v_shift >= 0 && r >= m->cols.v_shift && r < m->cols.v_shift + m->cfg.n_head;
+}
+
+// A tiny model with strong, varied gates (biases spread around 0) so that every term matters.
+static void fd_model(Model *m, int fg, int qk_shared, int output_norm, int B, int T) {
+    FoxConfig c;
+    fox_config_defaults(&c);
+    c.vocab_size = 32; c.n_layer = 2; c.d_model = 16; c.n_head = 2; c.mlp_hidden = 24;
+    fox_config_apply_preset(&c, "fox-pro");
+    c.mlp_hidden = 24;
+    c.forget_gate = fg;
+    c.qk_norm_shared = qk_shared;
+    c.output_norm = output_norm;
+    model_init(m, &c, B, T, 77);
+    uint64_t key = fox_rng_key(99, 1);
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
+        const FoxParamInfo *p = &m->lay.p[k];
+        if (p->init == FOX_INIT_N) continue;
+        for (size_t i = 0; i < p->numel; i++) m->params[p->offset + i] += (real)(0.5 * fox_rng_normal(key, p->offset + i));
+    }
+    for (size_t i = 0; i < m->lay.p[FOX_P_attn_in_w].numel; i++)  // larger weights: data-dependent gates
+        m->params[m->lay.p[FOX_P_attn_in_w].offset + i] *= 5.0f;
+}
+
+static void test_finite_differences(void) {
+    const int B = 2, T = 96;
+    int in[2 * 96], tg[2 * 96];
+    uint64_t key = fox_rng_key(5, 5);
+    for (int i = 0; i < B * T; i++) { in[i] = (int)fox_rng_below(key, 2 * i, 32); tg[i] = (int)fox_rng_below(key, 2 * i + 1, 32); }
+    const double eps = 1e-3, tol = 1e-6;
+    Model m;
+    fd_model(&m, FOX_FG_DATA_DEPENDENT, 0, 1, B, T);
+    for (int l = 0; l < 2; l++) {
+        char label[96];
+        snprintf(label, sizeof(label), "forget-gate bias (layer %d)", l);
+        fd_direction(&m, FOX_P_fgate_b, l, label, in, tg, B, T, NULL, eps, tol);
+        snprintf(label, sizeof(label), "forget-gate weights (layer %d)", l);
+        fd_direction(&m, FOX_P_attn_in_w, l, label, in, tg, B, T, mask_rows_f, eps, tol);
+        snprintf(label, sizeof(label), "k-shift weights (layer %d)", l);
+        fd_direction(&m, FOX_P_attn_in_w, l, label, in, tg, B, T, mask_rows_ak, eps, tol);
+        snprintf(label, sizeof(label), "v-shift weights (layer %d)", l);
+        fd_direction(&m, FOX_P_attn_in_w, l, label, in, tg, B, T, mask_rows_av, eps, tol);
+        snprintf(label, sizeof(label), "q-norm weights (layer %d)", l);
+        fd_direction(&m, FOX_P_qnorm_w, l, label, in, tg, B, T, NULL, eps, tol);
+        snprintf(label, sizeof(label), "k-norm weights (layer %d)", l);
+        fd_direction(&m, FOX_P_knorm_w, l, label, in, tg, B, T, NULL, eps, tol);
+    }
+    model_free(&m);
+    // The t = 0 terms of KV-shift alone (k_0 = (1 − α_0) k̃_0): at T = 1 only v_0 reaches the
+    // output, at T = 2 the key shift of t = 0 and t = 1 both do. Without the output norm, which
+    // would cancel the (1 − α_0) scale of v_0 at T = 1.
+    fd_model(&m, FOX_FG_DATA_DEPENDENT, 0, 0, B, T);
+    fd_direction(&m, FOX_P_attn_in_w, 0, "v-shift weights at T=1", in, tg, 1, 1, mask_rows_av, eps, tol);
+    fd_direction(&m, FOX_P_attn_in_w, 0, "k-shift weights at T=2", in, tg, 1, 2, mask_rows_ak, eps, tol);
+    model_free(&m);
+    fd_model(&m, FOX_FG_DATA_INDEPENDENT, 1, 1, B, T);
+    fd_direction(&m, FOX_P_fgate_b, 1, "data-independent gate bias", in, tg, B, T, NULL, eps, tol);
+    fd_direction(&m, FOX_P_qnorm_w, 1, "shared q-norm weights", in, tg, B, T, NULL, eps, tol);
+    model_free(&m);
+}
+
+int main(void) {
+    test_finite_differences();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
