@@ -83,10 +83,11 @@ static ModelOptions test_options(int B, int T, int level, size_t logits_bytes) {
     return o;
 }
 
-// Gradients of one forward/backward at a recompute level (host copy).
-static float *grads_at_level(const FoxConfig *c, int B, int T, int level, const float *params, const int *in, const int *tg) {
+// Gradients of one forward/backward at a recompute level (host copy), with the given logits buffer.
+static float *grads_at_level(const FoxConfig *c, int B, int T, int level, size_t logits_bytes, const float *params,
+                             const int *in, const int *tg) {
     Model m;
-    ModelOptions o = test_options(B, T, level, 0);
+    ModelOptions o = test_options(B, T, level, logits_bytes);
     model_init(&m, c, &o);
     model_set_params(&m, params);
     model_zero_grad(&m);
@@ -165,7 +166,7 @@ static void test_fixture(const char *dir, const char *name, size_t logits_bytes)
 
     // Recomputation changes where activations come from, never their values.
     for (int level = RECOMPUTE_NORM_MLP; level <= RECOMPUTE_BLOCK; level++) {
-        float *g = grads_at_level(&c, B, T, level, params, inputs, targets);
+        float *g = grads_at_level(&c, B, T, level, logits_bytes, params, inputs, targets);
         check(!memcmp(g, grads, m.lay.total * sizeof(float)), "%-18s --recompute %d: gradients bitwise equal to level 0", name, level);
         free(g);
     }
