@@ -64,6 +64,18 @@ typedef struct {
     real *dres, *dxn, *dproj, *dks, *dv, *dq, *dk, *dc, *d_o, *don, *dz, *du, *dh;
 } Scratch;
 
+// The KV cache of generation (docs/model.md §7), for B sequences of up to max_len tokens each.
+typedef struct {
+    int max_len, len;    // capacity and cached positions (0: no cache)
+    real *k, *v;         // (L, B, H, max_len, Dh): keys and values as attention sees them
+    real *c;             // (L, B, H, max_len): c_t = Σ log f (forget-gate presets)
+    double *c_sum;       // (L, B, H): the same sum unrounded, continued as the forward's scan does
+    real *k_prev, *v_prev;  // (L, B, D): the newest token's unshifted key and value (KV-shift state)
+    real *k_max2;        // (L, B, H): the largest cached |k_j|² (ACP's bound without QK-norm)
+    real *x, *xn, *proj, *q, *kn, *vn, *o, *on, *z, *y, *mlp_u, *mlp_h, *rstd;  // one step's rows
+    long long keys_read, keys_cached;  // over the decode steps since the prefill (ACP)
+} Cache;
+
 struct Model {
     FoxConfig cfg;
     FoxLayout lay;
@@ -75,6 +87,7 @@ struct Model {
     long long acp_live, acp_tiles;  // attention tiles computed / in the causal grid, last forward
     Acts a;
     Scratch s;
+    Cache cache;
 };
 
 static real *param(Model *m, int which, int layer) { return m->params + fox_param_offset(&m->lay, which, layer); }
@@ -147,6 +160,8 @@ static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed
     model_alloc_acts(m, B, T);
 }
 
+static void model_cache_free(Model *m);
+
 static void model_free(Model *m) {
     real **bufs[] = {
         &m->params, &m->grads, &m->m, &m->v, &m->a.resid, &m->a.mid, &m->a.ln1_rstd, &m->a.xn1, &m->a.proj,
@@ -159,6 +174,7 @@ static void model_free(Model *m) {
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { free(*bufs[i]); *bufs[i] = NULL; }
     free(m->acp_first);
     m->acp_first = NULL;
+    model_cache_free(m);
 }
 
 // ----------------------------------------------------------------------------
@@ -385,24 +401,30 @@ static void add_columns(real *dproj, const real *dy, int xc, int N, int D, int s
         for (int k = 0; k < D; k++) dproj[(size_t)n * stride + xc + k] += dy[(size_t)n * D + k];
 }
 
-// RoPE, rotate-half convention: pairs (i, i + Dh/2) turn by t·θ^(-2i/Dh). In place on (N, D).
-static void rope_apply(real *x, SeqShape s, real theta, int inverse) {
-    int half = s.Dh / 2, D = s.H * s.Dh;
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < s.B; b++) {
-        for (int t = 0; t < s.T; t++) {
-            for (int h = 0; h < s.H; h++) {
-                real *v = x + ((size_t)b * s.T + t) * D + (size_t)h * s.Dh;
-                for (int i = 0; i < half; i++) {
-                    double ang = fox_rope_angle(t, i, s.Dh, (double)theta);
-                    real cs = (real)cos(ang), sn = (real)(inverse ? -sin(ang) : sin(ang));
-                    real x1 = v[i], x2 = v[i + half];
-                    v[i] = x1 * cs - x2 * sn;
-                    v[i + half] = x2 * cs + x1 * sn;
-                }
-            }
-        }
+// RoPE, rotate-half convention: pairs (i, i + Dh/2) of one head's vector turn by t·θ^(-2i/Dh).
+static void rope_rotate(real *v, int t, int Dh, real theta, int inverse) {
+    int half = Dh / 2;
+    for (int i = 0; i < half; i++) {
+        double ang = fox_rope_angle(t, i, Dh, (double)theta);
+        real cs = (real)cos(ang), sn = (real)(inverse ? -sin(ang) : sin(ang));
+        real x1 = v[i], x2 = v[i + half];
+        v[i] = x1 * cs - x2 * sn;
+        v[i + half] = x2 * cs + x1 * sn;
     }
+}
+
+// RoPE in place on (N, D), position t of each sequence.
+static void rope_apply(real *x, SeqShape s, real theta, int inverse) {
+    int D = s.H * s.Dh;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++)
+            for (int h = 0; h < s.H; h++) rope_rotate(x + ((size_t)b * s.T + t) * D + (size_t)h * s.Dh, t, s.Dh, theta, inverse);
+}
+
+// log f_t of head h (FoX eq. 20; docs/model.md §1.1 for the gate kinds) from one row of proj.
+static real log_forget(const real *proj_row, const real *bias, int fc, int kind, int h) {
+    return logsigmoid_r(bias[h] + (kind == FOX_FG_DATA_DEPENDENT ? proj_row[fc + h] : 0.0f));
 }
 
 // Forget gate: log f_t per head (logsigmoid in fp32) and c_t = Σ_{l≤t} log f_l, stored (B, H, T).
@@ -413,9 +435,7 @@ static void forget_gate_forward(real *c, const real *proj, const real *bias, int
             double acc = 0.0;
             real *ch = c + ((size_t)b * s.H + h) * s.T;
             for (int t = 0; t < s.T; t++) {
-                real logit = bias[h];
-                if (kind == FOX_FG_DATA_DEPENDENT) logit += proj[((size_t)b * s.T + t) * s.stride + fc + h];
-                acc += logsigmoid_r(logit);
+                acc += log_forget(proj + ((size_t)b * s.T + t) * s.stride, bias, fc, kind, h);
                 ch[t] = (real)acc;
             }
         }
@@ -450,45 +470,50 @@ static int first_key(const int *kv_first, int bh, int i, SeqShape s) {
     return kv_first ? kv_first[(size_t)bh * fox_acp_blocks(s.T) + i / FOX_ACP_BLOCK] * FOX_ACP_BLOCK : 0;
 }
 
-// Forgetting Attention (FoX eq. 11-13), causal, row by row with an online softmax:
+// One query row of Forgetting Attention with an online softmax over keys j in [j0, j1] (rows ld apart
+// in k and v): o = Σ_j exp(s_j) v_j / Σ_j exp(s_j), s_j = q·k_j/√d + ci − c[j] (c NULL: no bias).
+// Returns the log-sum-exp of the s_j.
+static real attend_row(real *o, const real *qi, const real *k, const real *v, size_t ld, const real *c, real ci,
+                       int j0, int j1, int Dh) {
+    real scale = 1.0f / sqrt_r((real)Dh), mx = -INFINITY, l = 0.0f;
+    memset(o, 0, (size_t)Dh * sizeof(real));
+    for (int j = j0; j <= j1; j++) {
+        const real *kj = k + (size_t)j * ld, *vj = v + (size_t)j * ld;
+        real dot = 0.0f;
+        #pragma omp simd reduction(+:dot)
+        for (int d = 0; d < Dh; d++) dot += qi[d] * kj[d];
+        real sc = dot * scale + (c ? ci - c[j] : 0.0f);
+        if (sc > mx) {
+            real r = exp_r(mx - sc);
+            l *= r;
+            for (int d = 0; d < Dh; d++) o[d] *= r;
+            mx = sc;
+        }
+        real p = exp_r(sc - mx);
+        l += p;
+        for (int d = 0; d < Dh; d++) o[d] += p * vj[d];
+    }
+    for (int d = 0; d < Dh; d++) o[d] /= l;
+    return mx + log_r(l);
+}
+
+// Forgetting Attention (FoX eq. 11-13), causal, row by row (attend_row):
 // o_i = Σ_{j≤i} exp(q_i·k_j/√d + c_i − c_j) v_j / Σ_{j≤i} exp(...). Stores lse_i for backward.
 // q, k, v, o are (N, D) with head h at columns h·Dh; c and lse are (B, H, T). kv_first: the ACP
 // staircase (fox/acp.h), or NULL.
 static void attention_forward(real *o, real *lse, const real *q, const real *k, const real *v,
                               const real *c, const int *kv_first, SeqShape s) {
     int D = s.H * s.Dh;
-    real scale = 1.0f / sqrt_r((real)s.Dh);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
             const real *ch = c ? c + ((size_t)b * s.H + h) * s.T : NULL;
-            real *acc = fox_malloc((size_t)s.Dh * sizeof(real));
+            size_t row0 = (size_t)b * s.T * D + (size_t)h * s.Dh;
             for (int i = 0; i < s.T; i++) {
-                const real *qi = q + ((size_t)b * s.T + i) * D + h * s.Dh;
-                real mx = -INFINITY, l = 0.0f;
-                memset(acc, 0, (size_t)s.Dh * sizeof(real));
-                for (int j = first_key(kv_first, b * s.H + h, i, s); j <= i; j++) {
-                    const real *kj = k + ((size_t)b * s.T + j) * D + h * s.Dh;
-                    const real *vj = v + ((size_t)b * s.T + j) * D + h * s.Dh;
-                    real dot = 0.0f;
-                    #pragma omp simd reduction(+:dot)
-                    for (int d = 0; d < s.Dh; d++) dot += qi[d] * kj[d];
-                    real sc = dot * scale + (ch ? ch[i] - ch[j] : 0.0f);
-                    if (sc > mx) {
-                        real r = exp_r(mx - sc);
-                        l *= r;
-                        for (int d = 0; d < s.Dh; d++) acc[d] *= r;
-                        mx = sc;
-                    }
-                    real p = exp_r(sc - mx);
-                    l += p;
-                    for (int d = 0; d < s.Dh; d++) acc[d] += p * vj[d];
-                }
-                real *oi = o + ((size_t)b * s.T + i) * D + h * s.Dh;
-                for (int d = 0; d < s.Dh; d++) oi[d] = acc[d] / l;
-                lse[((size_t)b * s.H + h) * s.T + i] = mx + log_r(l);
+                size_t ri = row0 + (size_t)i * D;
+                lse[((size_t)b * s.H + h) * s.T + i] = attend_row(o + ri, q + ri, k + row0, v + row0, (size_t)D, ch,
+                                                                  ch ? ch[i] : 0.0f, first_key(kv_first, b * s.H + h, i, s), i, s.Dh);
             }
-            free(acc);
         }
     }
 }
@@ -632,24 +657,31 @@ static AttnLayer attn_layer(Model *m, int l, int B, int T) {
     return al;
 }
 
+// ACP's U for head h of block l from its QK-norm weights (fox/acp.h).
+static double acp_bound_qknorm_head(Model *m, int l, int h) {
+    int Dh = fox_head_dim(&m->cfg), wstride = m->cfg.qk_norm_shared ? 0 : Dh;
+    const real *gq = param(m, FOX_P_qnorm_w, l) + h * wstride, *gk = param(m, FOX_P_knorm_w, l) + h * wstride;
+    double mq = 0.0, mk = 0.0;
+    for (int i = 0; i < Dh; i++) {
+        mq = fmax(mq, fabs((double)gq[i]));
+        mk = fmax(mk, fabs((double)gk[i]));
+    }
+    return fox_acp_bound_qknorm(mq, mk, Dh);
+}
+
 // Block l's ACP staircase (into m->acp_first), or NULL when ACP is off or there is no forget gate. U per
 // (b, h): from the QK-norm weights, else from the largest q and k norms of the sequence (fox/acp.h).
 // count: add the live tiles to m->acp_live (the forward pass).
 static const int *acp_tables(Model *m, int l, const real *gate_c, const real *q, const real *k, SeqShape s, int count) {
     const FoxConfig *c = &m->cfg;
     if (!m->acp || c->forget_gate == FOX_FG_NONE) return NULL;
-    int nblk = fox_acp_blocks(s.T), D = s.H * s.Dh, wstride = c->qk_norm_shared ? 0 : s.Dh;
+    int nblk = fox_acp_blocks(s.T), D = s.H * s.Dh;
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
             double mq = 0.0, mk = 0.0, U;
             if (c->qk_norm) {
-                const real *gq = param(m, FOX_P_qnorm_w, l) + h * wstride, *gk = param(m, FOX_P_knorm_w, l) + h * wstride;
-                for (int i = 0; i < s.Dh; i++) {
-                    mq = fmax(mq, fabs((double)gq[i]));
-                    mk = fmax(mk, fabs((double)gk[i]));
-                }
-                U = fox_acp_bound_qknorm(mq, mk, s.Dh);
+                U = acp_bound_qknorm_head(m, l, h);
             } else {
                 for (int t = 0; t < s.T; t++) {
                     size_t r = ((size_t)b * s.T + t) * D + (size_t)h * s.Dh;
@@ -678,6 +710,21 @@ static const int *acp_tables(Model *m, int l, const real *gate_c, const real *q,
         m->acp_tiles += (long long)s.B * s.H * fox_acp_tiles(s.T);
     }
     return m->acp_first;
+}
+
+// FoX eq. 21-23 (docs/model.md §1): the output-normed attention on (per-head RMSNorm, or o itself) and
+// the gated z = on ⊙ σ(W_g x) (or on itself), for N rows; proj holds the gate logits.
+static void attention_output(Model *m, int l, real *z, real *on, real *on_rstd, const real *o, const real *proj, int N) {
+    const FoxConfig *c = &m->cfg;
+    int D = c->d_model, H = c->n_head, Dh = fox_head_dim(c);
+    if (c->output_norm) {
+        NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
+        rmsnorm_forward(on, on_rstd, o, param(m, FOX_P_onorm_w, l), os);
+    } else {
+        memcpy(on, o, (size_t)N * D * sizeof(real));
+    }
+    if (c->output_gate) output_gate_forward(z, on, proj, m->cols.gate, N, D, m->cols.width);
+    else memcpy(z, on, (size_t)N * D * sizeof(real));
 }
 
 // Forward of block l's attention: resid[l] → mid[l].
@@ -717,33 +764,31 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     if (c->forget_gate != FOX_FG_NONE)
         forget_gate_forward(al.c, proj, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, s);
     attention_forward(o, lse, q, k, v, c->forget_gate != FOX_FG_NONE ? al.c : NULL, acp_tables(m, l, al.c, q, k, s, 1), s);
-    if (c->output_norm) {
-        NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
-        rmsnorm_forward(on, a->on_rstd + layer_offset(l, H, B, T), o, param(m, FOX_P_onorm_w, l), os);
-    } else {
-        memcpy(on, o, (size_t)N * D * sizeof(real));
-    }
-    if (c->output_gate) output_gate_forward(z, on, proj, cols.gate, N, D, NIN);
-    else memcpy(z, on, (size_t)N * D * sizeof(real));
+    attention_output(m, l, z, on, a->on_rstd + layer_offset(l, H, B, T), o, proj, N);
     real *y = m->s.dz;  // scratch: the projection, before the residual add
     matmul_forward(y, z, param(m, FOX_P_attn_out_w, l), N, D, D);
     residual_add(a->mid + layer_offset(l, D, B, T), x, y, (size_t)N * D);
 }
 
+// Block l's SwiGLU MLP on N rows with the residual: out = x + W_down (silu(a) ⊙ b), [a | b] = W_up RMSNorm(x).
+// xn, rstd, u, h keep the intermediates; y is scratch.
+static void mlp_forward(Model *m, int l, real *out, const real *x, real *xn, real *rstd, real *u, real *h, real *y, int N) {
+    int D = m->cfg.d_model, I = m->cfg.mlp_hidden;
+    NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
+    rmsnorm_forward(xn, rstd, x, param(m, FOX_P_ln2_w, l), ln);
+    matmul_forward(u, xn, param(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
+    swiglu_forward(h, u, N, I);
+    matmul_forward(y, h, param(m, FOX_P_mlp_out_w, l), N, I, D);
+    residual_add(out, x, y, (size_t)N * D);
+}
+
 // Forward of block l's MLP: mid[l] → resid[l+1].
 static void mlp_block_forward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
-    int N = B * T, D = c->d_model, I = c->mlp_hidden;
-    real *x = a->mid + layer_offset(l, D, B, T), *xn = a->xn2 + layer_offset(l, D, B, T);
-    real *mlp_u = a->mlp_u + layer_offset(l, 2 * (size_t)I, B, T), *mlp_h = a->mlp_h + layer_offset(l, I, B, T);
-    NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_forward(xn, a->ln2_rstd + layer_offset(l, 1, B, T), x, param(m, FOX_P_ln2_w, l), ln);
-    matmul_forward(mlp_u, xn, param(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
-    swiglu_forward(mlp_h, mlp_u, N, I);
-    real *y = m->s.dxn;  // scratch
-    matmul_forward(y, mlp_h, param(m, FOX_P_mlp_out_w, l), N, I, D);
-    residual_add(a->resid + layer_offset(l + 1, D, B, T), x, y, (size_t)N * D);
+    size_t D = (size_t)m->cfg.d_model, I = (size_t)m->cfg.mlp_hidden;
+    mlp_forward(m, l, a->resid + layer_offset(l + 1, D, B, T), a->mid + layer_offset(l, D, B, T),
+                a->xn2 + layer_offset(l, D, B, T), a->ln2_rstd + layer_offset(l, 1, B, T),
+                a->mlp_u + layer_offset(l, 2 * I, B, T), a->mlp_h + layer_offset(l, I, B, T), m->s.dxn, B * T);
 }
 
 // Full forward over B×T tokens (B, T within the allocated capacity). With targets, fills the
@@ -918,6 +963,201 @@ static void optimizer_update(Model *m, const OptConfig *o, double lr, int t, dou
 
 
 // ----------------------------------------------------------------------------
+// Generation with a KV cache (docs/model.md §7): the prefill is the normal forward, keeping each layer's
+// keys, values, c and KV-shift state; a decode step runs one new token per sequence against them.
+
+// Row (l, b, h) of the cache's per-head arrays.
+static size_t cache_row(const Model *m, int l, int b, int h) { return ((size_t)l * m->B + b) * m->cfg.n_head + h; }
+
+static void model_cache_free(Model *m) {
+    Cache *kc = &m->cache;
+    real **bufs[] = {&kc->k, &kc->v, &kc->c, &kc->k_prev, &kc->v_prev, &kc->k_max2, &kc->x, &kc->xn, &kc->proj,
+                     &kc->q, &kc->kn, &kc->vn, &kc->o, &kc->on, &kc->z, &kc->y, &kc->mlp_u, &kc->mlp_h, &kc->rstd};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(*bufs[i]);
+    free(kc->c_sum);
+    memset(kc, 0, sizeof(*kc));
+}
+
+// Bytes of a cache of max_len positions for the model's B sequences (keys, values and c dominate).
+static double cache_bytes(const Model *m, int max_len) {
+    const FoxConfig *c = &m->cfg;
+    double rows = (double)c->n_layer * m->B * c->n_head, D = c->d_model;
+    return (rows * max_len * (2.0 * fox_head_dim(c) + 1) + (double)c->n_layer * m->B * 2 * D) * sizeof(real);
+}
+
+static void model_cache_init(Model *m, int max_len) {
+    const FoxConfig *c = &m->cfg;
+    double need = cache_bytes(m, max_len);
+    double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (max_len < 1 || need > have)
+        fox_fatal("the KV cache of %d sequences x %d positions needs %.2f GiB, this machine has %.2f GiB: generate "
+                  "fewer tokens or sequences, or use a shorter prompt", m->B, max_len, need / (1 << 30), have / (1 << 30));
+    model_cache_free(m);
+    Cache *kc = &m->cache;
+    size_t L = (size_t)c->n_layer, B = (size_t)m->B, H = (size_t)c->n_head, D = (size_t)c->d_model;
+    size_t rows = L * B * H, Dh = (size_t)fox_head_dim(c), I = (size_t)c->mlp_hidden;
+    kc->max_len = max_len;
+    kc->k = fox_calloc(rows * max_len * Dh, sizeof(real));
+    kc->v = fox_calloc(rows * max_len * Dh, sizeof(real));
+    kc->c = fox_calloc(rows * max_len, sizeof(real));
+    kc->c_sum = fox_calloc(rows, sizeof(double));
+    kc->k_prev = fox_calloc(L * B * D, sizeof(real));
+    kc->v_prev = fox_calloc(L * B * D, sizeof(real));
+    kc->k_max2 = fox_calloc(rows, sizeof(real));
+    real **step[] = {&kc->x, &kc->xn, &kc->q, &kc->kn, &kc->vn, &kc->o, &kc->on, &kc->z, &kc->y};
+    for (size_t i = 0; i < sizeof(step) / sizeof(step[0]); i++) *step[i] = fox_calloc(B * D, sizeof(real));
+    kc->proj = fox_calloc(B * (size_t)m->cols.width, sizeof(real));
+    kc->mlp_u = fox_calloc(B * 2 * I, sizeof(real));
+    kc->mlp_h = fox_calloc(B * I, sizeof(real));
+    kc->rstd = fox_calloc(B * H, sizeof(real));
+}
+
+// Appends position t of sequence b, head h of block l: key k and value v (as attention sees them) and c_t.
+static void cache_append(Model *m, int l, int b, int h, int t, const real *k, const real *v, real c_t) {
+    Cache *kc = &m->cache;
+    size_t r = cache_row(m, l, b, h), Dh = (size_t)fox_head_dim(&m->cfg), at = (r * kc->max_len + t) * Dh;
+    memcpy(kc->k + at, k, Dh * sizeof(real));
+    memcpy(kc->v + at, v, Dh * sizeof(real));
+    kc->c[r * kc->max_len + t] = c_t;
+    real k2 = 0.0f;
+    for (size_t i = 0; i < Dh; i++) k2 += k[i] * k[i];
+    if (k2 > kc->k_max2[r]) kc->k_max2[r] = k2;
+}
+
+// The forward over the prompt (B x T tokens), then its keys, values, c and shift state into the cache;
+// logits: each sequence's last-position logits (B x V).
+static void model_prefill(Model *m, const int *tokens, int T, real *logits) {
+    const FoxConfig *c = &m->cfg;
+    Cache *kc = &m->cache;
+    if (T < 1 || T > kc->max_len || T > m->T) fox_fatal("prefill of %d tokens: the cache holds %d, the model %d", T, kc->max_len, m->T);
+    int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, V = c->vocab_size, NIN = m->cols.width;
+    model_forward(m, tokens, NULL, B, T);
+    for (int l = 0; l < c->n_layer; l++) {
+        AttnLayer al = attn_layer(m, l, B, T);
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < H; h++) {
+                size_t r = cache_row(m, l, b, h);
+                double sum = 0.0;  // c's scan again, in double as forget_gate_forward sums, to continue it exactly
+                for (int t = 0; t < T; t++) {
+                    const real *proj = al.proj + ((size_t)b * T + t) * NIN;
+                    if (c->forget_gate != FOX_FG_NONE) sum += log_forget(proj, param(m, FOX_P_fgate_b, l), m->cols.fgate, c->forget_gate, h);
+                    size_t i = ((size_t)b * T + t) * D + (size_t)h * Dh;
+                    cache_append(m, l, b, h, t, al.k + i, al.v + i, (real)sum);
+                }
+                kc->c_sum[r] = sum;
+            }
+            const real *last = al.proj + ((size_t)b * T + T - 1) * NIN;
+            memcpy(kc->k_prev + ((size_t)l * B + b) * D, last + m->cols.k, (size_t)D * sizeof(real));
+            memcpy(kc->v_prev + ((size_t)l * B + b) * D, last + m->cols.v, (size_t)D * sizeof(real));
+        }
+    }
+    for (int b = 0; b < B; b++) memcpy(logits + (size_t)b * V, m->a.logits + ((size_t)b * T + T - 1) * V, (size_t)V * sizeof(real));
+    kc->len = T;
+    kc->keys_read = kc->keys_cached = 0;
+}
+
+// One new token's q and shifted, normed, rotated k and v for block l from proj (FoX eq. 14-19, as
+// attention_block_forward forms them for position t), appended to the cache with c_t; the shift state
+// moves on to this token.
+static void decode_qkv(Model *m, int l, int t) {
+    const FoxConfig *c = &m->cfg;
+    Cache *kc = &m->cache;
+    int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, NIN = m->cols.width;
+    AttnCols cols = m->cols;
+    for (int b = 0; b < B; b++) {
+        const real *p = kc->proj + (size_t)b * NIN;
+        real *kp = kc->k_prev + ((size_t)l * B + b) * D, *vp = kc->v_prev + ((size_t)l * B + b) * D;
+        real *k = kc->kn + (size_t)b * D, *v = kc->vn + (size_t)b * D;
+        for (int i = 0; i < D; i++) {
+            real ak = c->kv_shift ? sigmoid_r(p[cols.k_shift + i / Dh]) : 0.0f;
+            real av = c->kv_shift ? sigmoid_r(p[cols.v_shift + i / Dh]) : 0.0f;
+            k[i] = ak * kp[i] + (1.0f - ak) * p[cols.k + i];
+            v[i] = av * vp[i] + (1.0f - av) * p[cols.v + i];
+        }
+        memcpy(kp, p + cols.k, (size_t)D * sizeof(real));
+        memcpy(vp, p + cols.v, (size_t)D * sizeof(real));
+        memcpy(kc->q + (size_t)b * D, p + cols.q, (size_t)D * sizeof(real));
+    }
+    if (c->qk_norm) {
+        int wstride = c->qk_norm_shared ? 0 : Dh;
+        NormShape qs = {B, H, Dh, D, D, wstride, FOX_QK_NORM_EPS};
+        rmsnorm_forward(kc->q, kc->rstd, kc->q, param(m, FOX_P_qnorm_w, l), qs);
+        rmsnorm_forward(kc->kn, kc->rstd, kc->kn, param(m, FOX_P_knorm_w, l), qs);
+    }
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            size_t i = (size_t)b * D + (size_t)h * Dh, r = cache_row(m, l, b, h);
+            if (c->rope) {
+                rope_rotate(kc->q + i, t, Dh, c->rope_theta, 0);
+                rope_rotate(kc->kn + i, t, Dh, c->rope_theta, 0);
+            }
+            if (c->forget_gate != FOX_FG_NONE)
+                kc->c_sum[r] += log_forget(kc->proj + (size_t)b * NIN, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, h);
+            cache_append(m, l, b, h, t, kc->kn + i, kc->vn + i, (real)kc->c_sum[r]);
+        }
+    }
+}
+
+// The first cached key the query of (b, h) at position t reads: 0, or with ACP the first whose decay
+// bias is above the threshold (fox_acp_first_key).
+static int decode_first_key(Model *m, int l, int b, int h, int t, const real *q) {
+    const FoxConfig *c = &m->cfg;
+    if (!m->acp || c->forget_gate == FOX_FG_NONE) return 0;
+    Cache *kc = &m->cache;
+    int Dh = fox_head_dim(c);
+    size_t r = cache_row(m, l, b, h);
+    double q2 = 0.0;
+    for (int i = 0; i < Dh; i++) q2 += (double)q[i] * q[i];
+    double U = c->qk_norm ? acp_bound_qknorm_head(m, l, h) : fox_acp_bound_norms(q2, (double)kc->k_max2[r], Dh);
+    return fox_acp_first_key(kc->c + r * kc->max_len, t, fox_acp_threshold(U, t + 1));
+}
+
+// Block l's attention for the new tokens at position t: x += W_o z (FoX eq. 11-13, 21-23 over the cache).
+static void decode_attention_block(Model *m, int l, int t) {
+    const FoxConfig *c = &m->cfg;
+    Cache *kc = &m->cache;
+    int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model;
+    NormShape ln = {B, 1, D, D, D, D, FOX_NORM_EPS};
+    rmsnorm_forward(kc->xn, kc->rstd, kc->x, param(m, FOX_P_ln1_w, l), ln);
+    matmul_forward(kc->proj, kc->xn, param(m, FOX_P_attn_in_w, l), B, D, m->cols.width);
+    decode_qkv(m, l, t);
+    long long read = 0;
+    #pragma omp parallel for collapse(2) reduction(+:read)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            size_t i = (size_t)b * D + (size_t)h * Dh, r = cache_row(m, l, b, h);
+            const real *ch = c->forget_gate != FOX_FG_NONE ? kc->c + r * kc->max_len : NULL;
+            int first = decode_first_key(m, l, b, h, t, kc->q + i);
+            read += t + 1 - first;
+            attend_row(kc->o + i, kc->q + i, kc->k + r * kc->max_len * Dh, kc->v + r * kc->max_len * Dh, (size_t)Dh, ch,
+                       ch ? ch[t] : 0.0f, first, t, Dh);
+        }
+    }
+    kc->keys_read += read;
+    kc->keys_cached += (long long)B * H * (t + 1);
+    attention_output(m, l, kc->z, kc->on, kc->rstd, kc->o, kc->proj, B);
+    matmul_forward(kc->y, kc->z, param(m, FOX_P_attn_out_w, l), B, D, D);
+    residual_add(kc->x, kc->x, kc->y, (size_t)B * D);
+}
+
+// One token per sequence at the next position; logits: B x V.
+static void model_decode(Model *m, const int *tokens, real *logits) {
+    const FoxConfig *c = &m->cfg;
+    Cache *kc = &m->cache;
+    if (kc->len < 1 || kc->len >= kc->max_len) fox_fatal("decode at position %d: the KV cache holds %d (prefill first)", kc->len, kc->max_len);
+    int B = m->B, D = c->d_model, t = kc->len;
+    embedding_forward(kc->x, tokens, param(m, FOX_P_wte, 0), B, D);
+    for (int l = 0; l < c->n_layer; l++) {
+        decode_attention_block(m, l, t);
+        mlp_forward(m, l, kc->x, kc->x, kc->xn, kc->rstd, kc->mlp_u, kc->mlp_h, kc->y, B);
+    }
+    NormShape ln = {B, 1, D, D, D, D, FOX_NORM_EPS};
+    rmsnorm_forward(kc->xn, kc->rstd, kc->x, param(m, FOX_P_lnf_w, 0), ln);
+    matmul_forward(logits, kc->xn, param(m, FOX_P_lm_head_w, 0), B, D, c->vocab_size);
+    kc->len++;
+}
+
+// ----------------------------------------------------------------------------
 // The run (fox/run.h): what it needs from this model. Not part of the test build.
 #ifndef TESTING
 
@@ -974,8 +1214,13 @@ static void run_model_set(Model *m, const float *params, const float *m1, const 
     if (m2) copy_out(m->v, m2, m->lay.total);
 }
 
-static void run_model_logits_row(Model *m, int row, float *out) {
-    copy_out(out, m->a.logits + (size_t)row * m->cfg.vocab_size, (size_t)m->cfg.vocab_size);
+static void run_model_cache_init(Model *m, int max_len) { model_cache_init(m, max_len); }
+static void run_model_prefill(Model *m, const int *tokens, int T, float *logits) { model_prefill(m, tokens, T, logits); }
+static void run_model_decode(Model *m, const int *tokens, float *logits) { model_decode(m, tokens, logits); }
+
+static double run_model_decode_keys_read(Model *m) {
+    const Cache *kc = &m->cache;
+    return m->acp && m->cfg.forget_gate != FOX_FG_NONE && kc->keys_cached ? (double)kc->keys_read / kc->keys_cached : -1.0;
 }
 
 static void run_model_sync(Model *m) { (void)m; }

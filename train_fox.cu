@@ -2,10 +2,11 @@
 // train_fox.c (same ops, same order, same run logic: flags, logs, checkpoints, resume, eval,
 // sampling) with the precision of docs/model.md §2: bf16 GEMM and attention operands with fp32 accumulation;
 // fp32 master weights, AdamW moments, residual stream, gate/norm/softmax statistics and loss.
-// GEMMs: fox/gemm.cuh (cuBLASLt); attention: fox/attention.cuh; other kernels: fox/kernels.cuh.
+// GEMMs: fox/gemm.cuh (cuBLASLt); attention: fox/attention.cuh; other kernels: fox/kernels.cuh; generation
+// with a KV cache (prefill, decode steps): fox/decode.cuh.
 // Data parallel when built with FOX_MPI and started by mpirun: one rank per GPU, each block's gradients
 // averaged by NCCL during the step's last backward pass (reduce_final_grads), ZeRO-1 sharding of the
-// AdamW state (--zero). test/test_parity_gpu.cu includes this file with TESTING set.
+// AdamW state (--zero). test/test_parity_gpu.cu and test/test_decode_gpu.cu include this file with TESTING set.
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -20,6 +21,7 @@
 #include "fox/attention.cuh"   // fox_attention_forward/backward: Forgetting Attention, the forget-gate scans
 #include "fox/gemm.cuh"        // Gemm, linear_forward, linear_backward_*: cuBLASLt GEMMs
 #include "fox/kernels.cuh"     // every other kernel: norms, attention inputs, gates, SwiGLU, loss, AdamW, ACP
+#include "fox/decode.cuh"      // CacheLayer, decode_qkv_kernel, fox_decode_attention: a decode step over the KV cache
 #ifdef FOX_MPI
 #include <nccl.h>
 
@@ -77,6 +79,26 @@ typedef struct {
     int *bucket_token, *bucket_start, *bucket_pos;  // embedding backward buckets
 } Scratch;
 
+// The KV cache of generation (docs/model.md §7) for the model's B sequences of up to max_len tokens; a
+// layer's slice is a CacheLayer (fox/decode.cuh).
+typedef struct {
+    int max_len, len;               // capacity and cached positions (0: no cache)
+    int prefilling;                 // model_forward stores each block's keys, values, c and shift state
+    int max_splits;                 // key chunks per (b, h) of the decode attention, at most
+    bf16 *k, *v;                    // (L, B, H, max_len, dh)
+    float *c;                       // (L, B, H, max_len): the forget-gate presets
+    float *k_prev, *v_prev;         // (L, B, D): the KV-shift state
+    float *k_max2;                  // (L, B, H): ACP without QK-norm
+    bf16 *q;                        // (B, H, dh): one step's queries
+    int *first;                     // (B, H): one step's first key read (ACP)
+    float *part;                    // the decode attention's partials
+    unsigned long long *keys_read;  // keys read by the decode steps since the prefill (ACP)
+    long long keys_cached;          // and the keys they had in the cache
+    int *pos;                       // the next decode step's position, on the device (= len)
+    cudaGraphExec_t step;           // the decode step's kernels as one graph (NULL until the first step)
+    int step_acp;                   // the ACP switch the graph was captured with
+} Cache;
+
 struct Model {
     FoxConfig cfg;
     FoxLayout lay;
@@ -92,7 +114,8 @@ struct Model {
     float *params, *grads, *m, *v;  // fp32, FOX_PARAMS layout (a checkpoint is a straight copy)
     bf16 *wbf[FOX_NUM_PARAMS];      // bf16 copies of the GEMM weights, rows padded (NULL otherwise)
     size_t rows_pad[FOX_NUM_PARAMS];
-    float *rope_cos, *rope_sin;     // (T, dh/2), RoPE presets only
+    float *rope_cos, *rope_sin;     // (rope_len, dh/2), RoPE presets only
+    int rope_len;                   // positions the RoPE tables cover: T, or a longer cache's max_len
     int B, T, ce_rows, logits_kept;
     Acts a;
     Scratch s;
@@ -110,6 +133,7 @@ struct Model {
     float *h_losses;                // (N) host copy of the per-position losses
     int *h_count, *h_fill, *h_bucket_token, *h_bucket_start, *h_bucket_pos;
     size_t bytes_weights, bytes_acts, bytes_scratch;
+    Cache cache;
 };
 
 // A zeroed device buffer, its size added to *counter; when the model is only being planned, the size
@@ -265,7 +289,7 @@ static void model_alloc_host(Model *m, int B, int T) {
     m->h_bucket_pos = (int *)fox_calloc(N, sizeof(int));
 }
 
-// The RoPE angle tables, the CPU trainer's angles in double: t·θ^(−2i/dh).
+// The RoPE angle tables of positions [0, T), the CPU trainer's angles in double: t·θ^(−2i/dh).
 static void upload_rope_tables(Model *m, int T) {
     int half = m->Dh / 2;
     size_t bytes = (size_t)T * half * sizeof(float);
@@ -280,6 +304,7 @@ static void upload_rope_tables(Model *m, int T) {
     FOX_CUDA_CHECK(cudaMemcpy(m->rope_sin, sn, bytes, cudaMemcpyHostToDevice));
     free(cs);
     free(sn);
+    m->rope_len = T;
 }
 
 // The model's shape and options, nothing allocated: this rank's AdamW moments are elements
@@ -330,7 +355,17 @@ static void model_init(Model *m, const FoxConfig *c, const ModelOptions *o) {
 }
 #endif
 
+static void model_cache_free(Model *m) {
+    Cache *kc = &m->cache;
+    void *bufs[] = {kc->k, kc->v, kc->c, kc->k_prev, kc->v_prev, kc->k_max2, kc->q, kc->first, kc->part, kc->keys_read,
+                    kc->pos};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
+    if (kc->step) FOX_CUDA_CHECK(cudaGraphExecDestroy(kc->step));
+    memset(kc, 0, sizeof(*kc));
+}
+
 static void model_free(Model *m) {
+    model_cache_free(m);
     Acts *a = &m->a;
     Scratch *s = &m->s;
     void **layered[] = {(void **)a->mid, (void **)a->xn1, (void **)a->proj, (void **)a->q, (void **)a->k, (void **)a->v,
@@ -463,9 +498,57 @@ static void lm_head_forward(Model *m, int r0, int rows) {
                    wbf(m, FOX_P_lm_head_w, 0), rows, m->cfg.d_model, m->VP);
 }
 
+// The first n rows of a->logits as floats (n x vocab_size) on the host.
+static void logits_to_host(Model *m, int n, float *out) {
+    int VP = m->VP, V = m->cfg.vocab_size;
+    bf16 *tmp = (bf16 *)fox_malloc((size_t)n * VP * sizeof(bf16));
+    FOX_CUDA_CHECK(cudaMemcpy(tmp, m->a.logits, (size_t)n * VP * sizeof(bf16), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < n; r++)
+        for (int v = 0; v < V; v++) out[(size_t)r * V + v] = __bfloat162float(tmp[(size_t)r * VP + v]);
+    free(tmp);
+}
+
+// Block l's slice of the KV cache.
+static CacheLayer cache_layer(Model *m, int l) {
+    Cache *kc = &m->cache;
+    size_t BH = (size_t)m->B * m->cfg.n_head, rows = BH * kc->max_len, BD = (size_t)m->B * m->cfg.d_model;
+    CacheLayer cl;
+    cl.k = kc->k + l * rows * m->Dh;
+    cl.v = kc->v + l * rows * m->Dh;
+    cl.c = kc->c ? kc->c + l * rows : NULL;
+    cl.k_prev = kc->k_prev ? kc->k_prev + l * BD : NULL;
+    cl.v_prev = kc->v_prev ? kc->v_prev + l * BD : NULL;
+    cl.k_max2 = kc->k_max2 ? kc->k_max2 + l * BH : NULL;
+    cl.max_len = kc->max_len;
+    return cl;
+}
+
+// A prefill (docs/model.md §7): block l's keys, values and c of the B x T tokens just computed go into the
+// cache's positions [0, T) (strided copies of the (B, H, T) rows into (B, H, max_len)), the last token's
+// unshifted key and value (its proj columns k and v) become the KV-shift state, and for ACP without QK-norm
+// the largest |k_j|² is taken. Called between the attention and the MLP, since with --recompute 2 the
+// blocks share one activation slice.
+static void cache_store(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    CacheLayer cl = cache_layer(m, l);
+    size_t BH = (size_t)B * m->cfg.n_head, f = sizeof(float), row = (size_t)T * m->Dh * sizeof(bf16);
+    size_t pitch = (size_t)cl.max_len * m->Dh * sizeof(bf16), D = (size_t)m->cfg.d_model;
+    FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.k, pitch, a->k[l], row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
+    FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.v, pitch, a->v[l], row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
+    if (cl.c)
+        FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.c, cl.max_len * f, a->c[l], T * f, T * f, BH, cudaMemcpyDeviceToDevice, m->stream));
+    if (cl.k_prev) {
+        const float *last = a->proj[l] + (size_t)(T - 1) * m->NINP;
+        size_t seq = (size_t)T * m->NINP * f;
+        FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.k_prev, D * f, last + m->cols.k, seq, D * f, B, cudaMemcpyDeviceToDevice, m->stream));
+        FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.v_prev, D * f, last + m->cols.v, seq, D * f, B, cudaMemcpyDeviceToDevice, m->stream));
+    }
+    if (cl.k_max2) LAUNCH_HEADS(cache_key_norms_kernel, m->Dh, BH, m->stream, cl.k_max2, cl.k, (int)BH, T, cl.max_len, m->Dh);
+}
+
 // Full forward over B×T tokens (B, T within the allocated capacity). With targets, fills the
 // per-position losses (h_losses) and returns their mean; without, returns 0 and stops at xnf
-// (model_logits_row gives a row's logits).
+// (model_logits_rows gives rows of logits). During a prefill it also fills the KV cache (cache_store).
 static double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
     if (B * T > m->B * m->T) fox_fatal("batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
     const FoxConfig *c = &m->cfg;
@@ -478,6 +561,7 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     FOX_LAUNCH_CHECK();
     for (int l = 0; l < L; l++) {
         attention_block_forward(m, l, B, T);
+        if (m->cache.prefilling) cache_store(m, l, B, T);
         mlp_block_forward(m, l, B, T);
     }
     rmsnorm_forward(m, a->xnf, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), N);
@@ -505,14 +589,15 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     return total / N;
 }
 
-// The fp32 logits of one row after a forward without targets (for sampling).
-static void model_logits_row(Model *m, int row, float *out) {
-    int VP = m->VP;
-    lm_head_forward(m, row, 1);
-    bf16 *tmp = (bf16 *)fox_malloc((size_t)VP * sizeof(bf16));
-    FOX_CUDA_CHECK(cudaMemcpy(tmp, m->a.logits, (size_t)VP * sizeof(bf16), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < m->cfg.vocab_size; i++) out[i] = __bfloat162float(tmp[i]);
-    free(tmp);
+// The fp32 logits of xnf's rows [r0, r0 + rows) on the host (rows x vocab_size), after a forward without
+// targets or a decode step; the lm_head runs ce_rows rows at a time.
+static void model_logits_rows(Model *m, int r0, int rows, float *out) {
+    int chunk = rows < m->ce_rows ? rows : m->ce_rows;
+    for (int i = 0; i < rows; i += chunk) {
+        int n = rows - i < chunk ? rows - i : chunk;
+        lm_head_forward(m, r0 + i, n);
+        logits_to_host(m, n, out + (size_t)i * m->cfg.vocab_size);
+    }
 }
 
 // Refills what the recompute level dropped for block l's backward.
@@ -730,6 +815,214 @@ static double optimizer_step(Model *m, const OptConfig *o, double lr, int t) {
 #endif
 
 // ----------------------------------------------------------------------------
+// Generation with a KV cache (docs/model.md §7): the prefill is the normal forward, which stores each
+// block's keys, values, c and KV-shift state (cache_store); a decode step runs one new token per sequence
+// through the blocks against them (fox/decode.cuh), reusing the first B rows of the activation buffers.
+
+// Free device memory in bytes, capped by the test-only FOX_TEST_DEVICE_MEMORY.
+static size_t device_free_bytes(void) {
+    size_t free_b, total_b;
+    FOX_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const char *cap = getenv("FOX_TEST_DEVICE_MEMORY");
+    if (cap && strtoull(cap, NULL, 10) < free_b) free_b = strtoull(cap, NULL, 10);
+    return free_b;
+}
+
+// Bytes of device memory a cache of max_len positions takes, with the step's buffers and, when they
+// must grow, the RoPE tables (in double: an absurd request must not wrap around).
+static double cache_bytes_needed(const Model *m, int max_len) {
+    const FoxConfig *c = &m->cfg;
+    double L = c->n_layer, B = m->B, BH = B * c->n_head, D = c->d_model, Dh = m->Dh, f = sizeof(float);
+    int has_fg = c->forget_gate != FOX_FG_NONE;
+    double bytes = L * BH * max_len * (2.0 * Dh * sizeof(bf16) + (has_fg ? f : 0.0));
+    if (c->kv_shift) bytes += 2.0 * L * B * D * f;
+    if (m->acp && has_fg && !c->qk_norm) bytes += L * BH * f;
+    bytes += BH * Dh * sizeof(bf16) + BH * sizeof(int) + sizeof(unsigned long long) + sizeof(int);
+    bytes += (double)fox_decode_scratch_floats((int)BH, fox_decode_max_splits((int)BH, m->Dh), m->Dh) * f;
+    if (c->rope && max_len > m->rope_len) bytes += 2.0 * max_len * (Dh / 2) * f;
+    return bytes;
+}
+
+// cudaMalloc's granularity over the cache's eleven buffers, and what the decode's library calls may take.
+#define CACHE_MARGIN_BYTES ((double)(64 << 20))
+
+// 0 when a cache of max_len positions fits in the device's free memory; else 1 and the one-line reason
+// (the need, what is free, the remedy) in why.
+static int cache_does_not_fit(const Model *m, int max_len, char *why, size_t n) {
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    double need = cache_bytes_needed(m, max_len) + CACHE_MARGIN_BYTES, free_b = (double)device_free_bytes();
+    if (need <= free_b) return 0;
+    snprintf(why, n, "the KV cache of %d sequences x %d positions needs %.2f GiB of device memory but %.2f GiB is "
+             "free: generate fewer tokens (--generate), use a shorter prompt or fewer --samples", m->B, max_len,
+             need / gib, free_b / gib);
+    return 1;
+}
+
+// A cache for the model's B sequences of up to max_len positions (checked against free memory before
+// anything is allocated), and RoPE tables that cover them.
+static void model_cache_init(Model *m, int max_len) {
+    const FoxConfig *c = &m->cfg;
+    char why[512];
+    if (max_len < 1) fox_fatal("a KV cache of %d positions", max_len);
+    if (cache_does_not_fit(m, max_len, why, sizeof(why))) fox_fatal("%s", why);
+    model_cache_free(m);
+    Cache *kc = &m->cache;
+    size_t L = (size_t)c->n_layer, B = (size_t)m->B, BH = B * c->n_head, D = (size_t)c->d_model, Dh = (size_t)m->Dh;
+    size_t f = sizeof(float), counted = 0;
+    int has_fg = c->forget_gate != FOX_FG_NONE;
+    kc->max_len = max_len;
+    kc->max_splits = fox_decode_max_splits((int)BH, m->Dh);
+    kc->k = (bf16 *)dev_alloc(m, L * BH * max_len * Dh * sizeof(bf16), &counted);
+    kc->v = (bf16 *)dev_alloc(m, L * BH * max_len * Dh * sizeof(bf16), &counted);
+    if (has_fg) kc->c = (float *)dev_alloc(m, L * BH * max_len * f, &counted);
+    if (c->kv_shift) {
+        kc->k_prev = (float *)dev_alloc(m, L * B * D * f, &counted);
+        kc->v_prev = (float *)dev_alloc(m, L * B * D * f, &counted);
+    }
+    if (m->acp && has_fg && !c->qk_norm) kc->k_max2 = (float *)dev_alloc(m, L * BH * f, &counted);
+    kc->q = (bf16 *)dev_alloc(m, BH * Dh * sizeof(bf16), &counted);
+    kc->first = (int *)dev_alloc(m, BH * sizeof(int), &counted);
+    kc->part = (float *)dev_alloc(m, fox_decode_scratch_floats((int)BH, kc->max_splits, m->Dh) * f, &counted);
+    kc->keys_read = (unsigned long long *)dev_alloc(m, sizeof(unsigned long long), &counted);
+    kc->pos = (int *)dev_alloc(m, sizeof(int), &counted);
+    if (c->rope && max_len > m->rope_len) {
+        FOX_CUDA_CHECK(cudaFree(m->rope_cos));
+        FOX_CUDA_CHECK(cudaFree(m->rope_sin));
+        m->rope_cos = (float *)dev_alloc(m, (size_t)max_len * (Dh / 2) * f, &counted);
+        m->rope_sin = (float *)dev_alloc(m, (size_t)max_len * (Dh / 2) * f, &counted);
+        upload_rope_tables(m, max_len);
+    }
+}
+
+// The normal forward over the prompts (B x T tokens), filling the cache's first T positions; logits: each
+// sequence's last-position logits (B x vocab_size).
+static void model_prefill(Model *m, const int *tokens, int T, float *logits) {
+    Cache *kc = &m->cache;
+    int V = m->cfg.vocab_size;
+    if (T < 1 || T > kc->max_len || T > m->T)
+        fox_fatal("a prefill of %d tokens: the KV cache holds %d positions, the model's forward %d", T, kc->max_len, m->T);
+    kc->prefilling = 1;
+    model_forward(m, tokens, NULL, m->B, T);
+    kc->prefilling = 0;
+    for (int b = 0; b < m->B; b++) model_logits_rows(m, b * T + T - 1, 1, logits + (size_t)b * V);
+    kc->len = T;
+    kc->keys_cached = 0;
+    FOX_CUDA_CHECK(cudaMemsetAsync(kc->keys_read, 0, sizeof(unsigned long long), m->stream));
+    FOX_CUDA_CHECK(cudaMemcpy(kc->pos, &T, sizeof(int), cudaMemcpyHostToDevice));
+}
+
+// out (B, OUT, row stride ldo, fp32 or bf16) = [C +] in (B, IN) · W (OUT, IN)ᵀ for the decode step's B rows:
+// fox/decode.cuh's GEMV at batch 1, cuBLASLt beyond (linear_forward's arguments).
+static void decode_linear(Model *m, void *out, const float *C, cudaDataType_t dtype, int ldo, const bf16 *in, const bf16 *W,
+                          int IN, int OUT) {
+    if (!fox_decode_linear_fits(in, W, m->B, IN)) {
+        linear_forward(&m->gemm, out, C, dtype, ldo, in, W, m->B, IN, OUT);
+        return;
+    }
+    int epi = dtype == CUDA_R_16BF ? DECODE_BF16 : C ? DECODE_F32_ADD : DECODE_F32;
+    fox_decode_linear(out, C, in, W, IN, OUT, epi, m->stream);
+}
+
+// Block l's attention for the new token of each sequence at position *kc->pos, over the cache: mid = x + W_o z
+// (FoX eq. 11-13 and 15-23). CPU: decode_attention_block.
+static void decode_attention_block(Model *m, int l, const float *x, float *mid) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    Cache *kc = &m->cache;
+    int B = m->B, D = c->d_model, H = c->n_head, Dh = m->Dh, has_fg = c->forget_gate != FOX_FG_NONE;
+    int acp = m->acp && has_fg, cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
+    fox_decode_rmsnorm(a->xn1[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream);
+    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn1[0], wbf(m, FOX_P_attn_in_w, l), D, m->NINP);
+    QkvInputs s = qkv_inputs(m, l, B, 1);
+    s.proj = a->proj[0];
+    CacheLayer cl = cache_layer(m, l);
+    LAUNCH_HEADS(decode_qkv_kernel, Dh, (size_t)B * H, m->stream, kc->q, kc->first, kc->keys_read, cl, s, cf,
+                 has_fg ? param(m, FOX_P_fgate_b, l) : NULL, acp, kc->pos);
+    fox_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, acp ? kc->first : NULL, kc->part, B * H, Dh, kc->max_len,
+                         kc->pos, kc->max_splits, m->stream);
+    LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)B * H, m->stream, a->z[0], a->o[0], a->proj[0], m->NINP,
+                 c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, B, H, Dh);
+    decode_linear(m, mid, x, CUDA_R_32F, D, a->z[0], wbf(m, FOX_P_attn_out_w, l), D, D);
+}
+
+// Block l's MLP for the decode step's B rows: x = mid + W_down SwiGLU(W_in RMSNorm(mid)). CPU: mlp_forward.
+static void decode_mlp_block(Model *m, int l, const float *mid, float *x) {
+    Acts *a = &m->a;
+    int B = m->B, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
+    fox_decode_rmsnorm(a->xn2[0], mid, param(m, FOX_P_ln2_w, l), B, D, m->stream);
+    const bf16 *w_in = wbf(m, FOX_P_mlp_in_w, l);
+    if (fox_decode_linear_fits(a->xn2[0], w_in, B, D)) {
+        fox_decode_linear(a->mlp_h[0], NULL, a->xn2[0], w_in, D, I, DECODE_SWIGLU, m->stream);
+    } else {
+        linear_forward(&m->gemm, a->mlp_u[0], NULL, CUDA_R_16BF, 2 * I, a->xn2[0], w_in, B, D, 2 * I);
+        fox_swiglu_forward(a->mlp_h[0], a->mlp_u[0], B, I, m->stream);
+    }
+    decode_linear(m, x, mid, CUDA_R_32F, D, a->mlp_h[0], wbf(m, FOX_P_mlp_out_w, l), I, D);
+}
+
+// The kernels of a decode step, from the tokens in a->inputs to the final norm's rows in a->xnf, then the
+// position moved on. The residual stream alternates between resid's and mid's first B rows.
+static void decode_step_kernels(Model *m) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    int B = m->B, D = c->d_model;
+    float *x = a->resid, *mid = a->mid[0];
+    embedding_forward_kernel<<<fox_blocks((size_t)B * D, 256), 256, 0, m->stream>>>(x, a->inputs, param(m, FOX_P_wte, 0), B, D);
+    FOX_LAUNCH_CHECK();
+    for (int l = 0; l < c->n_layer; l++) {
+        decode_attention_block(m, l, x, mid);
+        decode_mlp_block(m, l, mid, x);
+    }
+    fox_decode_rmsnorm(a->xnf, x, param(m, FOX_P_lnf_w, 0), B, D, m->stream);
+    decode_advance_kernel<<<1, 1, 0, m->stream>>>(m->cache.pos);
+    FOX_LAUNCH_CHECK();
+}
+
+// A decode step's hundreds of small kernels cost more to launch one by one than to run at batch 1, so they
+// are captured once as a CUDA graph (the position is read on the device) and replayed at every step.
+static void decode_step_capture(Model *m) {
+    Cache *kc = &m->cache;
+    cudaGraph_t graph;
+    if (kc->step) FOX_CUDA_CHECK(cudaGraphExecDestroy(kc->step));
+    FOX_CUDA_CHECK(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal));
+    decode_step_kernels(m);
+    FOX_CUDA_CHECK(cudaStreamEndCapture(m->stream, &graph));
+    FOX_CUDA_CHECK(cudaGraphInstantiate(&kc->step, graph, 0));
+    FOX_CUDA_CHECK(cudaGraphDestroy(graph));
+    kc->step_acp = m->acp;
+}
+
+// One token per sequence (B of them) at the next position; logits: B x vocab_size.
+static void model_decode(Model *m, const int *tokens, float *logits) {
+    const FoxConfig *c = &m->cfg;
+    Cache *kc = &m->cache;
+    int B = m->B, t = kc->len;
+    if (kc->len < 1) fox_fatal("a decode step before the prefill");
+    if (kc->len >= kc->max_len) fox_fatal("a decode step at position %d: the KV cache holds %d positions", kc->len, kc->max_len);
+    FOX_CUDA_CHECK(cudaMemcpy(m->a.inputs, tokens, (size_t)B * sizeof(int), cudaMemcpyHostToDevice));
+    if (!kc->step || kc->step_acp != m->acp) decode_step_capture(m);
+    FOX_CUDA_CHECK(cudaGraphLaunch(kc->step, m->stream));
+    if (B > m->ce_rows) {
+        model_logits_rows(m, 0, B, logits);
+    } else {
+        decode_linear(m, m->a.logits, NULL, CUDA_R_16BF, m->VP, m->a.xnf, wbf(m, FOX_P_lm_head_w, 0), c->d_model, m->VP);
+        logits_to_host(m, B, logits);
+    }
+    kc->len++;
+    kc->keys_cached += (long long)c->n_layer * B * c->n_head * (t + 1);
+}
+
+// ACP: the fraction of the cached keys the decode steps since the prefill read; < 0 without ACP, without a
+// forget gate or before a decode step.
+static double model_decode_keys_read(Model *m) {
+    Cache *kc = &m->cache;
+    if (!m->acp || m->cfg.forget_gate == FOX_FG_NONE || !kc->keys_cached) return -1.0;
+    unsigned long long read;
+    FOX_CUDA_CHECK(cudaMemcpy(&read, kc->keys_read, sizeof(read), cudaMemcpyDeviceToHost));
+    return (double)read / kc->keys_cached;
+}
+
+// ----------------------------------------------------------------------------
 // The run (fox/run.h): what it needs from this model. Not part of the test build.
 #ifndef TESTING
 
@@ -754,11 +1047,8 @@ static size_t device_bytes_other(size_t ours) { return FOX_GEMM_WORKSPACE + ((si
 // memory (capped by the test-only FOX_TEST_DEVICE_MEMORY, bytes): the need, and what would fit.
 static void check_device_memory(const Model *m, const Dist *d) {
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    size_t w, a, s, free_b, total_b;
+    size_t w, a, s, free_b = device_free_bytes();
     size_t ours = device_bytes_needed(m, m->recompute, &w, &a, &s), need = ours + device_bytes_other(ours);
-    FOX_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const char *cap = getenv("FOX_TEST_DEVICE_MEMORY");
-    if (cap && strtoull(cap, NULL, 10) < free_b) free_b = strtoull(cap, NULL, 10);
     double short_ranks = need > free_b;
     dist_allreduce_sum_f64(d, &short_ranks, 1);
     if (short_ranks == 0.0) return;
@@ -859,9 +1149,15 @@ static void run_model_shard(const Model *m, size_t *offset, size_t *count) {
     *count = m->shard_hi - m->shard_lo;
 }
 
-static void run_model_logits_row(Model *m, int row, float *out) { model_logits_row(m, row, out); }
-
 static double run_model_acp_live(Model *m) { return m->acp_tiles ? (double)m->acp_live / m->acp_tiles : -1.0; }
+
+static void run_model_cache_init(Model *m, int max_len) { model_cache_init(m, max_len); }
+
+static void run_model_prefill(Model *m, const int *tokens, int T, float *logits) { model_prefill(m, tokens, T, logits); }
+
+static void run_model_decode(Model *m, const int *tokens, float *logits) { model_decode(m, tokens, logits); }
+
+static double run_model_decode_keys_read(Model *m) { return model_decode_keys_read(m); }
 
 static void run_model_sync(Model *m) { FOX_CUDA_CHECK(cudaStreamSynchronize(m->stream)); }
 

@@ -13,6 +13,11 @@ Subcommands:
   init ...               write reference-initialised weights as a fox.c model.bin.
   loss ...               load a fox.c model.bin, print `loss <value>` on a token file (.npy,
                          int array (B, T+1): inputs = [:, :-1], targets = [:, 1:]).
+  export-hf MODEL_BIN OUT_DIR
+                         a Hugging Face directory (config.json, model.safetensors) that the official
+                         FoX code loads with AutoModelForCausalLM.from_pretrained.
+  import-hf HF_DIR MODEL_BIN
+                         the reverse: an official FoX checkpoint as a fox.c model.bin.
   selfcheck              internal consistency checks; prints `N passed, M failed`, exits 1 on a
                          failure.
 
@@ -47,6 +52,7 @@ Runs on PyTorch 1.13 (Debian python3-torch, CPU: use /usr/bin/python3) and PyTor
 """
 
 import argparse
+import json
 import math
 import os
 import re
@@ -763,6 +769,255 @@ def cmd_loss(args):
 
 
 # ----------------------------------------------------------------------------------------------
+# Exchange with the official FoX code (zhixuan-lin/forgetting-transformer): a Hugging Face directory,
+# config.json and model.safetensors, that its AutoModelForCausalLM loads, and back. Tensor by tensor
+# the weights are the same numbers; only names and stacking differ (docs/model.md §5.4).
+
+HF_MODEL_TYPE = "forgetting_transformer-project_fox"
+HF_FGATE_TYPES = {FG_DATA_DEPENDENT: "full", FG_DATA_INDEPENDENT: "bias_only", FG_FIXED: "fixed", FG_NONE: "none"}
+_SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
+
+
+def hf_config(c):
+    """The official config.json of a fox.c config."""
+    fg = c["forget_gate"]
+    timescales = fg in (FG_DATA_INDEPENDENT, FG_FIXED)
+    return {
+        "architectures": ["ForgettingTransformerForCausalLM"],
+        "model_type": HF_MODEL_TYPE,
+        "vocab_size": c["vocab_size"],
+        "hidden_size": c["d_model"],
+        "num_hidden_layers": c["n_layer"],
+        "num_heads": c["n_head"],
+        "num_kv_heads": None,  # as many key/value heads as heads (the official code refuses any number)
+        "intermediate_size": c["mlp_hidden"],
+        "hidden_act": "swish",
+        "norm_eps": float(np.float32(FOX["FOX_NORM_EPS"])),
+        "use_rope": bool(c["rope"]),
+        "rope_base": c["rope_theta"],
+        "use_k_shift": bool(c["kv_shift"]),
+        "use_v_shift": bool(c["kv_shift"]),
+        "qk_norm": bool(c["qk_norm"]),
+        "qk_norm_share_param_across_head": bool(c["qk_norm_shared"]),
+        "use_output_gate": bool(c["output_gate"]),
+        "ogate_act": "sigmoid",
+        "use_output_norm": bool(c["output_norm"]),
+        "fgate_type": HF_FGATE_TYPES[fg],
+        "fgate_bias_init": timescales,
+        "decay_time_min": c["t_min"] if timescales else None,
+        "decay_time_max": c["t_max"] if timescales else None,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "elementwise_affine": True,
+        "window_size": None,
+        "bos_token_id": FOX["FOX_EOT"] if c["vocab_size"] == FOX["FOX_VOCAB_GPT2"] else None,
+        "eos_token_id": FOX["FOX_EOT"] if c["vocab_size"] == FOX["FOX_VOCAB_GPT2"] else None,
+        "torch_dtype": "float32",
+    }
+
+
+def _hf_kv_name(c, l, which):
+    """The official name of layer l's k or v projection matrix (a ShiftLinear under KV-shift)."""
+    return "model.layers.%d.attn.%s_proj.%s" % (l, which, "linear.weight" if c["kv_shift"] else "weight")
+
+
+def hf_tensor_map(c):
+    """[(official name, fox.c tensor, layer or None, row slice or None)]: where each official tensor's
+    rows sit in the fox.c layout."""
+    rows, fg = attn_in_slices(c), c["forget_gate"]
+    out = [("model.embeddings.weight", "wte", None, None)]
+    for l in range(c["n_layer"]):
+        a = "model.layers.%d.attn." % l
+        out += [("model.layers.%d.attn_norm.weight" % l, "ln1_w", l, None),
+                (a + "q_proj.weight", "attn_in_w", l, rows["q"]),
+                (_hf_kv_name(c, l, "k"), "attn_in_w", l, rows["k"]),
+                (_hf_kv_name(c, l, "v"), "attn_in_w", l, rows["v"])]
+        if c["kv_shift"]:
+            out += [(a + "k_proj.shift_proj.weight", "attn_in_w", l, rows["k_shift"]),
+                    (a + "v_proj.shift_proj.weight", "attn_in_w", l, rows["v_shift"])]
+        if fg == FG_DATA_DEPENDENT:
+            out += [(a + "fgate_proj.weight", "attn_in_w", l, rows["fgate"]),
+                    (a + "fgate_proj.bias", "fgate_b", l, None)]
+        elif fg != FG_NONE:
+            out.append((a + "fgate_bias", "fgate_b", l, None))
+        if c["qk_norm"]:
+            out += [(a + "q_norm.weight", "qnorm_w", l, None), (a + "k_norm.weight", "knorm_w", l, None)]
+        if c["output_norm"]:
+            out.append((a + "output_norm.weight", "onorm_w", l, None))
+        if c["output_gate"]:
+            out.append((a + "ogate_proj.weight", "attn_in_w", l, rows["gate"]))
+        out += [(a + "o_proj.weight", "attn_out_w", l, None),
+                ("model.layers.%d.mlp_norm.weight" % l, "ln2_w", l, None),
+                ("model.layers.%d.mlp.gate_proj.weight" % l, "mlp_in_w", l, None),
+                ("model.layers.%d.mlp.down_proj.weight" % l, "mlp_out_w", l, None)]
+    return out + [("model.norm.weight", "lnf_w", None, None), ("lm_head.weight", "lm_head_w", None, None)]
+
+
+def _hf_view(params, name, layer, rows):
+    a = params[name] if layer is None else params[name][layer]
+    a = a if rows is None else a[rows]
+    return a.reshape(-1) if a.shape[0] == 1 else a  # norm weights and biases are vectors there
+
+
+def hf_tensors(c, params):
+    """{official name: float32 array} of fox.c weights."""
+    return {hf: np.ascontiguousarray(_hf_view(params, name, layer, rows), np.float32)
+            for hf, name, layer, rows in hf_tensor_map(c)}
+
+
+def write_safetensors(path, tensors):
+    """The safetensors format: an 8-byte little-endian header length, a JSON header (name: dtype,
+    shape, data_offsets), padded with spaces to a multiple of 8, then the raw little-endian data."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, a in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    chunks = [struct.pack("<Q", len(text)), text] + [a.astype("<f4").tobytes() for a in tensors.values()]
+    _atomic_write(path, chunks)
+
+
+def read_safetensors(path):
+    """{name: float32 array} of a safetensors file (F32, F16, BF16 or F64 tensors)."""
+    data = Path(path).read_bytes()
+    if len(data) < 8:
+        raise ValueError("%s: not a safetensors file (%d bytes)" % (path, len(data)))
+    n = struct.unpack("<Q", data[:8])[0]
+    if 8 + n > len(data):
+        raise ValueError("%s: not a safetensors file (header of %d bytes in a file of %d)" % (path, n, len(data)))
+    try:
+        header = json.loads(data[8:8 + n])
+    except ValueError:
+        raise ValueError("%s: the safetensors header is not JSON" % path)
+    body, out = data[8 + n:], {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _SAFETENSORS_DTYPES.get(info.get("dtype"))
+        if dtype is None:
+            raise ValueError("%s: tensor %s has dtype %s (F32, F16, BF16 or F64 expected)" % (path, name, info.get("dtype")))
+        begin, end = info["data_offsets"]
+        shape = tuple(info["shape"])
+        if not 0 <= begin <= end <= len(body) or end - begin != int(np.prod(shape)) * np.dtype(dtype).itemsize:
+            raise ValueError("%s: tensor %s's data offsets %s do not fit its shape %s" % (path, name, [begin, end], shape))
+        a = np.frombuffer(body, np.dtype(dtype).newbyteorder("<"), int(np.prod(shape)), begin)
+        if info["dtype"] == "BF16":  # bfloat16 is the top half of a float32
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        out[name] = a.astype(np.float32).reshape(shape)
+    return out
+
+
+def config_from_hf(hf, where):
+    """The fox.c config of an official config.json, or ValueError saying what fox.c does not run."""
+    def need(cond, what):
+        if not cond:
+            raise ValueError("%s: %s" % (where, what))
+    need(hf.get("model_type") == HF_MODEL_TYPE, "model_type is %r, not %r" % (hf.get("model_type"), HF_MODEL_TYPE))
+    H, D = hf.get("num_heads", 32), hf.get("hidden_size", 2048)
+    need(hf.get("num_kv_heads") in (None, H), "num_kv_heads %s differs from num_heads %s: fox.c has no "
+         "grouped-query attention" % (hf.get("num_kv_heads"), H))
+    need(hf.get("hidden_act", "swish") == "swish", "hidden_act %r: fox.c's MLP is SwiGLU (swish)" % hf.get("hidden_act"))
+    need(hf.get("window_size") is None, "window_size %r: fox.c attends to the whole context" % hf.get("window_size"))
+    need(not hf.get("attention_bias", False), "attention_bias: fox.c's projections have no bias")
+    need(not hf.get("tie_word_embeddings", False), "tie_word_embeddings: fox.c's lm_head is untied")
+    need(hf.get("elementwise_affine", True), "elementwise_affine false: fox.c's norms have weights")
+    need(hf.get("use_k_shift", False) == hf.get("use_v_shift", False),
+         "use_k_shift and use_v_shift differ: fox.c shifts keys and values together (--kv-shift)")
+    need(not hf.get("use_output_gate", False) or hf.get("ogate_act", "sigmoid") == "sigmoid",
+         "ogate_act %r: fox.c's output gate is a sigmoid" % hf.get("ogate_act"))
+    need(abs(hf.get("norm_eps", 1e-6) - FOX["FOX_NORM_EPS"]) <= 1e-12,
+         "norm_eps %r: fox.c's RMSNorm epsilon is %g" % (hf.get("norm_eps"), FOX["FOX_NORM_EPS"]))
+    fgate = {v: k for k, v in HF_FGATE_TYPES.items()}
+    need(hf.get("fgate_type", "full") in fgate, "fgate_type %r (full, bias_only, fixed or none)" % hf.get("fgate_type"))
+    inter = hf.get("intermediate_size")
+    if inter is None:  # the official rule from hidden_ratio
+        inter = int(D * (hf.get("hidden_ratio") or 4) * 2 / 3)
+        inter = 256 * ((inter + 255) // 256)
+    c = make_config("fox-pro", vocab_size=hf.get("vocab_size", 32000), n_layer=hf.get("num_hidden_layers", 24),
+                    d_model=D, n_head=H, mlp_hidden=inter, forget_gate=fgate[hf.get("fgate_type", "full")],
+                    rope=int(bool(hf.get("use_rope", False))), qk_norm=int(bool(hf.get("qk_norm", False))),
+                    qk_norm_shared=int(bool(hf.get("qk_norm", False) and hf.get("qk_norm_share_param_across_head", False))),
+                    kv_shift=int(bool(hf.get("use_k_shift", False))),
+                    output_gate=int(bool(hf.get("use_output_gate", False))),
+                    output_norm=int(bool(hf.get("use_output_norm", False))),
+                    rope_theta=float(hf.get("rope_base", 500000.0)))
+    if hf.get("fgate_bias_init"):
+        c["t_min"], c["t_max"] = _f32(hf["decay_time_min"]), _f32(hf["decay_time_max"])
+    problem = config_invalid(c)
+    need(problem is None, "its config is not a valid fox.c model: %s" % problem)
+    return c
+
+
+def params_from_hf(c, tensors, where):
+    """fox.c weights from official tensors; ValueError on a missing, misshapen or unknown tensor."""
+    params = {p["name"]: np.zeros(p["shape"], np.float32) for p in layout(c)}
+    expected = hf_tensor_map(c)
+    for hf, name, layer, rows in expected:
+        if hf not in tensors:
+            raise ValueError("%s: tensor %s is missing" % (where, hf))
+        view = _hf_view(params, name, layer, rows)
+        if tensors[hf].shape != view.shape:
+            raise ValueError("%s: tensor %s has shape %s, expected %s for its config" %
+                             (where, hf, tensors[hf].shape, view.shape))
+        view[...] = tensors[hf]
+    known = {hf for hf, _, _, _ in expected}
+    unknown = sorted(n for n in tensors if n not in known and not n.endswith("rotary.inv_freq"))
+    if unknown:
+        raise ValueError("%s: %d tensors fox.c has no place for, e.g. %s" % (where, len(unknown), unknown[0]))
+    return params
+
+
+def _fresh_output(path):
+    if Path(path).exists() and (not Path(path).is_dir() or any(Path(path).iterdir())):
+        raise ValueError("%s already exists: choose a new path (nothing is overwritten)" % path)
+
+
+def cmd_export_hf(args):
+    cfg, params = load_model_bin(args.model_bin)
+    _fresh_output(args.out_dir)
+    out = Path(args.out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="." + out.name + ".", dir=str(out.parent)))
+    try:
+        _atomic_write(tmp / "config.json", [(json.dumps(hf_config(cfg), indent=2) + "\n").encode()])
+        write_safetensors(tmp / "model.safetensors", hf_tensors(cfg, params))
+        if out.exists():
+            out.rmdir()
+        os.rename(str(tmp), str(out))
+    except BaseException:
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+        raise
+    print("wrote %s: config.json, model.safetensors (%d tensors)" % (out, len(hf_tensor_map(cfg))))
+
+
+def cmd_import_hf(args):
+    d = Path(args.hf_dir)
+    try:
+        hf = json.loads((d / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError("%s/config.json: %s" % (d, e))
+    c = config_from_hf(hf, d / "config.json")
+    index = d / "model.safetensors.index.json"
+    if index.exists():  # a sharded checkpoint: weight_map names the file of each tensor
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    tensors = {}
+    for f in files:
+        if not (d / f).exists():
+            raise ValueError("%s: %s is missing" % (d, f))
+        tensors.update(read_safetensors(d / f))
+    params = params_from_hf(c, tensors, d)
+    _fresh_output(args.model_bin)
+    save_model_bin(args.model_bin, c, params)
+    print("wrote %s: %d layers, d_model %d, %d heads, forget gate %s" %
+          (args.model_bin, c["n_layer"], c["d_model"], c["n_head"], HF_FGATE_TYPES[c["forget_gate"]]))
+
+
+# ----------------------------------------------------------------------------------------------
 # selfcheck
 
 
@@ -983,6 +1238,20 @@ def main(argv=None):
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.set_defaults(func=cmd_loss)
+
+    p = sub.add_parser("export-hf", help="write a model.bin as a Hugging Face directory of the official FoX code",
+                       description="Writes OUT_DIR/config.json and OUT_DIR/model.safetensors, which the official "
+                       "forgetting_transformer package loads with AutoModelForCausalLM.from_pretrained.")
+    p.add_argument("model_bin", metavar="MODEL_BIN")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="a new directory (an existing non-empty one is refused)")
+    p.set_defaults(func=cmd_export_hf)
+
+    p = sub.add_parser("import-hf", help="write an official FoX Hugging Face directory as a fox.c model.bin",
+                       description="Reads HF_DIR/config.json and HF_DIR/model.safetensors (or the shards of "
+                       "model.safetensors.index.json); refuses configs fox.c does not run.")
+    p.add_argument("hf_dir", metavar="HF_DIR")
+    p.add_argument("model_bin", metavar="MODEL_BIN", help="a new file (an existing one is refused)")
+    p.set_defaults(func=cmd_import_hf)
 
     p = sub.add_parser("selfcheck", help="run the internal checks; exit 1 on failure",
                        description="RNG vs pure Python, attention vs a loop form, finite "

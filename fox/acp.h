@@ -55,4 +55,19 @@ static inline FOX_ACP_HD int fox_acp_first_live(const FOX_ACP_REAL *c, int T, in
     return lo;
 }
 
+// Decoding (docs/model.md §7): the first cached key a query at position t reads. Keys j < t+1 with
+// c_t - c_j < delta weigh less than eps/(t+1) of the largest (delta from fox_acp_threshold with T = t+1
+// and U from the QK-norm weights or from |q_t| and the largest cached |k_j|); c never increases, so they
+// are a prefix, found by binary search. The key at t itself is always read.
+static inline FOX_ACP_HD int fox_acp_first_key(const FOX_ACP_REAL *c, int t, double delta) {
+    double top = (double)c[t];
+    int lo = 0, hi = t;  // the answer is in [lo, hi]
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (top - (double)c[mid] >= delta) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
 #endif

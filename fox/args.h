@@ -53,9 +53,16 @@
     F(INT, keep, "keep", 3, 1, 4096, "checkpoints kept in --out (older ones are deleted)") \
     F(INT, max_bad_steps, "max-bad-steps", 5, 1, 1 << 20, "consecutive skipped steps (non-finite loss or gradient norm, loss spike) before the run stops (exit 3)") \
     F(FLT, spike_z, "spike-z", 0.0, 0.0, 1e6, "also skip a step whose loss exceeds the recent mean by Z standard deviations (after 20 steps); 0 = off") \
-    F(INT, sample_tokens, "sample-tokens", 64, 0, 1 << 24, "tokens to generate after training; 0 = none") \
-    F(INT, top_k, "top-k", 1, 1, 1 << 30, "sampling: 1 = greedy, k > 1 = top-k at temperature 1") \
-    F(STR, tokenizer, "tokenizer", "data/gpt2_tokenizer.bin", 0, 0, "vocabulary file used to print the sample as text") \
+    F(INT, sample_tokens, "sample-tokens", 64, 0, 1 << 24, "tokens to generate after training (after --prompt if given); 0 = none") \
+    F(INT, generate, "generate", 0, 0, 1 << 24, "no training: N tokens after the prompt from --init or the newest checkpoint in --out, with a KV cache (docs/model.md §7)") \
+    F(STR, prompt, "prompt", "", 0, 0, "the text to continue (it follows an <|endoftext|>)") \
+    F(STR, prompt_file, "prompt-file", "", 0, 0, "the prompt from a UTF-8 file") \
+    F(INT, samples, "samples", 1, 1, 65536, "--generate: sequences generated together from the prompt, each with its own draws") \
+    F(FLT, temperature, "temperature", 1.0, FOX_OPEN_LO, 100.0, "sampling temperature") \
+    F(INT, top_k, "top-k", 0, 0, 1 << 30, "sample among the k most likely tokens; 1 = greedy (deterministic), 0 = all") \
+    F(FLT, top_p, "top-p", 1.0, FOX_OPEN_LO, 1.0, "then among the fewest most likely ones holding this probability (nucleus); 1 = all") \
+    F(BOOL, stop_at_eot, "stop-at-eot", 1, 0, 0, "a sequence ends at <|endoftext|>") \
+    F(STR, tokenizer, "tokenizer", "data/gpt2_tokenizer.bin", 0, 0, "GPT-2 vocabulary file: encodes the prompt, decodes samples") \
     F(INT, log_every, "log-every", 1, 1, 2147483647, "print a training line every N steps") \
     F(BOOL, deterministic, "deterministic", 1, 0, 0, "bitwise reproducible attention backward; off: fp32 atomics, faster (train_fox; the CPU trainer is always deterministic)") \
     F(BOOL, acp, "acp", 0, 0, 0, "Adaptive Computation Pruning, skip the attention tiles the forget gates make negligible (weights below e^-10/T of the row's largest; docs/model.md §1.5)") \
@@ -203,6 +210,8 @@ static inline void fox_args_parse(FoxArgs *a, int argc, char **argv) {
         if (!matched) fox_usage_error("unknown flag %s (see --help)", arg);
     }
     if (a->min_lr > a->lr) fox_usage_error("--min-lr %g exceeds --lr %g", a->min_lr, a->lr);
+    if (a->prompt[0] && a->prompt_file[0]) fox_usage_error("--prompt and --prompt-file: give one of them");
+    if (a->generate && a->eval_only) fox_usage_error("--generate and --eval-only: give one of them");
 }
 
 // The model config the arguments describe: preset first, then sizes, then explicit switches.

@@ -319,6 +319,25 @@ __device__ __forceinline__ void rope_rotate(float x[PER_LANE], const QkvInputs &
     }
 }
 
+// The per-head RMSNorm of q and k (when s.qw) and their rotation at position t (when s.rope_cos), in place:
+// head h's lane-held dimensions. The forward's and the decode step's q and k (fox/decode.cuh) come from here.
+template <int PER_LANE>
+__device__ __forceinline__ void qk_norm_rope(float qv[PER_LANE], float kv[PER_LANE], const QkvInputs &s, int h, int t, int lane) {
+    if (s.qw) {
+        float rq = head_rstd<PER_LANE>(qv, s.dh, FOX_QK_NORM_EPS), rk = head_rstd<PER_LANE>(kv, s.dh, FOX_QK_NORM_EPS);
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) {
+            int i = h * s.wstride + lane + 32 * e;
+            qv[e] = qv[e] * rq * s.qw[i];
+            kv[e] = kv[e] * rk * s.kw[i];
+        }
+    }
+    if (s.rope_cos) {
+        rope_rotate<PER_LANE>(qv, s, t, lane, 0);
+        rope_rotate<PER_LANE>(kv, s, t, lane, 0);
+    }
+}
+
 // Paper eq. 15-19 (FoX Pro): q = QK-norm(W_q x); k = QK-norm(KV-shift(W_k x)), v = KV-shift(W_v x); then
 // RoPE (Transformer presets). CPU: kv_shift_forward, rmsnorm_forward (per head), rope_apply in
 // attention_block_forward.
@@ -333,19 +352,7 @@ __global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
     load_shifted<PER_LANE>(qv, s, n, t, s.cols.q, -1, h, lane);
     load_shifted<PER_LANE>(kv, s, n, t, s.cols.k, s.cols.k_shift, h, lane);
     load_shifted<PER_LANE>(vv, s, n, t, s.cols.v, s.cols.v_shift, h, lane);
-    if (s.qw) {
-        float rq = head_rstd<PER_LANE>(qv, s.dh, FOX_QK_NORM_EPS), rk = head_rstd<PER_LANE>(kv, s.dh, FOX_QK_NORM_EPS);
-#pragma unroll
-        for (int e = 0; e < PER_LANE; e++) {
-            int i = h * s.wstride + lane + 32 * e;
-            qv[e] = qv[e] * rq * s.qw[i];
-            kv[e] = kv[e] * rk * s.kw[i];
-        }
-    }
-    if (s.rope_cos) {
-        rope_rotate<PER_LANE>(qv, s, t, lane, 0);
-        rope_rotate<PER_LANE>(kv, s, t, lane, 0);
-    }
+    qk_norm_rope<PER_LANE>(qv, kv, s, h, t, lane);
     size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {

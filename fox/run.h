@@ -15,6 +15,7 @@
 #include "train_common.h"
 #include "dist.h"
 #include "trainer.h"
+#include "sample.h"
 #include "../dataloader.h"
 #include "../tokenizer.h"
 
@@ -336,69 +337,6 @@ static void save_train_pos_loss(Run *r) {
 }
 
 
-// Index of the token drawn from logits z: among the k largest, in proportion to exp(z), with the
-// uniform u in [0, 1) (k = 1: the argmax).
-static int pick_token(const float *z, int V, int k, double u, int *best) {
-    int nb = 0;  // indices of the k largest logits, by insertion
-    for (int v = 0; v < V; v++) {
-        int at = nb < k ? nb++ : k;
-        if (at == k && z[v] <= z[best[k - 1]]) continue;
-        if (at == k) at = k - 1;
-        while (at > 0 && z[best[at - 1]] < z[v]) { best[at] = best[at - 1]; at--; }
-        best[at] = v;
-    }
-    double total = 0.0;
-    for (int j = 0; j < nb; j++) total += exp((double)(z[best[j]] - z[best[0]]));
-    u *= total;
-    for (int j = 0; j < nb; j++) {
-        u -= exp((double)(z[best[j]] - z[best[0]]));
-        if (u < 0) return best[j];
-    }
-    return best[0];
-}
-
-// Greedy (top_k = 1) or top-k sampling of n tokens after an EOT prompt, recomputing the full
-// forward per token (no KV cache).
-static void sample_tokens(Run *r, int *out, int n) {
-    Model *m = r->model;
-    int T = r->seq_len < n + 1 ? r->seq_len : n + 1, V = r->cfg.vocab_size, k = r->args.top_k < 1 ? 1 : r->args.top_k;
-    int *ctx = (int *)fox_calloc((size_t)T, sizeof(int));
-    int *best = (int *)fox_calloc((size_t)k, sizeof(int));
-    float *z = (float *)fox_malloc((size_t)V * sizeof(float));
-    uint64_t key = fox_rng_key((uint64_t)r->args.seed, FOX_STREAM_SAMPLE);
-    ctx[0] = FOX_EOT < V ? FOX_EOT : 0;
-    int len = 1;
-    for (int i = 0; i < n; i++) {
-        if (len == T) { memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof(int)); len--; }
-        model_forward(m, ctx, NULL, 1, len);
-        run_model_logits_row(m, len - 1, z);
-        out[i] = pick_token(z, V, k, fox_rng_uniform(key, r->rng++), best);
-        ctx[len++] = out[i];
-    }
-    free(ctx);
-    free(best);
-    free(z);
-}
-
-static void print_sample(Run *r) {
-    int n = r->args.sample_tokens;
-    int *ids = (int *)fox_calloc((size_t)n, sizeof(int));
-    sample_tokens(r, ids, n);
-    Tokenizer tok;
-    if (r->cfg.vocab_size == FOX_VOCAB_GPT2 && tokenizer_load(&tok, r->args.tokenizer)) {
-        size_t len;
-        char *text = tokenizer_decode(&tok, ids, (size_t)n, &len);
-        printf("sample: %.*s\n", (int)len, text);
-        free(text);
-        tokenizer_free(&tok);
-    } else {
-        printf("sample ids:");
-        for (int i = 0; i < n; i++) printf(" %d", ids[i]);
-        printf("\n");
-    }
-    free(ids);
-}
-
 // One run per directory: rank 0 holds an exclusive lock on OUT/.lock (with its PID inside) for the
 // run's life; the kernel drops it when the process ends, however it ends. Returns the holder's PID
 // when another run has it, else 0.
@@ -543,12 +481,12 @@ static void run_init(Run *r) {
     }
 }
 
-// Path of the weights --eval-only reads: --init, else the newest checkpoint's model.bin in --out.
-// Returns the training context of that checkpoint (0 when unknown, as for --init).
-static int eval_weights_path(const FoxArgs *a, char *path, size_t cap) {
+// Path of the weights --eval-only and --generate (flag) read: --init, else the newest checkpoint's
+// model.bin in --out. Returns the training context of that checkpoint (0 when unknown, as for --init).
+static int eval_weights_path(const FoxArgs *a, const char *flag, char *path, size_t cap) {
     if (a->init[0]) { snprintf(path, cap, "%s", a->init); return 0; }
-    int latest = fox_ckpt_latest(a->out);
-    if (latest < 0) fox_fatal("--eval-only needs --init PATH or a checkpoint in --out %s", a->out);
+    int latest = a->out[0] ? fox_ckpt_latest(a->out) : -1;
+    if (latest < 0) fox_usage_error("%s needs --init PATH or a checkpoint in --out%s%s", flag, a->out[0] ? " " : "", a->out);
     char dir[4096];
     fox_ckpt_dir(dir, sizeof(dir), a->out, latest, 0);
     if (snprintf(path, cap, "%s/state_00000.bin", dir) >= (int)cap) fox_fatal("path too long: %s", dir);
@@ -565,7 +503,7 @@ static void eval_init(Run *r) {
     if (!a->val[0]) fox_usage_error("--eval-only needs --val");
     int T = a->eval_seq_len ? a->eval_seq_len : a->seq_len;
     char path[4352];
-    r->train_seq_len = eval_weights_path(a, path, sizeof(path));
+    r->train_seq_len = eval_weights_path(a, "--eval-only", path, sizeof(path));
     FoxConfig cfg = fox_read_model_config(path);
     dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
     r->has_val = 1;
@@ -634,10 +572,153 @@ static void eval_per_token(Run *r) {
     printf("wrote %s/per_token_loss.npy and per_token_loss.json\n", a->out);
 }
 
+// ---- Generation (docs/model.md §7) ----
+
+// The prompt's text: --prompt, or --prompt-file read whole; it must be UTF-8 (NULL: neither given).
+static char *prompt_text(const FoxArgs *a, size_t *len) {
+    char *text;
+    const char *what = a->prompt_file[0] ? a->prompt_file : "--prompt";
+    if (a->prompt_file[0]) {
+        text = fox_read_file(a->prompt_file, len);
+        if (!text) fox_fatal("cannot read the prompt file %s: %s", a->prompt_file, strerror(errno));
+    } else if (a->prompt[0]) {
+        *len = strlen(a->prompt);
+        text = (char *)fox_malloc(*len + 1);
+        memcpy(text, a->prompt, *len + 1);
+    } else {
+        return NULL;
+    }
+    if (*len == 0) fox_usage_error("%s: the prompt is empty", what);
+    for (size_t i = 0; i < *len;) {
+        uint32_t cp;
+        int n = fox_utf8_next((const unsigned char *)text, *len, i, &cp);
+        if (cp == 0xFFFFFFFFu) fox_usage_error("%s: not UTF-8 text (an invalid byte 0x%02x at offset %zu)", what, (unsigned char)text[i], i);
+        i += (size_t)n;
+    }
+    return text;
+}
+
+// The prompt's tokens: <|endoftext|> (a document starts after it, as in the training data), then the
+// prompt's encoding with the GPT-2 tokenizer tok (NULL: the model has another vocabulary).
+static int *prompt_tokens(const FoxArgs *a, const FoxConfig *cfg, const Tokenizer *tok, int *n) {
+    size_t len, count = 0;
+    char *text = prompt_text(a, &len);
+    int *ids = NULL;
+    if (text && !tok) fox_usage_error("--prompt needs the GPT-2 vocabulary and %s (this model has %d tokens)", a->tokenizer, cfg->vocab_size);
+    if (text && !(ids = tokenizer_encode(tok, text, len, &count, 1))) fox_fatal("cannot encode the prompt (out of memory)");
+    free(text);
+    if (count + 1 > (size_t)INT_MAX / 2) fox_usage_error("the prompt is too long (%zu tokens)", count);
+    int *out = (int *)fox_malloc((count + 1) * sizeof(int));
+    out[0] = FOX_EOT < cfg->vocab_size ? FOX_EOT : 0;
+    if (count) memcpy(out + 1, ids, count * sizeof(int));
+    free(ids);
+    *n = (int)count + 1;
+    return out;
+}
+
+// Writes token id as text (tok) or as a number, unbuffered enough to follow the generation.
+static void emit_token(FILE *f, const Tokenizer *tok, int id) {
+    if (!tok) { fprintf(f, " %d", id); return; }
+    size_t len;
+    char *text = tokenizer_decode(tok, &id, 1, &len);
+    if (!text) fox_fatal("cannot decode token %d (out of memory)", id);
+    fwrite(text, 1, len, f);
+    free(text);
+    fflush(f);
+}
+
+// n tokens after the prompt for each of `samples` sequences, with the weights params: a model for the
+// prompt's length (forward only, on this rank alone), the prompt's forward filling the KV cache, then
+// one decode step per token. Sequence 0 streams to stdout (after `lead`), the others follow it; the
+// timings go to stderr.
+static void generate(Run *r, const float *params, const char *source, int n, int samples, const char *lead) {
+    const FoxArgs *a = &r->args;
+    const FoxConfig *cfg = &r->cfg;
+    int V = cfg->vocab_size, P;
+    Tokenizer tok_, *tok = NULL;  // GPT-2's, also for a vocabulary padded past its 50257 tokens
+    if (V >= FOX_VOCAB_GPT2) {
+        if (!tokenizer_load(&tok_, a->tokenizer)) fox_fatal("cannot load the GPT-2 tokenizer %s (--tokenizer)", a->tokenizer);
+        tok = &tok_;
+    }
+    int *prompt = prompt_tokens(a, cfg, tok, &P);
+    Dist solo = r->dist;
+    solo.rank = 0;
+    solo.world = 1;
+    ModelOptions mo = model_options(a, samples, P, 1);
+    r->model = run_model_init(cfg, &mo, &solo);
+    run_model_set(r->model, params, NULL, NULL);
+    run_model_cache_init(r->model, P + n);
+    if (source) fprintf(stderr, "generating from %s (%zu parameters)\n", source, r->lay.total);
+    int *tokens = (int *)fox_malloc((size_t)samples * P * sizeof(int)), *next = (int *)fox_calloc((size_t)samples, sizeof(int));
+    int *out = (int *)fox_calloc((size_t)samples * n, sizeof(int)), *len = (int *)fox_calloc((size_t)samples, sizeof(int));
+    float *logits = (float *)fox_malloc((size_t)samples * V * sizeof(float));
+    Sampler s = {a->temperature, a->top_p, a->top_k, (int *)fox_malloc((size_t)V * sizeof(int)), (double *)fox_malloc((size_t)V * sizeof(double))};
+    for (int b = 0; b < samples; b++) memcpy(tokens + (size_t)b * P, prompt, (size_t)P * sizeof(int));
+    uint64_t key = fox_rng_key((uint64_t)a->seed, FOX_STREAM_SAMPLE);
+    fputs(lead, stdout);
+    for (int j = 1; j < P; j++) emit_token(stdout, tok, prompt[j]);
+    double t0 = now_seconds();
+    run_model_prefill(r->model, tokens, P, logits);
+    double t_prefill = now_seconds() - t0, t1 = now_seconds();
+    int steps = 0, live = samples;
+    for (int i = 0; i < n && live; i++) {
+        if (i) {
+            run_model_decode(r->model, next, logits);
+            steps++;
+        }
+        for (int b = 0; b < samples; b++) {
+            int done = len[b] < i;  // ended at <|endoftext|> before this step
+            next[b] = done ? next[b] : sample_token(&s, logits + (size_t)b * V, V, fox_rng_uniform(key, r->rng++));
+            if (done) continue;
+            if (a->stop_at_eot && next[b] == FOX_EOT && V >= FOX_VOCAB_GPT2) { live--; continue; }
+            out[(size_t)b * n + len[b]++] = next[b];
+            if (b == 0) emit_token(stdout, tok, next[b]);
+        }
+    }
+    double t_decode = now_seconds() - t1;
+    for (int b = 1; b < samples; b++) {
+        printf("\n--- sample %d ---\n", b);
+        for (int j = 0; j < len[b]; j++) emit_token(stdout, tok, out[(size_t)b * n + j]);
+    }
+    printf("\n");
+    fflush(stdout);
+    double read = run_model_decode_keys_read(r->model);
+    char acp[96] = "";
+    if (read >= 0) snprintf(acp, sizeof(acp), ", ACP read %.1f%% of the cached keys", 100.0 * read);
+    fprintf(stderr, "prefill: %d x %d tokens in %.3f s (%.0f tokens/s) | decode: %d steps x %d sequences in %.3f s "
+            "(%.1f steps/s, %.0f tokens/s)%s\n", samples, P, t_prefill, samples * P / t_prefill, steps, samples, t_decode,
+            steps / (t_decode > 0 ? t_decode : 1e-9), (double)steps * samples / (t_decode > 0 ? t_decode : 1e-9), acp);
+    free(prompt); free(tokens); free(next); free(out); free(len); free(logits); free(s.idx); free(s.p);
+    if (tok) tokenizer_free(tok);
+}
+
+// --generate: the weights of --init or of the newest checkpoint in --out, with their own config.
+static void generate_from_file(Run *r) {
+    char path[4352];
+    eval_weights_path(&r->args, "--generate", path, sizeof(path));
+    if (!r->args.prompt[0] && !r->args.prompt_file[0]) fox_usage_error("--generate needs a prompt: --prompt TEXT or --prompt-file PATH");
+    r->cfg = fox_read_model_config(path);
+    fox_layout(&r->cfg, &r->lay);
+    ensure_host_staging(r, 0);
+    fox_read_model_bin(path, &r->cfg, r->h_params);
+    generate(r, r->h_params, path, r->args.generate, r->args.samples, "");
+}
+
+// After training (rank 0): --sample-tokens after --prompt (or after <|endoftext|> alone) with the final
+// weights, through a fresh forward-only model in place of the training one.
+static void print_sample(Run *r) {
+    ensure_host_staging(r, 0);
+    run_model_get(r->model, r->h_params, NULL, NULL);
+    model_free(r->model);
+    free(r->model);
+    r->model = NULL;
+    generate(r, r->h_params, NULL, r->args.sample_tokens, 1, "sample: ");
+}
+
 static void run_free(Run *r) {
     if (r->model) model_free(r->model);
     free(r->model);
-    if (!r->args.eval_only) dataloader_free(&r->train);
+    if (!r->args.eval_only && !r->args.generate) dataloader_free(&r->train);
     if (r->has_val) dataloader_free(&r->val);
     free(r->inputs);
     free(r->targets);
@@ -801,6 +882,8 @@ static int run_main(int argc, char **argv) {
     if (r.args.eval_only) {
         eval_init(&r);
         eval_per_token(&r);
+    } else if (r.args.generate) {
+        if (r.dist.rank == 0) generate_from_file(&r);
     } else {
         run_init(&r);
         train(&r);

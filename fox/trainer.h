@@ -58,8 +58,6 @@ static void run_model_get(Model *m, float *params, float *m1, float *m2);
 static void run_model_set(Model *m, const float *params, const float *m1, const float *m2);
 // The AdamW moments this rank holds: elements [offset, offset + count) of the flat vector.
 static void run_model_shard(const Model *m, size_t *offset, size_t *count);
-// One row of logits of the last forward (made without targets), vocab_size floats.
-static void run_model_logits_row(Model *m, int row, float *out);
 // ACP: the fraction of the attention tiles the last forward computed (this rank's); < 0 without ACP.
 static double run_model_acp_live(Model *m);
 // Waits for queued work (step timing).
@@ -68,6 +66,25 @@ static void run_model_sync(Model *m);
 static double run_model_peak_flops(void);
 // Printed once, after the first step (device memory).
 static void run_model_report(Model *m);
+
+// Generation with a KV cache (docs/model.md §7). The cache holds, per layer and sequence, the keys and
+// values as attention sees them (after KV-shift, QK-norm and RoPE), c = Σ log f of every cached position,
+// and the KV-shift state (the last token's unshifted key and value). The model is made with forward_only,
+// batch = the sequences generated together, seq_len >= the prompt length.
+// A cache for the model's batch of sequences of up to max_len tokens (any length: past the training
+// context too). When it does not fit in memory: one line with the need and exit 1, nothing allocated.
+// The prefill fills it layer by layer during the forward, so any recompute level works.
+static void run_model_cache_init(Model *m, int max_len);
+// The normal forward over tokens (batch x T, T >= 1), which fills the cache's first T positions; writes
+// each sequence's last-position logits (batch x vocab_size floats).
+static void run_model_prefill(Model *m, const int *tokens, int T, float *logits);
+// One token per sequence (batch of them) at the next position: attends over the cache (with ACP, only to
+// the cached keys whose decay bias is above the ACP threshold), appends the token to it and writes its
+// logits (batch x vocab_size floats). Fatal past max_len.
+static void run_model_decode(Model *m, const int *tokens, float *logits);
+// ACP: the fraction of the cached keys the decode steps since the prefill read (this rank's); < 0
+// without ACP or without a forget gate.
+static double run_model_decode_keys_read(Model *m);
 #endif
 
 #endif

@@ -9,6 +9,12 @@ check() {  # status, label
 losses_after() {  # log, step: "step loss" of the training lines after that step
     sed -n 's/^{"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$1" | awk -v s="$2" '$1 > s'
 }
+trainer_shape() {  # trainer: the small model the shell tests train (the GPU kernel's head dims are 64 and 128)
+    case "$1" in
+    *_cpu*) echo "--layers 2 --dim 32 --heads 2 --mlp-hidden 64" ;;
+    *) echo "--layers 2 --dim 128 --heads 2" ;;
+    esac
+}
 finish() {  # removes the temporary directory, prints the summary line, exits non-zero on any failure
     rm -rf "$tmp"
     echo "$pass passed, $fail failed"

@@ -20,10 +20,8 @@ set -u
 BIN=${1:-./train_fox_cpu}
 PY=${PYTHON:-python3}
 . "$(dirname "$0")/test_lib.sh"
-case "$BIN" in
-*_cpu*) SHAPE="--layers 2 --dim 32 --heads 2 --mlp-hidden 64" ; SIGSTEPS=30 ;;
-*) SHAPE="--layers 2 --dim 128 --heads 2" ; SIGSTEPS=400 ;;  # the GPU kernel's head dims are 64 and 128
-esac
+SHAPE=$(trainer_shape "$BIN")
+case "$BIN" in *_cpu*) SIGSTEPS=30 ;; *) SIGSTEPS=400 ;; esac
 ARGS="$SHAPE --seq-len 64 --batch 2 --lr 3e-3 --warmup-tokens 512 --sample-tokens 0 --val-steps 2"
 
 # The step lines of a log ("step loss"), and whether every line is JSON.

@@ -1,7 +1,8 @@
 // dev/cuda/kcheck.h: what the per-kernel check-and-bench programs of dev/cuda share (rmsnorm.cu,
-// attn_inputs.cu, forget_gate.cu, output_gate.cu, swiglu.cu, crossentropy.cu, adamw.cu): random inputs,
-// device transfers with poisoned outputs, the error check against an fp64 reference, event timing, and
-// the one-line summaries ("@@ ...") that run_all.sh gathers into a table.
+// attn_inputs.cu, forget_gate.cu, output_gate.cu, swiglu.cu, crossentropy.cu, adamw.cu, attention_decode.cu,
+// decode_linear.cu): random inputs, device transfers with poisoned outputs, the error check against an fp64
+// reference, event timing (of one launch, or per launch of back-to-back ones against HBM bandwidth), and the
+// one-line summaries ("@@ ...") that run_all.sh gathers into a table.
 //
 // Error check: every element must satisfy |gpu − ref| <= rtol·|ref| + afrac·rms(ref), with rms(ref) the
 // root mean square of the whole reference tensor (so near-zero elements born of cancellation are judged
@@ -49,13 +50,13 @@ static inline double uniform(double lo, double hi) { return lo + (hi - lo) * ura
 static inline double bf(bf16 x) { return (double)__bfloat162float(x); }
 
 // fp32 values in [lo, hi).
-static std::vector<float> rand_f32(size_t n, double lo, double hi) {
+static inline std::vector<float> rand_f32(size_t n, double lo, double hi) {
     std::vector<float> v(n);
     for (size_t i = 0; i < n; i++) v[i] = (float)uniform(lo, hi);
     return v;
 }
 // bf16 values in [lo, hi) (the GPU's inputs; the reference reads them back exactly with bf()).
-static std::vector<bf16> rand_bf16(size_t n, double lo, double hi) {
+static inline std::vector<bf16> rand_bf16(size_t n, double lo, double hi) {
     std::vector<bf16> v(n);
     for (size_t i = 0; i < n; i++) v[i] = __float2bfloat16((float)uniform(lo, hi));
     return v;
@@ -135,10 +136,10 @@ static std::vector<double> widen(const std::vector<bf16> &v) {
     return d;
 }
 
-static void check_f32(Group &g, const char *what, const float *dev, const std::vector<double> &ref, Tol tol) {
+static inline void check_f32(Group &g, const char *what, const float *dev, const std::vector<double> &ref, Tol tol) {
     check_values(g, what, widen(to_host(dev, ref.size())), ref, tol);
 }
-static void check_bf16(Group &g, const char *what, const bf16 *dev, const std::vector<double> &ref, Tol tol = TOL_BF16) {
+static inline void check_bf16(Group &g, const char *what, const bf16 *dev, const std::vector<double> &ref, Tol tol = TOL_BF16) {
     check_values(g, what, widen(to_host(dev, ref.size())), ref, tol);
 }
 
@@ -178,10 +179,44 @@ static double l2_bytes() {
 // One summary row: program, operation, shape, worst err/tol, PASS/FAIL, median µs, the bytes that must
 // move (each input read once, each output written once) over the time. "L2" marks a working set under
 // twice the L2 size: its GB/s is not an HBM figure.
-static void summary(const char *prog, const char *op, const std::string &shape, const Group &g, double ms, double bytes) {
+static inline void summary(const char *prog, const char *op, const std::string &shape, const Group &g, double ms, double bytes) {
     printf("@@ %s | %s | %s | %.3f | %s | %.2f | %.0f%s\n", prog, op, shape.c_str(), g.worst, g.ok ? "PASS" : "FAIL",
            ms * 1e3, bytes / (ms * 1e-3) / 1e9, bytes < 2 * l2_bytes() ? " (L2)" : "");
     fflush(stdout);
+}
+
+// The device's HBM bandwidth from its memory clock (kHz, double data rate) and bus width; 3.35e12 B/s (H100
+// SXM's datasheet figure) when the runtime reports neither.
+static inline double hbm_bytes_per_s(bool *measured) {
+    int dev = 0, clk = 0, bits = 0;
+    FOX_CUDA_CHECK(cudaGetDevice(&dev));
+    FOX_CUDA_CHECK(cudaDeviceGetAttribute(&clk, cudaDevAttrMemoryClockRate, dev));
+    FOX_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+    *measured = clk > 0 && bits > 0;
+    return *measured ? 2.0 * clk * 1e3 * bits / 8.0 : 3.35e12;
+}
+
+// Median over 7 trials of the time per launch (µs) of 40 back-to-back launches (as a decode step issues
+// them), each launch on the next of `sets` copies of its operands so that the reads come from HBM, not L2.
+template <typename F> static double us_per_launch(F launch, int sets) {
+    cudaEvent_t a, b;
+    FOX_CUDA_CHECK(cudaEventCreate(&a));
+    FOX_CUDA_CHECK(cudaEventCreate(&b));
+    for (int i = 0; i < 10; i++) launch(i % sets);
+    std::vector<float> per;
+    for (int trial = 0; trial < 7; trial++) {
+        FOX_CUDA_CHECK(cudaEventRecord(a));
+        for (int i = 0; i < 40; i++) launch(i % sets);
+        FOX_CUDA_CHECK(cudaEventRecord(b));
+        FOX_CUDA_CHECK(cudaEventSynchronize(b));
+        float ms;
+        FOX_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        per.push_back(ms * 1e3f / 40);
+    }
+    FOX_CUDA_CHECK(cudaEventDestroy(a));
+    FOX_CUDA_CHECK(cudaEventDestroy(b));
+    std::sort(per.begin(), per.end());
+    return per[per.size() / 2];
 }
 
 static void print_device() {
