@@ -912,15 +912,16 @@ static void model_prefill(Model *m, const int *tokens, int T, float *logits) {
 }
 
 // out (B, OUT, row stride ldo, fp32 or bf16) = [C +] in (B, IN) · W (OUT, IN)ᵀ for the decode step's B rows:
-// fox/decode.cuh's GEMV at batch 1, cuBLASLt beyond (linear_forward's arguments).
+// fox/decode.cuh's GEMV at batch 1 (pdl: launched as a dependent of the step's previous kernel), cuBLASLt beyond
+// (linear_forward's arguments).
 static void decode_linear(Model *m, void *out, const float *C, cudaDataType_t dtype, int ldo, const bf16 *in, const bf16 *W,
-                          int IN, int OUT) {
+                          int IN, int OUT, int pdl) {
     if (!fox_decode_linear_fits(in, W, m->B, IN)) {
         linear_forward(&m->gemm, out, C, dtype, ldo, in, W, m->B, IN, OUT);
         return;
     }
     int epi = dtype == CUDA_R_16BF ? DECODE_BF16 : C ? DECODE_F32_ADD : DECODE_F32;
-    fox_decode_linear(out, C, in, W, IN, OUT, epi, m->stream);
+    fox_decode_linear(out, C, in, W, IN, OUT, epi, m->stream, pdl);
 }
 
 // Block l's attention for the new token of each sequence at position *kc->pos, over the cache: mid = x + W_o z
@@ -931,33 +932,33 @@ static void decode_attention_block(Model *m, int l, const float *x, float *mid) 
     Cache *kc = &m->cache;
     int B = m->B, D = c->d_model, H = c->n_head, Dh = m->Dh, has_fg = c->forget_gate != FOX_FG_NONE;
     int acp = m->acp && has_fg, cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
-    fox_decode_rmsnorm(a->xn1[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream);
-    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn1[0], wbf(m, FOX_P_attn_in_w, l), D, m->NINP);
+    fox_decode_rmsnorm(a->xn1[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
+    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn1[0], wbf(m, FOX_P_attn_in_w, l), D, m->NINP, 1);
     QkvInputs s = qkv_inputs(m, l, B, 1);
     s.proj = a->proj[0];
     CacheLayer cl = cache_layer(m, l);
     LAUNCH_HEADS(decode_qkv_kernel, Dh, (size_t)B * H, m->stream, kc->q, kc->first, kc->keys_read, cl, s, cf,
                  has_fg ? param(m, FOX_P_fgate_b, l) : NULL, acp, kc->pos);
     fox_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, acp ? kc->first : NULL, kc->part, B * H, Dh, kc->max_len,
-                         kc->pos, kc->max_splits, m->stream);
+                         kc->pos, kc->max_splits, m->stream, 1);
     LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)B * H, m->stream, a->z[0], a->o[0], a->proj[0], m->NINP,
                  c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, B, H, Dh);
-    decode_linear(m, mid, x, CUDA_R_32F, D, a->z[0], wbf(m, FOX_P_attn_out_w, l), D, D);
+    decode_linear(m, mid, x, CUDA_R_32F, D, a->z[0], wbf(m, FOX_P_attn_out_w, l), D, D, 1);
 }
 
 // Block l's MLP for the decode step's B rows: x = mid + W_down SwiGLU(W_in RMSNorm(mid)). CPU: mlp_forward.
 static void decode_mlp_block(Model *m, int l, const float *mid, float *x) {
     Acts *a = &m->a;
     int B = m->B, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
-    fox_decode_rmsnorm(a->xn2[0], mid, param(m, FOX_P_ln2_w, l), B, D, m->stream);
+    fox_decode_rmsnorm(a->xn2[0], mid, param(m, FOX_P_ln2_w, l), B, D, m->stream, 1);
     const bf16 *w_in = wbf(m, FOX_P_mlp_in_w, l);
     if (fox_decode_linear_fits(a->xn2[0], w_in, B, D)) {
-        fox_decode_linear(a->mlp_h[0], NULL, a->xn2[0], w_in, D, I, DECODE_SWIGLU, m->stream);
+        fox_decode_linear(a->mlp_h[0], NULL, a->xn2[0], w_in, D, I, DECODE_SWIGLU, m->stream, 1);
     } else {
         linear_forward(&m->gemm, a->mlp_u[0], NULL, CUDA_R_16BF, 2 * I, a->xn2[0], w_in, B, D, 2 * I);
         fox_swiglu_forward(a->mlp_h[0], a->mlp_u[0], B, I, m->stream);
     }
-    decode_linear(m, x, mid, CUDA_R_32F, D, a->mlp_h[0], wbf(m, FOX_P_mlp_out_w, l), I, D);
+    decode_linear(m, x, mid, CUDA_R_32F, D, a->mlp_h[0], wbf(m, FOX_P_mlp_out_w, l), I, D, 1);
 }
 
 // The kernels of a decode step, from the tokens in a->inputs to the final norm's rows in a->xnf, then the
@@ -973,7 +974,7 @@ static void decode_step_kernels(Model *m) {
         decode_attention_block(m, l, x, mid);
         decode_mlp_block(m, l, mid, x);
     }
-    fox_decode_rmsnorm(a->xnf, x, param(m, FOX_P_lnf_w, 0), B, D, m->stream);
+    fox_decode_rmsnorm(a->xnf, x, param(m, FOX_P_lnf_w, 0), B, D, m->stream, 1);
     decode_advance_kernel<<<1, 1, 0, m->stream>>>(m->cache.pos);
     FOX_LAUNCH_CHECK();
 }
@@ -1005,7 +1006,7 @@ static void model_decode(Model *m, const int *tokens, float *logits) {
     if (B > m->ce_rows) {
         model_logits_rows(m, 0, B, logits);
     } else {
-        decode_linear(m, m->a.logits, NULL, CUDA_R_16BF, m->VP, m->a.xnf, wbf(m, FOX_P_lm_head_w, 0), c->d_model, m->VP);
+        decode_linear(m, m->a.logits, NULL, CUDA_R_16BF, m->VP, m->a.xnf, wbf(m, FOX_P_lm_head_w, 0), c->d_model, m->VP, 0);
         logits_to_host(m, B, logits);
     }
     kc->len++;

@@ -31,6 +31,41 @@ typedef struct {
     int max_len;
 } CacheLayer;
 
+// Programmatic dependent launch (Hopper and later; docs/perf.md, Generation): a decode kernel launched with it
+// (decode_launch, pdl = 1) may start while its predecessor in the stream still runs. Before pdl_wait() it
+// reads only what no kernel of the step writes (the weights, which the GEMV prefetches into L2 there);
+// pdl_wait() returns once the predecessor has finished and its writes are visible; pdl_trigger() lets the
+// successor start. Both are no-ops on a kernel launched without it, and below sm_90.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, 0, s>>>(args...), with programmatic dependent launch when pdl and the device has it.
+template <typename... Params, typename... Args>
+static inline void decode_launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t s, int pdl, Args... args) {
+    int dev, major;
+    FOX_CUDA_CHECK(cudaGetDevice(&dev));
+    FOX_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = pdl && major >= 9;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    FOX_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
 // Paper eq. 15-20 for the new token of each sequence at position t >= 1 (docs/model.md §7): q = QK-norm(W_q x);
 // k = QK-norm(α_t k~_{t-1} + (1 − α_t) W_k x) with k~_{t-1} from the shift state, v likewise; RoPE at angle t;
 // c_t = c_{t-1} + log σ(gate logit). k, v, c_t go into the cache at t, the shift state moves on to this
@@ -44,6 +79,7 @@ __global__ void decode_qkv_kernel(bf16 *q, int *first, unsigned long long *keys_
                                   int cf, const float *fbias, int acp, const int *pos) {
     size_t w = warp_index();
     int lane = threadIdx.x % 32;
+    pdl_trigger();  // the attention's blocks may launch now; they wait for this grid to finish
     if (w >= (size_t)s.B * s.H) return;
     const int t = *pos;
     int b = (int)(w / s.H), h = (int)(w % s.H), D = s.H * s.dh;
@@ -163,6 +199,8 @@ __global__ void __launch_bounds__(DECODE_THREADS) decode_attention_partial_kerne
     constexpr float LOG2E = 1.4426950408889634f;
     __shared__ float sm_m[NG], sm_l[NG], sm_o[NG][DH];
     const int bh = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
+    pdl_wait();
+    pdl_trigger();
     const int g = threadIdx.x / G, r = threadIdx.x % G, t = *pos;
     const int lo = first ? first[bh] : 0, live = t + 1 - lo;
     const int chunks = min(splits, (live + DECODE_MIN_KEYS - 1) / DECODE_MIN_KEYS), per = (live + chunks - 1) / chunks;
@@ -262,6 +300,8 @@ __global__ void __launch_bounds__(DECODE_COMBINE_THREADS) decode_attention_combi
     static_assert(DECODE_MAX_SPLITS <= DECODE_COMBINE_THREADS, "one chunk's m and l per thread");
     constexpr int R = DECODE_COMBINE_THREADS / DH;
     __shared__ float w[DECODE_MAX_SPLITS], red[DECODE_COMBINE_THREADS / 32], rows[R][DH];
+    pdl_wait();
+    pdl_trigger();
     const int bh = blockIdx.x, tid = threadIdx.x, d = tid % DH, r = tid / DH;
     const float *p = part + (size_t)bh * splits * (DH + 2);
     const float m = tid < splits ? p[(size_t)tid * (DH + 2) + DH] : -INFINITY;
@@ -302,21 +342,18 @@ static inline size_t fox_decode_scratch_floats(int BH, int max_splits, int dh) {
 // keys (see above), in at most `splits` chunks (1..DECODE_MAX_SPLITS; fox_decode_max_splits chooses; a short
 // context uses fewer, the rest of the grid leaves empty partials): q, o (BH, dh) bf16; k, v (BH, max_len,
 // dh) bf16; c (BH, max_len) or NULL (no forget gate: bias 0); first (BH) or NULL (every key from 0). part:
-// fox_decode_scratch_floats(BH, splits, dh) floats at least.
+// fox_decode_scratch_floats(BH, splits, dh) floats at least. pdl: programmatic dependent launch (above).
 static inline void fox_decode_attention(bf16 *o, const bf16 *q, const bf16 *k, const bf16 *v, const float *c,
                                         const int *first, float *part, int BH, int dh, int max_len, const int *pos, int splits,
-                                        cudaStream_t s) {
+                                        cudaStream_t s, int pdl) {
     dim3 grid(BH, splits);
     if (dh == 64) {
-        decode_attention_partial_kernel<64><<<grid, DECODE_THREADS, 0, s>>>(part, q, k, v, c, first, max_len, pos);
-        FOX_LAUNCH_CHECK();
-        decode_attention_combine_kernel<64><<<BH, DECODE_COMBINE_THREADS, 0, s>>>(o, part, splits);
+        decode_launch(decode_attention_partial_kernel<64>, grid, DECODE_THREADS, s, pdl, part, q, k, v, c, first, max_len, pos);
+        decode_launch(decode_attention_combine_kernel<64>, BH, DECODE_COMBINE_THREADS, s, pdl, o, (const float *)part, splits);
     } else {
-        decode_attention_partial_kernel<128><<<grid, DECODE_THREADS, 0, s>>>(part, q, k, v, c, first, max_len, pos);
-        FOX_LAUNCH_CHECK();
-        decode_attention_combine_kernel<128><<<BH, DECODE_COMBINE_THREADS, 0, s>>>(o, part, splits);
+        decode_launch(decode_attention_partial_kernel<128>, grid, DECODE_THREADS, s, pdl, part, q, k, v, c, first, max_len, pos);
+        decode_launch(decode_attention_combine_kernel<128>, BH, DECODE_COMBINE_THREADS, s, pdl, o, (const float *)part, splits);
     }
-    FOX_LAUNCH_CHECK();
 }
 
 // ----------------------------------------------------------------------------
@@ -331,6 +368,8 @@ static inline void fox_decode_attention(bf16 *o, const bf16 *q, const bf16 *k, c
 __global__ void __launch_bounds__(DECODE_NORM_THREADS) decode_rmsnorm_kernel(bf16 *out, const float *in, const float *w,
                                                                             int D, float eps) {
     __shared__ float red[DECODE_NORM_THREADS / 32];
+    pdl_wait();
+    pdl_trigger();
     const int row = blockIdx.x, D4 = D / 4;
     const float4 *x = (const float4 *)(in + (size_t)row * D);
     float ss = 0.0f;
@@ -351,10 +390,9 @@ __global__ void __launch_bounds__(DECODE_NORM_THREADS) decode_rmsnorm_kernel(bf1
     }
 }
 
-static inline void fox_decode_rmsnorm(bf16 *out, const float *in, const float *w, int N, int D, cudaStream_t s) {
+static inline void fox_decode_rmsnorm(bf16 *out, const float *in, const float *w, int N, int D, cudaStream_t s, int pdl) {
     fox_check_width(D);
-    decode_rmsnorm_kernel<<<N, DECODE_NORM_THREADS, 0, s>>>(out, in, w, D, FOX_NORM_EPS);
-    FOX_LAUNCH_CHECK();
+    decode_launch(decode_rmsnorm_kernel, N, DECODE_NORM_THREADS, s, pdl, out, in, w, D, FOX_NORM_EPS);
 }
 
 // y[o] = Σ_i x[i] W[o, i] for the one row x (IN) bf16 of a batch-1 decode step, W (OUT, IN) bf16 row-major, fp32
@@ -391,6 +429,13 @@ __global__ void __launch_bounds__(DECODE_LINEAR_THREADS) decode_linear_kernel(vo
         live[r] = EPI == DECODE_SWIGLU ? warp < OUT : rows[r] < OUT;
     }
     if (!live[0]) return;
+    // The warp's weight rows into L2 while the predecessor runs (a lane per 128-byte line).
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        for (int line = lane; live[r] && line < (IN + 63) / 64; line += 32)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(W + (size_t)rows[r] * IN + 64 * line));
+    pdl_wait();
+    pdl_trigger();
     float acc[R] = {};
     for (int base = lane; base < IN8; base += 32 * U) {
         uint4 wv[R][U];
@@ -434,21 +479,22 @@ static inline int fox_decode_linear_fits(const bf16 *x, const bf16 *W, int B, in
 
 template <int EPI>
 static inline void decode_linear_launch(void *out, const float *C, const bf16 *x, const bf16 *W, int IN, int OUT,
-                                        cudaStream_t s) {
+                                        cudaStream_t s, int pdl) {
     const int per_block = DECODE_LINEAR_THREADS / 32 * (EPI == DECODE_SWIGLU ? 1 : DECODE_LINEAR_ROWS);
-    decode_linear_kernel<EPI><<<(OUT + per_block - 1) / per_block, DECODE_LINEAR_THREADS, 0, s>>>(out, C, x, W, IN, OUT);
-    FOX_LAUNCH_CHECK();
+    decode_launch(decode_linear_kernel<EPI>, (OUT + per_block - 1) / per_block, DECODE_LINEAR_THREADS, s, pdl, out, C, x, W,
+                  IN, OUT);
 }
 
 // out (OUT) = [C +] x (IN) · W (OUT, IN)ᵀ with epilogue epi (above); SwiGLU: OUT outputs of W's 2·OUT rows.
+// pdl: programmatic dependent launch (above).
 static inline void fox_decode_linear(void *out, const float *C, const bf16 *x, const bf16 *W, int IN, int OUT, int epi,
-                                     cudaStream_t s) {
+                                     cudaStream_t s, int pdl) {
     if (!fox_decode_linear_fits(x, W, 1, IN)) fox_fatal("decode_linear of a row of width %d", IN);
     switch (epi) {
-        case DECODE_F32: decode_linear_launch<DECODE_F32>(out, C, x, W, IN, OUT, s); break;
-        case DECODE_F32_ADD: decode_linear_launch<DECODE_F32_ADD>(out, C, x, W, IN, OUT, s); break;
-        case DECODE_BF16: decode_linear_launch<DECODE_BF16>(out, C, x, W, IN, OUT, s); break;
-        default: decode_linear_launch<DECODE_SWIGLU>(out, C, x, W, IN, OUT, s); break;
+        case DECODE_F32: decode_linear_launch<DECODE_F32>(out, C, x, W, IN, OUT, s, pdl); break;
+        case DECODE_F32_ADD: decode_linear_launch<DECODE_F32_ADD>(out, C, x, W, IN, OUT, s, pdl); break;
+        case DECODE_BF16: decode_linear_launch<DECODE_BF16>(out, C, x, W, IN, OUT, s, pdl); break;
+        default: decode_linear_launch<DECODE_SWIGLU>(out, C, x, W, IN, OUT, s, pdl); break;
     }
 }
 

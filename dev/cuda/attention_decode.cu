@@ -73,12 +73,12 @@ static void check_case(const CheckCase &cc, bool one_chunk) {
     int *dfirst = to_device(first), *dpos = to_device(std::vector<int>(1, t));
     poison(dout, (size_t)BH * dh);
     fox_decode_attention(dout, dq, dk, dv, cc.bias ? dc : nullptr, cc.acp ? dfirst : nullptr, part, BH, dh, max_len, dpos,
-                         splits, 0);
+                         splits, 0, 1);
     Group g;
     check_values(g, "o", widen(to_host(dout, (size_t)BH * dh)), ref, TOL_BF16, &extra);
     std::vector<bf16> o1 = to_host(dout, (size_t)BH * dh);
     fox_decode_attention(dout, dq, dk, dv, cc.bias ? dc : nullptr, cc.acp ? dfirst : nullptr, part, BH, dh, max_len, dpos,
-                         splits, 0);
+                         splits, 0, 1);
     std::vector<bf16> o2 = to_host(dout, (size_t)BH * dh);
     bool same = !memcmp(o1.data(), o2.data(), o1.size() * sizeof(bf16));
     printf("    %-14s %s\n", "repeat", same ? "bitwise the same: ok" : "differs: FAIL");
@@ -128,7 +128,7 @@ static void bench_case(const BenchCase &bc, double hbm) {
         auto time_splits = [&](int splits) {
             return us_per_launch([&](int s) {
                 fox_decode_attention(o, q, k + kv * s, v + kv * s, c + nc * s, acp ? first : nullptr, part, BH, dh, len, pos,
-                                     splits, 0);
+                                     splits, 0, 1);
             }, sets);
         };
         const double us = time_splits(def);

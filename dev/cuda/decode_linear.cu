@@ -39,7 +39,7 @@ static void check_linear(int IN, int OUT, int epi) {
     void *dout = f32 ? (void *)dmalloc<float>((size_t)B * ldo) : (void *)dmalloc<bf16>((size_t)B * ldo);
     if (f32) poison((float *)dout, (size_t)B * ldo);
     else poison((bf16 *)dout, (size_t)B * ldo);
-    fox_decode_linear(dout, epi == DECODE_F32_ADD ? dc : nullptr, dx, dw, IN, OUT, epi, 0);
+    fox_decode_linear(dout, epi == DECODE_F32_ADD ? dc : nullptr, dx, dw, IN, OUT, epi, 0, 1);
     std::vector<double> got((size_t)B * OUT);
     if (f32) {
         std::vector<float> h = to_host((float *)dout, (size_t)B * ldo);
@@ -69,7 +69,7 @@ static void check_rmsnorm(int N, int D) {
     float *dx = to_device(x), *dw = to_device(w);
     bf16 *dout = dmalloc<bf16>((size_t)N * D);
     poison(dout, (size_t)N * D);
-    fox_decode_rmsnorm(dout, dx, dw, N, D, 0);
+    fox_decode_rmsnorm(dout, dx, dw, N, D, 0, 1);
     Group g;
     check_bf16(g, "out", dout, ref);
     cudaFree(dx); cudaFree(dw); cudaFree(dout);
@@ -104,7 +104,7 @@ static void bench_shape(Gemm *gemm, const BenchShape &bs, double hbm) {
     FOX_LAUNCH_CHECK();
     const float *C = bs.epi == DECODE_F32_ADD ? c : nullptr;
     double ours = us_per_launch([&](int s) {
-        fox_decode_linear(bs.epi == DECODE_F32_ADD ? (void *)c : (void *)y, C, x, w + nw * s, bs.IN, bs.OUT, bs.epi, 0);
+        fox_decode_linear(bs.epi == DECODE_F32_ADD ? (void *)c : (void *)y, C, x, w + nw * s, bs.IN, bs.OUT, bs.epi, 0, 1);
     }, sets);
     double lt = us_per_launch([&](int s) {  // what train_fox ran before: the GEMM, then SwiGLU as its own kernel
         if (bs.epi == DECODE_SWIGLU) {
