@@ -65,12 +65,15 @@
     F(STR, tokenizer, "tokenizer", "data/gpt2_tokenizer.bin", 0, 0, "GPT-2 vocabulary file: encodes the prompt, decodes samples") \
     F(INT, log_every, "log-every", 1, 1, 2147483647, "print a training line every N steps") \
     F(BOOL, deterministic, "deterministic", 1, 0, 0, "bitwise reproducible attention backward; off: fp32 atomics, faster (train_fox; the CPU trainer is always deterministic)") \
+    F(BOOL, doc_mask, "doc-mask", 0, 0, 0, "no attention across documents: the forget gate closes at every --doc-sep token, which starts a document (docs/model.md §1.8)") \
+    F(INT, doc_sep, "doc-sep", 50256, 0, (1 << 30) - 1, "the document separator token of --doc-mask and --eval-doc-pos (GPT-2: <|endoftext|> 50256)") \
     F(BOOL, acp, "acp", 0, 0, 0, "Adaptive Computation Pruning, skip the attention tiles the forget gates make negligible (weights below e^-10/T of the row's largest; docs/model.md §1.5)") \
     F(BOOL, zero, "zero", 1, 0, 0, "ZeRO-1 with several ranks: each holds 1/N of the AdamW moments and updates 1/N of the weights, then they exchange them (train_fox)") \
     F(INT, recompute, "recompute", 0, 0, 2, "activations recomputed in the backward: 0 none, 1 norms+MLP, 2 whole blocks (train_fox; the CPU trainer keeps all)") \
     F(BOOL, eval_only, "eval-only", 0, 0, 0, "no training: per-token loss of --init, or of the newest checkpoint in --out, on --val") \
     F(INT, eval_seqs, "eval-seqs", 64, 1, 2147483647, "--eval-only: validation sequences (fewer if the data holds fewer)") \
-    F(INT, eval_seq_len, "eval-seq-len", 0, 0, 1 << 24, "--eval-only: context length, may exceed the training one; 0 = --seq-len")
+    F(INT, eval_seq_len, "eval-seq-len", 0, 0, 1 << 24, "--eval-only: context length, may exceed the training one; 0 = --seq-len") \
+    F(BOOL, eval_doc_pos, "eval-doc-pos", 0, 0, 0, "--eval-only: also the loss by position within the document (from its --doc-sep token), OUT/doc_pos_loss.npy")
 
 typedef struct {
 #define FOX_ARG_STR const char *

@@ -22,6 +22,7 @@ typedef struct {
     int forward_only;       // --eval-only: no gradients, optimizer state or backward scratch
     int recompute;          // --recompute: activations recomputed in the backward (GPU; the CPU keeps all)
     int acp;                // --acp: Adaptive Computation Pruning (docs/model.md §1.5)
+    int doc_sep;            // --doc-mask: the token that starts a document (docs/model.md §1.8); -1: no mask
     int zero;               // --zero: ZeRO-1, this rank holds 1/ranks of the AdamW moments (GPU)
     int deterministic;      // --deterministic: bitwise reproducible attention backward (GPU)
     size_t logits_bytes;    // largest logits buffer; longer batches run the lm_head in chunks (GPU;

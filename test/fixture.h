@@ -48,12 +48,25 @@ static inline void fixture_load(Fixture *fx, const char *path) {
     fclose(f);
 }
 
-// The tensor called name; exits if it is missing.
-static inline const FixtureTensor *fixture_get(const Fixture *fx, const char *name) {
+// The tensor called name, or NULL.
+static inline const FixtureTensor *fixture_find(const Fixture *fx, const char *name) {
     for (int i = 0; i < fx->count; i++)
         if (!strcmp(fx->t[i].name, name)) return &fx->t[i];
-    fox_fatal("fixture has no tensor %s", name);
     return NULL;
+}
+
+// The tensor called name; exits if it is missing.
+static inline const FixtureTensor *fixture_get(const Fixture *fx, const char *name) {
+    const FixtureTensor *t = fixture_find(fx, name);
+    if (!t) fox_fatal("fixture has no tensor %s", name);
+    return t;
+}
+
+// The document separator a fixture was computed with (its "doc_sep" tensor, docs/model.md §1.8), or -1
+// for a fixture without the document mask.
+static inline int fixture_doc_sep(const Fixture *fx) {
+    const FixtureTensor *t = fixture_find(fx, "doc_sep");
+    return t ? (int)t->data[0] : -1;
 }
 
 // The model config a fixture was computed for (its "config" tensor, FOX_CONFIG_FIELDS order).

@@ -81,7 +81,7 @@ static int *random_tokens(int count, uint64_t seed) {
 
 // A forward-only model of B x T tokens with the weights w.
 static void test_model(Model *m, const FoxConfig *c, const float *w, int B, int T, int recompute, int acp) {
-    ModelOptions o = {B, T, 7, 1, recompute, acp, 0, 1, 0};
+    ModelOptions o = {B, T, 7, 1, recompute, acp, -1, 0, 1, 0};
     model_init(m, c, &o);
     model_set_params(m, w);
 }

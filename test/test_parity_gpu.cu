@@ -79,7 +79,7 @@ static void train_steps(Model *m, const OptConfig *o, int accum, const double *t
 
 // A deterministic training model of B x T tokens at a recompute level; logits_bytes 0: the default buffer.
 static ModelOptions test_options(int B, int T, int level, size_t logits_bytes) {
-    ModelOptions o = {B, T, 1234, 0, level, 0, 0, 1, logits_bytes};
+    ModelOptions o = {B, T, 1234, 0, level, 0, -1, 0, 1, logits_bytes};
     return o;
 }
 

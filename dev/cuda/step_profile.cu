@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
     c.n_head = H;
     fox_config_apply_preset(&c, "fox-pro");
     Model m;
-    ModelOptions opts = {B, T, 1337, 0, RECOMPUTE_NONE, 0, 0, 1, 0};
+    ModelOptions opts = {B, T, 1337, 0, RECOMPUTE_NONE, 0, -1, 0, 1, 0};
     model_init(&m, &c, &opts);
     int *in = (int *)fox_malloc((size_t)N * sizeof(int)), *tg = (int *)fox_malloc((size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) {
