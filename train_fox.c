@@ -12,7 +12,6 @@
 // (FOX_REAL_DOUBLE) so that differences of losses are exact enough to check gradients tightly.
 #ifdef FOX_REAL_DOUBLE
 typedef double real;
-#define FOX_ACP_REAL double  // the number type of c in fox/acp.h's staircase search
 #define exp_r exp
 #define sqrt_r sqrt
 #define log_r log
@@ -28,6 +27,10 @@ typedef float real;
 #define fabs_r fabsf
 #define fmin_r fminf
 #endif
+// c = Σ log f is kept in double whatever `real` is: the bias c_i − c_j is a difference of two large sums,
+// and the document mask adds FOX_DOC_LOG_F at every boundary (docs/model.md §1.6, §1.8).
+typedef double creal;
+#define FOX_ACP_REAL creal  // the number type of c in fox/acp.h's staircase search
 
 #include "fox/config.h"        // FoxConfig, presets, FOX_PARAMS layout, FOX_ATTN_IN_ROWS (AttnCols)
 #include "fox/io.h"            // fox_malloc, fox_calloc, fox_fatal: checked allocation, one-line errors
@@ -35,6 +38,7 @@ typedef float real;
 #include "fox/dist.h"          // Dist, dist_allreduce_sum: the data-parallel ranks (MPI)
 #include "fox/trainer.h"       // ModelOptions and the run_model_* functions this file defines for fox/run.h
 #include "fox/acp.h"           // ACP: the tile grid, the bound U, the staircase search
+#include "fox/docmask.h"       // the document mask: separators, their log f, KV-shift's reach, ACP's blocks
 
 // ----------------------------------------------------------------------------
 // Model state
@@ -48,7 +52,7 @@ typedef struct {
     real *ks, *v;    // (L, N, D): keys after KV-shift (before QK-norm); values after KV-shift
     real *q, *k;     // (L, N, D): attention q and k (after QK-norm and RoPE)
     real *q_rstd, *k_rstd;  // (L, N, H)
-    real *c;         // (L, B, H, T): c_t = Σ log f
+    creal *c;        // (L, B, H, T): c_t = Σ log f
     real *o, *lse;   // (L, N, D), (L, B, H, T)
     real *on, *on_rstd;     // (L, N, D), (L, N, H): output-normed attention
     real *z;         // (L, N, D): input of attn_out_w
@@ -68,8 +72,8 @@ typedef struct {
 typedef struct {
     int max_len, len;    // capacity and cached positions (0: no cache)
     real *k, *v;         // (L, B, H, max_len, Dh): keys and values as attention sees them
-    real *c;             // (L, B, H, max_len): c_t = Σ log f (forget-gate presets)
-    double *c_sum;       // (L, B, H): the same sum unrounded, continued as the forward's scan does
+    creal *c;            // (L, B, H, max_len): c_t = Σ log f (forget gate or document mask)
+    int *doc_start;      // (B): the position of each sequence's latest separator (document mask)
     real *k_prev, *v_prev;  // (L, B, D): the newest token's unshifted key and value (KV-shift state)
     real *k_max2;        // (L, B, H): the largest cached |k_j|² (ACP's bound without QK-norm)
     real *x, *xn, *proj, *q, *kn, *vn, *o, *on, *z, *y, *mlp_u, *mlp_h, *rstd;  // one step's rows
@@ -84,6 +88,9 @@ struct Model {
     int B, T;  // activation capacity
     int acp;   // Adaptive Computation Pruning (--acp): skip the attention tiles of acp_first
     int *acp_first;  // (B, H, ceil(T / FOX_ACP_BLOCK)): first live key block of each query block
+    int doc_sep;     // --doc-mask: the separator token (docs/model.md §1.8); -1: no mask
+    int *tokens;     // (B, T): the last forward's inputs (the document mask reads them)
+    int *doc_first;  // (B, ceil(T / FOX_ACP_BLOCK)): fox_doc_first_blocks of the last forward
     long long acp_live, acp_tiles;  // attention tiles computed / in the causal grid, last forward
     Acts a;
     Scratch s;
@@ -110,7 +117,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->k = fox_calloc(L * N * D, sizeof(real));
     a->q_rstd = fox_calloc(L * N * H, sizeof(real));
     a->k_rstd = fox_calloc(L * N * H, sizeof(real));
-    a->c = fox_calloc(L * N * H, sizeof(real));
+    a->c = fox_calloc(L * N * H, sizeof(creal));
     a->o = fox_calloc(L * N * D, sizeof(real));
     a->lse = fox_calloc(L * N * H, sizeof(real));
     a->on = fox_calloc(L * N * D, sizeof(real));
@@ -139,6 +146,8 @@ static void model_alloc_acts(Model *m, int B, int T) {
     sc->du = fox_calloc(N * 2 * I, sizeof(real));
     sc->dh = fox_calloc(N * I, sizeof(real));
     m->acp_first = fox_calloc((size_t)B * H * fox_acp_blocks(T), sizeof(int));
+    m->tokens = fox_calloc(N, sizeof(int));
+    m->doc_first = fox_calloc((size_t)B * fox_acp_blocks(T), sizeof(int));
     m->B = B;
     m->T = T;
 }
@@ -148,6 +157,7 @@ static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed
     m->cfg = *c;
     fox_layout(c, &m->lay);
     m->cols = fox_attn_cols(c);
+    m->doc_sep = -1;
     size_t n = m->lay.total;
     m->params = fox_malloc(n * sizeof(real));
     m->grads = fox_calloc(n, sizeof(real));
@@ -165,15 +175,19 @@ static void model_cache_free(Model *m);
 static void model_free(Model *m) {
     real **bufs[] = {
         &m->params, &m->grads, &m->m, &m->v, &m->a.resid, &m->a.mid, &m->a.ln1_rstd, &m->a.xn1, &m->a.proj,
-        &m->a.ks, &m->a.v, &m->a.q, &m->a.k, &m->a.q_rstd, &m->a.k_rstd, &m->a.c, &m->a.o, &m->a.lse,
+        &m->a.ks, &m->a.v, &m->a.q, &m->a.k, &m->a.q_rstd, &m->a.k_rstd, &m->a.o, &m->a.lse,
         &m->a.on, &m->a.on_rstd, &m->a.z, &m->a.ln2_rstd, &m->a.xn2, &m->a.mlp_u, &m->a.mlp_h,
         &m->a.lnf_rstd, &m->a.xnf, &m->a.logits, &m->a.losses, &m->s.dres, &m->s.dxn, &m->s.dproj,
         &m->s.dks, &m->s.dv, &m->s.dq, &m->s.dk, &m->s.dc, &m->s.d_o, &m->s.don, &m->s.dz,
         &m->s.du, &m->s.dh,
     };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { free(*bufs[i]); *bufs[i] = NULL; }
+    free(m->a.c);
     free(m->acp_first);
-    m->acp_first = NULL;
+    free(m->tokens);
+    free(m->doc_first);
+    m->a.c = NULL;
+    m->acp_first = m->tokens = m->doc_first = NULL;
     model_cache_free(m);
 }
 
@@ -344,9 +358,16 @@ static void matmul_backward(real *din, real *dW, const real *dout, const real *i
     }
 }
 
-// KV-shift (FoX eq. 14): y_t = α_t x_{t-1} + (1-α_t) x_t per head, α_t = σ(w·x̂_t), x_{-1} = 0.
+// KV-shift (FoX eq. 14): y_t = α_t x_{t-1} + (1-α_t) x_t per head, α_t = σ(w·x̂_t), x_{-1} = 0, and
+// x_{t-1} = 0 at a document's first token (fox_doc_has_prev, docs/model.md §1.8).
 // x is read from proj at column xc (stride NIN), the α logits at column ac; y is (N, D).
-typedef struct { int B, T, H, Dh, stride; } SeqShape;
+// tokens (B, T) and sep: the document mask (sep < 0: none).
+typedef struct { int B, T, H, Dh, stride; const int *tokens; int sep; } SeqShape;
+
+// The previous row of x (t − 1 of the same sequence) when KV-shift reaches it, else NULL.
+static const real *shift_prev(const real *x, size_t n, int t, SeqShape s) {
+    return fox_doc_has_prev(s.tokens + (n - t), t, s.sep) ? x - s.stride : NULL;
+}
 
 static void kv_shift_forward(real *y, const real *proj, int xc, int ac, SeqShape s) {
     int D = s.H * s.Dh;
@@ -354,7 +375,7 @@ static void kv_shift_forward(real *y, const real *proj, int xc, int ac, SeqShape
     for (int b = 0; b < s.B; b++) {
         for (int t = 0; t < s.T; t++) {
             size_t n = (size_t)b * s.T + t;
-            const real *x = proj + n * s.stride + xc, *xp = t ? x - s.stride : NULL;
+            const real *x = proj + n * s.stride + xc, *xp = shift_prev(x, n, t, s);
             for (int h = 0; h < s.H; h++) {
                 real al = sigmoid_r(proj[n * s.stride + ac + h]);
                 for (int i = 0; i < s.Dh; i++) {
@@ -373,8 +394,8 @@ static void kv_shift_backward(real *dproj, const real *dy, const real *proj, int
         for (int h = 0; h < s.H; h++) {
             for (int t = 0; t < s.T; t++) {
                 size_t n = (size_t)b * s.T + t;
-                const real *x = proj + n * s.stride + xc, *xp = t ? x - s.stride : NULL;
-                real *dx = dproj + n * s.stride + xc, *dxp = t ? dx - s.stride : NULL;
+                const real *x = proj + n * s.stride + xc, *xp = shift_prev(x, n, t, s);
+                real *dx = dproj + n * s.stride + xc, *dxp = xp ? dx - s.stride : NULL;
                 real al = sigmoid_r(proj[n * s.stride + ac + h]), dal = 0.0f;
                 for (int i = 0; i < s.Dh; i++) {
                     int k = h * s.Dh + i;
@@ -422,21 +443,24 @@ static void rope_apply(real *x, SeqShape s, real theta, int inverse) {
             for (int h = 0; h < s.H; h++) rope_rotate(x + ((size_t)b * s.T + t) * D + (size_t)h * s.Dh, t, s.Dh, theta, inverse);
 }
 
-// log f_t of head h (FoX eq. 20; docs/model.md §1.1 for the gate kinds) from one row of proj.
-static real log_forget(const real *proj_row, const real *bias, int fc, int kind, int h) {
-    return logsigmoid_r(bias[h] + (kind == FOX_FG_DATA_DEPENDENT ? proj_row[fc + h] : 0.0f));
+// log f_t of head h (FoX eq. 20; docs/model.md §1.1 for the gate kinds) from one row of proj: 0 without a
+// gate, FOX_DOC_LOG_F at a separator under the document mask (docs/model.md §1.8).
+static real log_forget(const real *proj_row, const real *bias, int fc, int kind, int h, int token, int sep) {
+    real lf = kind == FOX_FG_NONE ? 0.0f : logsigmoid_r(bias[h] + (kind == FOX_FG_DATA_DEPENDENT ? proj_row[fc + h] : 0.0f));
+    return (real)fox_doc_log_f(lf, token, sep);
 }
 
 // Forget gate: log f_t per head (logsigmoid in fp32) and c_t = Σ_{l≤t} log f_l, stored (B, H, T).
-static void forget_gate_forward(real *c, const real *proj, const real *bias, int fc, int kind, SeqShape s) {
+static void forget_gate_forward(creal *c, const real *proj, const real *bias, int fc, int kind, SeqShape s) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
-            double acc = 0.0;
-            real *ch = c + ((size_t)b * s.H + h) * s.T;
+            creal acc = 0.0;
+            creal *ch = c + ((size_t)b * s.H + h) * s.T;
             for (int t = 0; t < s.T; t++) {
-                acc += log_forget(proj + ((size_t)b * s.T + t) * s.stride, bias, fc, kind, h);
-                ch[t] = (real)acc;
+                size_t n = (size_t)b * s.T + t;
+                acc += log_forget(proj + n * s.stride, bias, fc, kind, h, s.tokens[n], s.sep);
+                ch[t] = acc;
             }
         }
     }
@@ -456,7 +480,8 @@ static void forget_gate_backward(real *dproj, real *dbias, const real *dc, const
                 acc += dch[t];
                 size_t n = (size_t)b * s.T + t;
                 real logit = bias[h] + (kind == FOX_FG_DATA_DEPENDENT ? proj[n * s.stride + fc + h] : 0.0f);
-                real dlogit = (real)acc * sigmoid_r(-logit);
+                // a separator's log f is FOX_DOC_LOG_F whatever the gate says (docs/model.md §1.8)
+                real dlogit = fox_doc_start(s.tokens[n], s.sep) ? 0.0f : (real)acc * sigmoid_r(-logit);
                 if (kind == FOX_FG_DATA_DEPENDENT) dproj[n * s.stride + fc + h] += dlogit;
                 db += dlogit;
             }
@@ -473,7 +498,7 @@ static int first_key(const int *kv_first, int bh, int i, SeqShape s) {
 // One query row of Forgetting Attention with an online softmax over keys j in [j0, j1] (rows ld apart
 // in k and v): o = Σ_j exp(s_j) v_j / Σ_j exp(s_j), s_j = q·k_j/√d + ci − c[j] (c NULL: no bias).
 // Returns the log-sum-exp of the s_j.
-static real attend_row(real *o, const real *qi, const real *k, const real *v, size_t ld, const real *c, real ci,
+static real attend_row(real *o, const real *qi, const real *k, const real *v, size_t ld, const creal *c, creal ci,
                        int j0, int j1, int Dh) {
     real scale = 1.0f / sqrt_r((real)Dh), mx = -INFINITY, l = 0.0f;
     memset(o, 0, (size_t)Dh * sizeof(real));
@@ -482,7 +507,7 @@ static real attend_row(real *o, const real *qi, const real *k, const real *v, si
         real dot = 0.0f;
         #pragma omp simd reduction(+:dot)
         for (int d = 0; d < Dh; d++) dot += qi[d] * kj[d];
-        real sc = dot * scale + (c ? ci - c[j] : 0.0f);
+        real sc = dot * scale + (c ? (real)(ci - c[j]) : 0.0f);
         if (sc > mx) {
             real r = exp_r(mx - sc);
             l *= r;
@@ -502,12 +527,12 @@ static real attend_row(real *o, const real *qi, const real *k, const real *v, si
 // q, k, v, o are (N, D) with head h at columns h·Dh; c and lse are (B, H, T). kv_first: the ACP
 // staircase (fox/acp.h), or NULL.
 static void attention_forward(real *o, real *lse, const real *q, const real *k, const real *v,
-                              const real *c, const int *kv_first, SeqShape s) {
+                              const creal *c, const int *kv_first, SeqShape s) {
     int D = s.H * s.Dh;
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
-            const real *ch = c ? c + ((size_t)b * s.H + h) * s.T : NULL;
+            const creal *ch = c ? c + ((size_t)b * s.H + h) * s.T : NULL;
             size_t row0 = (size_t)b * s.T * D + (size_t)h * s.Dh;
             for (int i = 0; i < s.T; i++) {
                 size_t ri = row0 + (size_t)i * D;
@@ -522,14 +547,14 @@ static void attention_forward(real *o, real *lse, const real *q, const real *k, 
 // dq_i = Σ_j dS_ij k_j/√d, dk_j = Σ_i dS_ij q_i/√d, dv_j = Σ_i P_ij dO_i, dc_i += Σ_j dS_ij, dc_j −= Σ_i dS_ij.
 static void attention_backward(real *dq, real *dk, real *dv, real *dc, const real *dout,
                                const real *q, const real *k, const real *v, const real *o,
-                               const real *lse, const real *c, const int *kv_first, SeqShape s) {
+                               const real *lse, const creal *c, const int *kv_first, SeqShape s) {
     int D = s.H * s.Dh;
     real scale = 1.0f / sqrt_r((real)s.Dh);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
             size_t bh = ((size_t)b * s.H + h) * s.T;
-            const real *ch = c ? c + bh : NULL;
+            const creal *ch = c ? c + bh : NULL;
             for (int i = 0; i < s.T; i++) {
                 size_t ri = ((size_t)b * s.T + i) * D + h * s.Dh;
                 real Di = 0.0f;
@@ -538,7 +563,7 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dc, const rea
                     size_t rj = ((size_t)b * s.T + j) * D + h * s.Dh;
                     real dot = 0.0f, dp = 0.0f;
                     for (int d = 0; d < s.Dh; d++) { dot += q[ri + d] * k[rj + d]; dp += dout[ri + d] * v[rj + d]; }
-                    real p = exp_r(dot * scale + (ch ? ch[i] - ch[j] : 0.0f) - lse[bh + i]);
+                    real p = exp_r(dot * scale + (ch ? (real)(ch[i] - ch[j]) : 0.0f) - lse[bh + i]);
                     real ds = p * (dp - Di);
                     for (int d = 0; d < s.Dh; d++) {
                         dq[ri + d] += ds * scale * k[rj + d];
@@ -635,9 +660,12 @@ static void crossentropy_backward(real *logits, const int *targets, int N, int V
 // The model: forward, backward
 
 static SeqShape seq_shape(const Model *m, int B, int T, int stride) {
-    SeqShape s = {B, T, m->cfg.n_head, fox_head_dim(&m->cfg), stride};
+    SeqShape s = {B, T, m->cfg.n_head, fox_head_dim(&m->cfg), stride, m->tokens, m->doc_sep};
     return s;
 }
+
+// Whether attention takes a bias c: a forget gate, or the document mask's boundary terms (docs/model.md §1.8).
+static int model_has_c(const Model *m) { return m->cfg.forget_gate != FOX_FG_NONE || m->doc_sep >= 0; }
 
 // Element offset of layer l's slice of an (L, B·T, per_token) activation.
 static size_t layer_offset(int l, size_t per_token, int B, int T) {
@@ -645,7 +673,7 @@ static size_t layer_offset(int l, size_t per_token, int B, int T) {
 }
 
 // Block l's slices of the attention activations.
-typedef struct { real *x, *xn, *proj, *ks, *v, *q, *k, *c, *lse, *o, *on, *z; } AttnLayer;
+typedef struct { real *x, *xn, *proj, *ks, *v, *q, *k; creal *c; real *lse, *o, *on, *z; } AttnLayer;
 
 static AttnLayer attn_layer(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
@@ -669,37 +697,46 @@ static double acp_bound_qknorm_head(Model *m, int l, int h) {
     return fox_acp_bound_qknorm(mq, mk, Dh);
 }
 
-// Block l's ACP staircase (into m->acp_first), or NULL when ACP is off or there is no forget gate. U per
-// (b, h): from the QK-norm weights, else from the largest q and k norms of the sequence (fox/acp.h).
-// count: add the live tiles to m->acp_live (the forward pass).
-static const int *acp_tables(Model *m, int l, const real *gate_c, const real *q, const real *k, SeqShape s, int count) {
+// The first live key block of query block mb for (b, h) by the ACP threshold (fox/acp.h): U from the
+// QK-norm weights, else from the largest q and k norms of the sequence.
+static double acp_threshold_bh(Model *m, int l, int b, int h, const real *q, const real *k, SeqShape s) {
     const FoxConfig *c = &m->cfg;
-    if (!m->acp || c->forget_gate == FOX_FG_NONE) return NULL;
-    int nblk = fox_acp_blocks(s.T), D = s.H * s.Dh;
+    int D = s.H * s.Dh;
+    double mq = 0.0, mk = 0.0, U;
+    if (c->qk_norm) {
+        U = acp_bound_qknorm_head(m, l, h);
+    } else {
+        for (int t = 0; t < s.T; t++) {
+            size_t r = ((size_t)b * s.T + t) * D + (size_t)h * s.Dh;
+            double q2 = 0.0, k2 = 0.0;
+            for (int i = 0; i < s.Dh; i++) {
+                q2 += (double)q[r + i] * q[r + i];
+                k2 += (double)k[r + i] * k[r + i];
+            }
+            mq = fmax(mq, q2);
+            mk = fmax(mk, k2);
+        }
+        U = fox_acp_bound_norms(mq, mk, s.Dh);
+    }
+    return fox_acp_threshold(U, s.T);
+}
+
+// Block l's ACP staircase (into m->acp_first), or NULL when ACP is off or attention has no bias. A query
+// block's first live key block is the larger of the threshold's (forget-gate presets) and the first block
+// of its first row's document (document mask: the blocks before are dead by construction, docs/model.md
+// §1.8). count: add the live tiles to m->acp_live (the forward pass).
+static const int *acp_tables(Model *m, int l, const creal *gate_c, const real *q, const real *k, SeqShape s, int count) {
+    if (!m->acp || !model_has_c(m)) return NULL;
+    int nblk = fox_acp_blocks(s.T), gated = m->cfg.forget_gate != FOX_FG_NONE;
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
-            double mq = 0.0, mk = 0.0, U;
-            if (c->qk_norm) {
-                U = acp_bound_qknorm_head(m, l, h);
-            } else {
-                for (int t = 0; t < s.T; t++) {
-                    size_t r = ((size_t)b * s.T + t) * D + (size_t)h * s.Dh;
-                    double q2 = 0.0, k2 = 0.0;
-                    for (int i = 0; i < s.Dh; i++) {
-                        q2 += (double)q[r + i] * q[r + i];
-                        k2 += (double)k[r + i] * k[r + i];
-                    }
-                    mq = fmax(mq, q2);
-                    mk = fmax(mk, k2);
-                }
-                U = fox_acp_bound_norms(mq, mk, s.Dh);
-            }
-            double delta = fox_acp_threshold(U, s.T);
-            const real *ch = gate_c + ((size_t)b * s.H + h) * s.T;
+            double delta = gated ? acp_threshold_bh(m, l, b, h, q, k, s) : 0.0;
+            const creal *ch = gate_c + ((size_t)b * s.H + h) * s.T;
             int *kf = m->acp_first + ((size_t)b * s.H + h) * nblk, prev = 0;
             for (int mb = 0; mb < nblk; mb++) {  // (the running max keeps the staircase monotone)
-                int f = fox_acp_first_live(ch, s.T, mb, delta);
+                int f = gated ? fox_acp_first_live(ch, s.T, mb, delta) : 0;
+                if (s.sep >= 0 && m->doc_first[(size_t)b * nblk + mb] > f) f = m->doc_first[(size_t)b * nblk + mb];
                 prev = f > prev ? f : prev;
                 kf[mb] = prev;
             }
@@ -761,9 +798,9 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
         rope_apply(q, s, c->rope_theta, 0);
         rope_apply(k, s, c->rope_theta, 0);
     }
-    if (c->forget_gate != FOX_FG_NONE)
-        forget_gate_forward(al.c, proj, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, s);
-    attention_forward(o, lse, q, k, v, c->forget_gate != FOX_FG_NONE ? al.c : NULL, acp_tables(m, l, al.c, q, k, s, 1), s);
+    int has_c = model_has_c(m);
+    if (has_c) forget_gate_forward(al.c, proj, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, s);
+    attention_forward(o, lse, q, k, v, has_c ? al.c : NULL, acp_tables(m, l, al.c, q, k, s, 1), s);
     attention_output(m, l, z, on, a->on_rstd + layer_offset(l, H, B, T), o, proj, N);
     real *y = m->s.dz;  // scratch: the projection, before the residual add
     matmul_forward(y, z, param(m, FOX_P_attn_out_w, l), N, D, D);
@@ -799,6 +836,8 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
     m->acp_live = m->acp_tiles = 0;
+    memcpy(m->tokens, inputs, (size_t)N * sizeof(int));
+    if (m->doc_sep >= 0) fox_doc_first_blocks(m->doc_first, inputs, B, T, m->doc_sep);
     embedding_forward(a->resid, inputs, param(m, FOX_P_wte, 0), N, D);
     for (int l = 0; l < L; l++) {
         attention_block_forward(m, l, B, T);
@@ -866,7 +905,7 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
         memcpy(g->d_o, g->don, (size_t)N * D * sizeof(real));
     }
     attention_backward(g->dq, g->dk, g->dv, has_fg ? g->dc : NULL, g->d_o, q, k, v, o, lse,
-                       has_fg ? al.c : NULL, acp_tables(m, l, al.c, q, k, s, 0), s);
+                       model_has_c(m) ? al.c : NULL, acp_tables(m, l, al.c, q, k, s, 0), s);
     if (has_fg)
         forget_gate_backward(g->dproj, grad(m, FOX_P_fgate_b, l), g->dc, proj, param(m, FOX_P_fgate_b, l),
                              cols.fgate, c->forget_gate, s);
@@ -971,10 +1010,11 @@ static size_t cache_row(const Model *m, int l, int b, int h) { return ((size_t)l
 
 static void model_cache_free(Model *m) {
     Cache *kc = &m->cache;
-    real **bufs[] = {&kc->k, &kc->v, &kc->c, &kc->k_prev, &kc->v_prev, &kc->k_max2, &kc->x, &kc->xn, &kc->proj,
+    real **bufs[] = {&kc->k, &kc->v, &kc->k_prev, &kc->v_prev, &kc->k_max2, &kc->x, &kc->xn, &kc->proj,
                      &kc->q, &kc->kn, &kc->vn, &kc->o, &kc->on, &kc->z, &kc->y, &kc->mlp_u, &kc->mlp_h, &kc->rstd};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(*bufs[i]);
-    free(kc->c_sum);
+    free(kc->c);
+    free(kc->doc_start);
     memset(kc, 0, sizeof(*kc));
 }
 
@@ -982,7 +1022,7 @@ static void model_cache_free(Model *m) {
 static double cache_bytes(const Model *m, int max_len) {
     const FoxConfig *c = &m->cfg;
     double rows = (double)c->n_layer * m->B * c->n_head, D = c->d_model;
-    return (rows * max_len * (2.0 * fox_head_dim(c) + 1) + (double)c->n_layer * m->B * 2 * D) * sizeof(real);
+    return rows * max_len * (2.0 * fox_head_dim(c) * sizeof(real) + sizeof(creal)) + (double)c->n_layer * m->B * 2 * D * sizeof(real);
 }
 
 static void model_cache_init(Model *m, int max_len) {
@@ -999,8 +1039,8 @@ static void model_cache_init(Model *m, int max_len) {
     kc->max_len = max_len;
     kc->k = fox_calloc(rows * max_len * Dh, sizeof(real));
     kc->v = fox_calloc(rows * max_len * Dh, sizeof(real));
-    kc->c = fox_calloc(rows * max_len, sizeof(real));
-    kc->c_sum = fox_calloc(rows, sizeof(double));
+    kc->c = fox_calloc(rows * max_len, sizeof(creal));
+    kc->doc_start = fox_calloc(B, sizeof(int));
     kc->k_prev = fox_calloc(L * B * D, sizeof(real));
     kc->v_prev = fox_calloc(L * B * D, sizeof(real));
     kc->k_max2 = fox_calloc(rows, sizeof(real));
@@ -1013,7 +1053,7 @@ static void model_cache_init(Model *m, int max_len) {
 }
 
 // Appends position t of sequence b, head h of block l: key k and value v (as attention sees them) and c_t.
-static void cache_append(Model *m, int l, int b, int h, int t, const real *k, const real *v, real c_t) {
+static void cache_append(Model *m, int l, int b, int h, int t, const real *k, const real *v, creal c_t) {
     Cache *kc = &m->cache;
     size_t r = cache_row(m, l, b, h), Dh = (size_t)fox_head_dim(&m->cfg), at = (r * kc->max_len + t) * Dh;
     memcpy(kc->k + at, k, Dh * sizeof(real));
@@ -1032,34 +1072,36 @@ static void model_prefill(Model *m, const int *tokens, int T, real *logits) {
     if (T < 1 || T > kc->max_len || T > m->T) fox_fatal("prefill of %d tokens: the cache holds %d, the model %d", T, kc->max_len, m->T);
     int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, V = c->vocab_size, NIN = m->cols.width;
     model_forward(m, tokens, NULL, B, T);
+    int has_c = model_has_c(m);
     for (int l = 0; l < c->n_layer; l++) {
         AttnLayer al = attn_layer(m, l, B, T);
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < H; h++) {
-                size_t r = cache_row(m, l, b, h);
-                double sum = 0.0;  // c's scan again, in double as forget_gate_forward sums, to continue it exactly
+                const creal *ch = al.c + ((size_t)b * H + h) * T;
                 for (int t = 0; t < T; t++) {
-                    const real *proj = al.proj + ((size_t)b * T + t) * NIN;
-                    if (c->forget_gate != FOX_FG_NONE) sum += log_forget(proj, param(m, FOX_P_fgate_b, l), m->cols.fgate, c->forget_gate, h);
                     size_t i = ((size_t)b * T + t) * D + (size_t)h * Dh;
-                    cache_append(m, l, b, h, t, al.k + i, al.v + i, (real)sum);
+                    cache_append(m, l, b, h, t, al.k + i, al.v + i, has_c ? ch[t] : 0.0);
                 }
-                kc->c_sum[r] = sum;
             }
             const real *last = al.proj + ((size_t)b * T + T - 1) * NIN;
             memcpy(kc->k_prev + ((size_t)l * B + b) * D, last + m->cols.k, (size_t)D * sizeof(real));
             memcpy(kc->v_prev + ((size_t)l * B + b) * D, last + m->cols.v, (size_t)D * sizeof(real));
         }
     }
-    for (int b = 0; b < B; b++) memcpy(logits + (size_t)b * V, m->a.logits + ((size_t)b * T + T - 1) * V, (size_t)V * sizeof(real));
+    for (int b = 0; b < B; b++) {
+        memcpy(logits + (size_t)b * V, m->a.logits + ((size_t)b * T + T - 1) * V, (size_t)V * sizeof(real));
+        kc->doc_start[b] = 0;
+        for (int t = 0; t < T; t++)
+            if (fox_doc_start(tokens[(size_t)b * T + t], m->doc_sep)) kc->doc_start[b] = t;
+    }
     kc->len = T;
     kc->keys_read = kc->keys_cached = 0;
 }
 
 // One new token's q and shifted, normed, rotated k and v for block l from proj (FoX eq. 14-19, as
 // attention_block_forward forms them for position t), appended to the cache with c_t; the shift state
-// moves on to this token.
-static void decode_qkv(Model *m, int l, int t) {
+// moves on to this token. tokens: the new token of each sequence (a separator starts a document).
+static void decode_qkv(Model *m, int l, int t, const int *tokens) {
     const FoxConfig *c = &m->cfg;
     Cache *kc = &m->cache;
     int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, NIN = m->cols.width;
@@ -1068,11 +1110,12 @@ static void decode_qkv(Model *m, int l, int t) {
         const real *p = kc->proj + (size_t)b * NIN;
         real *kp = kc->k_prev + ((size_t)l * B + b) * D, *vp = kc->v_prev + ((size_t)l * B + b) * D;
         real *k = kc->kn + (size_t)b * D, *v = kc->vn + (size_t)b * D;
+        int prev = !fox_doc_start(tokens[b], m->doc_sep);  // KV-shift's reach (fox_doc_has_prev; t > 0 here)
         for (int i = 0; i < D; i++) {
             real ak = c->kv_shift ? sigmoid_r(p[cols.k_shift + i / Dh]) : 0.0f;
             real av = c->kv_shift ? sigmoid_r(p[cols.v_shift + i / Dh]) : 0.0f;
-            k[i] = ak * kp[i] + (1.0f - ak) * p[cols.k + i];
-            v[i] = av * vp[i] + (1.0f - av) * p[cols.v + i];
+            k[i] = (prev ? ak * kp[i] : 0.0f) + (1.0f - ak) * p[cols.k + i];
+            v[i] = (prev ? av * vp[i] : 0.0f) + (1.0f - av) * p[cols.v + i];
         }
         memcpy(kp, p + cols.k, (size_t)D * sizeof(real));
         memcpy(vp, p + cols.v, (size_t)D * sizeof(real));
@@ -1091,42 +1134,49 @@ static void decode_qkv(Model *m, int l, int t) {
                 rope_rotate(kc->q + i, t, Dh, c->rope_theta, 0);
                 rope_rotate(kc->kn + i, t, Dh, c->rope_theta, 0);
             }
-            if (c->forget_gate != FOX_FG_NONE)
-                kc->c_sum[r] += log_forget(kc->proj + (size_t)b * NIN, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, h);
-            cache_append(m, l, b, h, t, kc->kn + i, kc->vn + i, (real)kc->c_sum[r]);
+            creal c_t = 0.0;
+            if (model_has_c(m))
+                c_t = kc->c[r * kc->max_len + t - 1] +
+                      log_forget(kc->proj + (size_t)b * NIN, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, h, tokens[b], m->doc_sep);
+            cache_append(m, l, b, h, t, kc->kn + i, kc->vn + i, c_t);
         }
     }
 }
 
 // The first cached key the query of (b, h) at position t reads: 0, or with ACP the first whose decay
-// bias is above the threshold (fox_acp_first_key).
+// bias is above the threshold (fox_acp_first_key) and, under the document mask, not before the
+// sequence's latest separator (docs/model.md §1.8).
 static int decode_first_key(Model *m, int l, int b, int h, int t, const real *q) {
     const FoxConfig *c = &m->cfg;
-    if (!m->acp || c->forget_gate == FOX_FG_NONE) return 0;
+    if (!m->acp || !model_has_c(m)) return 0;
     Cache *kc = &m->cache;
-    int Dh = fox_head_dim(c);
-    size_t r = cache_row(m, l, b, h);
-    double q2 = 0.0;
-    for (int i = 0; i < Dh; i++) q2 += (double)q[i] * q[i];
-    double U = c->qk_norm ? acp_bound_qknorm_head(m, l, h) : fox_acp_bound_norms(q2, (double)kc->k_max2[r], Dh);
-    return fox_acp_first_key(kc->c + r * kc->max_len, t, fox_acp_threshold(U, t + 1));
+    int first = 0;
+    if (c->forget_gate != FOX_FG_NONE) {
+        int Dh = fox_head_dim(c);
+        size_t r = cache_row(m, l, b, h);
+        double q2 = 0.0;
+        for (int i = 0; i < Dh; i++) q2 += (double)q[i] * q[i];
+        double U = c->qk_norm ? acp_bound_qknorm_head(m, l, h) : fox_acp_bound_norms(q2, (double)kc->k_max2[r], Dh);
+        first = fox_acp_first_key(kc->c + r * kc->max_len, t, fox_acp_threshold(U, t + 1));
+    }
+    return m->doc_sep >= 0 && kc->doc_start[b] > first ? kc->doc_start[b] : first;
 }
 
 // Block l's attention for the new tokens at position t: x += W_o z (FoX eq. 11-13, 21-23 over the cache).
-static void decode_attention_block(Model *m, int l, int t) {
+static void decode_attention_block(Model *m, int l, int t, const int *tokens) {
     const FoxConfig *c = &m->cfg;
     Cache *kc = &m->cache;
     int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model;
     NormShape ln = {B, 1, D, D, D, D, FOX_NORM_EPS};
     rmsnorm_forward(kc->xn, kc->rstd, kc->x, param(m, FOX_P_ln1_w, l), ln);
     matmul_forward(kc->proj, kc->xn, param(m, FOX_P_attn_in_w, l), B, D, m->cols.width);
-    decode_qkv(m, l, t);
+    decode_qkv(m, l, t, tokens);
     long long read = 0;
     #pragma omp parallel for collapse(2) reduction(+:read)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             size_t i = (size_t)b * D + (size_t)h * Dh, r = cache_row(m, l, b, h);
-            const real *ch = c->forget_gate != FOX_FG_NONE ? kc->c + r * kc->max_len : NULL;
+            const creal *ch = model_has_c(m) ? kc->c + r * kc->max_len : NULL;
             int first = decode_first_key(m, l, b, h, t, kc->q + i);
             read += t + 1 - first;
             attend_row(kc->o + i, kc->q + i, kc->k + r * kc->max_len * Dh, kc->v + r * kc->max_len * Dh, (size_t)Dh, ch,
@@ -1146,9 +1196,11 @@ static void model_decode(Model *m, const int *tokens, real *logits) {
     Cache *kc = &m->cache;
     if (kc->len < 1 || kc->len >= kc->max_len) fox_fatal("decode at position %d: the KV cache holds %d (prefill first)", kc->len, kc->max_len);
     int B = m->B, D = c->d_model, t = kc->len;
+    for (int b = 0; b < B; b++)
+        if (fox_doc_start(tokens[b], m->doc_sep)) kc->doc_start[b] = t;
     embedding_forward(kc->x, tokens, param(m, FOX_P_wte, 0), B, D);
     for (int l = 0; l < c->n_layer; l++) {
-        decode_attention_block(m, l, t);
+        decode_attention_block(m, l, t, tokens);
         mlp_forward(m, l, kc->x, kc->x, kc->xn, kc->rstd, kc->mlp_u, kc->mlp_h, kc->y, B);
     }
     NormShape ln = {B, 1, D, D, D, D, FOX_NORM_EPS};
@@ -1169,6 +1221,7 @@ static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Di
     (void)d;
     model_init(m, c, o->batch, o->seq_len, o->seed);
     m->acp = o->acp;
+    m->doc_sep = o->doc_sep;
     return m;
 }
 
@@ -1220,7 +1273,7 @@ static void run_model_decode(Model *m, const int *tokens, float *logits) { model
 
 static double run_model_decode_keys_read(Model *m) {
     const Cache *kc = &m->cache;
-    return m->acp && m->cfg.forget_gate != FOX_FG_NONE && kc->keys_cached ? (double)kc->keys_read / kc->keys_cached : -1.0;
+    return m->acp && model_has_c(m) && kc->keys_cached ? (double)kc->keys_read / kc->keys_cached : -1.0;
 }
 
 static void run_model_sync(Model *m) { (void)m; }

@@ -8,11 +8,13 @@ model.bin format (fox/checkpoint.h) and the fixture format (test/fixture.h).
 
 Subcommands:
   fixtures --out DIR     write DIR/<name>.fix (float64 reference tensors: init, weights, logits,
-                         losses, gradients, 10 AdamW steps) for 7 small configs, plus
-                         DIR/manifest.txt.
+                         losses, gradients, 10 AdamW steps) for 11 small configs, plus
+                         DIR/manifest.txt: the four presets, three switch variants, and the
+                         four presets again with the document mask (<preset>-docmask).
   init ...               write reference-initialised weights as a fox.c model.bin.
   loss ...               load a fox.c model.bin, print `loss <value>` on a token file (.npy,
-                         int array (B, T+1): inputs = [:, :-1], targets = [:, 1:]).
+                         int array (B, T+1): inputs = [:, :-1], targets = [:, 1:]);
+                         --doc-sep ID applies the document mask with separator ID.
   export-hf MODEL_BIN OUT_DIR
                          a Hugging Face directory (config.json, model.safetensors) that the official
                          FoX code loads with AutoModelForCausalLM.from_pretrained.
@@ -23,6 +25,10 @@ Subcommands:
 
 Fixture contents (all float64; parameters flat, in the fox.c layout; absent tensors omitted):
   config                 the FOX_CONFIG_FIELDS values, in order
+  doc_sep                (1,) the separator id, only in the -docmask fixtures: everything below is
+                         computed with the document mask (docs/model.md §1.8) and separator 3,
+                         which their inputs hold at fixed positions (row 0: 0, 17, 18, 40; row 1:
+                         5, 33, 63) and their train.inputs at random (p = 0.1), nowhere else
   init.<p>               the weights fox_rng gives for seed 1234 (checks C's init)
   param.<p>              init perturbed (norm weights += 0.1 N(0,1), forget-gate biases
                          += 0.5 N(0,1), +1 for the data-dependent gate; float32-representable);
@@ -43,8 +49,15 @@ gradient; if norm > clip, grads *= clip / (norm + 1e-6); lr = peak (s+1)/W for s
 min_lr + (peak - min_lr)(1 + cos(pi (s-W)/max(1, S-W)))/2; AdamW as torch.optim.AdamW, decay
 only on the FOX_PARAMS decay=1 tensors.
 
+Document mask (docs/model.md §1.8; FoxModel(..., doc_sep=ID), fox.c's --doc-mask --doc-sep ID): a
+separator token starts a document (it belongs to the document it precedes; position 0 starts one too).
+Query i attends key j only if j <= i and both lie in one document: an explicit block-diagonal mask
+here, independently of fox.c, which closes the forget gate at separators instead. KV-shift takes 0 for
+the token before a separator, as at t = 0. RoPE positions stay those of the window.
+
 Importable: load_model_bin(path) -> (config, params), save_model_bin(path, config, params),
-init_params(config, seed), make_config(preset, ...), FoxModel(config, params), read_fixture(path).
+init_params(config, seed), make_config(preset, ...), FoxModel(config, params, doc_sep=None),
+read_fixture(path).
 Parameters are numpy float32 arrays in the fox.c layout: (n_layer, rows, cols) for layer-stacked
 tensors, (rows, cols) otherwise, flattening row-major to exactly the order of model.bin.
 
@@ -464,27 +477,33 @@ def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def fox_attention(q, k, v, log_f):
+def fox_attention(q, k, v, log_f, other_doc=None):
     """FoX attention (paper eq. 22), as a full masked T x T matrix:
     o_i = softmax_{j<=i}(q_i.k_j / sqrt(d_h) + c_i - c_j) v_j with c_t = sum_{l<=t} log f_l.
-    q, k, v: (B, H, T, Dh); log_f: (B, H, T), or None for no forget gate (c = 0)."""
+    q, k, v: (B, H, T, Dh); log_f: (B, H, T), or None for no forget gate (c = 0).
+    other_doc: None, or the document mask (docs/model.md §1.8), (B, 1, T, T) bool, True where key j
+    lies in another document than query i; those keys are dropped as the future ones are."""
     T, Dh = q.shape[-2], q.shape[-1]
     s = q @ k.transpose(-1, -2) / math.sqrt(Dh)
     if log_f is not None:
         c = torch.cumsum(log_f, dim=-1)
         s = s + c[..., :, None] - c[..., None, :]
-    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
-    return torch.softmax(s.masked_fill(future, float("-inf")), dim=-1) @ v
+    masked = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # the future
+    if other_doc is not None:
+        masked = masked | other_doc
+    return torch.softmax(s.masked_fill(masked, float("-inf")), dim=-1) @ v
 
 
 class FoxModel(torch.nn.Module):
     """The fox.c model. Parameters are kept in the fox.c layout (names and shapes of
     FOX_PARAMS, e.g. attn_in_w is (n_layer, rows, d_model)) so conversion is exact; the forward
-    pass slices them."""
+    pass slices them. doc_sep: a token id for the document mask (docs/model.md §1.8, fox.c's
+    --doc-mask --doc-sep), or None for none."""
 
-    def __init__(self, config, params, dtype=torch.float64, device="cpu"):
+    def __init__(self, config, params, dtype=torch.float64, device="cpu", doc_sep=None):
         super().__init__()
         self.config = dict(config)
+        self.doc_sep = doc_sep
         self.p = torch.nn.ParameterDict({
             name: torch.nn.Parameter(torch.as_tensor(np.asarray(arr), dtype=dtype, device=device).clone(),
                                      requires_grad=param_learned(config, name))
@@ -493,9 +512,10 @@ class FoxModel(torch.nn.Module):
     def forward(self, idx):
         """idx: (B, T) token ids -> logits (B, T, V)."""
         c, p = self.config, self.p
+        docs = self.documents(idx)
         x = p["wte"][idx]  # no positional table
         for l in range(c["n_layer"]):
-            h = x + self.attention(l, rms_norm(x, p["ln1_w"][l, 0], FOX["FOX_NORM_EPS"]))
+            h = x + self.attention(l, rms_norm(x, p["ln1_w"][l, 0], FOX["FOX_NORM_EPS"]), docs)
             x = h + self.mlp(l, rms_norm(h, p["ln2_w"][l, 0], FOX["FOX_NORM_EPS"]))
         x = rms_norm(x, p["lnf_w"][0], FOX["FOX_NORM_EPS"])
         return x @ p["lm_head_w"].t()  # untied lm_head
@@ -507,22 +527,35 @@ class FoxModel(torch.nn.Module):
                               reduction="none").view(targets.shape)
         return pos.mean(), pos, logits
 
+    def documents(self, idx):
+        """The document mask of idx (B, T) (docs/model.md §1.8), or None when the model has none:
+        (starts (B, T) bool: the token is a separator, so it starts a document; other_doc (B, 1, T, T)
+        bool: query i and key j lie in different documents). A separator belongs to the document it
+        precedes, position 0 starts one too: document of t = number of separators at or before t."""
+        if self.doc_sep is None:
+            return None
+        starts = idx == self.doc_sep
+        doc = torch.cumsum(starts.long(), dim=-1)
+        return starts, doc[:, None, :, None] != doc[:, None, None, :]
+
     def mlp(self, l, xn):
         """SwiGLU: down(silu(W_gate x) * W_up x); mlp_in_w rows = gate [I] | up [I]."""
         gate, up = (xn @ self.p["mlp_in_w"][l].t()).chunk(2, dim=-1)
         return (F.silu(gate) * up) @ self.p["mlp_out_w"][l].t()
 
-    def attention(self, l, xn):
-        """Paper eq. 15-23 with the docs/model.md §1 switches; xn = RMSNorm(x), (B, T, D)."""
+    def attention(self, l, xn, docs=None):
+        """Paper eq. 15-23 with the docs/model.md §1 switches; xn = RMSNorm(x), (B, T, D);
+        docs: None, or documents(idx), the document mask (§1.8)."""
         c, p = self.config, self.p
         B, T, D = xn.shape
         H, Dh = c["n_head"], head_dim(c)
+        starts, other_doc = docs if docs is not None else (None, None)
         rows = attn_in_slices(c)
         proj = xn @ p["attn_in_w"][l].t()
         q, k, v = (proj[..., rows[n]].reshape(B, T, H, Dh) for n in ("q", "k", "v"))
         if c["kv_shift"]:  # eq. 16-19: k_t = a_t k~_{t-1} + (1 - a_t) k~_t, k~_{-1} = 0
-            k = self._shift(k, torch.sigmoid(proj[..., rows["k_shift"]]))
-            v = self._shift(v, torch.sigmoid(proj[..., rows["v_shift"]]))
+            k = self._shift(k, torch.sigmoid(proj[..., rows["k_shift"]]), starts)
+            v = self._shift(v, torch.sigmoid(proj[..., rows["v_shift"]]), starts)
         if c["qk_norm"]:  # eq. 15, 17: per-head RMSNorm over head_dim, on q and the shifted k
             shape = (1, Dh) if c["qk_norm_shared"] else (H, Dh)
             q = rms_norm(q, p["qnorm_w"][l].reshape(shape), FOX["FOX_QK_NORM_EPS"])
@@ -535,7 +568,7 @@ class FoxModel(torch.nn.Module):
         elif c["forget_gate"] in (FG_DATA_INDEPENDENT, FG_FIXED):  # f = sigmoid(b_h) for all t
             log_f = F.logsigmoid(p["fgate_b"][l, 0]).expand(B, T, H)
         o = fox_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                          None if log_f is None else log_f.transpose(1, 2)).transpose(1, 2)
+                          None if log_f is None else log_f.transpose(1, 2), other_doc).transpose(1, 2)
         if c["output_norm"]:  # per-head RMSNorm of o, weight (H * Dh)
             o = rms_norm(o, p["onorm_w"][l].reshape(H, Dh), FOX["FOX_NORM_EPS"])
         o = o.reshape(B, T, D)
@@ -544,9 +577,13 @@ class FoxModel(torch.nn.Module):
         return o @ p["attn_out_w"][l].t()
 
     @staticmethod
-    def _shift(x, alpha):
-        """alpha_t x_{t-1} + (1 - alpha_t) x_t over dim 1 with x_{-1} = 0; alpha: (B, T, H)."""
+    def _shift(x, alpha, starts=None):
+        """alpha_t x_{t-1} + (1 - alpha_t) x_t over dim 1 with x_{-1} = 0; alpha: (B, T, H).
+        starts: None, or (B, T) bool, the separators: x_{t-1} is 0 there too (the shift does not
+        reach back across a document boundary)."""
         prev = F.pad(x, (0, 0, 0, 0, 1, 0))[:, :-1]
+        if starts is not None:
+            prev = prev.masked_fill(starts[:, :, None, None], 0.0)
         a = alpha.unsqueeze(-1)
         return a * prev + (1 - a) * x
 
@@ -639,7 +676,19 @@ FIXTURES = [  # (name, preset, overrides)
     ("fox-pro-qkshared", "fox-pro", dict(qk_norm_shared=1)),
     ("fox-dataind", "fox-pro", dict(forget_gate=FG_DATA_INDEPENDENT)),
     ("fox-fixed", "fox-pro", dict(forget_gate=FG_FIXED, t_min=2.0, t_max=64.0)),
+    # The document mask (docs/model.md §1.8), separator FIXTURE_DOC_SEP (see fixture_doc_sep):
+    ("fox-pro-docmask", "fox-pro", {}),
+    ("fox-llama-docmask", "fox-llama", {}),
+    ("transformer-pro-docmask", "transformer-pro", {}),
+    ("transformer-llama-docmask", "transformer-llama", {}),
 ]
+# The separator id of the -docmask fixtures, and where their `inputs` hold it: row 0 at 0 (a
+# separator at the window's start), 17 and 18 (a one-token document), 40; row 1 at 5, 33 and 63 (the
+# last position). No other input token is FIXTURE_DOC_SEP. Their train.inputs hold it at each
+# position with probability FIXTURE_DOC_P, nowhere else.
+FIXTURE_DOC_SEP = 3
+FIXTURE_DOC_STARTS = [(0, 17, 18, 40), (5, 33, 63)]
+FIXTURE_DOC_P = 0.1
 # In the order of the fixture's train.hparams vector. Adam's eps is 1e-6 here, not the training
 # default 1e-8: with 1e-8 (and lr 1e-2) the 10-step trajectory of this tiny model is chaotic,
 # PyTorch's own float32 run then differs from its float64 run by 7e-5 in loss and 9% in weights,
@@ -653,6 +702,20 @@ TRAIN_HPARAMS = dict(lr=3e-3, min_lr=3e-4, warmup_steps=3, total_steps=10, weigh
 def fixture_config(name, shape=FIXTURE_SHAPE):
     preset, overrides = next((p, o) for n, p, o in FIXTURES if n == name)
     return make_config(preset, **shape, **overrides)
+
+
+def fixture_doc_sep(name):
+    """The document separator a fixture is computed with (FoxModel's doc_sep), or None."""
+    return FIXTURE_DOC_SEP if name.endswith("-docmask") else None
+
+
+def with_separators(tokens, sep, starts, rng):
+    """tokens with every `sep` replaced by sep + 1, then sep written where `starts` is True
+    (a bool array of tokens' shape) and, with rng, at each position with probability FIXTURE_DOC_P."""
+    tokens = np.where(tokens == sep, sep + 1, tokens)
+    if rng is not None:
+        starts = starts | (rng.random(tokens.shape) < FIXTURE_DOC_P)
+    return np.where(starts, sep, tokens)
 
 
 def perturbed_params(c, init):
@@ -688,13 +751,22 @@ def make_fixture(name, shape=FIXTURE_SHAPE):
     shape = (hp["total_steps"], hp["accum"], B, T)
     train_inputs = rng.integers(0, V, size=shape)
     train_targets = rng.integers(0, V, size=shape)
+    sep = fixture_doc_sep(name)
+    if sep is not None:  # separators at FIXTURE_DOC_STARTS, and at random in the training inputs
+        fixed = np.zeros((B, T), bool)
+        for b, ts in enumerate(FIXTURE_DOC_STARTS):
+            fixed[b, list(ts)] = True
+        inputs = with_separators(inputs, sep, fixed, None)
+        train_inputs = with_separators(train_inputs, sep, np.zeros(shape, bool), np.random.default_rng(9))
 
     out = [("config", np.array([c[n] for _, n, _ in CONFIG_FIELDS], np.float64))]
+    if sep is not None:
+        out += [("doc_sep", np.array([float(sep)]))]
     out += [("init." + n, a.reshape(-1)) for n, a in init.items()]
     out += [("param." + n, a.reshape(-1)) for n, a in params.items()]
     out += [("inputs", inputs), ("targets", targets)]
 
-    model = FoxModel(c, params, torch.float64)
+    model = FoxModel(c, params, torch.float64, doc_sep=sep)
     loss, pos_loss, logits = model.loss(torch.from_numpy(inputs), torch.from_numpy(targets))
     loss.backward()
     out += [("logits", logits.detach().numpy()), ("loss", np.array([loss.item()])),
@@ -702,7 +774,7 @@ def make_fixture(name, shape=FIXTURE_SHAPE):
     out += [("grad." + n, (t.grad.numpy() if t.grad is not None else np.zeros(t.shape)).reshape(-1))
             for n, t in model.p.items()]
 
-    model = FoxModel(c, params, torch.float64)  # train from param.*, fresh state
+    model = FoxModel(c, params, torch.float64, doc_sep=sep)  # train from param.*, fresh state
     losses, norms, lrs = train(model, hp, torch.from_numpy(train_inputs), torch.from_numpy(train_targets))
     out += [("train.hparams", np.array(list(hp.values()), np.float64)),
             ("train.inputs", train_inputs), ("train.targets", train_targets),
@@ -721,13 +793,14 @@ def cmd_fixtures(args):
     if unknown:
         raise SystemExit("train_fox.py fixtures: unknown fixture %s" % ", ".join(unknown))
     names = []
+    width = max(len(n) for n in wanted)
     for name in wanted:
         tensors, norms = make_fixture(name, shape)
         write_fixture(out_dir / (name + ".fix"), tensors)
         names.append(name + ".fix")
         clipped = sum(n > TRAIN_HPARAMS["grad_clip"] for n in norms)
-        print("%-18s loss %.6f  grad norms %s  (%d of %d steps clipped)" % (
-            name, dict(tensors)["loss"][0], " ".join("%.3f" % n for n in norms), clipped, len(norms)))
+        print("%-*s loss %.6f  grad norms %s  (%d of %d steps clipped)" % (
+            width, name, dict(tensors)["loss"][0], " ".join("%.3f" % n for n in norms), clipped, len(norms)))
     _atomic_write(out_dir / "manifest.txt", [("\n".join(names) + "\n").encode()])
     print("wrote %d fixtures to %s" % (len(names), out_dir))
 
@@ -757,7 +830,7 @@ def cmd_loss(args):
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     cfg, params = load_model_bin(args.model_bin)
-    model = FoxModel(cfg, params, getattr(torch, args.dtype), args.device)
+    model = FoxModel(cfg, params, getattr(torch, args.dtype), args.device, doc_sep=args.doc_sep)
     tokens = np.load(args.tokens)
     if tokens.ndim != 2 or tokens.shape[1] < 2:
         raise SystemExit("%s: need an int array (B, T+1), got shape %s" % (args.tokens, tokens.shape))
@@ -1021,11 +1094,15 @@ def cmd_import_hf(args):
 # selfcheck
 
 
-def attention_layer_loop(c, W, xn):
+def attention_layer_loop(c, W, xn, starts=None):
     """One attention layer for one sequence, token by token in numpy float64, written from the
     paper's product form (eq. 11: F_ij = prod_{l=j+1..i} f_l) rather than cumsums and matrices.
-    W: this layer's tensors in the fox.c layout; xn: (T, D) normalised input. Returns (T, D)."""
+    W: this layer's tensors in the fox.c layout; xn: (T, D) normalised input. Returns (T, D).
+    starts: None, or T bools, the separators of the document mask (docs/model.md §1.8), applied
+    as fox.c does rather than as FoxModel does: f = 0 at a separator (so F_ij = 0 across one, also
+    with no forget gate) and no KV-shift from the token before it."""
     T, D = xn.shape
+    starts = [False] * T if starts is None else list(starts)
     H, Dh = c["n_head"], head_dim(c)
     rows = attn_in_slices(c)
 
@@ -1045,8 +1122,9 @@ def attention_layer_loop(c, W, xn):
             k = proj[t][rows["k"]][hd]
             v = proj[t][rows["v"]][hd]
             if c["kv_shift"]:
-                k_prev = proj[t - 1][rows["k"]][hd] if t > 0 else np.zeros(Dh)
-                v_prev = proj[t - 1][rows["v"]][hd] if t > 0 else np.zeros(Dh)
+                has_prev = t > 0 and not starts[t]
+                k_prev = proj[t - 1][rows["k"]][hd] if has_prev else np.zeros(Dh)
+                v_prev = proj[t - 1][rows["v"]][hd] if has_prev else np.zeros(Dh)
                 ak = sigmoid(proj[t][rows["k_shift"]][h])
                 av = sigmoid(proj[t][rows["v_shift"]][h])
                 k = ak * k_prev + (1 - ak) * k
@@ -1069,6 +1147,8 @@ def attention_layer_loop(c, W, xn):
                 fs.append(sigmoid(W["fgate_b"].reshape(-1)[h]))
             else:
                 fs.append(1.0)
+            if starts[t]:
+                fs[-1] = 0.0
             qs.append(q), ks.append(k), vs.append(v)
         for i in range(T):
             num, den = np.zeros(Dh), 0.0
@@ -1103,26 +1183,56 @@ def selfcheck_results():
     w_py = np.array([0.02 * rng_normal_py(key, i) for i in range(100000)], np.float32)
     yield "rng init 100000 elements bitwise", bool((w_np == w_py).all()), "%d differ" % (w_np != w_py).sum()
 
-    # (a) the model's attention layer vs the loop form, every fixture config.
+    # (a) the model's attention layer vs the loop form, every fixture config (the -docmask ones with
+    # separators at 0, 4, 5 and 9: its block-diagonal mask vs the loop form's closed gate).
     for name, _, _ in FIXTURES:
         c = fixture_config(name)
+        sep = fixture_doc_sep(name)
         params = perturbed_params(c, init_params(c, FIXTURE_SEED))
-        model = FoxModel(c, params, torch.float64)
+        model = FoxModel(c, params, torch.float64, doc_sep=sep)
         xn = torch.from_numpy(np.random.default_rng(3).standard_normal((1, 12, c["d_model"])))
+        starts = None if sep is None else np.isin(np.arange(12), (0, 4, 5, 9))
+        docs = None if sep is None else model.documents(torch.from_numpy(np.where(starts, sep, 0)[None]))
         with torch.no_grad():
-            fast = model.attention(1, xn)[0].numpy()
+            fast = model.attention(1, xn, docs)[0].numpy()
         layer = {n: a[1] for n, a in params.items() if a.ndim == 3}
-        slow = attention_layer_loop(c, layer, xn[0].numpy())
+        slow = attention_layer_loop(c, layer, xn[0].numpy(), starts)
         err = np.abs(fast - slow).max() / np.abs(slow).max()
         yield "attention vs loop form: " + name, err < 1e-12, "max rel err %.2e" % err
 
-    # (b) finite differences of the forget-gate bias and KV-shift weights (float64).
-    for name in ("fox-pro", "fox-dataind"):
-        c = fixture_config(name)
+    # (e) the document mask (docs/model.md §1.8), every preset: a window [document A, separator,
+    # document B] gives B's positions the logits of the window [separator, B] alone (RoPE is
+    # relative: equal up to rounding), and with no separator in the window the mask changes nothing.
+    for preset in PRESETS:
+        c = make_config(preset, **FIXTURE_SHAPE)
         params = perturbed_params(c, init_params(c, FIXTURE_SEED))
-        model = FoxModel(c, params, torch.float64)
+        sep = FIXTURE_DOC_SEP
+        model = FoxModel(c, params, torch.float64, doc_sep=sep)
+        rng = np.random.default_rng(13)
+        doc_a, doc_b = (with_separators(rng.integers(0, c["vocab_size"], n), sep, np.zeros(n, bool), None)
+                        for n in (23, 18))
+        both = torch.from_numpy(np.concatenate([doc_a, [sep], doc_b])[None])
+        alone = torch.from_numpy(np.concatenate([[sep], doc_b])[None])
+        with torch.no_grad():
+            diff = (model(both)[:, len(doc_a):] - model(alone)).abs().max().item()
+        yield "document mask: [A, sep, B] = [sep, B] on B, " + preset, diff < 1e-10, "max abs diff %.2e" % diff
+        plain = FoxModel(c, params, torch.float64)
+        with torch.no_grad():
+            same = torch.equal(model(both[:, :len(doc_a)]), plain(both[:, :len(doc_a)]))
+        yield "document mask: no separator, logits unchanged exactly, " + preset, same, ""
+
+    # (b) finite differences of the forget-gate bias and KV-shift weights (float64); fox-pro-docmask
+    # with separators at 0, 6, 7 and 12.
+    for name in ("fox-pro", "fox-dataind", "fox-pro-docmask"):
+        c = fixture_config(name)
+        sep = fixture_doc_sep(name)
+        params = perturbed_params(c, init_params(c, FIXTURE_SEED))
+        model = FoxModel(c, params, torch.float64, doc_sep=sep)
         rng = np.random.default_rng(11)
-        idx = torch.from_numpy(rng.integers(0, c["vocab_size"], (1, 16)))
+        idx = rng.integers(0, c["vocab_size"], (1, 16))
+        if sep is not None:
+            idx = with_separators(idx, sep, np.isin(np.arange(16), (0, 6, 7, 12))[None], None)
+        idx = torch.from_numpy(idx)
         tgt = torch.from_numpy(rng.integers(0, c["vocab_size"], (1, 16)))
         model.loss(idx, tgt)[0].backward()
         probes = [("fgate_b", (l, 0, h)) for l in range(c["n_layer"]) for h in range(c["n_head"])]
@@ -1209,7 +1319,10 @@ def main(argv=None):
 
     p = sub.add_parser("fixtures", help="write the float64 reference fixtures",
                        description="Writes DIR/<name>.fix for %s (vocab 128, 2 layers, d 64, 4 heads, "
-                       "mlp 96, B 2, T 64, seed 1234) and DIR/manifest.txt." % ", ".join(n for n, _, _ in FIXTURES))
+                       "mlp 96, B 2, T 64, seed 1234) and DIR/manifest.txt. The -docmask fixtures are "
+                       "computed with the document mask (docs/model.md §1.8), separator token %d, which "
+                       "their inputs and training inputs contain; they carry a doc_sep tensor."
+                       % (", ".join(n for n, _, _ in FIXTURES), FIXTURE_DOC_SEP))
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--dim", type=int, default=FIXTURE_SHAPE["d_model"],
                    help="d_model (default %(default)s; the GPU kernel needs head_dim 64 or 128)")
@@ -1237,6 +1350,9 @@ def main(argv=None):
     p.add_argument("--tokens", required=True, metavar="FILE.npy", help="int array (B, T+1)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--doc-sep", type=int, metavar="ID",
+                   help="the document mask (docs/model.md §1.8, fox.c's --doc-mask) with separator token "
+                   "ID, e.g. 50256 = <|endoftext|> (default: no mask)")
     p.set_defaults(func=cmd_loss)
 
     p = sub.add_parser("export-hf", help="write a model.bin as a Hugging Face directory of the official FoX code",
@@ -1254,7 +1370,8 @@ def main(argv=None):
     p.set_defaults(func=cmd_import_hf)
 
     p = sub.add_parser("selfcheck", help="run the internal checks; exit 1 on failure",
-                       description="RNG vs pure Python, attention vs a loop form, finite "
+                       description="RNG vs pure Python, attention vs a loop form, the document mask "
+                       "(a separated window vs its last document alone, no separator vs no mask), finite "
                        "differences, AdamW vs torch.optim.AdamW, file round trips.")
     p.set_defaults(func=cmd_selfcheck)
 

@@ -25,9 +25,10 @@
 // Whether the token starts a document. sep < 0: no document mask (token ids are never negative).
 static inline FOX_DOC_HD int fox_doc_start(int token, int sep) { return sep >= 0 && token == sep; }
 
-// log f of a position: the gate's own value, or FOX_DOC_LOG_F at a separator.
-static inline FOX_DOC_HD float fox_doc_log_f(float log_f, int token, int sep) {
-    return fox_doc_start(token, sep) ? FOX_DOC_LOG_F : log_f;
+// log f of a position: the gate's own value (0 without a gate), or FOX_DOC_LOG_F at a separator. In double
+// so that the float64 build of the CPU trainer keeps its precision; exact for float arguments.
+static inline FOX_DOC_HD double fox_doc_log_f(double log_f, int token, int sep) {
+    return fox_doc_start(token, sep) ? (double)FOX_DOC_LOG_F : log_f;
 }
 
 // Whether position t (of a sequence whose tokens start at `tokens`) takes KV-shift's previous token.

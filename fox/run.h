@@ -9,6 +9,7 @@
 #include <time.h>
 #include "config.h"
 #include "args.h"
+#include "docmask.h"  // fox_doc_start: --eval-doc-pos finds the documents
 #include "io.h"
 #include "npy.h"
 #include "checkpoint.h"
@@ -44,6 +45,8 @@ typedef struct {
     long long pos_loss_seqs;
     double *step_pos_loss;        // the same for the current step, added to pos_loss if it is applied
     int train_seq_len;            // --eval-only: the evaluated checkpoint's training context (0 = unknown)
+    double *doc_pos_loss, *doc_pos_count;  // --eval-doc-pos: loss summed by position within the document, and
+                                           // the tokens counted at each position
     float *h_params, *h_m, *h_v;  // host staging of weights and AdamW moments (checkpoints)
     FILE *log;
     int lock_fd;                  // OUT/.lock, held by rank 0 for the run's life (-1: none)
@@ -426,6 +429,12 @@ static void cut_log(const char *out, int step) {
     if (rename(tmp, path)) fox_fatal("cannot rename %s: %s", tmp, strerror(errno));
 }
 
+// --doc-sep must be a token of the model's vocabulary when --doc-mask or --eval-doc-pos use it.
+static void check_doc_sep(const FoxArgs *a, const FoxConfig *cfg) {
+    if ((a->doc_mask || (a->eval_only && a->eval_doc_pos)) && a->doc_sep >= cfg->vocab_size)
+        fox_usage_error("--doc-sep %d is not a token of this model's vocabulary of %d", a->doc_sep, cfg->vocab_size);
+}
+
 // The model options of a run's arguments, for micro-batches of batch x seq_len tokens (forward_only:
 // --eval-only, which recomputes whole blocks so the longest contexts fit).
 static ModelOptions model_options(const FoxArgs *a, int batch, int seq_len, int forward_only) {
@@ -439,6 +448,7 @@ static void run_init(Run *r) {
     FoxArgs *a = &r->args;
     run_catch_stop_signals();  // a signal during the set-up stops the run after its first step
     FoxConfig cfg = fox_args_config(a);
+    check_doc_sep(a, &cfg);
     run_test_hooks(r);
     if (a->resume && !a->out[0]) fox_usage_error("--resume needs --out");
     if (a->overwrite && a->resume) fox_usage_error("--overwrite starts over, --resume continues: give one of them");
@@ -505,6 +515,8 @@ static void eval_init(Run *r) {
     char path[4352];
     r->train_seq_len = eval_weights_path(a, "--eval-only", path, sizeof(path));
     FoxConfig cfg = fox_read_model_config(path);
+    check_doc_sep(a, &cfg);
+    if (a->eval_doc_pos && !a->out[0]) fox_usage_error("--eval-doc-pos needs --out");
     dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
     r->has_val = 1;
     r->cfg = cfg;
@@ -516,7 +528,44 @@ static void eval_init(Run *r) {
     r->inputs = (int *)fox_calloc((size_t)T, sizeof(int));
     r->targets = (int *)fox_calloc((size_t)T, sizeof(int));
     r->pos_loss = (double *)fox_calloc((size_t)T, sizeof(double));
-    if (r->dist.rank == 0) printf("evaluating %s (%zu parameters) at context %d\n", path, r->lay.total, T);
+    if (a->eval_doc_pos) {
+        r->doc_pos_loss = (double *)fox_calloc((size_t)T, sizeof(double));
+        r->doc_pos_count = (double *)fox_calloc((size_t)T, sizeof(double));
+    }
+    if (r->dist.rank == 0)
+        printf("evaluating %s (%zu parameters) at context %d%s\n", path, r->lay.total, T,
+               a->doc_mask ? ", document mask" : "");
+}
+
+// --eval-doc-pos (docs/model.md §6): adds one window's losses by position within the document, the
+// distance of each input token from its document's separator; tokens before the window's first separator
+// are not counted (their document began before the window).
+static void add_doc_pos_loss(Run *r, const float *pos, int T) {
+    int start = -1;
+    for (int t = 0; t < T; t++) {
+        if (fox_doc_start(r->inputs[t], r->args.doc_sep)) start = t;
+        if (start < 0) continue;
+        r->doc_pos_loss[t - start] += pos[t];
+        r->doc_pos_count[t - start] += 1.0;
+    }
+}
+
+// Writes OUT/doc_pos_loss.npy (mean loss at each position within the document, NaN where no token was
+// counted) and OUT/doc_pos_count.npy (the tokens counted there).
+static void save_doc_pos_loss(Run *r, int T) {
+    const FoxArgs *a = &r->args;
+    double tokens = 0.0, docs = r->doc_pos_count[0];
+    for (int t = 0; t < T; t++) {
+        tokens += r->doc_pos_count[t];
+        r->doc_pos_loss[t] = r->doc_pos_count[t] > 0 ? r->doc_pos_loss[t] / r->doc_pos_count[t] : NAN;
+    }
+    char path[4352];
+    snprintf(path, sizeof(path), "%s/doc_pos_loss.npy", a->out);
+    fox_write_npy_f64(path, r->doc_pos_loss, (size_t)T);
+    snprintf(path, sizeof(path), "%s/doc_pos_count.npy", a->out);
+    fox_write_npy_f64(path, r->doc_pos_count, (size_t)T);
+    printf("wrote %s/doc_pos_loss.npy and doc_pos_count.npy: %.0f tokens of %.0f documents that start in their window "
+           "(separator %d)\n", a->out, tokens, docs, a->doc_sep);
 }
 
 // docs/model.md §6: L(i) = mean over sequences of the loss at position i (float64 sums, memory independent
@@ -534,8 +583,13 @@ static void eval_per_token(Run *r) {
         model_forward(r->model, r->inputs, r->targets, 1, T);
         const float *pos = run_model_losses(r->model);
         for (int t = 0; t < T; t++) r->pos_loss[t] += pos[t];
+        if (a->eval_doc_pos) add_doc_pos_loss(r, pos, T);
     }
     dist_allreduce_sum_f64(&r->dist, r->pos_loss, (size_t)T);
+    if (a->eval_doc_pos) {
+        dist_allreduce_sum_f64(&r->dist, r->doc_pos_loss, (size_t)T);
+        dist_allreduce_sum_f64(&r->dist, r->doc_pos_count, (size_t)T);
+    }
     dist_allreduce_sum_f64(&r->dist, &count, 1);
     if (count < 1) fox_fatal("%s holds no sequence of %d tokens", a->val, T);
     if (r->dist.rank) return;
@@ -570,6 +624,7 @@ static void eval_per_token(Run *r) {
     snprintf(final_path, sizeof(final_path), "%s/per_token_loss.json", a->out);
     if (rename(path, final_path)) fox_fatal("cannot rename %s: %s", path, strerror(errno));
     printf("wrote %s/per_token_loss.npy and per_token_loss.json\n", a->out);
+    if (a->eval_doc_pos) save_doc_pos_loss(r, T);
 }
 
 // ---- Generation (docs/model.md §7) ----
@@ -698,6 +753,7 @@ static void generate_from_file(Run *r) {
     eval_weights_path(&r->args, "--generate", path, sizeof(path));
     if (!r->args.prompt[0] && !r->args.prompt_file[0]) fox_usage_error("--generate needs a prompt: --prompt TEXT or --prompt-file PATH");
     r->cfg = fox_read_model_config(path);
+    check_doc_sep(&r->args, &r->cfg);
     fox_layout(&r->cfg, &r->lay);
     ensure_host_staging(r, 0);
     fox_read_model_bin(path, &r->cfg, r->h_params);
@@ -723,6 +779,8 @@ static void run_free(Run *r) {
     free(r->inputs);
     free(r->targets);
     free(r->pos_loss);
+    free(r->doc_pos_loss);
+    free(r->doc_pos_count);
     free(r->step_pos_loss);
     free(r->h_params);
     free(r->h_m);
@@ -817,10 +875,10 @@ static void train(Run *r) {
     double peak = run_model_peak_flops() * r->dist.world;  // tokens/s counts every rank's tokens
     if (r->dist.rank == 0)
         printf("model %s: %zu parameters (%.2fM non-embedding), %d layers, d_model %d, %d heads, mlp %d | "
-               "%lld tokens/step = %d x %d x %d accum x %d ranks, warmup %d steps\n",
+               "%lld tokens/step = %d x %d x %d accum x %d ranks, warmup %d steps%s\n",
                a->model, r->lay.total, fox_mfu_params(&r->cfg) / 1e6, r->cfg.n_layer, r->cfg.d_model,
                r->cfg.n_head, r->cfg.mlp_hidden, step_tokens, a->batch, a->seq_len, r->grad_accum,
-               r->dist.world, r->opt.warmup_steps);
+               r->dist.world, r->opt.warmup_steps, a->doc_mask ? ", document mask" : "");
     int first = 1, step_start = r->step;
     double t_start = now_seconds();
     while (r->step < a->steps) {

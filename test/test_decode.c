@@ -4,8 +4,10 @@
 // step per token give, at every position, the logits of one forward over the whole sequence, up to 3x past
 // the prompt's length (the decoding model's context); greedy decoding twice is bitwise the same; with ACP,
 // decoding reads fewer keys under a fast-forgetting gate and its logits stay within the ACP bound of the
-// unpruned ones; the sampler's top-k selection gives the first k of a full sort, ties included. The full
-// forward itself is checked against the PyTorch reference by test_fox_cpu.
+// unpruned ones; the sampler's top-k selection gives the first k of a full sort, ties included; under the
+// document mask (separators in the prompt, at its end and among the decoded tokens) decoding equals the
+// masked full forward, and ACP reads no key before a sequence's latest separator. The full forward itself
+// is checked against the PyTorch reference by test_fox_cpu.
 // Usage: test_fox_decode
 #define TESTING
 #include "train_fox.c"
@@ -181,6 +183,51 @@ static void test_acp_decode(const char *preset) {
     free(tokens);
 }
 
+// The document mask (docs/model.md §1.8) in generation: a prompt of 33 tokens with separators (one at its
+// last position) and separators among the 87 decoded tokens; every preset, without and with ACP. Without
+// a learned gate ACP reads exactly the keys from each sequence's latest separator on.
+static void test_doc_mask_decode(const char *preset) {
+    FoxConfig c = test_config(preset, 0, -1);
+    const int P = 33, n = 120, V = c.vocab_size, sep = 3;
+    const int at[] = {0, 10, 11, 32, n + 5, n + 32, 50, 51, n + 90, 119};
+    int *tokens = fox_malloc((size_t)B_SEQ * n * sizeof(int));
+    for (int i = 0; i < B_SEQ * n; i++) {
+        tokens[i] = (int)(uniform() * (V - 1));
+        tokens[i] += tokens[i] >= sep;
+    }
+    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) tokens[at[i]] = sep;
+    Model full;
+    model_init(&full, &c, B_SEQ, n, 7);
+    perturb(&full, c.forget_gate == FOX_FG_DATA_DEPENDENT ? 1.0 : 0.0);
+    full.doc_sep = sep;
+    model_forward(&full, tokens, NULL, B_SEQ, n);
+    long long want_read = 0;  // keys from the latest separator at or before each decode step's position on
+    for (int b = 0; b < B_SEQ; b++) {
+        int start = 0;
+        for (int t = 0; t < n; t++) {
+            if (tokens[b * n + t] == sep) start = t;
+            if (t >= P) want_read += (long long)c.n_layer * c.n_head * (t + 1 - start);
+        }
+    }
+    for (int acp = 0; acp < 2; acp++) {
+        Model dec;
+        real *got = fox_calloc((size_t)B_SEQ * n * V, sizeof(real));
+        decoder(&dec, &c, &full, P, n, acp);
+        dec.doc_sep = sep;
+        decode_all(&dec, tokens, P, n, got);
+        double e = rel_diff(got, full.a.logits, P, n, V), tol = acp && c.forget_gate != FOX_FG_NONE ? TOL_ACP : TOL_DECODE;
+        check(e <= tol, "%-17s document mask%s: prompt %d with separators, %d decode steps over 4 more: logits equal "
+              "the masked full forward's (rel %.2e, tol %.0e)", preset, acp ? ", ACP" : "     ", P, n - P, e, tol);
+        if (acp && c.forget_gate == FOX_FG_NONE)
+            check(dec.cache.keys_read == want_read, "%-17s document mask, ACP: decoding read %lld keys, the %lld from each "
+                  "sequence's latest separator on", preset, dec.cache.keys_read, want_read);
+        model_free(&dec);
+        free(got);
+    }
+    model_free(&full);
+    free(tokens);
+}
+
 // select_first_k then a sort of the k (fox/run.h's sampler) against a sort of the whole vocabulary, on
 // probabilities with many ties (1000 distinct values over 50257 tokens).
 static void test_top_k_selection(void) {
@@ -227,6 +274,8 @@ int main(void) {
     test_greedy_repeatable();
     test_acp_decode("fox-pro");
     test_acp_decode("fox-llama");
+    const char *presets[] = {"fox-pro", "fox-llama", "transformer-pro", "transformer-llama"};
+    for (int i = 0; i < 4; i++) test_doc_mask_decode(presets[i]);
     test_top_k_selection();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -1,7 +1,8 @@
 // test/test_end_to_end.c: the train_fox_cpu binary as a user runs it: checkpoints and a resume that
 // equals the uninterrupted run, --eval-only's per-token loss, data parallel under mpirun (when the MPI
 // build exists), one-line errors on bad input, and weights exchanged with the PyTorch reference
-// (train_fox.py init / loss). The model code of train_fox.c recomputes what the binary should have written.
+// (train_fox.py init / loss); the document mask (--doc-mask: ACP's live tiles, --eval-doc-pos, the
+// reference's loss with --doc-sep). The model code of train_fox.c recomputes what the binary should have written.
 // Usage (repository root, after make): test_fox_e2e   (environment: PYTHON = an interpreter that can import
 // torch; FOX_MPI_BIN = the MPI build, if any)
 #define TESTING
@@ -67,6 +68,8 @@ static void test_bad_inputs(void) {
     write_shard(p, 20240520, 1, 1000, 4096, 2);
     expect_error("truncated shard", "truncated.bin", sh(TINY " --train %s --val ''", p));
     expect_error("seq-len larger than the data", "data/val.bin", sh(TINY " --seq-len 200000 --train data/val.bin --val ''"));
+    expect_error("--doc-sep outside the vocabulary", "--doc-sep", sh(TINY " --vocab 1000 --doc-mask"));
+    expect_error("--doc-sep out of range", "--doc-sep", sh(TINY " --doc-sep -1 --doc-mask"));
     snprintf(q, sizeof(q), "%s/run_a", tmpdir);
     expect_error("checkpoint of another config", "d_model", sh(TINY " --steps 6 --dim 64 --resume --out %s", q));
     sh("cp -r %s/run_a %s/run_corrupt", tmpdir, tmpdir);
@@ -208,6 +211,78 @@ static void test_eval_only(void) {
 }
 
 
+// The document mask on the bundled data (documents of ~800 tokens, each after an <|endoftext|>): a
+// Transformer with --doc-mask --acp computes exactly the tiles of each query block's document (the log's
+// acp_live against the count from the first training window's separators); --eval-only --eval-doc-pos
+// writes the loss by position within the document that this process's own masked forward gives.
+static void test_doc_mask(void) {
+    const int T = 1024, nb = fox_acp_blocks(T);
+    char out[4200], path[4300];
+    snprintf(out, sizeof(out), "%s/docmask", tmpdir);
+    int st = sh("./train_fox_cpu --model transformer-pro --layers 1 --dim 32 --heads 2 --mlp-hidden 64 --seq-len %d "
+                "--batch 1 --steps 1 --eval-every 0 --sample-tokens 0 --doc-mask --acp --out %s", T, out);
+    DataLoader train;
+    int *in = fox_malloc((size_t)T * sizeof(int)), *tg = fox_malloc((size_t)T * sizeof(int));
+    dataloader_init(&train, "data/train.bin", 1, T, 0, 1, 1337, 1);
+    dataloader_next(&train, in, tg);
+    dataloader_free(&train);
+    long long live = 0, seps = 0;
+    for (int mb = 0; mb < nb; mb++) {
+        int start = 0;
+        for (int t = 0; t <= mb * FOX_ACP_BLOCK; t++)
+            if (in[t] == FOX_EOT) start = t;
+        live += mb - start / FOX_ACP_BLOCK + 1;
+    }
+    for (int t = 0; t < T; t++) seps += in[t] == FOX_EOT;
+    double want = (double)live / fox_acp_tiles(T), got = NAN;
+    snprintf(path, sizeof(path), "%s/log.jsonl", out);
+    size_t len;
+    char *log = fox_read_file(path, &len);
+    char *at = log ? strstr(log, "\"acp_live\": ") : NULL;
+    if (at) got = strtod(at + 12, NULL);
+    free(log);
+    check(st == 0 && seps > 0 && fabs(got - want) < 1e-4, "--doc-mask --acp, transformer-pro: a window with %lld "
+          "separators computes %.4f of the tiles (the log), exactly those after each document start: %.4f", seps, got, want);
+
+    snprintf(out, sizeof(out), "%s/docmask_eval", tmpdir);
+    snprintf(path, sizeof(path), "%s/run_a/ckpt_00000006/model.bin", tmpdir);
+    st = sh("./train_fox_cpu --eval-only --init %s --val data/val.bin --eval-seqs 3 --eval-seq-len %d --doc-mask "
+            "--eval-doc-pos --out %s", path, T, out);
+    FoxConfig c = fox_read_model_config(path);
+    Model m;
+    model_init(&m, &c, 1, T, 0);
+    fox_read_model_bin(path, &c, m.params);
+    m.doc_sep = FOX_EOT;
+    DataLoader val;
+    dataloader_init(&val, "data/val.bin", 1, T, 0, 1, 1337, 0);
+    double *sum = fox_calloc((size_t)T, sizeof(double)), *cnt = fox_calloc((size_t)T, sizeof(double));
+    double *got_loss = fox_malloc((size_t)T * sizeof(double)), *got_cnt = fox_malloc((size_t)T * sizeof(double));
+    for (int s = 0; s < 3; s++) {
+        dataloader_next(&val, in, tg);
+        model_forward(&m, in, tg, 1, T);
+        for (int t = 0, start = -1; t < T; t++) {
+            if (in[t] == FOX_EOT) start = t;
+            if (start >= 0) { sum[t - start] += m.a.losses[t]; cnt[t - start] += 1; }
+        }
+    }
+    dataloader_free(&val);
+    model_free(&m);
+    snprintf(path, sizeof(path), "%s/doc_pos_loss.npy", out);
+    size_t n = read_npy_f64(path, got_loss, (size_t)T);
+    snprintf(path, sizeof(path), "%s/doc_pos_count.npy", out);
+    size_t nc = read_npy_f64(path, got_cnt, (size_t)T);
+    double mx = 0.0, counted = 0.0;
+    int agree = n == (size_t)T && nc == (size_t)T;
+    for (int t = 0; agree && t < T; t++) {
+        counted += cnt[t];
+        agree = got_cnt[t] == cnt[t] && (cnt[t] > 0 ? !isnan(got_loss[t]) : isnan(got_loss[t]));
+        if (cnt[t] > 0) mx = fmax(mx, fabs(got_loss[t] - sum[t] / cnt[t]));
+    }
+    check(st == 0 && agree && counted > 0 && mx < 1e-6, "--eval-doc-pos: doc_pos_loss.npy and doc_pos_count.npy (%.0f "
+          "tokens) equal the masked losses by position within the document recomputed here (max diff %.2e)", counted, mx);
+    free(sum); free(cnt); free(got_loss); free(got_cnt); free(in); free(tg);
+}
+
 // Data parallel: 2 MPI ranks with micro-batch 2 see the same 4 sequences per step as 1 rank
 // with 2 micro-batches of 2 (rank r takes windows r, r+2, ...), so the losses agree up to the
 // order of fp32 sums. Runs when the Makefile found mpicc (FOX_MPI_BIN).
@@ -283,6 +358,19 @@ static void test_reference_interop(void) {
     double ref = outp && strstr(outp, "loss ") ? strtod(strstr(outp, "loss ") + 5, NULL) : NAN;
     free(outp);
     check(st == 0 && fabs(ours_loss - ref) <= 1e-5 * fabs(ref), "loss of a fox.c checkpoint: ours %.8f, reference %.8f", ours_loss, ref);
+    // The same with separators and the document mask (the reference's explicit block-diagonal mask).
+    for (int i = 5; i < B * (T + 1); i += 9) toks[i] = FOX_EOT;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) { in[b * T + t] = (int)toks[b * (T + 1) + t]; tg[b * T + t] = (int)toks[b * (T + 1) + t + 1]; }
+    fox_write_npy_f64_2d(npy, toks, (size_t)B, (size_t)(T + 1));
+    ours.doc_sep = FOX_EOT;
+    ours_loss = model_forward(&ours, in, tg, B, T);
+    st = sh("%s train_fox.py loss --model-bin %s --tokens %s --dtype float64 --doc-sep %d", py, ck, npy, FOX_EOT);
+    outp = fox_read_file(path, &len);
+    ref = outp && strstr(outp, "loss ") ? strtod(strstr(outp, "loss ") + 5, NULL) : NAN;
+    free(outp);
+    check(st == 0 && fabs(ours_loss - ref) <= 1e-5 * fabs(ref), "loss of a fox.c checkpoint with --doc-sep: ours %.8f, "
+          "reference %.8f", ours_loss, ref);
     model_free(&ours);
     model_free(&theirs);
 }
@@ -293,6 +381,7 @@ int main(void) {
     if (!tmpdir) fox_fatal("cannot create a temporary directory");
     test_checkpoint_resume();
     test_eval_only();
+    test_doc_mask();
     test_data_parallel();
     test_bad_inputs();
     test_reference_interop();

@@ -1,6 +1,7 @@
 // test/test_finite_diff.c: the gradients fox.c alone defines the numerics of, by finite differences,
 // independent of PyTorch: the forget gate (data-dependent weights and bias, data-independent bias), the
-// KV-shift weights (including the t = 0 terms) and the QK-norm weights (per head and shared). Built with
+// KV-shift weights (including the t = 0 terms) and the QK-norm weights (per head and shared), also under
+// the document mask, whose log f of -512 at separators must leave the differences exact. Built with
 // FOX_REAL_DOUBLE, so train_fox.c's model runs in float64 and central differences with one Richardson
 // step are exact to ~1e-10; tolerance 1e-6 relative on the projection of the gradient on a random
 // direction. Usage: test_fox_fd
@@ -120,8 +121,40 @@ static void test_finite_differences(void) {
     model_free(&m);
 }
 
+// The document mask (docs/model.md §1.8): separators (token 7) at the first position, in the middle, twice
+// in a row and at the last position; the gate, KV-shift and QK-norm gradients through c = Σ log f with its
+// FOX_DOC_LOG_F terms, and KV-shift stopping at each boundary.
+static void test_finite_differences_doc_mask(void) {
+    const int B = 2, T = 64, sep = 7;
+    int in[2 * 64], tg[2 * 64];
+    const int seps[] = {0, 9, 30, 31, 64 + 17, 64 + 63};
+    uint64_t key = fox_rng_key(6, 6);
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (int)fox_rng_below(key, 2 * i, 31);
+        in[i] += in[i] >= sep;  // no separator but the chosen ones
+        tg[i] = (int)fox_rng_below(key, 2 * i + 1, 32);
+    }
+    for (size_t i = 0; i < sizeof(seps) / sizeof(seps[0]); i++) in[seps[i]] = sep;
+    const double eps = 1e-3, tol = 1e-6;
+    Model m;
+    fd_model(&m, FOX_FG_DATA_DEPENDENT, 0, 1, B, T);
+    m.doc_sep = sep;
+    fd_direction(&m, FOX_P_fgate_b, 0, "forget-gate bias, document mask", in, tg, B, T, NULL, eps, tol);
+    fd_direction(&m, FOX_P_attn_in_w, 0, "forget-gate weights, document mask", in, tg, B, T, mask_rows_f, eps, tol);
+    fd_direction(&m, FOX_P_attn_in_w, 1, "k-shift weights, document mask", in, tg, B, T, mask_rows_ak, eps, tol);
+    fd_direction(&m, FOX_P_attn_in_w, 1, "v-shift weights, document mask", in, tg, B, T, mask_rows_av, eps, tol);
+    fd_direction(&m, FOX_P_knorm_w, 1, "k-norm weights, document mask", in, tg, B, T, NULL, eps, tol);
+    model_free(&m);
+    fd_model(&m, FOX_FG_NONE, 0, 1, B, T);
+    m.doc_sep = sep;
+    fd_direction(&m, FOX_P_attn_in_w, 0, "k-shift weights, no gate, document mask", in, tg, B, T, mask_rows_ak, eps, tol);
+    fd_direction(&m, FOX_P_qnorm_w, 1, "q-norm weights, no gate, document mask", in, tg, B, T, NULL, eps, tol);
+    model_free(&m);
+}
+
 int main(void) {
     test_finite_differences();
+    test_finite_differences_doc_mask();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -1,7 +1,10 @@
 // test/test_parity.c: train_fox.c against the PyTorch reference's float64 fixtures (train_fox.py
 // fixtures): per preset and switch the init, logits, loss, per-position losses, every gradient and 10 AdamW
-// steps; then Adaptive Computation Pruning against no pruning (the staircase against the tile rule, loss
-// and gradients within the ACP bound). Tolerances below, relative to each tensor's largest entry.
+// steps (the *-docmask fixtures under the document mask, which the reference applies as an explicit
+// block-diagonal mask); then Adaptive Computation Pruning against no pruning (the staircase against the
+// tile rule, loss and gradients within the ACP bound); then the document mask's own properties (a
+// document's losses do not depend on what precedes its separator; ACP skips exactly the cross-document
+// tiles). Tolerances below, relative to each tensor's largest entry.
 // Usage: test_fox_cpu FIXTURE_DIR   (make test writes the fixtures to build/fixtures)
 #define TESTING
 #include "train_fox.c"
@@ -27,6 +30,7 @@ static void test_fixture(const char *dir, const char *name) {
     const FixtureTensor *hp = fixture_get(&fx, "train.hparams");
     Model m;
     model_init(&m, &c, B, T, 1234);
+    m.doc_sep = fixture_doc_sep(&fx);
 
     // The shared RNG: our init must equal the reference's from the same seed.
     char pname[160];
@@ -115,8 +119,8 @@ static void test_fixture(const char *dir, const char *name) {
 // gives, with --acp 1, the loss and gradients of --acp 0 to within the bound ε = e^-10 (relative).
 static void test_acp(void) {
     int T = 1000, nblk = fox_acp_blocks(T), bad = 0;
-    real *c = fox_malloc((size_t)T * sizeof(real));
-    for (int t = 0; t < T; t++) c[t] = (t ? c[t - 1] : 0.0f) - (t % 300 < 150 ? 0.01f : 0.5f);
+    creal *c = fox_malloc((size_t)T * sizeof(creal));
+    for (int t = 0; t < T; t++) c[t] = (t ? c[t - 1] : 0.0) - (t % 300 < 150 ? 0.01f : 0.5f);
     const double deltas[] = {-5.0, -30.0, -200.0};
     for (int di = 0; di < 3; di++) {
         for (int m = 0; m < nblk; m++) {
@@ -172,6 +176,110 @@ static void test_acp(void) {
     }
 }
 
+// B sequences of T random tokens in [0, V) other than sep, then sep at the given positions (b * T + t).
+static int *tokens_with_separators(int B, int T, int V, int sep, const int *at, int n_at, uint64_t seed) {
+    int *in = fox_malloc((size_t)B * T * sizeof(int));
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (int)fox_rng_below(fox_rng_key(seed, 0), (uint64_t)i, (uint64_t)V - 1);
+        in[i] += in[i] >= sep;
+    }
+    for (int i = 0; i < n_at; i++) in[at[i]] = sep;
+    return in;
+}
+
+static void small_config(FoxConfig *cfg, const char *preset) {
+    fox_config_defaults(cfg);
+    fox_config_apply_preset(cfg, preset);
+    cfg->vocab_size = 64; cfg->n_layer = 2; cfg->d_model = 32; cfg->n_head = 2; cfg->mlp_hidden = 64;
+}
+
+// The document mask (docs/model.md §1.8): a window [document A, separator, document B] gives the separator
+// and B the losses of the window [separator, B] alone, for every preset (RoPE too, being relative), to 1e-5
+// of the largest loss; with ACP as well.
+static void test_doc_mask_window(void) {
+    const char *presets[] = {"fox-pro", "fox-llama", "transformer-pro", "transformer-llama"};
+    const int sep = 5, A = 150, Bn = 170, T1 = A + 1 + Bn, T2 = 1 + Bn;
+    for (int pi = 0; pi < 4; pi++) {
+        for (int acp = 0; acp < 2; acp++) {
+            FoxConfig cfg;
+            small_config(&cfg, presets[pi]);
+            int at = A;
+            int *w1 = tokens_with_separators(1, T1, cfg.vocab_size, sep, &at, 1, 11), *tg1 = fox_malloc((size_t)T1 * sizeof(int));
+            for (int t = 0; t < T1; t++) tg1[t] = w1[(t + 1) % T1];
+            Model m1, m2;
+            model_init(&m1, &cfg, 1, T1, 3);
+            model_init(&m2, &cfg, 1, T2, 3);
+            m1.doc_sep = m2.doc_sep = sep;
+            m1.acp = m2.acp = acp;
+            model_forward(&m1, w1, tg1, 1, T1);
+            model_forward(&m2, w1 + A, tg1 + A, 1, T2);
+            double worst = 0.0, top = 0.0;
+            for (int t = 0; t < T2; t++) {
+                worst = fmax(worst, fabs((double)m1.a.losses[A + t] - m2.a.losses[t]));
+                top = fmax(top, fabs((double)m2.a.losses[t]));
+            }
+            check(worst <= 1e-5 * top, "document mask %-17s%s: the %d positions from the separator on lose the same "
+                  "after a document of %d as alone (worst %.2e, tol %.2e)", presets[pi], acp ? " ACP" : "    ", T2, A,
+                  worst, 1e-5 * top);
+            model_free(&m1);
+            model_free(&m2);
+            free(w1);
+            free(tg1);
+        }
+    }
+}
+
+// Under the document mask ACP skips the tiles before each query block's document (docs/model.md §1.8):
+// for a Transformer preset, exactly those (counted here from the separators' positions); for FoX, at
+// least those. Loss and gradients equal those without ACP to the ACP bound.
+static void test_doc_mask_acp(void) {
+    const char *presets[] = {"transformer-pro", "fox-pro"};
+    const int sep = 5, B = 2, T = 1000, N = B * T, nb = fox_acp_blocks(T);
+    const int at[] = {0, 300, 301, 700, T + 129, T + 640, T + 999};
+    for (int pi = 0; pi < 2; pi++) {
+        FoxConfig cfg;
+        small_config(&cfg, presets[pi]);
+        int *in = tokens_with_separators(B, T, cfg.vocab_size, sep, at, 7, 12), *tg = fox_malloc((size_t)N * sizeof(int));
+        for (int i = 0; i < N; i++) tg[i] = (int)fox_rng_below(fox_rng_key(13, 0), (uint64_t)i, (uint64_t)cfg.vocab_size);
+        Model m0, m1;
+        model_init(&m0, &cfg, B, T, 5);
+        model_init(&m1, &cfg, B, T, 5);
+        m0.doc_sep = m1.doc_sep = sep;
+        m1.acp = 1;
+        double l0 = model_forward(&m0, in, tg, B, T), l1 = model_forward(&m1, in, tg, B, T);
+        long long dead = 0;  // tiles (m, n) with n before the block of the last separator at or before row m*128
+        for (int b = 0; b < B; b++) {
+            for (int mb = 0; mb < nb; mb++) {
+                int start = 0;
+                for (int t = 0; t <= mb * FOX_ACP_BLOCK; t++)
+                    if (in[b * T + t] == sep) start = t;
+                dead += start / FOX_ACP_BLOCK;
+            }
+        }
+        long long tiles = (long long)cfg.n_layer * B * cfg.n_head * fox_acp_tiles(T), want = tiles - dead * cfg.n_layer * cfg.n_head;
+        int gated = cfg.forget_gate != FOX_FG_NONE;
+        check(m1.acp_tiles == tiles && (gated ? m1.acp_live <= want : m1.acp_live == want),
+              "document mask ACP %-15s: %lld of %lld tiles live, %s %lld (the tiles after each query block's document start)",
+              presets[pi], m1.acp_live, m1.acp_tiles, gated ? "at most" : "exactly", want);
+        zero(m0.grads, m0.lay.total);
+        zero(m1.grads, m1.lay.total);
+        model_backward(&m0, in, tg, B, T, 1.0f);
+        model_backward(&m1, in, tg, B, T, 1.0f);
+        double gmax = 0.0, gdiff = 0.0;
+        for (size_t i = 0; i < m0.lay.total; i++) {
+            gmax = fmax(gmax, fabs((double)m0.grads[i]));
+            gdiff = fmax(gdiff, fabs((double)m1.grads[i] - (double)m0.grads[i]));
+        }
+        check(fabs(l1 - l0) <= exp(FOX_ACP_LOG_EPS) * fabs(l0) && gdiff <= exp(FOX_ACP_LOG_EPS) * gmax,
+              "document mask ACP %-15s: loss %.9f vs %.9f, gradients within %.1e of the largest (bound e^-10)",
+              presets[pi], l1, l0, gdiff / gmax);
+        model_free(&m0);
+        model_free(&m1);
+        free(in);
+        free(tg);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s FIXTURE_DIR\n", argv[0]); return 2; }
     const char *fixdir = argv[1];
@@ -184,6 +292,8 @@ int main(int argc, char **argv) {
     fclose(f);
     check(nfix >= 4, "%d fixtures tested", nfix);
     test_acp();
+    test_doc_mask_window();
+    test_doc_mask_acp();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
