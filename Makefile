@@ -188,7 +188,7 @@ endif
 GPU_FIXTURES = build/fixtures_gpu
 test-gpu: train_fox test_fox test_decode_gpu train_fox_cpu
 	$(PYTHON) train_fox.py fixtures --dim 128 --heads 2 --out $(GPU_FIXTURES)
-	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro --out $(GPU_FIXTURES)_dh128
+	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro,fox-pro-docmask,transformer-pro-docmask --out $(GPU_FIXTURES)_dh128
 	PYTHON=$(PYTHON) sh scripts/run_tests.sh \
 	  "gpu parity, head_dim 64=./test_fox $(GPU_FIXTURES)" \
 	  "gpu parity, head_dim 128=./test_fox $(GPU_FIXTURES)_dh128" \
