@@ -22,6 +22,7 @@
 #include "fox/gemm.cuh"        // Gemm, linear_forward, linear_backward_*: cuBLASLt GEMMs
 #include "fox/kernels.cuh"     // every other kernel: norms, attention inputs, gates, SwiGLU, loss, AdamW, ACP
 #include "fox/decode.cuh"      // CacheLayer, decode_qkv_kernel, fox_decode_attention: a decode step over the KV cache
+#include "fox/docmask.h"       // fox_doc_start, fox_doc_first_blocks: the document mask (--doc-mask)
 #ifdef FOX_MPI
 #include <nccl.h>
 
@@ -48,15 +49,17 @@ typedef struct {
     bf16 **xn1;     // (N, D): RMSNorm(resid), attn_in_w's operand
     float **proj;   // (N, NINP): attn_in_w outputs (fp32: gates and shifts are formed in fp32)
     bf16 **q, **k, **v;  // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE
-    float **c, **lse;    // (B, H, T): c = Σ log f; attention log-sum-exp
+    float **c, **lse;    // (B, H, T): c = Σ log f (a forget gate or the document mask); attention log-sum-exp
     bf16 **o, **z;  // (N, D): attention output; output-normed and gated (attn_out_w's operand)
     bf16 **xn2;     // (N, D): RMSNorm(mid)
     bf16 **mlp_u, **mlp_h;  // (N, 2I), (N, I): mlp_in_w output, SwiGLU output
     bf16 *xnf;      // (N, D)
     bf16 *logits;   // (ce_rows, VP); the backward pass turns it into dlogits
     float *losses, *ce_lse;  // (N)
-    float *zero_c;  // (B, H, T) zeros: the gate bias of the presets without a forget gate
+    float *zero_c;  // (B, H, T) zeros: the gate bias of the presets without a forget gate (and no document mask)
     int *acp_kv_first, *acp_q_last;  // (B, H, ceil(T / FOX_ACP_BLOCK)): the ACP staircase of one block
+    int *doc_first;  // (B, ceil(T / FOX_ACP_BLOCK)): ACP's first key block of each query block's document
+                     // (fox_doc_first_blocks of the forward's inputs; ACP with the document mask)
     unsigned long long *acp_live;    // attention tiles the forward pass computes (ACP)
     int *inputs, *targets;   // (N)
 } Acts;
@@ -86,7 +89,8 @@ typedef struct {
     int prefilling;                 // model_forward stores each block's keys, values, c and shift state
     int max_splits;                 // key chunks per (b, h) of the decode attention, at most
     bf16 *k, *v;                    // (L, B, H, max_len, dh)
-    float *c;                       // (L, B, H, max_len): the forget-gate presets
+    float *c;                       // (L, B, H, max_len): a forget gate or the document mask
+    int *doc_start;                 // (B): each sequence's latest separator position (document mask; 0: none)
     float *k_prev, *v_prev;         // (L, B, D): the KV-shift state
     float *k_max2;                  // (L, B, H): ACP without QK-norm
     bf16 *q;                        // (B, H, dh): one step's queries
@@ -107,6 +111,7 @@ struct Model {
     int forward_only;               // --eval-only: no gradients, AdamW moments or backward scratch
     int planning;                   // the buffers are only counted (device_bytes_needed), not allocated
     int acp;                        // Adaptive Computation Pruning (--acp)
+    int doc_sep;                    // --doc-mask: the separator token (docs/model.md §1.8); -1: no mask
     long long acp_live, acp_tiles;  // attention tiles computed / in the causal grid, last forward (ACP)
     int deterministic;              // bitwise reproducible attention backward (--deterministic)
     size_t logits_bytes;            // largest bf16 logits buffer; longer batches run the lm_head and
@@ -131,10 +136,15 @@ struct Model {
     cudaEvent_t grads_final, reduced;
 #endif
     float *h_losses;                // (N) host copy of the per-position losses
+    int *h_doc_first;               // (B, ceil(T / FOX_ACP_BLOCK)): a->doc_first on the host
     int *h_count, *h_fill, *h_bucket_token, *h_bucket_start, *h_bucket_pos;
     size_t bytes_weights, bytes_acts, bytes_scratch;
     Cache cache;
 };
+
+// Whether attention takes a bias c (and the forget-gate scan runs): a forget gate, or the document mask's
+// boundary terms (docs/model.md §1.8). Otherwise it gets a->zero_c.
+static int model_has_c(const Model *m) { return m->cfg.forget_gate != FOX_FG_NONE || m->doc_sep >= 0; }
 
 // A zeroed device buffer, its size added to *counter; when the model is only being planned, the size
 // alone (NULL).
@@ -208,6 +218,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->q = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
     a->k = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
     a->v = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
+    // Without a forget gate c is the document mask's alone, the same in every block: one shared slice.
     a->c = (float **)layer_slices(m, L, N * H * f, keep_block && c->forget_gate != FOX_FG_NONE, cnt);
     a->lse = (float **)layer_slices(m, L, N * H * f, keep_block, cnt);
     a->o = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
@@ -224,6 +235,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->zero_c = (float *)dev_alloc(m, N * H * f, cnt);
     a->acp_kv_first = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
     a->acp_q_last = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
+    a->doc_first = (int *)dev_alloc(m, (size_t)B * fox_acp_blocks(T) * sizeof(int), cnt);
     a->acp_live = (unsigned long long *)dev_alloc(m, sizeof(unsigned long long), cnt);
     a->inputs = (int *)dev_alloc(m, N * sizeof(int), cnt);
     a->targets = (int *)dev_alloc(m, N * sizeof(int), cnt);
@@ -287,6 +299,7 @@ static void model_alloc_host(Model *m, int B, int T) {
     m->h_bucket_token = (int *)fox_calloc(N, sizeof(int));
     m->h_bucket_start = (int *)fox_calloc(N + 1, sizeof(int));
     m->h_bucket_pos = (int *)fox_calloc(N, sizeof(int));
+    m->h_doc_first = (int *)fox_calloc((size_t)B * fox_acp_blocks(T), sizeof(int));
 }
 
 // The RoPE angle tables of positions [0, T), the CPU trainer's angles in double: t·θ^(−2i/dh).
@@ -321,6 +334,7 @@ static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, siz
     m->recompute = o->recompute;
     m->forward_only = o->forward_only;
     m->acp = o->acp;
+    m->doc_sep = o->doc_sep;
     m->deterministic = o->deterministic;
     m->logits_bytes = o->logits_bytes ? o->logits_bytes : FOX_LOGITS_BYTES;
     m->shard_lo = shard_lo;
@@ -357,8 +371,8 @@ static void model_init(Model *m, const FoxConfig *c, const ModelOptions *o) {
 
 static void model_cache_free(Model *m) {
     Cache *kc = &m->cache;
-    void *bufs[] = {kc->k, kc->v, kc->c, kc->k_prev, kc->v_prev, kc->k_max2, kc->q, kc->first, kc->part, kc->keys_read,
-                    kc->pos};
+    void *bufs[] = {kc->k, kc->v, kc->c, kc->doc_start, kc->k_prev, kc->v_prev, kc->k_max2, kc->q, kc->first, kc->part,
+                    kc->keys_read, kc->pos};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
     if (kc->step) FOX_CUDA_CHECK(cudaGraphExecDestroy(kc->step));
     memset(kc, 0, sizeof(*kc));
@@ -376,7 +390,7 @@ static void model_free(Model *m) {
         free(layered[i]);
     }
     void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xnf, a->logits, a->losses, a->ce_lse, a->zero_c,
-                    a->acp_kv_first, a->acp_q_last, a->acp_live,
+                    a->acp_kv_first, a->acp_q_last, a->doc_first, a->acp_live,
                     a->inputs, a->targets, s->dres, s->dres_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
                     s->d_o, s->dc, s->dlogf, s->dfg, s->dks, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
                     s->attn_scratch, s->bucket_token, s->bucket_start, s->bucket_pos, m->rope_cos, m->rope_sin};
@@ -398,6 +412,7 @@ static void model_free(Model *m) {
     free(m->h_bucket_token);
     free(m->h_bucket_start);
     free(m->h_bucket_pos);
+    free(m->h_doc_first);
     memset(m, 0, sizeof(*m));
 }
 
@@ -419,6 +434,8 @@ static QkvInputs qkv_inputs(Model *m, int l, int B, int T) {
     s.T = T;
     s.H = c->n_head;
     s.dh = m->Dh;
+    s.tokens = m->a.inputs;  // the forward's B x T tokens, or a decode step's B
+    s.sep = m->doc_sep;
     return s;
 }
 
@@ -439,15 +456,19 @@ static void rmsnorm_backward(Model *m, const float *in, const float *w, float *d
 
 static float *resid_at(Model *m, int l, int B, int T) { return m->a.resid + (size_t)l * B * T * m->cfg.d_model; }
 
-// Block l's ACP staircase (fox/acp.h) into a->acp_kv_first / acp_q_last; 0 when ACP is off or there is no
-// forget gate (the kernels then take every tile). count: add the live tiles to a->acp_live (the forward).
+// Block l's ACP staircase (fox/acp.h) into a->acp_kv_first / acp_q_last; 0 when ACP is off or attention has
+// no bias (the kernels then take every tile). A query block's first live key block is the larger of the
+// threshold's (forget-gate presets) and its document's first (the document mask: a->doc_first, which
+// model_forward filled). count: add the live tiles to a->acp_live (the forward).
 static int acp_tables(Model *m, int l, int B, int T, int count) {
     const FoxConfig *c = &m->cfg;
-    if (!m->acp || c->forget_gate == FOX_FG_NONE) return 0;
+    if (!m->acp || !model_has_c(m)) return 0;
     Acts *a = &m->a;
-    fox_acp_tables(a->acp_kv_first, a->acp_q_last, count ? a->acp_live : NULL, a->c[l], a->q[l], a->k[l],
+    fox_acp_tables(a->acp_kv_first, a->acp_q_last, count ? a->acp_live : NULL,
+                   c->forget_gate != FOX_FG_NONE ? a->c[l] : NULL, a->q[l], a->k[l],
                    c->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL,
-                   c->qk_norm_shared ? 0 : m->Dh, B, c->n_head, T, m->Dh, m->stream);
+                   c->qk_norm_shared ? 0 : m->Dh, m->doc_sep >= 0 ? a->doc_first : NULL, B, c->n_head, T, m->Dh,
+                   m->stream);
     return 1;
 }
 
@@ -461,13 +482,14 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn1[l], wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
     QkvInputs qs = qkv_inputs(m, l, B, T);
     LAUNCH_HEADS(qkv_forward_kernel, Dh, (size_t)N * H, m->stream, a->q[l], a->k[l], a->v[l], qs);
-    const int has_fg = c->forget_gate != FOX_FG_NONE;
-    if (has_fg) {
+    const int has_fg = c->forget_gate != FOX_FG_NONE, has_c = model_has_c(m);
+    if (has_c) {  // c from the gate (or 0 without one) and the document mask's separators
         int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
-        fox_forget_gate_forward(a->c[l], a->proj[l], m->NINP, cf, param(m, FOX_P_fgate_b, l), B, H, T, m->stream);
+        fox_forget_gate_forward(a->c[l], a->proj[l], m->NINP, cf, has_fg ? param(m, FOX_P_fgate_b, l) : NULL, a->inputs,
+                                m->doc_sep, B, H, T, m->stream);
     }
     const int *kv_first = acp_tables(m, l, B, T, 1) ? a->acp_kv_first : NULL;
-    fox_attention_forward(a->q[l], a->k[l], a->v[l], has_fg ? a->c[l] : a->zero_c, a->o[l], a->lse[l], B, H, T, Dh, kv_first, m->stream);
+    fox_attention_forward(a->q[l], a->k[l], a->v[l], has_c ? a->c[l] : a->zero_c, a->o[l], a->lse[l], B, H, T, Dh, kv_first, m->stream);
     LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m->stream, a->z[l], a->o[l], a->proj[l], m->NINP,
                  c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, Dh);
     // The residual add is the GEMM's epilogue: mid = x + z W_oᵀ.
@@ -556,6 +578,12 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
     FOX_CUDA_CHECK(cudaMemcpy(a->inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
     FOX_CUDA_CHECK(cudaMemsetAsync(a->acp_live, 0, sizeof(unsigned long long), m->stream));
+    const int acp_on = m->acp && model_has_c(m);
+    if (acp_on && m->doc_sep >= 0) {  // ACP's document blocks (acp_tables), for this forward and its backward
+        fox_doc_first_blocks(m->h_doc_first, inputs, B, T, m->doc_sep);
+        FOX_CUDA_CHECK(cudaMemcpy(a->doc_first, m->h_doc_first, (size_t)B * fox_acp_blocks(T) * sizeof(int),
+                                  cudaMemcpyHostToDevice));
+    }
     embedding_forward_kernel<<<fox_blocks((size_t)N * D, 256), 256, 0, m->stream>>>(a->resid, a->inputs,
                                                                                      param(m, FOX_P_wte, 0), N, D);
     FOX_LAUNCH_CHECK();
@@ -578,7 +606,7 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     m->logits_kept = N <= m->ce_rows;
     FOX_CUDA_CHECK(cudaMemcpy(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
     m->acp_live = m->acp_tiles = 0;
-    if (m->acp && c->forget_gate != FOX_FG_NONE) {
+    if (acp_on) {
         unsigned long long live;
         FOX_CUDA_CHECK(cudaMemcpy(&live, a->acp_live, sizeof(live), cudaMemcpyDeviceToHost));
         m->acp_live = (long long)live;
@@ -637,13 +665,13 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     fox_output_backward(s->d_o, s->dproj, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], NINP,
                         c->output_gate ? m->cols.gate : -1, ow, N, H, Dh, s->colsum_rows, s->colsum_part, m->stream);
     const int *q_last = acp_tables(m, l, B, T, 0) ? a->acp_q_last : NULL;
-    fox_attention_backward(a->q[l], a->k[l], a->v[l], has_fg ? a->c[l] : a->zero_c, a->o[l], a->lse[l], s->d_o, s->dc,
+    fox_attention_backward(a->q[l], a->k[l], a->v[l], model_has_c(m) ? a->c[l] : a->zero_c, a->o[l], a->lse[l], s->d_o, s->dc,
                            s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, q_last, m->deterministic,
                            m->stream);
     if (has_fg) {
         int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
         forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m->stream>>>(
-            s->dproj, s->dfg, s->dlogf, a->proj[l], NINP, cf, param(m, FOX_P_fgate_b, l), B, H, T);
+            s->dproj, s->dfg, s->dlogf, a->proj[l], NINP, cf, param(m, FOX_P_fgate_b, l), a->inputs, m->doc_sep, B, H, T);
         FOX_LAUNCH_CHECK();
         if (c->forget_gate != FOX_FG_FIXED)
             colsum_accumulate(grad(m, FOX_P_fgate_b, l), s->dfg, N, H, H, s->colsum_part, m->stream);
@@ -834,7 +862,8 @@ static double cache_bytes_needed(const Model *m, int max_len) {
     const FoxConfig *c = &m->cfg;
     double L = c->n_layer, B = m->B, BH = B * c->n_head, D = c->d_model, Dh = m->Dh, f = sizeof(float);
     int has_fg = c->forget_gate != FOX_FG_NONE;
-    double bytes = L * BH * max_len * (2.0 * Dh * sizeof(bf16) + (has_fg ? f : 0.0));
+    double bytes = L * BH * max_len * (2.0 * Dh * sizeof(bf16) + (model_has_c(m) ? f : 0.0));
+    if (m->doc_sep >= 0) bytes += B * sizeof(int);
     if (c->kv_shift) bytes += 2.0 * L * B * D * f;
     if (m->acp && has_fg && !c->qk_norm) bytes += L * BH * f;
     bytes += BH * Dh * sizeof(bf16) + BH * sizeof(int) + sizeof(unsigned long long) + sizeof(int);
@@ -843,7 +872,7 @@ static double cache_bytes_needed(const Model *m, int max_len) {
     return bytes;
 }
 
-// cudaMalloc's granularity over the cache's eleven buffers, and what the decode's library calls may take.
+// cudaMalloc's granularity over the cache's twelve buffers, and what the decode's library calls may take.
 #define CACHE_MARGIN_BYTES ((double)(64 << 20))
 
 // 0 when a cache of max_len positions fits in the device's free memory; else 1 and the one-line reason
@@ -874,7 +903,8 @@ static void model_cache_init(Model *m, int max_len) {
     kc->max_splits = fox_decode_max_splits((int)BH, m->Dh);
     kc->k = (bf16 *)dev_alloc(m, L * BH * max_len * Dh * sizeof(bf16), &counted);
     kc->v = (bf16 *)dev_alloc(m, L * BH * max_len * Dh * sizeof(bf16), &counted);
-    if (has_fg) kc->c = (float *)dev_alloc(m, L * BH * max_len * f, &counted);
+    if (model_has_c(m)) kc->c = (float *)dev_alloc(m, L * BH * max_len * f, &counted);
+    if (m->doc_sep >= 0) kc->doc_start = (int *)dev_alloc(m, B * sizeof(int), &counted);
     if (c->kv_shift) {
         kc->k_prev = (float *)dev_alloc(m, L * B * D * f, &counted);
         kc->v_prev = (float *)dev_alloc(m, L * B * D * f, &counted);
@@ -905,6 +935,14 @@ static void model_prefill(Model *m, const int *tokens, int T, float *logits) {
     model_forward(m, tokens, NULL, m->B, T);
     kc->prefilling = 0;
     for (int b = 0; b < m->B; b++) model_logits_rows(m, b * T + T - 1, 1, logits + (size_t)b * V);
+    if (kc->doc_start) {  // each sequence's latest separator in the prompt (0: none), for ACP's first key
+        int *start = (int *)fox_calloc((size_t)m->B, sizeof(int));
+        for (int b = 0; b < m->B; b++)
+            for (int t = 0; t < T; t++)
+                if (fox_doc_start(tokens[(size_t)b * T + t], m->doc_sep)) start[b] = t;
+        FOX_CUDA_CHECK(cudaMemcpy(kc->doc_start, start, (size_t)m->B * sizeof(int), cudaMemcpyHostToDevice));
+        free(start);
+    }
     kc->len = T;
     kc->keys_cached = 0;
     FOX_CUDA_CHECK(cudaMemsetAsync(kc->keys_read, 0, sizeof(unsigned long long), m->stream));
@@ -931,14 +969,14 @@ static void decode_attention_block(Model *m, int l, const float *x, float *mid) 
     Acts *a = &m->a;
     Cache *kc = &m->cache;
     int B = m->B, D = c->d_model, H = c->n_head, Dh = m->Dh, has_fg = c->forget_gate != FOX_FG_NONE;
-    int acp = m->acp && has_fg, cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
+    int acp = m->acp && model_has_c(m), cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
     fox_decode_rmsnorm(a->xn1[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
     decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn1[0], wbf(m, FOX_P_attn_in_w, l), D, m->NINP, 1);
     QkvInputs s = qkv_inputs(m, l, B, 1);
     s.proj = a->proj[0];
     CacheLayer cl = cache_layer(m, l);
     LAUNCH_HEADS(decode_qkv_kernel, Dh, (size_t)B * H, m->stream, kc->q, kc->first, kc->keys_read, cl, s, cf,
-                 has_fg ? param(m, FOX_P_fgate_b, l) : NULL, acp, kc->pos);
+                 has_fg ? param(m, FOX_P_fgate_b, l) : NULL, acp, kc->doc_start, kc->pos);
     fox_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, acp ? kc->first : NULL, kc->part, B * H, Dh, kc->max_len,
                          kc->pos, kc->max_splits, m->stream, 1);
     LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)B * H, m->stream, a->z[0], a->o[0], a->proj[0], m->NINP,
@@ -975,7 +1013,7 @@ static void decode_step_kernels(Model *m) {
         decode_mlp_block(m, l, mid, x);
     }
     fox_decode_rmsnorm(a->xnf, x, param(m, FOX_P_lnf_w, 0), B, D, m->stream, 1);
-    decode_advance_kernel<<<1, 1, 0, m->stream>>>(m->cache.pos);
+    decode_advance_kernel<<<1, 1, 0, m->stream>>>(m->cache.pos, m->cache.doc_start, a->inputs, B, m->doc_sep);
     FOX_LAUNCH_CHECK();
 }
 
@@ -1014,10 +1052,10 @@ static void model_decode(Model *m, const int *tokens, float *logits) {
 }
 
 // ACP: the fraction of the cached keys the decode steps since the prefill read; < 0 without ACP, without a
-// forget gate or before a decode step.
+// forget gate and document mask, or before a decode step.
 static double model_decode_keys_read(Model *m) {
     Cache *kc = &m->cache;
-    if (!m->acp || m->cfg.forget_gate == FOX_FG_NONE || !kc->keys_cached) return -1.0;
+    if (!m->acp || !model_has_c(m) || !kc->keys_cached) return -1.0;
     unsigned long long read;
     FOX_CUDA_CHECK(cudaMemcpy(&read, kc->keys_read, sizeof(read), cudaMemcpyDeviceToHost));
     return (double)read / kc->keys_cached;

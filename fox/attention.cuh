@@ -7,6 +7,8 @@
 // Per (batch b, head h), scale = 1/sqrt(d_h), j <= i:
 //   s_ij = scale q_i.k_j + c_i - c_j,  P = softmax_j(s),  o_i = sum_j P_ij v_j,  lse_i = logsumexp_j s_ij,
 // where c_t = sum_{l <= t} log f_l is the cumulative log forget gate (c_i - c_j = D_ij, the paper's log F_ij).
+// Under the document mask (docs/model.md §1.8) the scan below puts log f = FOX_DOC_LOG_F at every separator
+// (with or without a gate), so c_i - c_j <= -512 across a document boundary; the attention is unchanged.
 // The backward returns dc = dL/dc and d log f, its reverse cumulative sum: dlogf_t = sum_{i >= t} dc_i.
 // Layouts: q, k, v, dq, dk, dv bf16 (B, H, T, dh); o, dO bf16 (B, T, H, dh); c, lse, dc, dlogf fp32 (B, H, T).
 //
@@ -27,6 +29,7 @@
 #include <cuda_runtime.h>            // cudaStream_t
 #include <cuda_bf16.h>               // __nv_bfloat16
 #include "acp.h"                     // FOX_ACP_BLOCK: the grid of the kv_first / q_last hooks
+#include "docmask.h"                 // fox_doc_start, FOX_DOC_LOG_F: the document mask's term of the scan
 #include "cuda_common.cuh"           // FOX_LAUNCH_CHECK, logsigmoidf_
 #include "attention_forward.cuh"     // fox_attn::forward: the forward kernel and its launcher
 #include "attention_backward.cuh"    // fox_attn::backward: D = rowsum(dO o), dK / dV / dQ / dS sums, dq to bf16
@@ -36,20 +39,31 @@
 
 static constexpr int FOX_ATTN_SCAN_THREADS = 1024;
 
-// Paper eq. 20 and the cumulative sum behind D_ij = c_i − c_j: c_t = Σ_{l≤t} log σ(b_h + proj[t, cf+h])
-// per (b, h), an inclusive fp32 scan (one block per sequence and head: each thread sums a contiguous
+// log f_t of head h at row n (b·T + t) of proj (paper eq. 20): log σ(bias[h] + proj[n, cf + h]) (no projection
+// term when cf < 0: data-independent and fixed gates; 0 when bias is NULL: no forget gate), replaced by
+// FOX_DOC_LOG_F at a separator of the document mask (tokens[n] == sep; sep < 0: no mask, tokens unread and may be
+// NULL; docs/model.md §1.8). CPU: log_forget.
+__device__ __forceinline__ float fox_gate_log_f(const float *proj, int ld, int cf, const float *bias, const int *tokens,
+                                                int sep, size_t n, int h) {
+    if (sep >= 0 && fox_doc_start(tokens[n], sep)) return FOX_DOC_LOG_F;
+    return bias ? logsigmoidf_(bias[h] + (cf >= 0 ? proj[n * ld + cf + h] : 0.0f)) : 0.0f;
+}
+
+// Paper eq. 20 and the cumulative sum behind D_ij = c_i − c_j: c_t = Σ_{l≤t} log f_l per (b, h), log f_l from
+// fox_gate_log_f, an inclusive fp32 scan (one block per sequence and head: each thread sums a contiguous
 // chunk, the block scans the chunk totals, then each thread walks its chunk forward from its prefix).
-// cf < 0: the gate has no projection (data-independent and fixed gates). CPU: forget_gate_forward.
+// CPU: forget_gate_forward.
 __global__ void __launch_bounds__(FOX_ATTN_SCAN_THREADS) forget_gate_forward_kernel(float *c, const float *proj, int ld, int cf,
-                                                                            const float *bias, int H, int T) {
+                                                                            const float *bias, const int *tokens, int sep,
+                                                                            int H, int T) {
     __shared__ float warp_tot[FOX_ATTN_SCAN_THREADS / 32];
     int bh = blockIdx.x, b = bh / H, h = bh % H;
     int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int chunk = (T + FOX_ATTN_SCAN_THREADS - 1) / FOX_ATTN_SCAN_THREADS, lo = min(T, tid * chunk), hi = min(T, lo + chunk);
-    const float *rows = proj + (size_t)b * T * ld;
+    const size_t n0 = (size_t)b * T;  // the sequence's first row of proj and tokens
     float *cr = c + (size_t)bh * T;
     float tot = 0.0f;
-    for (int t = lo; t < hi; t++) tot += logsigmoidf_(bias[h] + (cf >= 0 ? rows[(size_t)t * ld + cf + h] : 0.0f));
+    for (int t = lo; t < hi; t++) tot += fox_gate_log_f(proj, ld, cf, bias, tokens, sep, n0 + t, h);
     float pre = tot;  // inclusive prefix across lanes, then across warps
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
@@ -71,15 +85,17 @@ __global__ void __launch_bounds__(FOX_ATTN_SCAN_THREADS) forget_gate_forward_ker
     float excl = __shfl_up_sync(0xffffffffu, pre, 1);  // exact exclusive prefix (no pre − tot)
     float run = (lane ? excl : 0.0f) + (warp ? warp_tot[warp - 1] : 0.0f);
     for (int t = lo; t < hi; t++) {
-        run += logsigmoidf_(bias[h] + (cf >= 0 ? rows[(size_t)t * ld + cf + h] : 0.0f));
+        run += fox_gate_log_f(proj, ld, cf, bias, tokens, sep, n0 + t, h);
         cr[t] = run;
     }
 }
 
-// c (B, H, T) for the attention from the gate logits: proj (B·T, ld) at columns cf.. (cf < 0: none), bias (H).
-static inline void fox_forget_gate_forward(float *c, const float *proj, int ld, int cf, const float *bias, int B, int H,
-                                           int T, cudaStream_t s) {
-    forget_gate_forward_kernel<<<B * H, FOX_ATTN_SCAN_THREADS, 0, s>>>(c, proj, ld, cf, bias, H, T);
+// c (B, H, T) for the attention from the gate logits: proj (B·T, ld) at columns cf.. (cf < 0: none), bias (H),
+// or NULL for no forget gate (c then holds the document mask's terms alone); tokens (B·T) and sep: the document
+// mask (sep < 0: none, tokens may be NULL).
+static inline void fox_forget_gate_forward(float *c, const float *proj, int ld, int cf, const float *bias, const int *tokens,
+                                           int sep, int B, int H, int T, cudaStream_t s) {
+    forget_gate_forward_kernel<<<B * H, FOX_ATTN_SCAN_THREADS, 0, s>>>(c, proj, ld, cf, bias, tokens, sep, H, T);
     FOX_LAUNCH_CHECK();
 }
 

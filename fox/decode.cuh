@@ -2,7 +2,8 @@
 // feeds one new token per sequence at position t, read from the device (*pos), so that one CUDA graph of the
 // step serves every position. decode_qkv_kernel forms the token's q and its shifted,
 // normed, rotated k and v from the attn_in projection and the KV-shift state, appends k, v and c_t to the
-// cache and, with ACP, picks the first cached key the query reads. The attention over the cache is split
+// cache and, with ACP, picks the first cached key the query reads (under the document mask, not before the
+// sequence's latest separator: doc_start, which decode_advance_kernel keeps). The attention over the cache is split
 // over the keys (flash-decoding): several blocks per (b, h) each reduce a chunk of keys to a partial max,
 // sum and output in fp32, then a combine kernel merges the chunks, so that one sequence at a long context
 // still fills the GPU and streams the cache at close to HBM bandwidth (16-byte loads of K and V). The step's
@@ -21,11 +22,12 @@
 #include "kernels.cuh"      // QkvInputs, qk_norm_rope, warp_index, load_w4, store_bf16x4: as the forward computes
 #include "io.h"             // fox_fatal
 #include "acp.h"            // fox_acp_first_key, fox_acp_threshold, fox_acp_bound_*: ACP's first key
+#include "docmask.h"        // fox_doc_start, FOX_DOC_LOG_F: the document mask in a decode step
 
 // One layer's slice of the cache, as the kernels take it.
 typedef struct {
     bf16 *k, *v;             // (B, H, max_len, dh): keys and values as attention sees them
-    float *c;                // (B, H, max_len): c_t = Σ log f, NULL without a forget gate
+    float *c;                // (B, H, max_len): c_t = Σ log f, NULL without a forget gate or document mask
     float *k_prev, *v_prev;  // (B, D): the newest token's unshifted key and value, NULL without KV-shift
     float *k_max2;           // (B, H): the largest cached |k_j|², NULL unless ACP without QK-norm
     int max_len;
@@ -74,15 +76,21 @@ static inline void decode_launch(void (*kernel)(Params...), dim3 grid, dim3 bloc
 // |q_t| and the largest cached |k_j|²), and keys_read gains the keys it reads. s.proj holds the B rows of
 // this step; cf: the data-dependent gate's column (-1: none); fbias NULL: no forget gate. One warp per
 // (b, h). CPU: decode_qkv and decode_first_key.
+// The document mask (s.sep >= 0, docs/model.md §1.8; s.tokens: the step's B tokens): when this token is a
+// separator, KV-shift's previous key and value count as 0 and log f is FOX_DOC_LOG_F (c is kept without a
+// forget gate too, log f = 0 elsewhere then); with acp (a forget gate or not) the first key read is at least
+// the position of the sequence's latest separator: t itself for a separator, else doc_start[b] (the latest
+// before t, which decode_advance_kernel keeps; NULL without the mask).
 template <int PER_LANE>
 __global__ void decode_qkv_kernel(bf16 *q, int *first, unsigned long long *keys_read, CacheLayer cl, QkvInputs s,
-                                  int cf, const float *fbias, int acp, const int *pos) {
+                                  int cf, const float *fbias, int acp, const int *doc_start, const int *pos) {
     size_t w = warp_index();
     int lane = threadIdx.x % 32;
     pdl_trigger();  // the attention's blocks may launch now; they wait for this grid to finish
     if (w >= (size_t)s.B * s.H) return;
     const int t = *pos;
     int b = (int)(w / s.H), h = (int)(w % s.H), D = s.H * s.dh;
+    const int starts = s.sep >= 0 && fox_doc_start(s.tokens[b], s.sep);  // this token starts a document
     const float *row = s.proj + (size_t)b * s.ld;
     float *kp = cl.k_prev ? cl.k_prev + (size_t)b * D : NULL, *vp = cl.v_prev ? cl.v_prev + (size_t)b * D : NULL;
     float ak = kp ? sigmoidf_(row[s.cols.k_shift + h]) : 0.0f, av = vp ? sigmoidf_(row[s.cols.v_shift + h]) : 0.0f;
@@ -92,8 +100,8 @@ __global__ void decode_qkv_kernel(bf16 *q, int *first, unsigned long long *keys_
         int i = h * s.dh + lane + 32 * e;
         float kt = row[s.cols.k + i], vt = row[s.cols.v + i];
         qv[e] = row[s.cols.q + i];
-        kv[e] = kp ? ak * kp[i] + (1.0f - ak) * kt : kt;  // load_shifted's arithmetic
-        vv[e] = vp ? av * vp[i] + (1.0f - av) * vt : vt;
+        kv[e] = kp ? (starts ? 0.0f : ak * kp[i]) + (1.0f - ak) * kt : kt;  // load_shifted's arithmetic
+        vv[e] = vp ? (starts ? 0.0f : av * vp[i]) + (1.0f - av) * vt : vt;
         if (kp) {
             kp[i] = kt;
             vp[i] = vt;
@@ -112,10 +120,21 @@ __global__ void decode_qkv_kernel(bf16 *q, int *first, unsigned long long *keys_
         q2 += __bfloat162float(qb) * __bfloat162float(qb);
         k2 += __bfloat162float(kb) * __bfloat162float(kb);
     }
-    if (!fbias) return;
+    if (!cl.c) return;
     float *ch = cl.c + w * cl.max_len;
-    if (lane == 0) ch[t] = ch[t - 1] + logsigmoidf_(fbias[h] + (cf >= 0 ? row[cf + h] : 0.0f));
+    if (lane == 0) {  // fox_gate_log_f's value (fox/attention.cuh) for this row
+        float lf = starts ? FOX_DOC_LOG_F : fbias ? logsigmoidf_(fbias[h] + (cf >= 0 ? row[cf + h] : 0.0f)) : 0.0f;
+        ch[t] = ch[t - 1] + lf;
+    }
     if (!acp) return;
+    const int doc = doc_start ? (starts ? t : doc_start[b]) : 0;  // the first key of this token's document
+    if (!fbias) {  // no forget gate: no threshold, only the document's start
+        if (lane == 0) {
+            first[w] = doc;
+            atomicAdd(keys_read, (unsigned long long)(t + 1 - doc));
+        }
+        return;
+    }
     double U;
     if (s.qw) {
         float mq = 0.0f, mk = 0.0f;
@@ -132,7 +151,7 @@ __global__ void decode_qkv_kernel(bf16 *q, int *first, unsigned long long *keys_
         U = fox_acp_bound_norms(q2, k2, s.dh);
     }
     if (lane == 0) {
-        int f = fox_acp_first_key(ch, t, fox_acp_threshold(U, t + 1));
+        int f = max(fox_acp_first_key(ch, t, fox_acp_threshold(U, t + 1)), doc);
         first[w] = f;
         atomicAdd(keys_read, (unsigned long long)(t + 1 - f));
     }
@@ -498,7 +517,14 @@ static inline void fox_decode_linear(void *out, const float *C, const bf16 *x, c
     }
 }
 
-// The position of the next decode step: one thread, the last kernel of the step's graph.
-__global__ void decode_advance_kernel(int *pos) { *pos += 1; }
+// The position of the next decode step: one thread, the last kernel of the step's graph. Under the document
+// mask (doc_start not NULL) it first records the step's separators: doc_start[b] = the step's position when
+// sequence b's token (tokens, B of them) is sep, so that the next steps' ACP starts there.
+__global__ void decode_advance_kernel(int *pos, int *doc_start, const int *tokens, int B, int sep) {
+    if (doc_start)
+        for (int b = 0; b < B; b++)
+            if (fox_doc_start(tokens[b], sep)) doc_start[b] = *pos;
+    *pos += 1;
+}
 
 #endif  // FOX_DECODE_CUH

@@ -10,7 +10,8 @@
 #ifndef FOX_DOCMASK_H
 #define FOX_DOCMASK_H
 
-#include "acp.h"  // FOX_ACP_BLOCK, fox_acp_blocks: the tile grid
+#include <stddef.h>  // size_t
+#include "acp.h"     // FOX_ACP_BLOCK, fox_acp_blocks: the tile grid
 
 // log f at a separator. e^(2U + FOX_DOC_LOG_F) is below fp32's smallest normal for every score bound U <
 // 200 (docs/model.md §1.8: larger values cost precision in the fp32 c the GPU keeps).

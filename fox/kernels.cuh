@@ -8,6 +8,7 @@
 #include "cuda_common.cuh"  // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, bf16, fox_blocks, warp_sum, warp_max
 #include "config.h"         // FOX_NORM_EPS
 #include "acp.h"            // FOX_ACP_BLOCK, fox_acp_threshold: the ACP tables' grid and bound
+#include "docmask.h"        // fox_doc_has_prev, fox_doc_start: KV-shift's reach under the document mask
 
 #define FOX_WARPS 8  // warps per block of the one-warp-per-row kernels
 
@@ -273,6 +274,8 @@ static inline void fox_rmsnorm_backward(float *dres, bf16 *dres_bf, float *dw, c
 // Attention inputs: KV-shift, QK-norm and RoPE in one pass over the fp32 projection, writing the
 // attention's bf16 q, k, v in (B, H, T, dh). One warp per (token, head); lane l holds elements
 // l + 32e (e < PER_LANE = dh/32), so each RoPE pair (i, i + dh/2) lives in one lane (dh % 64 == 0).
+// Under the document mask (docs/model.md §1.8) KV-shift does not reach back across a separator: the
+// previous token counts as 0 there, as at t = 0 (fox_doc_has_prev).
 
 typedef struct {
     const float *proj;           // (N, ld): attn_in_w outputs
@@ -282,17 +285,28 @@ typedef struct {
     int wstride;
     const float *rope_cos, *rope_sin;  // (T, dh/2) tables, NULL without RoPE
     int B, T, H, dh;
+    const int *tokens;           // (N): the token of each row (the document mask reads them); NULL when sep < 0
+    int sep;                     // the document mask's separator (docs/model.md §1.8); -1: no mask
 } QkvInputs;
 
+// Whether row n (position t of its sequence) takes KV-shift's previous row: t > 0 and, under the document
+// mask, the token is not a separator (fox_doc_has_prev). CPU: shift_prev.
+__device__ __forceinline__ int qkv_has_prev(const QkvInputs &s, size_t n, int t) {
+    return s.sep >= 0 ? fox_doc_has_prev(s.tokens + (n - (size_t)t), t, s.sep) : t > 0;
+}
+
+// The KV-shifted (ca >= 0) or plain (ca < 0) column col of head h at row n: y = α x_{n−1} + (1 − α) x_n, the
+// previous row taken only when has_prev (qkv_has_prev), else 0.
 template <int PER_LANE>
-__device__ __forceinline__ void load_shifted(float y[PER_LANE], const QkvInputs &s, size_t n, int t, int col, int ca, int h, int lane) {
+__device__ __forceinline__ void load_shifted(float y[PER_LANE], const QkvInputs &s, size_t n, int has_prev, int col, int ca,
+                                             int h, int lane) {
     const float *row = s.proj + n * s.ld;
     float al = ca >= 0 ? sigmoidf_(row[ca + h]) : 0.0f;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
         int k = h * s.dh + lane + 32 * e;
         float x = row[col + k];
-        y[e] = ca >= 0 ? (t ? al * row[col + k - s.ld] : 0.0f) + (1.0f - al) * x : x;
+        y[e] = ca >= 0 ? (has_prev ? al * row[col + k - s.ld] : 0.0f) + (1.0f - al) * x : x;
     }
 }
 
@@ -347,11 +361,11 @@ __global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
     int lane = threadIdx.x % 32;
     if (w >= (size_t)s.B * s.T * s.H) return;
     size_t n = w / s.H;
-    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T);
+    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T), hp = qkv_has_prev(s, n, t);
     float qv[PER_LANE], kv[PER_LANE], vv[PER_LANE];
-    load_shifted<PER_LANE>(qv, s, n, t, s.cols.q, -1, h, lane);
-    load_shifted<PER_LANE>(kv, s, n, t, s.cols.k, s.cols.k_shift, h, lane);
-    load_shifted<PER_LANE>(vv, s, n, t, s.cols.v, s.cols.v_shift, h, lane);
+    load_shifted<PER_LANE>(qv, s, n, hp, s.cols.q, -1, h, lane);
+    load_shifted<PER_LANE>(kv, s, n, hp, s.cols.k, s.cols.k_shift, h, lane);
+    load_shifted<PER_LANE>(vv, s, n, hp, s.cols.v, s.cols.v_shift, h, lane);
     qk_norm_rope<PER_LANE>(qv, kv, s, h, t, lane);
     size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
 #pragma unroll
@@ -381,6 +395,7 @@ __device__ __forceinline__ void head_norm_backward(float dx[PER_LANE], float pro
 // One token's inputs of qk_backward_kernel, loaded a token ahead (two tokens' loads in flight per warp).
 template <int PER_LANE> struct QkIn {
     float gq[PER_LANE], gk[PER_LANE], q[PER_LANE], k[PER_LANE], kp[PER_LANE], al;  // dq, dk; q, k columns of the row; k of the row before; α_t
+    int hp;  // KV-shift takes the row before (qkv_has_prev); kp is 0 when not
 };
 
 template <int PER_LANE>
@@ -391,6 +406,7 @@ __device__ __forceinline__ void qk_load(QkIn<PER_LANE> &in, const bf16 *dq, cons
     size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
     const float *row = s.proj + n * s.ld;
     in.al = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
+    in.hp = qkv_has_prev(s, n, t);
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
         int k = h * s.dh + lane + 32 * e;
@@ -398,7 +414,7 @@ __device__ __forceinline__ void qk_load(QkIn<PER_LANE> &in, const bf16 *dq, cons
         in.gk[e] = __bfloat162float(dk[o + lane + 32 * e]);
         in.q[e] = row[s.cols.q + k];
         in.k[e] = row[s.cols.k + k];
-        in.kp[e] = s.cols.k_shift >= 0 && t ? row[s.cols.k + k - s.ld] : 0.0f;
+        in.kp[e] = s.cols.k_shift >= 0 && in.hp ? row[s.cols.k + k - s.ld] : 0.0f;
     }
 }
 
@@ -435,7 +451,7 @@ __global__ void qk_backward_kernel(bf16 *dproj, float *dks, float *qpart, float 
         // k, shifted as in load_shifted
         float al = sigmoidf_(in.al);
 #pragma unroll
-        for (int e = 0; e < PER_LANE; e++) x[e] = s.cols.k_shift >= 0 ? (t ? al * in.kp[e] : 0.0f) + (1.0f - al) * in.k[e] : in.k[e];
+        for (int e = 0; e < PER_LANE; e++) x[e] = s.cols.k_shift >= 0 ? (in.hp ? al * in.kp[e] : 0.0f) + (1.0f - al) * in.k[e] : in.k[e];
         if (s.qw) head_norm_backward<PER_LANE>(dx, prod, x, in.gk, s.kw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
 #pragma unroll
         for (int e = 0; e < PER_LANE; e++) {
@@ -453,9 +469,11 @@ __global__ void qk_backward_kernel(bf16 *dproj, float *dks, float *qpart, float 
 // Backward of the KV-shift y_t = α_t x_{t−1} + (1−α_t) x_t for keys (gradient dks fp32 (N, D)) and
 // values (gradient dv bf16 (B, H, T, dh)): dx_t = (1−α_t) dy_t + α_{t+1} dy_{t+1};
 // dα_t = Σ dy_t (x_{t−1} − x_t), through the sigmoid into the α columns. Without the shift, dx = dy.
+// has_prev: row t takes x_{t−1} (else x_{t−1} = 0: t = 0, or a separator); has_next: row t+1 takes x_t (it
+// exists in the sequence and is not a separator).
 template <int PER_LANE>
 __device__ __forceinline__ void shift_backward(bf16 *dproj, const float gy[PER_LANE], const float gnext[PER_LANE], int has_next,
-                                               const QkvInputs &s, size_t n, int t, int col, int ca, int h, int lane) {
+                                               const QkvInputs &s, size_t n, int has_prev, int col, int ca, int h, int lane) {
     const float *row = s.proj + n * s.ld;
     if (ca < 0) {
 #pragma unroll
@@ -468,7 +486,7 @@ __device__ __forceinline__ void shift_backward(bf16 *dproj, const float gy[PER_L
         int k = col + h * s.dh + lane + 32 * e;
         float dx = (1.0f - al) * gy[e] + (has_next ? an * gnext[e] : 0.0f);
         dproj[n * s.ld + k] = __float2bfloat16(dx);
-        dal += t ? gy[e] * (row[k - s.ld] - row[k]) : -gy[e] * row[k];
+        dal += has_prev ? gy[e] * (row[k - s.ld] - row[k]) : -gy[e] * row[k];
     }
     dal = warp_sum(dal);
     if (lane == 0) dproj[n * s.ld + ca + h] = __float2bfloat16(dal * al * (1.0f - al));
@@ -481,7 +499,8 @@ __global__ void kv_backward_kernel(bf16 *dproj, const float *dks, const bf16 *dv
     int lane = threadIdx.x % 32;
     if (w >= (size_t)s.B * s.T * s.H) return;
     size_t n = w / s.H;
-    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T), D = s.H * s.dh, has_next = t + 1 < s.T;
+    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T), D = s.H * s.dh;
+    int has_prev = qkv_has_prev(s, n, t), has_next = t + 1 < s.T && qkv_has_prev(s, n + 1, t + 1);
     float gy[PER_LANE], gn[PER_LANE];
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
@@ -489,14 +508,14 @@ __global__ void kv_backward_kernel(bf16 *dproj, const float *dks, const bf16 *dv
         gy[e] = dks[n * D + i];
         gn[e] = has_next ? dks[(n + 1) * D + i] : 0.0f;
     }
-    shift_backward<PER_LANE>(dproj, gy, gn, has_next, s, n, t, s.cols.k, s.cols.k_shift, h, lane);
+    shift_backward<PER_LANE>(dproj, gy, gn, has_next, s, n, has_prev, s.cols.k, s.cols.k_shift, h, lane);
     size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
         gy[e] = __bfloat162float(dv[o + lane + 32 * e]);
         gn[e] = has_next ? __bfloat162float(dv[o + s.dh + lane + 32 * e]) : 0.0f;
     }
-    shift_backward<PER_LANE>(dproj, gy, gn, has_next, s, n, t, s.cols.v, s.cols.v_shift, h, lane);
+    shift_backward<PER_LANE>(dproj, gy, gn, has_next, s, n, has_prev, s.cols.v, s.cols.v_shift, h, lane);
 }
 
 // The backward of the attention inputs (q, k, v → dproj's q, k, v and shift columns) and the QK-norm
@@ -516,16 +535,18 @@ static inline void fox_qkv_backward(bf16 *dproj, float *dqw, float *dkw, const b
 
 // ----------------------------------------------------------------------------
 // Backward of eq. 20 (f_t = σ(w_f·x_t + b_f)): d logit = d log f · σ(−logit), into dproj's forget column
-// (when there is one) and dfg (N, H) fp32, whose column sums are the bias gradient. CPU: the last loop of
-// forget_gate_backward (d log f comes from fox_attention_backward's reverse scan).
+// (when there is one) and dfg (N, H) fp32, whose column sums are the bias gradient. At a separator of the
+// document mask (tokens[n] == sep >= 0; tokens unread when sep < 0) log f is FOX_DOC_LOG_F whatever the gate
+// computes, so d logit = 0 there (docs/model.md §1.8). CPU: the last loop of forget_gate_backward (d log f
+// comes from fox_attention_backward's reverse scan).
 __global__ void forget_gate_backward_kernel(bf16 *dproj, float *dfg, const float *dlogf, const float *proj, int ld,
-                                            int cf, const float *bias, int B, int H, int T) {
+                                            int cf, const float *bias, const int *tokens, int sep, int B, int H, int T) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * H * T) return;
     int t = (int)(i % T), h = (int)((i / T) % H), b = (int)(i / ((size_t)T * H));
     size_t n = (size_t)b * T + t;
     float logit = bias[h] + (cf >= 0 ? proj[n * ld + cf + h] : 0.0f);
-    float d = dlogf[i] * sigmoidf_(-logit);
+    float d = sep >= 0 && fox_doc_start(tokens[n], sep) ? 0.0f : dlogf[i] * sigmoidf_(-logit);
     if (cf >= 0) dproj[n * ld + cf + h] = __float2bfloat16(d);
     dfg[n * H + h] = d;
 }
@@ -533,52 +554,61 @@ __global__ void forget_gate_backward_kernel(bf16 *dproj, float *dfg, const float
 // ----------------------------------------------------------------------------
 // ACP tables (fox/acp.h) of one attention call, one block per (b, h): U from the QK-norm weights (qw, kw;
 // wstride 0 when shared) or, with qw NULL, from the largest q and k norms of the sequence; then kv_first[m]
-// for every query block (a binary search each, then a running max, so the staircase is monotone even where
-// the fp32 scan of c is not), and q_last[n] = the last query block m with kv_first[m] <= n. live (may be
-// NULL) gains the number of live tiles (an integer sum: the same every run).
+// for every query block (a binary search each), at least doc_first[b·nblk + m] under the document mask
+// (fox_doc_first_blocks: the key blocks before the document of the query block's first row are dead,
+// docs/model.md §1.8), then a running max, so the staircase is monotone even where the fp32 scan of c is
+// not; and q_last[n] = the last query block m with kv_first[m] <= n. c NULL: no forget gate, so no
+// threshold (kv_first = doc_first alone; q, k, qw, kw unread); doc_first NULL: no document mask (c must
+// not be NULL then). live (may be NULL) gains the number of live tiles (an integer sum: the same every run).
 #define ACP_THREADS 256
 
 // ACP paper §3 (docs/model.md §1.5). CPU: acp_tables.
 __global__ void __launch_bounds__(ACP_THREADS) acp_tables_kernel(int *kv_first, int *q_last, unsigned long long *live,
                                                                  const float *c, const bf16 *q, const bf16 *k,
-                                                                 const float *qw, const float *kw, int wstride, int H,
-                                                                 int T, int dh) {
+                                                                 const float *qw, const float *kw, int wstride,
+                                                                 const int *doc_first, int H, int T, int dh) {
     extern __shared__ int kf[];  // (nblk)
     __shared__ float red[2][ACP_THREADS / 32];
-    int bh = blockIdx.x, h = bh % H, tid = threadIdx.x, nblk = fox_acp_blocks(T);
-    float mq = 0.0f, mk = 0.0f;
-    if (qw) {
-        for (int i = tid; i < dh; i += ACP_THREADS) {
-            mq = fmaxf(mq, fabsf(qw[h * wstride + i]));
-            mk = fmaxf(mk, fabsf(kw[h * wstride + i]));
-        }
-    } else {
-        const bf16 *qh = q + (size_t)bh * T * dh, *kh = k + (size_t)bh * T * dh;
-        for (int t = tid; t < T; t += ACP_THREADS) {
-            float q2 = 0.0f, k2 = 0.0f;
-            for (int i = 0; i < dh; i++) {
-                float a = __bfloat162float(qh[(size_t)t * dh + i]), b = __bfloat162float(kh[(size_t)t * dh + i]);
-                q2 += a * a;
-                k2 += b * b;
+    int bh = blockIdx.x, b = bh / H, h = bh % H, tid = threadIdx.x, nblk = fox_acp_blocks(T);
+    if (c) {  // the threshold's staircase (every thread of the block takes this branch, or none)
+        float mq = 0.0f, mk = 0.0f;
+        if (qw) {
+            for (int i = tid; i < dh; i += ACP_THREADS) {
+                mq = fmaxf(mq, fabsf(qw[h * wstride + i]));
+                mk = fmaxf(mk, fabsf(kw[h * wstride + i]));
             }
-            mq = fmaxf(mq, q2);
-            mk = fmaxf(mk, k2);
+        } else {
+            const bf16 *qh = q + (size_t)bh * T * dh, *kh = k + (size_t)bh * T * dh;
+            for (int t = tid; t < T; t += ACP_THREADS) {
+                float q2 = 0.0f, k2 = 0.0f;
+                for (int i = 0; i < dh; i++) {
+                    float a = __bfloat162float(qh[(size_t)t * dh + i]), b2 = __bfloat162float(kh[(size_t)t * dh + i]);
+                    q2 += a * a;
+                    k2 += b2 * b2;
+                }
+                mq = fmaxf(mq, q2);
+                mk = fmaxf(mk, k2);
+            }
         }
+        mq = warp_max(mq);
+        mk = warp_max(mk);
+        if (tid % 32 == 0) {
+            red[0][tid / 32] = mq;
+            red[1][tid / 32] = mk;
+        }
+        __syncthreads();
+        for (int w = 0; w < ACP_THREADS / 32; w++) {
+            mq = fmaxf(mq, red[0][w]);
+            mk = fmaxf(mk, red[1][w]);
+        }
+        double U = qw ? fox_acp_bound_qknorm(mq, mk, dh) : fox_acp_bound_norms(mq, mk, dh), delta = fox_acp_threshold(U, T);
+        const float *ch = c + (size_t)bh * T;
+        for (int m = tid; m < nblk; m += ACP_THREADS) kf[m] = fox_acp_first_live(ch, T, m, delta);
+    } else {
+        for (int m = tid; m < nblk; m += ACP_THREADS) kf[m] = 0;
     }
-    mq = warp_max(mq);
-    mk = warp_max(mk);
-    if (tid % 32 == 0) {
-        red[0][tid / 32] = mq;
-        red[1][tid / 32] = mk;
-    }
-    __syncthreads();
-    for (int w = 0; w < ACP_THREADS / 32; w++) {
-        mq = fmaxf(mq, red[0][w]);
-        mk = fmaxf(mk, red[1][w]);
-    }
-    double U = qw ? fox_acp_bound_qknorm(mq, mk, dh) : fox_acp_bound_norms(mq, mk, dh), delta = fox_acp_threshold(U, T);
-    const float *ch = c + (size_t)bh * T;
-    for (int m = tid; m < nblk; m += ACP_THREADS) kf[m] = fox_acp_first_live(ch, T, m, delta);
+    if (doc_first)  // the same thread wrote kf[m] above
+        for (int m = tid; m < nblk; m += ACP_THREADS) kf[m] = max(kf[m], doc_first[(size_t)b * nblk + m]);
     __syncthreads();
     if (tid == 0) {
         unsigned long long n = 1;  // query block 0 keeps its diagonal tile
@@ -601,11 +631,13 @@ __global__ void __launch_bounds__(ACP_THREADS) acp_tables_kernel(int *kv_first, 
     }
 }
 
+// The ACP tables of B·H (b, h) rows of T positions (above): c NULL for no forget gate, doc_first (B, nblk) or
+// NULL for no document mask; at least one of the two.
 static inline void fox_acp_tables(int *kv_first, int *q_last, unsigned long long *live, const float *c, const bf16 *q,
-                                  const bf16 *k, const float *qw, const float *kw, int wstride, int B, int H, int T,
-                                  int dh, cudaStream_t s) {
+                                  const bf16 *k, const float *qw, const float *kw, int wstride, const int *doc_first, int B,
+                                  int H, int T, int dh, cudaStream_t s) {
     acp_tables_kernel<<<B * H, ACP_THREADS, fox_acp_blocks(T) * sizeof(int), s>>>(kv_first, q_last, live, c, q, k, qw,
-                                                                                 kw, wstride, H, T, dh);
+                                                                                 kw, wstride, doc_first, H, T, dh);
     FOX_LAUNCH_CHECK();
 }
 

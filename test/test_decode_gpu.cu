@@ -8,7 +8,10 @@
 // bitwise the same; with ACP and fast-forgetting gates (biases near -4) the decode reads a fraction of the
 // cached keys, its attention stays within the ACP bound of the attention over every key (in double, from the
 // GPU's cache) and its logits near the unpruned decode's; a cache that does not fit is refused before
-// anything is allocated, with one line and exit 1; a decode step past the cache's end too.
+// anything is allocated, with one line and exit 1; a decode step past the cache's end too. The document mask
+// (docs/model.md §1.8), with and without ACP, fox-pro and transformer-pro: prompts with separators (one at the
+// prompt's last position) and decoded separators give the full forward's logits with the mask, and ACP's decode
+// reads at most the keys of each token's document (exactly those without a forget gate).
 // The full forward itself is checked against the PyTorch reference by test_fox.
 // Usage: test_decode_gpu   (test_decode_gpu refuse-cache | decode-past-end: the refusals, run as a child)
 #define TESTING
@@ -79,17 +82,17 @@ static int *random_tokens(int count, uint64_t seed) {
     return t;
 }
 
-// A forward-only model of B x T tokens with the weights w.
-static void test_model(Model *m, const FoxConfig *c, const float *w, int B, int T, int recompute, int acp) {
-    ModelOptions o = {B, T, 7, 1, recompute, acp, -1, 0, 1, 0};
+// A forward-only model of B x T tokens with the weights w; doc_sep: the document mask's separator (-1: none).
+static void test_model(Model *m, const FoxConfig *c, const float *w, int B, int T, int recompute, int acp, int doc_sep) {
+    ModelOptions o = {B, T, 7, 1, recompute, acp, doc_sep, 0, 1, 0};
     model_init(m, c, &o);
     model_set_params(m, w);
 }
 
-// Logits (B, n, V) of one forward over all of tokens (B x n).
-static float *full_logits(const FoxConfig *c, const float *w, const int *tokens, int B, int n) {
+// Logits (B, n, V) of one forward over all of tokens (B x n), with the document mask of doc_sep (-1: none).
+static float *full_logits(const FoxConfig *c, const float *w, const int *tokens, int B, int n, int doc_sep) {
     Model m;
-    test_model(&m, c, w, B, n, RECOMPUTE_NONE, 0);
+    test_model(&m, c, w, B, n, RECOMPUTE_NONE, 0, doc_sep);
     model_forward(&m, tokens, NULL, B, n);
     float *out = (float *)fox_malloc((size_t)B * n * c->vocab_size * sizeof(float));
     model_logits_rows(&m, 0, B * n, out);
@@ -99,13 +102,13 @@ static float *full_logits(const FoxConfig *c, const float *w, const int *tokens,
 
 // The logits at positions P-1 .. n-1 of each sequence of tokens (B x n) into out (B, n, V): a model for the
 // prompt (B x P) with a cache of n positions, the prefill of the first P tokens, then one decode step per
-// token. Returns the fraction of cached keys read (model_decode_keys_read). keep: NULL, or where the model
-// goes afterwards (the caller frees it).
+// token. Returns the fraction of cached keys read (model_decode_keys_read). doc_sep: the document mask's
+// separator (-1: none). keep: NULL, or where the model goes afterwards (the caller frees it).
 static double decode_logits(const FoxConfig *c, const float *w, const int *tokens, int B, int P, int n, int recompute,
-                            int acp, float *out, Model *keep) {
+                            int acp, int doc_sep, float *out, Model *keep) {
     int V = c->vocab_size;
     Model m;
-    test_model(&m, c, w, B, P, recompute, acp);
+    test_model(&m, c, w, B, P, recompute, acp, doc_sep);
     model_cache_init(&m, n);
     int *prompt = (int *)fox_malloc((size_t)B * P * sizeof(int)), *next = (int *)fox_malloc((size_t)B * sizeof(int));
     float *z = (float *)fox_malloc((size_t)B * V * sizeof(float));
@@ -149,8 +152,8 @@ static void test_config_decode(const char *name, const FoxConfig *c, int long_co
         int P = long_context ? 1000 : prompts[i], B = long_context ? 1 : batches[i], n = long_context ? 1700 : 3 * P + 9;
         int V = c->vocab_size;
         int *tokens = random_tokens(B * n, 100 + i);
-        float *full = full_logits(c, w, tokens, B, n), *got = (float *)fox_calloc((size_t)B * n * V, sizeof(float));
-        decode_logits(c, w, tokens, B, P, n, RECOMPUTE_NONE, 0, got, NULL);
+        float *full = full_logits(c, w, tokens, B, n, -1), *got = (float *)fox_calloc((size_t)B * n * V, sizeof(float));
+        decode_logits(c, w, tokens, B, P, n, RECOMPUTE_NONE, 0, -1, got, NULL);
         double e = rel_diff(got, full, B, P, n, V);
         check(e <= TOL_DECODE, "%-24s B=%d prompt %2d + %2d decode steps: logits at every position = the full forward's "
               "(rel %.2e, tol %.0e)", name, B, P, n - P, e, TOL_DECODE);
@@ -170,7 +173,7 @@ static void test_recompute_levels(void) {
     int *tokens = random_tokens(B * n, 200);
     for (int level = 0; level < 3; level++) {
         z[level] = (float *)fox_calloc((size_t)B * n * V, sizeof(float));
-        decode_logits(&c, w, tokens, B, P, n, level, 0, z[level], NULL);
+        decode_logits(&c, w, tokens, B, P, n, level, 0, -1, z[level], NULL);
     }
     size_t bytes = (size_t)B * n * V * sizeof(float);
     check(!memcmp(z[0], z[1], bytes) && !memcmp(z[0], z[2], bytes),
@@ -189,7 +192,7 @@ static void test_greedy_repeatable(const char *preset, int acp) {
     float *row = (float *)fox_malloc((size_t)B * V * sizeof(float));
     for (int run = 0; run < 2; run++) {
         Model m;
-        test_model(&m, &c, w, B, P, RECOMPUTE_NONE, acp);
+        test_model(&m, &c, w, B, P, RECOMPUTE_NONE, acp, -1);
         model_cache_init(&m, n);
         z[run] = (float *)fox_calloc((size_t)(n - P) * B * V, sizeof(float));
         model_prefill(&m, prompt, P, row);
@@ -301,8 +304,8 @@ static void test_acp_decode(const char *preset, int dh) {
     int *tokens = random_tokens(B * n, 400);
     float *a = (float *)fox_calloc((size_t)B * n * V, sizeof(float)), *b = (float *)fox_calloc((size_t)B * n * V, sizeof(float));
     Model pruned;
-    double plain = decode_logits(&c, w, tokens, B, P, n, RECOMPUTE_NONE, 0, a, NULL);
-    double read = decode_logits(&c, w, tokens, B, P, n, RECOMPUTE_NONE, 1, b, &pruned), e = rel_diff(b, a, B, P, n, V);
+    double plain = decode_logits(&c, w, tokens, B, P, n, RECOMPUTE_NONE, 0, -1, a, NULL);
+    double read = decode_logits(&c, w, tokens, B, P, n, RECOMPUTE_NONE, 1, -1, b, &pruned), e = rel_diff(b, a, B, P, n, V);
     check(plain < 0 && read > 0 && read < 0.5, "%-11s dh %3d ACP decode reads %.1f%% of the cached keys over %d steps "
           "(without ACP: no count)", preset, dh, 100 * read, n - P);
     check_acp_attention(&pruned, preset);
@@ -315,13 +318,72 @@ static void test_acp_decode(const char *preset, int dh) {
     free(b);
 }
 
+// The document mask (docs/model.md §1.8) in generation, for fox-pro and transformer-pro (no forget gate: c holds
+// the separators' terms alone), with and without ACP: B sequences of n tokens whose separators (token DOC_SEP,
+// nowhere else) lie in the prompt (row 0 at 0, P/2: a later key block's first document row in the prefill's ACP
+// tiles at P = 300, and P - 1, the prompt's last position), among the decoded tokens (row 0 at P + 5, P + 6 and
+// n - 10; row 1 at 5, P - 1, halfway and n - 1, the last) or nowhere (row 2). The decode steps, fed those tokens,
+// give at every position the logits of one forward over the whole sequences with the mask, at the bf16 tolerance
+// of the other cases (TOL_DECODE; with ACP the skipped keys of another document weigh exactly 0, and fox-pro's
+// threshold skips keys below e^-10/(t+1) of their row's largest, far below it: see TOL_ACP). With ACP the decode
+// reads the keys of each token's document at most (from its latest separator on, doc_start), exactly those
+// without a forget gate, counted here by a loop of its own.
+#define DOC_SEP 3
+
+static void test_doc_decode(const char *preset, int B, int P, int n, int acp) {
+    FoxConfig c = test_config(preset, 64, 0, -1);
+    int V = c.vocab_size, L = c.n_layer, H = c.n_head;
+    float *w = test_weights(&c, 0.0);
+    int *tokens = random_tokens(B * n, 500 + P);
+    for (int i = 0; i < B * n; i++)
+        if (tokens[i] == DOC_SEP) tokens[i] = DOC_SEP + 1;
+    for (int b = 0; b < B; b++) {
+        int *row = tokens + (size_t)b * n;
+        if (b % 3 == 0) {
+            const int at[] = {0, P / 2, P - 1, P + 5, P + 6, n - 10};
+            for (int k = 0; k < 6; k++) row[at[k]] = DOC_SEP;
+        } else if (b % 3 == 1) {
+            const int at[] = {5, P - 1, P + (n - P) / 2, n - 1};
+            for (int k = 0; k < 4; k++) row[at[k]] = DOC_SEP;
+        }
+    }
+    unsigned long long want_read = 0, want_cached = 0;  // ACP's keys with the document's start alone
+    for (int t = P; t < n; t++)
+        for (int b = 0; b < B; b++) {
+            int start = 0;
+            for (int j = 0; j <= t; j++)
+                if (tokens[(size_t)b * n + j] == DOC_SEP) start = j;
+            want_read += (unsigned long long)L * H * (t + 1 - start);
+            want_cached += (unsigned long long)L * H * (t + 1);
+        }
+    double want = (double)want_read / (double)(long long)want_cached;
+    float *full = full_logits(&c, w, tokens, B, n, DOC_SEP), *got = (float *)fox_calloc((size_t)B * n * V, sizeof(float));
+    double read = decode_logits(&c, w, tokens, B, P, n, RECOMPUTE_NONE, acp, DOC_SEP, got, NULL);
+    double e = rel_diff(got, full, B, P, n, V);
+    check(e <= TOL_DECODE, "%-24s doc mask%s B=%d prompt %3d + %3d decode steps, separators in the prompt (at its end) and "
+          "decoded: logits = the full forward's with the mask (rel %.2e, tol %.0e)", preset, acp ? " + ACP" : "", B, P,
+          n - P, e, TOL_DECODE);
+    if (acp) {
+        int gated = c.forget_gate != FOX_FG_NONE;
+        check(gated ? read > 0 && read <= want : read == want, "%-24s doc mask + ACP B=%d: the decode read %.2f%% of the "
+              "cached keys, %s the keys of each token's document (%.2f%%)", preset, B, 100 * read,
+              gated ? "at most" : "exactly", 100 * want);
+    } else {
+        check(read < 0, "%-24s doc mask B=%d without ACP: no count of keys read (%g)", preset, B, read);
+    }
+    free(w);
+    free(tokens);
+    free(full);
+    free(got);
+}
+
 // The refusals, in a child process (they exit): a cache far larger than the device, and a decode step past
 // the cache's end.
 static int child(const char *what) {
     FoxConfig c = test_config("fox-pro", 64, 0, -1);
     float *w = test_weights(&c, 0.0);
     Model m;
-    test_model(&m, &c, w, 1, 4, RECOMPUTE_NONE, 0);
+    test_model(&m, &c, w, 1, 4, RECOMPUTE_NONE, 0, -1);
     if (!strcmp(what, "refuse-cache")) model_cache_init(&m, 2000000000);
     int prompt[4] = {1, 2, 3, 4}, next = 5;
     float *z = (float *)fox_malloc((size_t)VOCAB * sizeof(float));
@@ -359,7 +421,7 @@ static void test_refusals(void) {
     FoxConfig c = test_config("fox-pro", 64, 0, -1);
     float *w = test_weights(&c, 0.0);
     Model m;
-    test_model(&m, &c, w, 1, 4, RECOMPUTE_NONE, 0);
+    test_model(&m, &c, w, 1, 4, RECOMPUTE_NONE, 0, -1);
     char why[512] = "", why_small[512] = "", out[1024];
     int big = cache_does_not_fit(&m, 2000000000, why, sizeof(why));
     int small = cache_does_not_fit(&m, 4096, why_small, sizeof(why_small));
@@ -403,6 +465,12 @@ int main(int argc, char **argv) {
     test_acp_decode("fox-pro", 64);
     test_acp_decode("fox-llama", 64);
     test_acp_decode("fox-pro", 128);
+    const char *doc_presets[] = {"fox-pro", "transformer-pro"};
+    for (int p = 0; p < 2; p++)
+        for (int acp = 0; acp < 2; acp++) {
+            test_doc_decode(doc_presets[p], 3, 300, 400, acp);  // cuBLASLt's GEMMs; several ACP blocks in the prefill
+            test_doc_decode(doc_presets[p], 1, 40, 90, acp);    // the batch-1 GEMV
+        }
     test_refusals();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

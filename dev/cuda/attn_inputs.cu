@@ -4,12 +4,15 @@
 //   backward: fox_qkv_backward: qk_backward_kernel (dproj's q columns, dks, and the QK-norm weight
 //             gradients' block partials), their column sums, kv_backward_kernel (dproj's k, v and
 //             shift-logit columns).
+// With the document mask (docs/model.md §1.8; separators at random, position 0 among them) the KV-shift does
+// not reach back across a separator, forward and backward.
 //   make attn_inputs && ./attn_inputs
 #include "kcheck.h"
 
 struct Cfg {
     int B, T, H, dh;
     bool shift, norm, shared, rope;
+    double doc_p = 0.0;  // > 0: the document mask, a separator at each position with this probability (and at 0)
 };
 
 static void run(const Cfg &c) {
@@ -17,8 +20,9 @@ static void run(const Cfg &c) {
     // the column layout of attn_cols (fox-pro with an output gate and a data-dependent forget gate)
     const int cq = 0, ck = D, cv = 2 * D, cak = c.shift ? 4 * D : -1, cav = c.shift ? 4 * D + H : -1;
     const int ld = (4 * D + 3 * H + 63) / 64 * 64, wst = c.shared ? 0 : dh, nw = c.shared ? dh : D;
-    std::string shape = fmt("B=%d T=%d H=%d dh=%d%s%s%s%s", B, T, H, dh, c.shift ? "" : " no-shift", c.norm ? "" : " no-qknorm",
-                            c.shared ? " shared-w" : "", c.rope ? " rope" : "");
+    const int sep = c.doc_p > 0 ? 7 : -1;
+    std::string shape = fmt("B=%d T=%d H=%d dh=%d%s%s%s%s%s", B, T, H, dh, c.shift ? "" : " no-shift", c.norm ? "" : " no-qknorm",
+                            c.shared ? " shared-w" : "", c.rope ? " rope" : "", sep >= 0 ? fmt(" docs(p=%.2g)", c.doc_p).c_str() : "");
     printf("attn_inputs %s\n", shape.c_str());
     const size_t n = (size_t)N * D;
     std::vector<float> proj((size_t)N * ld);
@@ -45,6 +49,15 @@ static void run(const Cfg &c) {
             sn[(size_t)t * half + i] = (float)sin(a);
         }
     std::vector<bf16> dq = rand_bf16(n, -1, 1), dk = rand_bf16(n, -1, 1), dv = rand_bf16(n, -1, 1);
+    // tokens in [0, 50): the separator (7) at position 0 of the first sequence, and at random
+    std::vector<int> tokens(N);
+    for (int nn = 0; nn < N; nn++) {
+        int tok = (int)uniform(0, 50);
+        if (tok == 7) tok = 8;
+        if (sep >= 0 && (nn == 0 || urand() < c.doc_p)) tok = sep;
+        tokens[nn] = tok;
+    }
+    int *d_tokens = to_device(tokens);
 
     float *d_proj = to_device(proj), *d_qw = to_device(qw), *d_kw = to_device(kw), *d_cs = to_device(cs),
           *d_sn = to_device(sn), *d_dks = dmalloc<float>(n), *d_rows = dmalloc<float>(2 * colsum_rows_floats(N, D)),
@@ -71,15 +84,19 @@ static void run(const Cfg &c) {
     s.T = T;
     s.H = H;
     s.dh = dh;
+    s.tokens = sep >= 0 ? d_tokens : nullptr;
+    s.sep = sep;
 
     // ---- fp64 reference
     auto P = [&](size_t nn, int col) { return (double)proj[nn * ld + col]; };
     auto alpha = [&](size_t nn, int ca, int h) { return sigmoid_d(P(nn, ca + h)); };
+    // whether row nn (position t) takes the previous row: t > 0 and not a separator
+    auto has_prev = [&](size_t nn, int t) { return t > 0 && !(sep >= 0 && tokens[nn] == sep); };
     auto shifted = [&](size_t nn, int t, int col, int ca, int h, int i) {  // KV-shift of column col + h·dh + i
         const int k = col + h * dh + i;
         if (ca < 0) return P(nn, k);
         const double al = alpha(nn, ca, h);
-        return (t ? al * P(nn - 1, k) : 0.0) + (1.0 - al) * P(nn, k);
+        return (has_prev(nn, t) ? al * P(nn - 1, k) : 0.0) + (1.0 - al) * P(nn, k);
     };
     std::vector<double> rq(n), rk(n), rv(n), dks(n), rdproj_q(n), rdproj_k(n), rdproj_v(n), rdak((size_t)N * H),
         rdav((size_t)N * H), rdqw(nw), rdkw(nw), xak((size_t)N * H), xav((size_t)N * H);
@@ -136,12 +153,14 @@ static void run(const Cfg &c) {
                 if (c.norm) norm_bwd(g, x, kw, h, rdkw);
                 for (int i = 0; i < dh; i++) dks[f + i] = g[i];
             }
-    // backward of the KV-shift: dx_t = (1 − α_t) dy_t + α_{t+1} dy_{t+1}; dα_t = Σ dy_t (x_{t−1} − x_t)
+    // backward of the KV-shift: dx_t = (1 − α_t) dy_t + α_{t+1} dy_{t+1}; dα_t = Σ dy_t (x_{t−1} − x_t), where
+    // x_{t−1} = 0 without a previous row and the α_{t+1} term only when row t+1 takes row t
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < H; h++) {
                 const size_t nn = (size_t)b * T + t, f = nn * D + (size_t)h * dh;
                 const size_t o = (((size_t)b * H + h) * T + t) * dh;
+                const bool hp = has_prev(nn, t), hn = t + 1 < T && has_prev(nn + 1, t + 1);
                 for (int kv = 0; kv < 2; kv++) {
                     const int col = kv ? cv : ck, ca = kv ? cav : cak;
                     auto gy = [&](int tt, int i) {
@@ -152,17 +171,17 @@ static void run(const Cfg &c) {
                         for (int i = 0; i < dh; i++) out[f + i] = gy(t, i);
                         continue;
                     }
-                    const double al = alpha(nn, ca, h), an = t + 1 < T ? alpha(nn + 1, ca, h) : 0.0;
+                    const double al = alpha(nn, ca, h), an = hn ? alpha(nn + 1, ca, h) : 0.0;
                     double dal = 0, sabs = 0;
                     for (int i = 0; i < dh; i++) {
                         const int k = col + h * dh + i;
-                        out[f + i] = (1.0 - al) * gy(t, i) + (t + 1 < T ? an * gy(t + 1, i) : 0.0);
-                        const double term = gy(t, i) * ((t ? P(nn - 1, k) : 0.0) - P(nn, k));
+                        out[f + i] = (1.0 - al) * gy(t, i) + (hn ? an * gy(t + 1, i) : 0.0);
+                        const double term = gy(t, i) * ((hp ? P(nn - 1, k) : 0.0) - P(nn, k));
                         dal += term;
                         sabs += fabs(term);
                     }
                     (kv ? rdav : rdak)[nn * H + h] = dal * al * (1.0 - al);
-                    // dα is a dh-term fp32 dot product that can cancel: at t = 0 with QK-norm,
+                    // dα is a dh-term fp32 dot product that can cancel: at t = 0 (or a separator) with QK-norm,
                     // dα = −Σ dks·x_k is ~0 exactly (the norm's scale invariance leaves only the eps
                     // term), so the GPU's value is the rounding of Σ|terms|. Bound: dks's own fp32
                     // error (~1e-6 of its scale) plus the sum's (E + 5)·2^-24, with margin: 1e-5·Σ|terms|.
@@ -226,6 +245,7 @@ static void run(const Cfg &c) {
     for (float *p : fl) cudaFree(p);
     bf16 *bl[] = {d_q, d_k, d_v, d_dq, d_dk, d_dv, d_dproj};
     for (bf16 *p : bl) cudaFree(p);
+    cudaFree(d_tokens);
 }
 
 int main() {
@@ -239,6 +259,10 @@ int main() {
     run({2, 255, 12, 64, true, true, true, true});
     run({2, 255, 12, 64, true, true, false, false});
     run({2, 255, 12, 64, false, false, false, false});
+    // the document mask: KV-shift stops at separators (a few per sequence; runs of them at p = 0.3)
+    run({2, 255, 12, 64, true, true, false, true, 0.02});
+    run({2, 255, 12, 64, true, true, false, false, 0.3});
+    run({2, 1000, 12, 128, true, false, false, true, 0.01});
     run({1, 16384, 24, 64, true, true, false, false});  // 760M fox-pro (no RoPE)
     run({1, 16384, 12, 64, true, true, false, false});  // 125M fox-pro
     run({1, 16384, 12, 128, true, true, false, true});  // dh 128 with RoPE

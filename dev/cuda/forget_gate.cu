@@ -5,30 +5,48 @@
 //             dc += dS column sums, dlogf_t = Σ_{i≥t} dc_i, a true reverse scan), forget_gate_backward_kernel
 //             (d logit = dlogf·σ(−logit) into dproj's forget column and dfg) and colsum_accumulate (bias
 //             gradient).
-// Data-dependent gate (cf >= 0) and data-independent (cf < 0, bias only).
+// Data-dependent gate (cf >= 0), data-independent (cf < 0, bias only) and none (bias NULL: the forward only,
+// as train_fox runs it for the Transformer presets under the document mask). With the document mask
+// (docs/model.md §1.8; tokens with separators at random, position 0 among them): log f = FOX_DOC_LOG_F at a
+// separator (replacing the gate's value) and d logit = 0 there.
 //   make forget_gate && ./forget_gate
 #include "kcheck.h"
 #include "../../fox/attention.cuh"  // fox_forget_gate_forward, fox_attention_reverse_scan
 
+enum { GATE_DATA_DEP, GATE_BIAS_ONLY, GATE_NONE };
+
 struct Cfg {
     int B, T, H;
-    bool data_dep;
+    int gate;       // GATE_*
+    double doc_p;   // > 0: the document mask, a separator at each position with this probability (and at 0)
 };
 
 static void run(const Cfg &c) {
-    const int B = c.B, T = c.T, H = c.H, N = B * T;
-    const int D = 64 * H, cf = c.data_dep ? 4 * D + 2 * H : -1, ld = (4 * D + 3 * H + 63) / 64 * 64;
-    std::string shape = fmt("B=%d T=%d H=%d%s", B, T, H, c.data_dep ? "" : " bias-only");
+    const int B = c.B, T = c.T, H = c.H, N = B * T, sep = c.doc_p > 0 ? 7 : -1, gated = c.gate != GATE_NONE;
+    const bool data_dep = c.gate == GATE_DATA_DEP;
+    const int D = 64 * H, cf = data_dep ? 4 * D + 2 * H : -1, ld = (4 * D + 3 * H + 63) / 64 * 64;
+    std::string shape = fmt("B=%d T=%d H=%d%s%s", B, T, H, data_dep ? "" : gated ? " bias-only" : " no-gate",
+                            sep >= 0 ? fmt(" docs(p=%.2g)", c.doc_p).c_str() : "");
     printf("forget_gate %s\n", shape.c_str());
     const size_t nv = (size_t)N * H;
     // only the forget column matters; the rest of the projection is noise
     std::vector<float> proj((size_t)N * ld), bias = rand_f32(H, 0.0, 4.0), dc = rand_f32(nv, -1, 1),
                                              xc = rand_f32(nv, -1, 1), db0 = rand_f32(H, -1, 1);
     for (size_t i = 0; i < proj.size(); i++) proj[i] = (float)uniform(-6, 6);
+    // tokens in [0, 50): the separator (7) at position 0 of the first sequence, and at random
+    std::vector<int> tokens(N);
+    for (int nn = 0; nn < N; nn++) {
+        int tok = (int)uniform(0, 50);
+        if (tok == 7) tok = 8;
+        if (sep >= 0 && (nn == 0 || urand() < c.doc_p)) tok = sep;
+        tokens[nn] = tok;
+    }
     float *d_proj = to_device(proj), *d_bias = to_device(bias), *d_c = dmalloc<float>(nv), *d_dc = dmalloc<float>(nv),
           *d_xc = to_device(xc), *d_dlogf = dmalloc<float>(nv), *d_dfg = dmalloc<float>(nv), *d_db = dmalloc<float>(H),
           *d_part = dmalloc<float>(colsum_scratch_floats(N, H));
+    int *d_tokens = to_device(tokens);
     bf16 *d_dproj = dmalloc<bf16>((size_t)N * ld);
+    auto at_sep = [&](size_t nn) { return sep >= 0 && tokens[nn] == sep; };
 
     // fp64 reference: c in (B, H, T); dc, xc, dlogf in (B, H, T); dfg (N, H)
     std::vector<double> rc(nv), rdcsum(nv), rdlogf(nv), rdl(nv), rdfg(nv), rdb(H);
@@ -39,8 +57,9 @@ static void run(const Cfg &c) {
             double acc = 0;
             for (int t = 0; t < T; t++) {
                 const size_t nn = (size_t)b * T + t;
-                const double logit = bias[h] + (c.data_dep ? proj[nn * ld + cf + h] : 0.0);
-                acc += -log1p(exp(-logit));  // log σ(logit)
+                const double logit = bias[h] + (data_dep ? proj[nn * ld + cf + h] : 0.0);
+                // log σ(logit), 0 without a gate, FOX_DOC_LOG_F (replacing it) at a separator
+                acc += at_sep(nn) ? (double)FOX_DOC_LOG_F : gated ? -log1p(exp(-logit)) : 0.0;
                 rc[bh + t] = acc;
             }
             double racc = 0;
@@ -49,21 +68,22 @@ static void run(const Cfg &c) {
                 rdcsum[bh + t] = (double)dc[bh + t] + xc[bh + t];
                 racc += rdcsum[bh + t];
                 rdlogf[bh + t] = racc;
-                const double logit = bias[h] + (c.data_dep ? proj[nn * ld + cf + h] : 0.0);
-                const double d = racc * sigmoid_d(-logit);
+                const double logit = bias[h] + (data_dep ? proj[nn * ld + cf + h] : 0.0);
+                const double d = at_sep(nn) ? 0.0 : racc * sigmoid_d(-logit);
                 rdl[nn * H + h] = d;
                 rdfg[nn * H + h] = d;
                 rdb[h] += d;
             }
         }
 
+    const int *tok = sep >= 0 ? d_tokens : nullptr;
     auto fwd = [&] {
-        fox_forget_gate_forward(d_c, d_proj, ld, cf, d_bias, B, H, T, 0);
+        fox_forget_gate_forward(d_c, d_proj, ld, cf, gated ? d_bias : nullptr, tok, sep, B, H, T, 0);
     };
     auto bwd = [&] {
         fox_attention_reverse_scan(d_dc, d_xc, d_dlogf, B * H, T, 0);
         forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256>>>(d_dproj, d_dfg, d_dlogf, d_proj, ld, cf,
-                                                                             d_bias, B, H, T);
+                                                                             d_bias, tok, sep, B, H, T);
         FOX_LAUNCH_CHECK();
         colsum_accumulate(d_db, d_dfg, N, H, H, d_part, 0);
     };
@@ -71,6 +91,16 @@ static void run(const Cfg &c) {
     poison(d_c, nv);
     fwd();
     check_f32(gf, "c (scan)", d_c, rc, TOL_F32_RED);
+    double tf = time_ms(fwd);
+    const double lg = data_dep ? 4.0 : 0.0, tk = sep >= 0 ? 4.0 : 0.0;
+    summary("forget_gate", "fwd scan", shape, gf, tf, nv * (lg + 4.0) + N * tk);
+    if (!gated) {  // no gate: nothing to differentiate (train_fox runs no gate backward)
+        float *fl[] = {d_proj, d_bias, d_c, d_dc, d_xc, d_dlogf, d_dfg, d_db, d_part};
+        for (float *p : fl) cudaFree(p);
+        cudaFree(d_dproj);
+        cudaFree(d_tokens);
+        return;
+    }
 
     upload(d_dc, dc);
     upload(d_db, db0);
@@ -81,7 +111,7 @@ static void run(const Cfg &c) {
     check_f32(gb, "dc + colsum", d_dc, rdcsum, TOL_F32);
     check_f32(gb, "dlogf (rscan)", d_dlogf, rdlogf, TOL_F32_RED);
     check_f32(gb, "dfg", d_dfg, rdfg, TOL_F32_RED);
-    if (c.data_dep) {
+    if (data_dep) {
         std::vector<bf16> dp = to_host(d_dproj, (size_t)N * ld);
         std::vector<double> v(nv);
         for (int nn = 0; nn < N; nn++)
@@ -90,26 +120,30 @@ static void run(const Cfg &c) {
     }
     check_f32(gb, "dbias (colsum)", d_db, rdb, TOL_F32_RED);
 
-    double tf = time_ms(fwd);
     // the backward reads dc in place: restore it between repeats would add a copy; the scan does the
     // same work whatever dc holds, so repeats run on the accumulated dc
     double tb = time_ms(bwd);
-    const double lg = c.data_dep ? 4.0 : 0.0;
-    summary("forget_gate", "fwd scan", shape, gf, tf, nv * (lg + 4.0));
-    // rscan: dc, xc in, dc, dlogf out; backward: dlogf (+ logit) in, dproj, dfg out; colsum: dfg in
-    summary("forget_gate", "bwd(rscan+gate+colsum)", shape, gb, tb, nv * (16.0 + 4.0 + lg + (c.data_dep ? 2.0 : 0.0) + 4.0 + 4.0));
+    // rscan: dc, xc in, dc, dlogf out; backward: dlogf (+ logit, token) in, dproj, dfg out; colsum: dfg in
+    summary("forget_gate", "bwd(rscan+gate+colsum)", shape, gb, tb,
+            nv * (16.0 + 4.0 + lg + (data_dep ? 2.0 : 0.0) + 4.0 + 4.0 + tk));
     float *fl[] = {d_proj, d_bias, d_c, d_dc, d_xc, d_dlogf, d_dfg, d_db, d_part};
     for (float *p : fl) cudaFree(p);
     cudaFree(d_dproj);
+    cudaFree(d_tokens);
 }
 
 int main() {
     print_device();
     const int Ts[] = {1, 7, 255, 1000, 1025, 4099};  // 1025, 4099: chunk sizes 2 and 5 with a ragged last chunk
-    for (int T : Ts) run({2, T, 12, true});
-    run({2, 1000, 1, true});
-    run({2, 1000, 12, false});
-    run({1, 16384, 24, true});  // 760M: one sequence of 16k, 24 heads
-    run({8, 16384, 24, true});  // 8 sequences: enough blocks to fill the GPU
+    for (int T : Ts) run({2, T, 12, GATE_DATA_DEP, 0.0});
+    run({2, 1000, 1, GATE_DATA_DEP, 0.0});
+    run({2, 1000, 12, GATE_BIAS_ONLY, 0.0});
+    // the document mask: separators at random (a few per sequence, and runs of them at p = 0.3)
+    run({2, 1000, 12, GATE_DATA_DEP, 0.01});
+    run({2, 1025, 12, GATE_DATA_DEP, 0.3});
+    run({2, 1000, 12, GATE_BIAS_ONLY, 0.01});
+    run({2, 1000, 12, GATE_NONE, 0.01});
+    run({1, 16384, 24, GATE_DATA_DEP, 0.0});  // 760M: one sequence of 16k, 24 heads
+    run({8, 16384, 24, GATE_DATA_DEP, 0.0});  // 8 sequences: enough blocks to fill the GPU
     return kc_finish("forget_gate");
 }

@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
     TIME("rmsnorm fwd", 1, rmsnorm_forward(&m, a->xn1[0], x, param(&m, FOX_P_ln1_w, 0), N));
     TIME("gemm attn_in (fp32 out)", 1, linear_forward(&m.gemm, a->proj[0], NULL, CUDA_R_32F, NINP, a->xn1[0], wbf(&m, FOX_P_attn_in_w, 0), N, D, NINP));
     TIME("qkv fwd (shift, qk-norm)", 1, LAUNCH_HEADS(qkv_forward_kernel, Dh, (size_t)N * H, m.stream, a->q[0], a->k[0], a->v[0], qs));
-    TIME("forget-gate scan", 1, fox_forget_gate_forward(a->c[0], a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), B, H, T, m.stream));
+    TIME("forget-gate scan", 1, fox_forget_gate_forward(a->c[0], a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T, m.stream));
     TIME("attention fwd", 1, fox_attention_forward(a->q[0], a->k[0], a->v[0], a->c[0], a->o[0], a->lse[0], B, H, T, Dh, NULL, m.stream));
     TIME("output norm+gate fwd", 1, LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m.stream, a->z[0], a->o[0], a->proj[0], NINP, m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh));
     TIME("gemm attn_out (+resid)", 1, linear_forward(&m.gemm, a->mid[0], x, CUDA_R_32F, D, a->z[0], wbf(&m, FOX_P_attn_out_w, 0), N, D, D));
@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
     TIME("gemm attn_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_out_w, 0), s->dres_bf, D, a->z[0], N, D, D));
     TIME("output bwd + colsum", 1, fox_output_backward(s->d_o, s->dproj, grad(&m, FOX_P_onorm_w, 0), s->dxn, a->o[0], a->proj[0], NINP, m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh, s->colsum_rows, s->colsum_part, m.stream));
     TIME("attention bwd", 1, fox_attention_backward(a->q[0], a->k[0], a->v[0], a->c[0], a->o[0], a->lse[0], s->d_o, s->dc, s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, NULL, 1, m.stream));
-    TIME("forget-gate bwd + colsum", 1, forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m.stream>>>(s->dproj, s->dfg, s->dlogf, a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), B, H, T); colsum_accumulate(grad(&m, FOX_P_fgate_b, 0), s->dfg, N, H, H, s->colsum_part, m.stream));
+    TIME("forget-gate bwd + colsum", 1, forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m.stream>>>(s->dproj, s->dfg, s->dlogf, a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T); colsum_accumulate(grad(&m, FOX_P_fgate_b, 0), s->dfg, N, H, H, s->colsum_part, m.stream));
     TIME("qkv bwd (qk + colsums + kv)", 1, fox_qkv_backward(s->dproj, grad(&m, FOX_P_qnorm_w, 0), grad(&m, FOX_P_knorm_w, 0), s->dq, s->dk, s->dv, qs, s->dks, s->colsum_rows, s->colsum_part, m.stream));
     TIME("gemm attn_in dx", 1, linear_backward_input(&m.gemm, s->dxn, s->dproj, NINP, wbf(&m, FOX_P_attn_in_w, 0), N, D, NINP));
     TIME("gemm attn_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_in_w, 0), s->dproj, NINP, a->xn1[0], N, D, m.cols.width));
