@@ -13,6 +13,13 @@ per-token
     from ``--train-ctx`` or else from ``train_seq_len`` in the
     ``per_token_loss.json`` next to the npy.
 
+doc-pos
+    For each run, the validation loss by position within the document
+    (``doc_pos_loss.npy`` with the token counts of ``doc_pos_count.npy``
+    beside it, written by ``--eval-only --eval-doc-pos``), smoothed by a
+    count-weighted centred moving average, in the top panel, and the tokens
+    counted at each position in the bottom panel (log scale).
+
 curves
     For each run, training loss vs step and validation loss vs step, read
     from the JSON-lines log ``log.jsonl`` (training lines carry ``loss``,
@@ -22,6 +29,7 @@ Usage (needs only numpy and matplotlib; Debian's /usr/bin/python3 has both):
 
     plot.py per-token RUN_OR_NPY [...] --out FILE.png [--labels a,b]
                       [--train-ctx T] [--logx] [--window 101]
+    plot.py doc-pos RUN_OR_NPY [...] --out FILE.png [--labels a,b] [--window 101]
     plot.py curves LOG_JSONL_OR_RUNDIR [...] --out FILE.png [--labels a,b]
 
 A run directory stands for the file of the expected name inside it.  Legend
@@ -29,7 +37,8 @@ labels default to the run's directory name.  On bad input the script prints
 one line ``plot.py: error: ...`` to stderr and exits with status 1.
 
 The building blocks (moving_average, perplexity_curve, read_log,
-load_per_token, load_curves, per_token_figure, curves_figure) are importable;
+load_per_token, load_doc_pos, load_curves, per_token_figure, doc_pos_figure,
+curves_figure) are importable;
 the figure builders return a matplotlib Figure without saving it.
 """
 
@@ -48,6 +57,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 PER_TOKEN_NPY = "per_token_loss.npy"
 PER_TOKEN_JSON = "per_token_loss.json"
+DOC_POS_NPY = "doc_pos_loss.npy"
+DOC_POS_COUNT_NPY = "doc_pos_count.npy"
 LOG_JSONL = "log.jsonl"
 
 
@@ -119,20 +130,22 @@ def _resolve(path, default_name):
     return file, label
 
 
+def _load_vector(npy):
+    """A 1-D float .npy, or PlotError."""
+    try:
+        x = np.load(npy, allow_pickle=False)
+    except Exception as e:  # corrupt file, pickled object, not npy at all
+        raise PlotError(f"{npy}: not a readable .npy file ({e})") from None
+    if not isinstance(x, np.ndarray) or x.ndim != 1 or x.dtype.kind != "f" or len(x) == 0:
+        raise PlotError(f"{npy}: expected a non-empty 1-D float array, got {getattr(x, 'dtype', '?')} "
+                        f"{getattr(x, 'shape', '?')}")
+    return x.astype(np.float64)
+
+
 def load_per_token(path, label=None):
     """Load a run directory or a per-token-loss .npy (plus its json if any)."""
     npy, default_label = _resolve(path, PER_TOKEN_NPY)
-    try:
-        loss = np.load(npy, allow_pickle=False)
-    except Exception as e:  # corrupt file, pickled object, not npy at all
-        raise PlotError(f"{npy}: not a readable .npy file ({e})") from None
-    if not isinstance(loss, np.ndarray) or loss.ndim != 1:
-        shape = getattr(loss, "shape", "?")
-        raise PlotError(f"{npy}: expected a 1-D array, got shape {shape}")
-    if loss.dtype.kind != "f":
-        raise PlotError(f"{npy}: expected a float array, got dtype {loss.dtype}")
-    if len(loss) == 0:
-        raise PlotError(f"{npy}: empty array")
+    loss = _load_vector(npy)
 
     meta = {}
     stem_json = os.path.splitext(npy)[0] + ".json"
@@ -153,8 +166,37 @@ def load_per_token(path, label=None):
             train_ctx = int(train_ctx)
         except (TypeError, ValueError):
             raise PlotError(f"{js}: train_seq_len is not an integer") from None
-    return PerTokenRun(label or default_label, loss.astype(np.float64),
-                       train_ctx, meta)
+    return PerTokenRun(label or default_label, loss, train_ctx, meta)
+
+
+@dataclass
+class DocPosRun:
+    label: str
+    loss: np.ndarray   # mean loss at each position within the document (NaN: none counted)
+    count: np.ndarray  # tokens counted at each position
+
+
+def load_doc_pos(path, label=None):
+    """Load a run directory or a doc_pos_loss.npy, with the doc_pos_count.npy beside it."""
+    npy, default_label = _resolve(path, DOC_POS_NPY)
+    count_npy = os.path.join(os.path.dirname(npy), DOC_POS_COUNT_NPY)
+    if not os.path.isfile(count_npy):
+        raise PlotError(f"no such file: {count_npy} (written with {DOC_POS_NPY} by --eval-doc-pos)")
+    loss, count = _load_vector(npy), _load_vector(count_npy)
+    if len(loss) != len(count):
+        raise PlotError(f"{npy} has {len(loss)} positions, {count_npy} {len(count)}")
+    if not (count > 0).any():
+        raise PlotError(f"{count_npy}: no token was counted")
+    return DocPosRun(label or default_label, loss, count)
+
+
+def weighted_moving_average(loss, count, w):
+    """Centred moving average of loss weighted by count (positions without tokens weigh 0); NaN where the
+    window holds no token."""
+    total = moving_average(np.where(count > 0, loss * count, 0.0), w)
+    weight = moving_average(count, w)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(weight > 0, total / weight, np.nan)
 
 
 def read_log(path):
@@ -259,6 +301,27 @@ def per_token_figure(runs: List[PerTokenRun], train_ctx=None, logx=False,
     return fig
 
 
+def doc_pos_figure(runs: List[DocPosRun], window=101):
+    """Two panels sharing the x axis: the smoothed loss by position within the document on top, the
+    tokens counted at each position below."""
+    fig = Figure(figsize=(9, 8), constrained_layout=True)
+    ax_loss, ax_count = fig.subplots(2, 1, sharex=True)
+    for run in runs:
+        x = np.arange(len(run.loss))
+        line, = ax_loss.plot(x, weighted_moving_average(run.loss, run.count, window), lw=1.2, label=run.label)
+        ax_count.plot(x, run.count, lw=1, color=line.get_color(), label=run.label)
+    ax_loss.set_title(f"Loss by position within the document (count-weighted moving average, {window} tokens)")
+    ax_loss.set_ylabel("loss (nats)")
+    ax_count.set_title("Tokens counted at each position")
+    ax_count.set_ylabel("tokens")
+    ax_count.set_yscale("log")
+    ax_count.set_xlabel("position within the document (its separator at 0)")
+    for ax in (ax_loss, ax_count):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    return fig
+
+
 def curves_figure(runs: List[CurvesRun]):
     """One panel: train loss (solid) and val loss (dashed, dots) vs step."""
     fig = Figure(figsize=(9, 5.5), constrained_layout=True)
@@ -315,6 +378,13 @@ def main(argv=None):
     pt.add_argument("--window", type=int, default=101,
                     help="moving-average window in tokens (default 101)")
 
+    dp = sub.add_parser("doc-pos", help="loss by position within the document")
+    dp.add_argument("inputs", nargs="+", metavar="RUN_OR_NPY")
+    dp.add_argument("--out", required=True, metavar="FILE.png")
+    dp.add_argument("--labels", help="comma-separated legend labels, one per input")
+    dp.add_argument("--window", type=int, default=101,
+                    help="moving-average window in positions (default 101)")
+
     cv = sub.add_parser("curves", help="train and val loss vs step")
     cv.add_argument("inputs", nargs="+", metavar="LOG_JSONL_OR_RUNDIR")
     cv.add_argument("--out", required=True, metavar="FILE.png")
@@ -328,6 +398,11 @@ def main(argv=None):
                 raise PlotError("--window must be >= 1")
             runs = [load_per_token(p, lab) for p, lab in zip(args.inputs, labels)]
             fig = per_token_figure(runs, args.train_ctx, args.logx, args.window)
+        elif args.cmd == "doc-pos":
+            if args.window < 1:
+                raise PlotError("--window must be >= 1")
+            runs = [load_doc_pos(p, lab) for p, lab in zip(args.inputs, labels)]
+            fig = doc_pos_figure(runs, args.window)
         else:
             runs = [load_curves(p, lab) for p, lab in zip(args.inputs, labels)]
             fig = curves_figure(runs)

@@ -227,6 +227,38 @@ def main():
     run_check("curves figure: val data correct",
               lambda: list(ax.get_lines()[3].get_xdata()) == [40, 80, 120])
 
+    # --- loss by position within the document (--eval-doc-pos)
+    def wma_loop(loss, count, w):
+        h, out = w // 2, []
+        for i in range(len(loss)):
+            lo, hi = max(0, i - h), min(len(loss), i + h + 1)
+            c = sum(count[lo:hi])
+            out.append(sum(loss[j] * count[j] for j in range(lo, hi) if count[j] > 0) / c if c > 0 else float("nan"))
+        return np.array(out)
+
+    dl = rng.uniform(2.0, 6.0, 300)
+    dc = np.floor(rng.uniform(0, 5, 300))
+    dc[40:60] = 0
+    dl[dc == 0] = np.nan
+    dc[250:] = 0
+    dl[250:] = np.nan
+    run_check("weighted_moving_average matches loop (NaN where no token, incl. edges)",
+              lambda: (np.allclose(plot.weighted_moving_average(dl, dc, 21), wma_loop(dl, dc, 21), equal_nan=True), ""))
+    run_d = os.path.join(tmp, "docpos_run")
+    os.makedirs(run_d)
+    np.save(os.path.join(run_d, "doc_pos_loss.npy"), dl)
+    np.save(os.path.join(run_d, "doc_pos_count.npy"), dc)
+    dp = plot.load_doc_pos(run_d)
+    run_check("load_doc_pos: label = dir name, loss and counts", lambda: (
+        dp.label == "docpos_run" and np.array_equal(dp.count, dc) and np.allclose(dp.loss, dl, equal_nan=True), dp.label))
+    dfig = plot.doc_pos_figure([dp, plot.load_doc_pos(os.path.join(run_d, "doc_pos_loss.npy"), "again")], window=21)
+    dax = dfig.get_axes()
+    run_check("doc-pos figure: two panels, two runs each, log-scale counts",
+              lambda: (len(dax) == 2 and len(dax[0].get_lines()) == 2 and len(dax[1].get_lines()) == 2
+                       and dax[1].get_yscale() == "log", f"{len(dax)} axes"))
+    run_check("doc-pos figure: the top panel plots the weighted moving average",
+              lambda: (np.allclose(dax[0].get_lines()[0].get_ydata(), wma_loop(dl, dc, 21), equal_nan=True), ""))
+
     # --- CLI, success paths
     def png_ok(res, out):
         if res.returncode != 0:
@@ -247,6 +279,9 @@ def main():
     out3 = os.path.join(tmp, "curves.png")
     res = cli("curves", run_a, log_b, "--out", out3, "--labels", "a,b")
     run_check("CLI curves (run dir + jsonl) writes a valid PNG", lambda: png_ok(res, out3))
+    out4 = os.path.join(tmp, "doc_pos.png")
+    res = cli("doc-pos", run_d, "--out", out4, "--window", "21")
+    run_check("CLI doc-pos (run dir) writes a valid PNG", lambda: png_ok(res, out4))
 
     # --- CLI, error paths
     def err_ok(res, must_contain=""):
@@ -293,6 +328,17 @@ def main():
         f.write("not numpy\n")
     res = cli("per-token", notnpy, "--out", out)
     run_check("CLI per-token corrupt npy -> one-line error", lambda: err_ok(res))
+
+    res = cli("doc-pos", run_a, "--out", out)
+    run_check("CLI doc-pos on a run without doc_pos_loss.npy -> one-line error", lambda: err_ok(res, "doc_pos_loss.npy"))
+    lonely = os.path.join(tmp, "lonely")
+    os.makedirs(lonely)
+    np.save(os.path.join(lonely, "doc_pos_loss.npy"), dl)
+    res = cli("doc-pos", lonely, "--out", out)
+    run_check("CLI doc-pos without doc_pos_count.npy -> one-line error", lambda: err_ok(res, "doc_pos_count.npy"))
+    np.save(os.path.join(lonely, "doc_pos_count.npy"), dc[:10])
+    res = cli("doc-pos", lonely, "--out", out)
+    run_check("CLI doc-pos with counts of another length -> one-line error", lambda: err_ok(res, "positions"))
 
     res = cli("per-token", run_a, run_b, "--out", out, "--labels", "only_one")
     run_check("CLI --labels count mismatch -> one-line error", lambda: err_ok(res, "--labels"))
