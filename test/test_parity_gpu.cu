@@ -227,16 +227,22 @@ static void test_fixture(const char *dir, const char *name, size_t logits_bytes)
     fixture_free(&fx);
 }
 
-// Determinism where the attention has several key blocks per head (T = 1024): a fox-pro model from
-// the shared init, 2 steps twice on random tokens.
-static void test_determinism_long(void) {
+// A preset at the given vocabulary, 2 layers, d_model 128, 2 heads (head_dim 64).
+static FoxConfig small_config(const char *preset, int vocab) {
     FoxConfig c;
     fox_config_defaults(&c);
-    c.vocab_size = 512;
+    c.vocab_size = vocab;
     c.n_layer = 2;
     c.d_model = 128;
     c.n_head = 2;
-    fox_config_apply_preset(&c, "fox-pro");
+    if (!fox_config_apply_preset(&c, preset)) fox_fatal("unknown preset %s", preset);
+    return c;
+}
+
+// Determinism where the attention has several key blocks per head (T = 1024): a fox-pro model from
+// the shared init, 2 steps twice on random tokens.
+static void test_determinism_long(void) {
+    FoxConfig c = small_config("fox-pro", 512);
     int B = 2, T = 1024, steps = 2, N = B * T;
     Model m;
     ModelOptions opts = test_options(B, T, RECOMPUTE_NONE, 0, -1);
@@ -431,17 +437,6 @@ static void test_acp_tables(void) {
 
 #define DOC_SEP 3
 
-// A preset at vocabulary 128, 2 layers, d_model 128, 2 heads (head_dim 64).
-static FoxConfig doc_config(const char *preset) {
-    FoxConfig c;
-    fox_config_defaults(&c);
-    c.vocab_size = 128;
-    c.n_layer = 2;
-    c.d_model = 128;
-    c.n_head = 2;
-    if (!fox_config_apply_preset(&c, preset)) fox_fatal("unknown preset %s", preset);
-    return c;
-}
 
 // n random tokens in [0, 128) other than DOC_SEP (stream `seed`).
 static void doc_tokens(int *t, int n, uint64_t seed) {
@@ -462,7 +457,7 @@ static void doc_tokens(int *t, int n, uint64_t seed) {
 // per-position losses must agree to 1e-3 absolute and every gradient to 1e-3 of its largest entry (a live
 // tile wrongly skipped would move them by a whole key block's weight, orders of magnitude more).
 static void test_doc_acp_tiles(void) {
-    FoxConfig c = doc_config("transformer-pro");
+    FoxConfig c = small_config("transformer-pro", 128);
     const int B = 2, T = 1024, N = B * T, L = c.n_layer, H = c.n_head, nblk = fox_acp_blocks(T);
     const int seps[2][4] = {{0, 300, 301, 700}, {129, 640, 1023, -1}};
     int *in = (int *)fox_malloc((size_t)N * sizeof(int)), *tg = (int *)fox_malloc((size_t)N * sizeof(int));
@@ -536,7 +531,7 @@ static void test_doc_acp_tiles(void) {
 // H100, 2026-11-25: 2.3e-3 fox-pro, 3.9e-3 transformer-pro). Without the mask A leaks into B's losses, by
 // more than the tolerance (H100: 0.19 and 0.69), so the comparison can fail: that is checked too.
 static void test_doc_windows(const char *preset) {
-    FoxConfig c = doc_config(preset);
+    FoxConfig c = small_config(preset, 128);
     const int LA = 200, LB = 311, T1 = LA + 1 + LB, T2 = 1 + LB;
     int *in1 = (int *)fox_malloc((size_t)T1 * sizeof(int)), *tg1 = (int *)fox_malloc((size_t)T1 * sizeof(int));
     int *in2 = (int *)fox_malloc((size_t)T2 * sizeof(int)), *tg2 = (int *)fox_malloc((size_t)T2 * sizeof(int));

@@ -49,14 +49,7 @@ static void run(const Cfg &c) {
             sn[(size_t)t * half + i] = (float)sin(a);
         }
     std::vector<bf16> dq = rand_bf16(n, -1, 1), dk = rand_bf16(n, -1, 1), dv = rand_bf16(n, -1, 1);
-    // tokens in [0, 50): the separator (7) at position 0 of the first sequence, and at random
-    std::vector<int> tokens(N);
-    for (int nn = 0; nn < N; nn++) {
-        int tok = (int)uniform(0, 50);
-        if (tok == 7) tok = 8;
-        if (sep >= 0 && (nn == 0 || urand() < c.doc_p)) tok = sep;
-        tokens[nn] = tok;
-    }
+    std::vector<int> tokens = random_tokens(N, sep, c.doc_p);
     int *d_tokens = to_device(tokens);
 
     float *d_proj = to_device(proj), *d_qw = to_device(qw), *d_kw = to_device(kw), *d_cs = to_device(cs),

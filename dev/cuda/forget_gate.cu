@@ -33,14 +33,7 @@ static void run(const Cfg &c) {
     std::vector<float> proj((size_t)N * ld), bias = rand_f32(H, 0.0, 4.0), dc = rand_f32(nv, -1, 1),
                                              xc = rand_f32(nv, -1, 1), db0 = rand_f32(H, -1, 1);
     for (size_t i = 0; i < proj.size(); i++) proj[i] = (float)uniform(-6, 6);
-    // tokens in [0, 50): the separator (7) at position 0 of the first sequence, and at random
-    std::vector<int> tokens(N);
-    for (int nn = 0; nn < N; nn++) {
-        int tok = (int)uniform(0, 50);
-        if (tok == 7) tok = 8;
-        if (sep >= 0 && (nn == 0 || urand() < c.doc_p)) tok = sep;
-        tokens[nn] = tok;
-    }
+    std::vector<int> tokens = random_tokens(N, sep, c.doc_p);
     float *d_proj = to_device(proj), *d_bias = to_device(bias), *d_c = dmalloc<float>(nv), *d_dc = dmalloc<float>(nv),
           *d_xc = to_device(xc), *d_dlogf = dmalloc<float>(nv), *d_dfg = dmalloc<float>(nv), *d_db = dmalloc<float>(H),
           *d_part = dmalloc<float>(colsum_scratch_floats(N, H));

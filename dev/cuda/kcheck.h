@@ -56,6 +56,19 @@ static inline std::vector<float> rand_f32(size_t n, double lo, double hi) {
     return v;
 }
 // bf16 values in [lo, hi) (the GPU's inputs; the reference reads them back exactly with bf()).
+// N tokens in [0, 50) other than 7; with sep >= 0, the separator sep at position 0 and at each other position
+// with probability p (the document mask's inputs, fox/docmask.h).
+static inline std::vector<int> random_tokens(int N, int sep, double p) {
+    std::vector<int> tokens(N);
+    for (int n = 0; n < N; n++) {
+        int tok = (int)uniform(0, 50);
+        if (tok == 7) tok = 8;
+        if (sep >= 0 && (n == 0 || urand() < p)) tok = sep;
+        tokens[n] = tok;
+    }
+    return tokens;
+}
+
 static inline std::vector<bf16> rand_bf16(size_t n, double lo, double hi) {
     std::vector<bf16> v(n);
     for (size_t i = 0; i < n; i++) v[i] = __float2bfloat16((float)uniform(lo, hi));
