@@ -516,7 +516,6 @@ static void eval_init(Run *r) {
     r->train_seq_len = eval_weights_path(a, "--eval-only", path, sizeof(path));
     FoxConfig cfg = fox_read_model_config(path);
     check_doc_sep(a, &cfg);
-    if (a->eval_doc_pos && !a->out[0]) fox_usage_error("--eval-doc-pos needs --out");
     dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
     r->has_val = 1;
     r->cfg = cfg;
