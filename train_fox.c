@@ -61,6 +61,8 @@ typedef struct {
     real *lnf_rstd, *xnf;   // (N), (N, D)
     real *logits;    // (N, V); the backward pass turns it into dlogits
     real *losses;    // (N): per-position cross entropy
+    real *gsa_S, *gsa_U;  // GSA (docs/model.md §1.9): (L, B, G, T, m, dh) the key and value slots after each token
+    real *gsa_p;          // (L, B, G, T, m): the softmax over the slots of each token's read
 } Acts;
 
 // Gradient scratch for one block at a time.
@@ -74,6 +76,7 @@ typedef struct {
     real *k, *v;         // (L, B, H, max_len, Dh): keys and values as attention sees them
     creal *c;            // (L, B, H, max_len): c_t = Σ log f (forget gate or document mask)
     int *doc_start;      // (B): the position of each sequence's latest separator (document mask)
+    real *gsa_S, *gsa_U, *gsa_p;  // GSA's recurrent state instead (L, B, G, m, dh) each, and one step's slot reads
     real *k_prev, *v_prev;  // (L, B, D): the newest token's unshifted key and value (KV-shift state)
     real *k_max2;        // (L, B, H): the largest cached |k_j|² (ACP's bound without QK-norm)
     real *x, *xn, *proj, *q, *kn, *vn, *o, *on, *z, *y, *mlp_u, *mlp_h, *rstd;  // one step's rows
@@ -131,6 +134,12 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->xnf = fox_calloc(N * D, sizeof(real));
     a->logits = fox_calloc(N * V, sizeof(real));
     a->losses = fox_calloc(N, sizeof(real));
+    if (c->arch == FOX_ARCH_GSA) {
+        size_t slots = (size_t)c->gsa_slots;
+        a->gsa_S = fox_calloc(L * N * slots * D, sizeof(real));
+        a->gsa_U = fox_calloc(L * N * slots * D, sizeof(real));
+        a->gsa_p = fox_calloc(L * N * (size_t)c->gsa_heads * slots, sizeof(real));
+    }
     Scratch *sc = &m->s;
     sc->dres = fox_calloc(N * D, sizeof(real));
     sc->dxn = fox_calloc(N * D, sizeof(real));
@@ -179,7 +188,7 @@ static void model_free(Model *m) {
         &m->a.on, &m->a.on_rstd, &m->a.z, &m->a.ln2_rstd, &m->a.xn2, &m->a.mlp_u, &m->a.mlp_h,
         &m->a.lnf_rstd, &m->a.xnf, &m->a.logits, &m->a.losses, &m->s.dres, &m->s.dxn, &m->s.dproj,
         &m->s.dks, &m->s.dv, &m->s.dq, &m->s.dk, &m->s.dc, &m->s.d_o, &m->s.don, &m->s.dz,
-        &m->s.du, &m->s.dh,
+        &m->s.du, &m->s.dh, &m->a.gsa_S, &m->a.gsa_U, &m->a.gsa_p,
     };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { free(*bufs[i]); *bufs[i] = NULL; }
     free(m->a.c);
@@ -577,6 +586,134 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dc, const rea
     }
 }
 
+// ----------------------------------------------------------------------------
+// Gated Slot Attention (docs/model.md §1.9; GSA paper eq. 6-9). Per head g of G, with m slots of dh values:
+// K̃_t = α_t ⊙ K̃_{t-1} + (1 − α_t) ⊗ k_t, Ṽ_t likewise with v_t, o_t = Ṽ_tᵀ softmax(K̃_t q_t / √dh),
+// α_t = σ(W_α x̂_t)^(1/τ) one per slot; q, k, v are the Swish features of their projections. The recurrent
+// form, every state kept for the backward (train_fox.py checks it against the chunked form).
+
+typedef struct { int B, T, G, m, dh, stride, slot_col; real tau; } GsaShape;
+
+static GsaShape gsa_shape(const Model *m, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    GsaShape s = {B, T, c->gsa_heads, c->gsa_slots, c->d_model / c->gsa_heads, m->cols.width, m->cols.slot_gate, c->gsa_tau};
+    return s;
+}
+
+static real swish_r(real x) { return x * sigmoid_r(x); }
+
+static real swish_grad_r(real x) {
+    real sg = sigmoid_r(x);
+    return sg * (1.0f + x * (1.0f - sg));
+}
+
+// log α of slot i of head g at row n of proj: logsigmoid(logit) / τ (α = σ(logit)^(1/τ)).
+static real gsa_log_alpha(const real *proj, size_t n, int g, int i, GsaShape s) {
+    return logsigmoid_r(proj[n * s.stride + s.slot_col + g * s.m + i]) / s.tau;
+}
+
+// The recurrence over every sequence and head: states S, U (B, G, T, m, dh) after each token, P (B, G, T, m),
+// o (N, D). S0, U0 (B, G, m, dh): the states before the first token (a decode step: S0 = S, U0 = U with T = 1,
+// updated in place), or NULL for zeros.
+static void gsa_forward(real *o, real *S, real *U, real *P, const real *S0, const real *U0, const real *q, const real *k,
+                        const real *v, const real *proj, GsaShape s) {
+    int D = s.G * s.dh;
+    real scale = 1.0f / sqrt_r((real)s.dh);
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < s.B; b++) {
+        for (int g = 0; g < s.G; g++) {
+            size_t bg = (size_t)b * s.G + g, state = (size_t)s.m * s.dh;
+            for (int t = 0; t < s.T; t++) {
+                size_t n = (size_t)b * s.T + t, hd = n * D + (size_t)g * s.dh;
+                real *St = S + (bg * s.T + t) * state, *Ut = U + (bg * s.T + t) * state, *pt = P + (bg * s.T + t) * s.m;
+                const real *Sp = t ? St - state : S0 ? S0 + bg * state : NULL;
+                const real *Up = t ? Ut - state : U0 ? U0 + bg * state : NULL;
+                real mx = -INFINITY, sum = 0.0f;
+                for (int i = 0; i < s.m; i++) {
+                    real al = exp_r(gsa_log_alpha(proj, n, g, i, s)), dot = 0.0f;
+                    for (int j = 0; j < s.dh; j++) {
+                        size_t e = (size_t)i * s.dh + j;
+                        St[e] = (Sp ? al * Sp[e] : 0.0f) + (1.0f - al) * k[hd + j];
+                        Ut[e] = (Up ? al * Up[e] : 0.0f) + (1.0f - al) * v[hd + j];
+                        dot += St[e] * q[hd + j];
+                    }
+                    pt[i] = dot * scale;
+                    mx = pt[i] > mx ? pt[i] : mx;
+                }
+                for (int i = 0; i < s.m; i++) { pt[i] = exp_r(pt[i] - mx); sum += pt[i]; }
+                for (int i = 0; i < s.m; i++) pt[i] /= sum;
+                for (int j = 0; j < s.dh; j++) {
+                    real acc = 0.0f;
+                    for (int i = 0; i < s.m; i++) acc += Ut[(size_t)i * s.dh + j] * pt[i];
+                    o[hd + j] = acc;
+                }
+            }
+        }
+    }
+}
+
+// Backward of the above, back through time with the gradients of the current states dS, dU (m, dh):
+// at t, dU += p ⊗ do, ds = p ⊙ (U do − p·U do), dS += (ds/√dh) ⊗ q, dq = S ᵀ ds/√dh; then through the
+// update: dk = Σ_i (1 − α_i) dS_i, dv likewise, dα_i = Σ_j dS_ij (S_{t-1} − k)_j + dU_ij (U_{t-1} − v)_j,
+// and dS, dU ← α ⊙ dS, α ⊙ dU for t − 1. dq, dk, dv (N, D) are set; the slot-gate logits' gradient
+// dα · α / τ · σ(−logit) goes into dproj.
+static void gsa_backward(real *dq, real *dk, real *dv, real *dproj, const real *d_o, const real *q, const real *k,
+                         const real *v, const real *proj, const real *S, const real *U, const real *P, GsaShape s) {
+    int D = s.G * s.dh;
+    real scale = 1.0f / sqrt_r((real)s.dh);
+    size_t state = (size_t)s.m * s.dh;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < s.B; b++) {
+        for (int g = 0; g < s.G; g++) {
+            size_t bg = (size_t)b * s.G + g;
+            real *dS = fox_calloc(state, sizeof(real)), *dU = fox_calloc(state, sizeof(real));
+            real *ds = fox_malloc((size_t)s.m * sizeof(real));
+            for (int t = s.T - 1; t >= 0; t--) {
+                size_t n = (size_t)b * s.T + t, hd = n * D + (size_t)g * s.dh;
+                const real *St = S + (bg * s.T + t) * state, *Ut = U + (bg * s.T + t) * state, *pt = P + (bg * s.T + t) * s.m;
+                const real *Sp = t ? St - state : NULL, *Up = t ? Ut - state : NULL;
+                real pdp = 0.0f;
+                for (int i = 0; i < s.m; i++) {
+                    real dp = 0.0f;
+                    for (int j = 0; j < s.dh; j++) {
+                        size_t e = (size_t)i * s.dh + j;
+                        dp += Ut[e] * d_o[hd + j];
+                        dU[e] += pt[i] * d_o[hd + j];
+                    }
+                    ds[i] = dp;
+                    pdp += pt[i] * dp;
+                }
+                for (int j = 0; j < s.dh; j++) dq[hd + j] = 0.0f;
+                for (int i = 0; i < s.m; i++) {
+                    real dsi = pt[i] * (ds[i] - pdp) * scale;
+                    for (int j = 0; j < s.dh; j++) {
+                        size_t e = (size_t)i * s.dh + j;
+                        dS[e] += dsi * q[hd + j];
+                        dq[hd + j] += St[e] * dsi;
+                    }
+                }
+                for (int j = 0; j < s.dh; j++) dk[hd + j] = dv[hd + j] = 0.0f;
+                for (int i = 0; i < s.m; i++) {
+                    real la = gsa_log_alpha(proj, n, g, i, s), al = exp_r(la), dal = 0.0f;
+                    for (int j = 0; j < s.dh; j++) {
+                        size_t e = (size_t)i * s.dh + j;
+                        dk[hd + j] += (1.0f - al) * dS[e];
+                        dv[hd + j] += (1.0f - al) * dU[e];
+                        dal += dS[e] * ((Sp ? Sp[e] : 0.0f) - k[hd + j]) + dU[e] * ((Up ? Up[e] : 0.0f) - v[hd + j]);
+                        dS[e] *= al;
+                        dU[e] *= al;
+                    }
+                    size_t col = n * s.stride + s.slot_col + (size_t)g * s.m + i;
+                    dproj[col] += dal * al / s.tau * sigmoid_r(-proj[col]);
+                }
+            }
+            free(dS);
+            free(dU);
+            free(ds);
+        }
+    }
+}
+
 // Output gate: z = on ⊙ σ(graw), graw read from proj at column gc.
 static void output_gate_forward(real *z, const real *on, const real *proj, int gc, int N, int D, int stride) {
     #pragma omp parallel for
@@ -807,6 +944,55 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     residual_add(a->mid + layer_offset(l, D, B, T), x, y, (size_t)N * D);
 }
 
+// Block l's GSA state slices: S, U (B, G, T, m, dh) and P (B, G, T, m).
+typedef struct { real *S, *U, *P; } GsaLayer;
+
+static GsaLayer gsa_layer(Model *m, int l, int B, int T) {
+    size_t D = (size_t)m->cfg.d_model, slots = (size_t)m->cfg.gsa_slots, G = (size_t)m->cfg.gsa_heads;
+    GsaLayer gl = {m->a.gsa_S + layer_offset(l, slots * D, B, T), m->a.gsa_U + layer_offset(l, slots * D, B, T),
+                   m->a.gsa_p + layer_offset(l, G * slots, B, T)};
+    return gl;
+}
+
+// GSA paper eq. 8: the Swish features q, k, v (N, D) of N rows of proj.
+static void gsa_features(const Model *m, real *q, real *k, real *v, const real *proj, int N) {
+    int D = m->cfg.d_model, NIN = m->cols.width;
+    const int cols[3] = {m->cols.q, m->cols.k, m->cols.v};
+    real *feat[3] = {q, k, v};
+    #pragma omp parallel for collapse(2)
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < 3 * D; i++) feat[i / D][(size_t)n * D + i % D] = swish_r(proj[(size_t)n * NIN + cols[i / D] + i % D]);
+}
+
+// GSA paper eq. 9 with the residual: out = x + W_o RMSNorm(Swish(o)) over all D, keeping on = Swish(o), z and
+// rstd for the backward; y is scratch.
+static void gsa_output(Model *m, int l, real *out, const real *x, real *z, real *on, real *rstd, const real *o, real *y,
+                       int N) {
+    int D = m->cfg.d_model;
+    for (size_t i = 0; i < (size_t)N * D; i++) on[i] = swish_r(o[i]);
+    NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
+    rmsnorm_forward(z, rstd, on, param(m, FOX_P_onorm_w, l), ln);
+    matmul_forward(y, z, param(m, FOX_P_attn_out_w, l), N, D, D);
+    residual_add(out, x, y, (size_t)N * D);
+}
+
+// Forward of block l's Gated Slot Attention (GSA paper eq. 8-9): resid[l] → mid[l]. q, k, v hold the Swish
+// features, o the slots' read, on = Swish(o), z = RMSNorm(on) over all D (the input of attn_out_w).
+static void gsa_block_forward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    int N = B * T, D = c->d_model, NIN = m->cols.width;
+    AttnLayer al = attn_layer(m, l, B, T);
+    GsaLayer gl = gsa_layer(m, l, B, T);
+    NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
+    rmsnorm_forward(al.xn, a->ln1_rstd + layer_offset(l, 1, B, T), al.x, param(m, FOX_P_ln1_w, l), ln);
+    matmul_forward(al.proj, al.xn, param(m, FOX_P_attn_in_w, l), N, D, NIN);
+    gsa_features(m, al.q, al.k, al.v, al.proj, N);
+    gsa_forward(al.o, gl.S, gl.U, gl.P, NULL, NULL, al.q, al.k, al.v, al.proj, gsa_shape(m, B, T));
+    gsa_output(m, l, a->mid + layer_offset(l, D, B, T), al.x, al.z, al.on, a->on_rstd + layer_offset(l, c->n_head, B, T),
+               al.o, m->s.dz, N);
+}
+
 // Block l's SwiGLU MLP on N rows with the residual: out = x + W_down (silu(a) ⊙ b), [a | b] = W_up RMSNorm(x).
 // xn, rstd, u, h keep the intermediates; y is scratch.
 static void mlp_forward(Model *m, int l, real *out, const real *x, real *xn, real *rstd, real *u, real *h, real *y, int N) {
@@ -840,7 +1026,8 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     if (m->doc_sep >= 0) fox_doc_first_blocks(m->doc_first, inputs, B, T, m->doc_sep);
     embedding_forward(a->resid, inputs, param(m, FOX_P_wte, 0), N, D);
     for (int l = 0; l < L; l++) {
-        attention_block_forward(m, l, B, T);
+        if (c->arch == FOX_ARCH_GSA) gsa_block_forward(m, l, B, T);
+        else attention_block_forward(m, l, B, T);
         mlp_block_forward(m, l, B, T);
     }
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
@@ -868,6 +1055,37 @@ static void mlp_block_backward(Model *m, int l, int B, int T) {
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
     rmsnorm_backward(g->dres, grad(m, FOX_P_ln2_w, l), g->dxn, x, a->ln2_rstd + layer_offset(l, 1, B, T),
                      param(m, FOX_P_ln2_w, l), ln);
+}
+
+// Backward of block l's GSA: d.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
+static void gsa_block_backward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    Scratch *g = &m->s;
+    int N = B * T, D = c->d_model, NIN = m->cols.width;
+    AttnLayer al = attn_layer(m, l, B, T);
+    GsaLayer gl = gsa_layer(m, l, B, T);
+    zero(g->dz, (size_t)N * D);
+    zero(g->don, (size_t)N * D);
+    zero(g->dproj, (size_t)N * NIN);
+    zero(g->dxn, (size_t)N * D);
+    NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
+    matmul_backward(g->dz, grad(m, FOX_P_attn_out_w, l), g->dres, al.z, param(m, FOX_P_attn_out_w, l), N, D, D);
+    rmsnorm_backward(g->don, grad(m, FOX_P_onorm_w, l), g->dz, al.on, a->on_rstd + layer_offset(l, c->n_head, B, T),
+                     param(m, FOX_P_onorm_w, l), ln);
+    for (size_t i = 0; i < (size_t)N * D; i++) g->d_o[i] = g->don[i] * swish_grad_r(al.o[i]);
+    gsa_backward(g->dq, g->dk, g->dv, g->dproj, g->d_o, al.q, al.k, al.v, al.proj, gl.S, gl.U, gl.P, gsa_shape(m, B, T));
+    const int cols[3] = {m->cols.q, m->cols.k, m->cols.v};
+    const real *dfeat[3] = {g->dq, g->dk, g->dv};
+    #pragma omp parallel for collapse(2)
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < 3 * D; i++) {
+            size_t col = (size_t)n * NIN + cols[i / D] + i % D;
+            g->dproj[col] = dfeat[i / D][(size_t)n * D + i % D] * swish_grad_r(al.proj[col]);
+        }
+    matmul_backward(g->dxn, grad(m, FOX_P_attn_in_w, l), g->dproj, al.xn, param(m, FOX_P_attn_in_w, l), N, D, NIN);
+    rmsnorm_backward(g->dres, grad(m, FOX_P_ln1_w, l), g->dxn, al.x, a->ln1_rstd + layer_offset(l, 1, B, T),
+                     param(m, FOX_P_ln1_w, l), ln);
 }
 
 // Backward of block l's attention: d.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
@@ -952,7 +1170,8 @@ static void model_backward(Model *m, const int *inputs, const int *targets, int 
                      param(m, FOX_P_lnf_w, 0), ln);
     for (int l = L - 1; l >= 0; l--) {
         mlp_block_backward(m, l, B, T);
-        attention_block_backward(m, l, B, T);
+        if (c->arch == FOX_ARCH_GSA) gsa_block_backward(m, l, B, T);
+        else attention_block_backward(m, l, B, T);
     }
     embedding_backward(grad(m, FOX_P_wte, 0), g->dres, inputs, N, D);
 }
@@ -1015,6 +1234,9 @@ static void model_cache_free(Model *m) {
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(*bufs[i]);
     free(kc->c);
     free(kc->doc_start);
+    free(kc->gsa_S);
+    free(kc->gsa_U);
+    free(kc->gsa_p);
     memset(kc, 0, sizeof(*kc));
 }
 
@@ -1022,6 +1244,7 @@ static void model_cache_free(Model *m) {
 static double cache_bytes(const Model *m, int max_len) {
     const FoxConfig *c = &m->cfg;
     double rows = (double)c->n_layer * m->B * c->n_head, D = c->d_model;
+    if (c->arch == FOX_ARCH_GSA) return 2.0 * c->n_layer * m->B * c->gsa_slots * D * sizeof(real);  // the state alone
     return rows * max_len * (2.0 * fox_head_dim(c) * sizeof(real) + sizeof(creal)) + (double)c->n_layer * m->B * 2 * D * sizeof(real);
 }
 
@@ -1037,9 +1260,16 @@ static void model_cache_init(Model *m, int max_len) {
     size_t L = (size_t)c->n_layer, B = (size_t)m->B, H = (size_t)c->n_head, D = (size_t)c->d_model;
     size_t rows = L * B * H, Dh = (size_t)fox_head_dim(c), I = (size_t)c->mlp_hidden;
     kc->max_len = max_len;
-    kc->k = fox_calloc(rows * max_len * Dh, sizeof(real));
-    kc->v = fox_calloc(rows * max_len * Dh, sizeof(real));
-    kc->c = fox_calloc(rows * max_len, sizeof(creal));
+    if (c->arch == FOX_ARCH_GSA) {
+        size_t slots = (size_t)c->gsa_slots;
+        kc->gsa_S = fox_calloc(L * B * slots * D, sizeof(real));
+        kc->gsa_U = fox_calloc(L * B * slots * D, sizeof(real));
+        kc->gsa_p = fox_calloc(B * (size_t)c->gsa_heads * slots, sizeof(real));
+    } else {
+        kc->k = fox_calloc(rows * max_len * Dh, sizeof(real));
+        kc->v = fox_calloc(rows * max_len * Dh, sizeof(real));
+        kc->c = fox_calloc(rows * max_len, sizeof(creal));
+    }
     kc->doc_start = fox_calloc(B, sizeof(int));
     kc->k_prev = fox_calloc(L * B * D, sizeof(real));
     kc->v_prev = fox_calloc(L * B * D, sizeof(real));
@@ -1073,7 +1303,16 @@ static void model_prefill(Model *m, const int *tokens, int T, real *logits) {
     int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, V = c->vocab_size, NIN = m->cols.width;
     model_forward(m, tokens, NULL, B, T);
     int has_c = model_has_c(m);
-    for (int l = 0; l < c->n_layer; l++) {
+    for (int l = 0; l < c->n_layer && c->arch == FOX_ARCH_GSA; l++) {  // GSA: the states after the last token
+        GsaLayer gl = gsa_layer(m, l, B, T);
+        size_t state = (size_t)c->gsa_slots * (D / c->gsa_heads), per_seq = (size_t)c->gsa_heads * state;
+        for (int bg = 0; bg < B * c->gsa_heads; bg++) {
+            size_t from = ((size_t)bg * T + T - 1) * state, to = (size_t)l * B * per_seq + (size_t)bg * state;
+            memcpy(kc->gsa_S + to, gl.S + from, state * sizeof(real));
+            memcpy(kc->gsa_U + to, gl.U + from, state * sizeof(real));
+        }
+    }
+    for (int l = 0; l < c->n_layer && c->arch != FOX_ARCH_GSA; l++) {
         AttnLayer al = attn_layer(m, l, B, T);
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < H; h++) {
@@ -1190,6 +1429,21 @@ static void decode_attention_block(Model *m, int l, int t, const int *tokens) {
     residual_add(kc->x, kc->x, kc->y, (size_t)B * D);
 }
 
+// Block l's GSA for the new tokens (one per sequence): the recurrence's step from the cached states, x += W_o z.
+static void gsa_decode_block(Model *m, int l) {
+    const FoxConfig *c = &m->cfg;
+    Cache *kc = &m->cache;
+    int B = m->B, D = c->d_model;
+    size_t per_layer = (size_t)B * c->gsa_slots * D;
+    NormShape ln = {B, 1, D, D, D, D, FOX_NORM_EPS};
+    rmsnorm_forward(kc->xn, kc->rstd, kc->x, param(m, FOX_P_ln1_w, l), ln);
+    matmul_forward(kc->proj, kc->xn, param(m, FOX_P_attn_in_w, l), B, D, m->cols.width);
+    gsa_features(m, kc->q, kc->kn, kc->vn, kc->proj, B);
+    real *S = kc->gsa_S + l * per_layer, *U = kc->gsa_U + l * per_layer;
+    gsa_forward(kc->o, S, U, kc->gsa_p, S, U, kc->q, kc->kn, kc->vn, kc->proj, gsa_shape(m, B, 1));
+    gsa_output(m, l, kc->x, kc->x, kc->z, kc->on, kc->rstd, kc->o, kc->y, B);
+}
+
 // One token per sequence at the next position; logits: B x V.
 static void model_decode(Model *m, const int *tokens, real *logits) {
     const FoxConfig *c = &m->cfg;
@@ -1200,7 +1454,8 @@ static void model_decode(Model *m, const int *tokens, real *logits) {
         if (fox_doc_start(tokens[b], m->doc_sep)) kc->doc_start[b] = t;
     embedding_forward(kc->x, tokens, param(m, FOX_P_wte, 0), B, D);
     for (int l = 0; l < c->n_layer; l++) {
-        decode_attention_block(m, l, t, tokens);
+        if (c->arch == FOX_ARCH_GSA) gsa_decode_block(m, l);
+        else decode_attention_block(m, l, t, tokens);
         mlp_forward(m, l, kc->x, kc->x, kc->xn, kc->rstd, kc->mlp_u, kc->mlp_h, kc->y, B);
     }
     NormShape ln = {B, 1, D, D, D, D, FOX_NORM_EPS};

@@ -6,11 +6,16 @@ that fox.c can be checked against it. The shared definitions are read from fox/*
 time: config fields, presets and the parameter layout (fox/config.h), the RNG (fox/rng.h), the
 model.bin format (fox/checkpoint.h) and the fixture format (test/fixture.h).
 
+The config's arch switch replaces attention by Gated Slot Attention (GSA paper, eq. 6-9; FoxModel.gsa):
+gsa_recurrent (the recurrence) and gsa_chunked (the chunked two-pass form, which FoxModel uses) agree
+to rounding (selfcheck). A GSA model takes no document mask.
+
 Subcommands:
   fixtures --out DIR     write DIR/<name>.fix (float64 reference tensors: init, weights, logits,
-                         losses, gradients, 10 AdamW steps) for 11 small configs, plus
-                         DIR/manifest.txt: the four presets, three switch variants, and the
-                         four presets again with the document mask (<preset>-docmask).
+                         losses, gradients, 10 AdamW steps) for 12 small configs, plus
+                         DIR/manifest.txt: the four attention presets, three switch variants,
+                         the four presets again with the document mask (<preset>-docmask), and
+                         gsa (Gated Slot Attention, 8 slots).
   init ...               write reference-initialised weights as a fox.c model.bin.
   loss ...               load a fox.c model.bin, print `loss <value>` on a token file (.npy,
                          int array (B, T+1): inputs = [:, :-1], targets = [:, 1:]);
@@ -141,6 +146,8 @@ FG_NONE = FOX["FOX_FG_NONE"]
 FG_DATA_DEPENDENT = FOX["FOX_FG_DATA_DEPENDENT"]
 FG_DATA_INDEPENDENT = FOX["FOX_FG_DATA_INDEPENDENT"]
 FG_FIXED = FOX["FOX_FG_FIXED"]
+ARCH_ATTENTION = FOX["FOX_ARCH_ATTENTION"]
+ARCH_GSA = FOX["FOX_ARCH_GSA"]
 
 # ----------------------------------------------------------------------------------------------
 # Configuration (mirrors the small functions of fox/config.h)
@@ -182,6 +189,19 @@ def config_invalid(c):
     """One line saying why a config is invalid, or None."""
     if min(c["vocab_size"], c["n_layer"], c["d_model"], c["n_head"], c["mlp_hidden"]) <= 0:
         return "vocab_size, n_layer, d_model, n_head and mlp_hidden must be positive"
+    if c["arch"] not in (ARCH_ATTENTION, ARCH_GSA):
+        return "arch must be 0 (attention) or 1 (GSA)"
+    if c["arch"] == ARCH_GSA:
+        if c["gsa_heads"] <= 0 or c["d_model"] % c["gsa_heads"]:
+            return "GSA: d_model must be a multiple of gsa_heads"
+        if c["n_head"] != c["gsa_heads"]:
+            return "GSA: n_head must equal gsa_heads"
+        if c["gsa_slots"] <= 0:
+            return "GSA: gsa_slots must be positive"
+        if not c["gsa_tau"] > 0:
+            return "GSA: gsa_tau must be positive"
+        if c["forget_gate"] != FG_NONE or c["rope"] or c["qk_norm"] or c["kv_shift"] or c["output_gate"]:
+            return "GSA has its own slot gates and takes no forget gate, RoPE, QK-norm, KV-shift or output gate"
     if c["d_model"] % c["n_head"]:
         return "d_model must be a multiple of n_head"
     if c["rope"] and head_dim(c) % 2:
@@ -214,8 +234,9 @@ def _c_condition(expr, c):
 
 def attn_in_slices(c):
     """Row ranges of the stacked attention input projection attn_in_w (FOX_ATTN_IN_ROWS in fox/config.h):
-    q [D] | k [D] | v [D] | gate [D] | k_shift [H] | v_shift [H] | fgate [H], each when present."""
-    size = {"D": c["d_model"], "H": c["n_head"]}
+    q [D] | k [D] | v [D] | gate [D] | k_shift [H] | v_shift [H] | fgate [H] | slot_gate [gsa_heads x gsa_slots],
+    each when present."""
+    size = {"D": c["d_model"], "H": c["n_head"], "GM": c["gsa_heads"] * c["gsa_slots"]}
     slices, start = {}, 0
     for name, rows, condition in ATTN_IN_ROWS:
         if _c_condition(condition, c):
@@ -412,10 +433,11 @@ def load_model_bin(path):
     header = np.frombuffer(data, np.int32, nh)
     if header[0] != FOX["FOX_CKPT_MAGIC"] or header[1] not in (1, FOX["FOX_CKPT_VERSION"]):
         raise ValueError("%s: not a fox.c model.bin (magic %d, version %d)" % (path, header[0], header[1]))
-    if header[2] != len(CONFIG_FIELDS):
-        raise ValueError("%s: %d config fields, expected %d" % (path, header[2], len(CONFIG_FIELDS)))
-    config = {}
-    for (t, n, _), w in zip(CONFIG_FIELDS, header[3:3 + len(CONFIG_FIELDS)]):
+    if not 1 <= header[2] <= len(CONFIG_FIELDS):
+        raise ValueError("%s: %d config fields, this version knows %d" % (path, header[2], len(CONFIG_FIELDS)))
+    # a file written before the later fields existed holds fewer: those take their defaults
+    config = {n: (_f32(d) if t == "FLOAT" else d) for t, n, d in CONFIG_FIELDS}
+    for (t, n, _), w in zip(CONFIG_FIELDS, header[3:3 + header[2]]):
         config[n] = float(np.array([w], np.int32).view(np.float32)[0]) if t == "FLOAT" else int(w)
     problem = config_invalid(config)
     if problem:
@@ -494,16 +516,85 @@ def fox_attention(q, k, v, log_f, other_doc=None):
     return torch.softmax(s.masked_fill(masked, float("-inf")), dim=-1) @ v
 
 
+# Gated Slot Attention (GSA paper, eq. 6-9; docs/model.md §1.9). Two forms, checked against each other by
+# selfcheck: the recurrence (the definition) and the chunked two-pass form (paper eq. 7, Appendix A/B).
+GSA_CHUNK = 16  # FoxModel's default chunk length for gsa_chunked
+
+
+def gsa_recurrent(q, k, v, log_alpha, return_state=False):
+    """GSA token by token (paper eq. 6 and Figure 2). q, k, v: (B, T, G, dh); log_alpha: (B, T, G, m),
+    log alpha_t <= 0 per slot. Per (b, g), with S and U (m, dh) zero before t = 0:
+        S_t = alpha_t[:, None] * S_{t-1} + (1 - alpha_t)[:, None] * k_t[None, :]
+        U_t = alpha_t[:, None] * U_{t-1} + (1 - alpha_t)[:, None] * v_t[None, :]
+        p_t = softmax over the m slots of (S_t @ q_t) / sqrt(dh);  o_t = U_t.T @ p_t
+    (the 1/sqrt(dh) is the authors' implementation's default scale; the paper's equations omit it).
+    Returns o (B, T, G, dh), and with return_state also the final S and U, (B, G, m, dh)."""
+    B, T, G, dh = q.shape
+    m = log_alpha.shape[-1]
+    S = q.new_zeros(B, G, m, dh)
+    U = q.new_zeros(B, G, m, dh)
+    out = []
+    for t in range(T):
+        alpha = log_alpha[:, t].exp()[..., None]  # (B, G, m, 1)
+        S = alpha * S + (1 - alpha) * k[:, t, :, None, :]
+        U = alpha * U + (1 - alpha) * v[:, t, :, None, :]
+        p = torch.softmax(torch.einsum("bgid,bgd->bgi", S, q[:, t]) / math.sqrt(dh), dim=-1)
+        out.append(torch.einsum("bgid,bgi->bgd", U, p))
+    o = torch.stack(out, dim=1)
+    return (o, S, U) if return_state else o
+
+
+def gsa_chunked(q, k, v, log_alpha, chunk=GSA_CHUNK, return_state=False):
+    """GSA as two passes of gated linear attention over chunks (paper eq. 7, Appendix A/B); equal to
+    gsa_recurrent up to rounding. Same arguments and result; chunk: tokens per chunk (the last one may
+    be shorter). Within a chunk of L tokens (t, j = 0..L-1 local), with S0, U0 the states carried in:
+        b_t = sum_{l <= t} log_alpha_l                                   (per slot, from the chunk start)
+        W[t, j] = exp(b_t - b_j) * (1 - alpha_j) for j <= t, else 0      ((L, L, m): the decay matrix)
+    so S_t = exp(b_t) * S0 + sum_j W[t, j] k_j and U_t = exp(b_t) * U0 + sum_j W[t, j] v_j (per slot row):
+        pass 1: s_t = exp(b_t) * (S0 @ q_t) + sum_j W[t, j] (q_t . k_j);   p_t = softmax(s_t / sqrt(dh))
+        pass 2: o_t = U0.T @ (exp(b_t) * p_t) + sum_j (W[t, j] . p_t) v_j
+        carry:  S0 <- exp(b_{L-1}) * S0 + sum_j W[L-1, j] k_j,   U0 likewise with v.
+    exp(b_t - b_j) is taken as one exponent of a difference (<= 0 where kept), never as a ratio."""
+    B, T, G, dh = q.shape
+    m = log_alpha.shape[-1]
+    q, k, v, log_alpha = (x.transpose(1, 2) for x in (q, k, v, log_alpha))  # (B, G, T, .)
+    S = q.new_zeros(B, G, m, dh)
+    U = q.new_zeros(B, G, m, dh)
+    out = []
+    for t0 in range(0, T, chunk):
+        qc, kc, vc, lc = (x[:, :, t0:t0 + chunk] for x in (q, k, v, log_alpha))
+        L = qc.shape[2]
+        b = torch.cumsum(lc, dim=2)  # (B, G, L, m)
+        eb = b.exp()
+        future = torch.ones(L, L, dtype=torch.bool, device=q.device).triu(1)[:, :, None]  # j > t
+        W = ((b[:, :, :, None, :] - b[:, :, None, :, :]).masked_fill(future, float("-inf")).exp()
+             * (1 - lc.exp())[:, :, None, :, :])  # (B, G, L t, L j, m)
+        s = eb * torch.einsum("bgid,bgtd->bgti", S, qc) + torch.einsum("bgtji,bgtj->bgti", W, qc @ kc.transpose(-1, -2))
+        p = torch.softmax(s / math.sqrt(dh), dim=-1)
+        o = (torch.einsum("bgid,bgti->bgtd", U, eb * p)
+             + torch.einsum("bgtj,bgjd->bgtd", torch.einsum("bgtji,bgti->bgtj", W, p), vc))
+        out.append(o)
+        decay_last, W_last = eb[:, :, -1, :, None], W[:, :, -1]  # (B, G, m, 1), (B, G, L j, m)
+        S = decay_last * S + torch.einsum("bgji,bgjd->bgid", W_last, kc)
+        U = decay_last * U + torch.einsum("bgji,bgjd->bgid", W_last, vc)
+    o = torch.cat(out, dim=2).transpose(1, 2)
+    return (o, S, U) if return_state else o
+
+
 class FoxModel(torch.nn.Module):
     """The fox.c model. Parameters are kept in the fox.c layout (names and shapes of
     FOX_PARAMS, e.g. attn_in_w is (n_layer, rows, d_model)) so conversion is exact; the forward
     pass slices them. doc_sep: a token id for the document mask (docs/model.md §1.8, fox.c's
-    --doc-mask --doc-sep), or None for none."""
+    --doc-mask --doc-sep), or None for none (a GSA model takes none). gsa_chunk: for a GSA model,
+    the chunk length of gsa_chunked, or 0 for gsa_recurrent (the same function up to rounding)."""
 
-    def __init__(self, config, params, dtype=torch.float64, device="cpu", doc_sep=None):
+    def __init__(self, config, params, dtype=torch.float64, device="cpu", doc_sep=None, gsa_chunk=GSA_CHUNK):
         super().__init__()
+        if config["arch"] == ARCH_GSA and doc_sep is not None:
+            raise ValueError("the document mask is not supported with Gated Slot Attention (arch %d)" % ARCH_GSA)
         self.config = dict(config)
         self.doc_sep = doc_sep
+        self.gsa_chunk = gsa_chunk
         self.p = torch.nn.ParameterDict({
             name: torch.nn.Parameter(torch.as_tensor(np.asarray(arr), dtype=dtype, device=device).clone(),
                                      requires_grad=param_learned(config, name))
@@ -544,9 +635,11 @@ class FoxModel(torch.nn.Module):
         return (F.silu(gate) * up) @ self.p["mlp_out_w"][l].t()
 
     def attention(self, l, xn, docs=None):
-        """Paper eq. 15-23 with the docs/model.md §1 switches; xn = RMSNorm(x), (B, T, D);
-        docs: None, or documents(idx), the document mask (§1.8)."""
+        """The token mixer of layer l: FoX attention, paper eq. 15-23 with the docs/model.md §1 switches,
+        or GSA (arch); xn = RMSNorm(x), (B, T, D); docs: None, or documents(idx), the document mask (§1.8)."""
         c, p = self.config, self.p
+        if c["arch"] == ARCH_GSA:
+            return self.gsa(l, xn)
         B, T, D = xn.shape
         H, Dh = c["n_head"], head_dim(c)
         starts, other_doc = docs if docs is not None else (None, None)
@@ -575,6 +668,25 @@ class FoxModel(torch.nn.Module):
         if c["output_gate"]:  # eq. 21, 23
             o = o * torch.sigmoid(proj[..., rows["gate"]])
         return o @ p["attn_out_w"][l].t()
+
+    def gsa(self, l, xn):
+        """Gated Slot Attention (paper eq. 8-9), G = gsa_heads heads of dh = D / G, m = gsa_slots slots:
+        q, k, v = silu(W_{q,k,v} x) (the Swish feature map), alpha = sigmoid(W_slot_gate x)^(1/gsa_tau)
+        per head and slot, o = GSA(q, k, v, alpha) per head (gsa_chunked, or gsa_recurrent), then
+        W_o RMSNorm(silu(concat of the heads' o)) with the norm over all D (weight onorm_w)."""
+        c, p = self.config, self.p
+        B, T, D = xn.shape
+        G, m = c["gsa_heads"], c["gsa_slots"]
+        rows = attn_in_slices(c)
+        proj = xn @ p["attn_in_w"][l].t()
+        q, k, v = (F.silu(proj[..., rows[n]]).reshape(B, T, G, D // G) for n in ("q", "k", "v"))
+        log_alpha = F.logsigmoid(proj[..., rows["slot_gate"]]).reshape(B, T, G, m) / c["gsa_tau"]
+        if self.gsa_chunk:
+            o = gsa_chunked(q, k, v, log_alpha, self.gsa_chunk)
+        else:
+            o = gsa_recurrent(q, k, v, log_alpha)
+        z = rms_norm(F.silu(o.reshape(B, T, D)), p["onorm_w"][l, 0], FOX["FOX_NORM_EPS"])
+        return z @ p["attn_out_w"][l].t()
 
     @staticmethod
     def _shift(x, alpha, starts=None):
@@ -681,6 +793,8 @@ FIXTURES = [  # (name, preset, overrides)
     ("fox-llama-docmask", "fox-llama", {}),
     ("transformer-pro-docmask", "transformer-pro", {}),
     ("transformer-llama-docmask", "transformer-llama", {}),
+    # Gated Slot Attention (docs/model.md §1.9): 4 heads of dh 16, 8 slots, tau 8.
+    ("gsa", "gsa", dict(gsa_slots=8)),
 ]
 # The separator id of the -docmask fixtures, and where their `inputs` hold it: row 0 at 0 (a
 # separator at the window's start), 17 and 18 (a one-token document), 40; row 1 at 5, 33 and 63 (the
@@ -701,6 +815,8 @@ TRAIN_HPARAMS = dict(lr=3e-3, min_lr=3e-4, warmup_steps=3, total_steps=10, weigh
 
 def fixture_config(name, shape=FIXTURE_SHAPE):
     preset, overrides = next((p, o) for n, p, o in FIXTURES if n == name)
+    if PRESETS[preset]["arch"] == ARCH_GSA:  # GSA's heads are its n_head (fox/args.h), at any shape
+        overrides = dict(overrides, gsa_heads=shape["n_head"])
     return make_config(preset, **shape, **overrides)
 
 
@@ -818,6 +934,8 @@ def cmd_init(args):
     for item in args.set:
         key, _, val = item.partition("=")
         overrides[key] = float(val)
+    if PRESETS[args.model]["arch"] == ARCH_GSA:  # GSA's heads are gsa_heads (--set gsa_heads=G), as in fox/args.h
+        overrides["n_head"] = overrides.get("gsa_heads", dict((n, d) for _, n, d in CONFIG_FIELDS)["gsa_heads"])
     cfg = make_config(args.model, **overrides)
     params = init_params(cfg, args.seed)
     save_model_bin(args.out, cfg, params)
@@ -1048,6 +1166,8 @@ def _fresh_output(path):
 
 def cmd_export_hf(args):
     cfg, params = load_model_bin(args.model_bin)
+    if cfg["arch"] != ARCH_ATTENTION:
+        raise ValueError("%s is a GSA model: the official FoX code has no such architecture" % args.model_bin)
     _fresh_output(args.out_dir)
     out = Path(args.out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -1101,6 +1221,8 @@ def attention_layer_loop(c, W, xn, starts=None):
     starts: None, or T bools, the separators of the document mask (docs/model.md §1.8), applied
     as fox.c does rather than as FoxModel does: f = 0 at a separator (so F_ij = 0 across one, also
     with no forget gate) and no KV-shift from the token before it."""
+    if c["arch"] == ARCH_GSA:
+        return gsa_layer_loop(c, W, xn)
     T, D = xn.shape
     starts = [False] * T if starts is None else list(starts)
     H, Dh = c["n_head"], head_dim(c)
@@ -1165,6 +1287,116 @@ def attention_layer_loop(c, W, xn, starts=None):
     return np.array([W["attn_out_w"] @ out[t] for t in range(T)])
 
 
+def gsa_layer_loop(c, W, xn):
+    """One GSA layer for one sequence, token by token in numpy float64, from the paper (eq. 6, 8, 9):
+    the slot memories K~ (S) and V~ (U) updated row by row, alpha = sigmoid(.) ** (1 / tau).
+    W: this layer's tensors in the fox.c layout; xn: (T, D) normalised input. Returns (T, D)."""
+    T, D = xn.shape
+    G, m, tau = c["gsa_heads"], c["gsa_slots"], c["gsa_tau"]
+    dh = D // G
+    rows = attn_in_slices(c)
+    proj = [W["attn_in_w"] @ xn[t] for t in range(T)]
+    silu = lambda z: z / (1.0 + np.exp(-z))
+    out = np.zeros((T, D))
+    for g in range(G):
+        hd = slice(g * dh, (g + 1) * dh)
+        S, U = np.zeros((m, dh)), np.zeros((m, dh))
+        for t in range(T):
+            q, k, v = (silu(proj[t][rows[n]][hd]) for n in ("q", "k", "v"))
+            gate = proj[t][rows["slot_gate"]][g * m:(g + 1) * m]
+            for i in range(m):
+                alpha = (1.0 / (1.0 + math.exp(-gate[i]))) ** (1.0 / tau)
+                S[i] = alpha * S[i] + (1.0 - alpha) * k
+                U[i] = alpha * U[i] + (1.0 - alpha) * v
+            s = S @ q / math.sqrt(dh)
+            e = np.exp(s - s.max())
+            out[t, hd] = U.T @ (e / e.sum())
+    z = silu(out)
+    z = z / np.sqrt((z * z).mean(-1, keepdims=True) + 1e-6) * W["onorm_w"].reshape(-1)
+    return z @ W["attn_out_w"].T
+
+
+def gsa_checks():
+    """Yields (name, ok, detail): the GSA checks of selfcheck (float64 throughout)."""
+    def rel(a, b):
+        return ((a - b).abs().max() / b.abs().max()).item()
+
+    # (g1) gsa_chunked vs gsa_recurrent on random inputs, forward and the gradients of a random linear
+    # functional of o; T = 37 with chunks of 16 (a short last chunk), 7 and 64 (one chunk, longer than T).
+    gen = torch.Generator().manual_seed(21)
+    B, T, G, dh, m = 2, 37, 2, 8, 5
+    q, k, v = (torch.randn(B, T, G, dh, generator=gen, dtype=torch.float64).requires_grad_() for _ in range(3))
+    log_alpha = F.logsigmoid(2 * torch.randn(B, T, G, m, generator=gen, dtype=torch.float64)).requires_grad_()
+    weight = torch.randn(B, T, G, dh, generator=gen, dtype=torch.float64)
+    inputs = (q, k, v, log_alpha)
+
+    def forward_and_grads(fn):
+        o = fn(*inputs)
+        return [o.detach()] + list(torch.autograd.grad((o * weight).sum(), inputs))
+
+    ref = forward_and_grads(gsa_recurrent)
+    for chunk in (16, 7, 64):
+        got = forward_and_grads(lambda *a: gsa_chunked(*a, chunk=chunk))
+        errs = [rel(a, b) for a, b in zip(got, ref)]
+        yield ("GSA chunked (chunk %d) vs recurrent, T %d: o and d/dq, dk, dv, dlog_alpha" % (chunk, T),
+               max(errs) < 1e-12, "max rel err " + " ".join("%.1e" % e for e in errs))
+
+    # (g2) a GSA model's logits with the chunked form (chunk 16: 3 chunks of 40 tokens) vs the recurrent one.
+    c = fixture_config("gsa")
+    params = perturbed_params(c, init_params(c, FIXTURE_SEED))
+    idx = torch.from_numpy(np.random.default_rng(17).integers(0, c["vocab_size"], (2, 40)))
+    with torch.no_grad():
+        chunked = FoxModel(c, params, torch.float64)(idx)
+        recurrent = FoxModel(c, params, torch.float64, gsa_chunk=0)(idx)
+    err = rel(chunked, recurrent)
+    yield "GSA model logits: chunked vs recurrent, T 40", err < 1e-12, "max rel err %.2e" % err
+
+    # (g3) finite differences of the GSA loss (central, float64, default chunked form, T 24: 2 chunks)
+    # along a random direction of the slot-gate rows of attn_in_w (all layers), and of onorm_w.
+    model = FoxModel(c, params, torch.float64)
+    rng = np.random.default_rng(19)
+    idx = torch.from_numpy(rng.integers(0, c["vocab_size"], (1, 24)))
+    tgt = torch.from_numpy(rng.integers(0, c["vocab_size"], (1, 24)))
+    model.loss(idx, tgt)[0].backward()
+    gate_rows = attn_in_slices(c)["slot_gate"]
+    for pname, rows in (("attn_in_w", gate_rows), ("onorm_w", slice(None))):
+        t = model.p[pname]
+        direction = torch.zeros_like(t)
+        direction[:, rows] = torch.from_numpy(rng.standard_normal(tuple(direction[:, rows].shape)))
+        eps = 1e-5
+        with torch.no_grad():
+            orig = t.clone()
+            t.add_(eps * direction)
+            up = model.loss(idx, tgt)[0].item()
+            t.copy_(orig - eps * direction)
+            down = model.loss(idx, tgt)[0].item()
+            t.copy_(orig)
+        fd, ag = (up - down) / (2 * eps), (t.grad * direction).sum().item()
+        err = abs(fd - ag) / abs(ag)
+        yield ("GSA finite differences along a random direction of " +
+               ("the slot-gate rows of attn_in_w" if pname == "attn_in_w" else pname), err < 1e-6,
+               "fd %.10e autograd %.10e rel err %.2e" % (fd, ag, err))
+
+    # (g4) the semantics of the recurrence: after t steps, S_t = sum_{j<=t} exp(b_t - b_j) (1 - alpha_j) k_j
+    # with b_t = sum_{l<=t} log alpha_l (and U_t likewise with v), for gsa_recurrent's state and the
+    # state gsa_chunked carries out of its last chunk (chunk 4, t = 11: a short last chunk).
+    rng = np.random.default_rng(23)
+    t_steps, dh, m = 11, 4, 5
+    k_np, v_np = rng.standard_normal((t_steps, dh)), rng.standard_normal((t_steps, dh))
+    la_np = np.log(rng.uniform(0.3, 0.99, (t_steps, m)))
+    b = np.cumsum(la_np, axis=0)
+    coef = np.exp(b[-1] - b) * (1 - np.exp(la_np))  # (t, m)
+    S_closed, U_closed = coef.T @ k_np, coef.T @ v_np
+    as_t = lambda x: torch.from_numpy(x)[None, :, None, :]  # (1, t, 1, .)
+    q_t = torch.from_numpy(rng.standard_normal((1, t_steps, 1, dh)))
+    for form, fn in (("recurrent", gsa_recurrent), ("chunked (chunk 4)", lambda *a, **kw: gsa_chunked(*a, chunk=4, **kw))):
+        _, S, U = fn(q_t, as_t(k_np), as_t(v_np), as_t(la_np), return_state=True)
+        err = max(np.abs(S[0, 0].numpy() - S_closed).max() / np.abs(S_closed).max(),
+                  np.abs(U[0, 0].numpy() - U_closed).max() / np.abs(U_closed).max())
+        yield ("GSA state after %d steps = closed form sum_j exp(b_t - b_j)(1 - alpha_j) k_j (and v_j), %s"
+               % (t_steps, form), err < 1e-12, "max rel err %.2e" % err)
+
+
 def selfcheck_results():
     """Yields (name, ok, detail) for each check."""
     # (d) RNG: numpy vs pure Python ints + libm, for a few (seed, stream, i).
@@ -1184,12 +1416,13 @@ def selfcheck_results():
     yield "rng init 100000 elements bitwise", bool((w_np == w_py).all()), "%d differ" % (w_np != w_py).sum()
 
     # (a) the model's attention layer vs the loop form, every fixture config (the -docmask ones with
-    # separators at 0, 4, 5 and 9: its block-diagonal mask vs the loop form's closed gate).
+    # separators at 0, 4, 5 and 9: its block-diagonal mask vs the loop form's closed gate; gsa: its
+    # chunked form, chunk 5, vs the paper's slot-memory recurrence).
     for name, _, _ in FIXTURES:
         c = fixture_config(name)
         sep = fixture_doc_sep(name)
         params = perturbed_params(c, init_params(c, FIXTURE_SEED))
-        model = FoxModel(c, params, torch.float64, doc_sep=sep)
+        model = FoxModel(c, params, torch.float64, doc_sep=sep, gsa_chunk=5)  # GSA: 3 chunks
         xn = torch.from_numpy(np.random.default_rng(3).standard_normal((1, 12, c["d_model"])))
         starts = None if sep is None else np.isin(np.arange(12), (0, 4, 5, 9))
         docs = None if sep is None else model.documents(torch.from_numpy(np.where(starts, sep, 0)[None]))
@@ -1207,6 +1440,14 @@ def selfcheck_results():
         c = make_config(preset, **FIXTURE_SHAPE)
         params = perturbed_params(c, init_params(c, FIXTURE_SEED))
         sep = FIXTURE_DOC_SEP
+        if c["arch"] == ARCH_GSA:  # no document mask for GSA: FoxModel refuses one
+            try:
+                FoxModel(c, params, torch.float64, doc_sep=sep)
+                refused = False
+            except ValueError:
+                refused = True
+            yield "document mask: refused with GSA, " + preset, refused, ""
+            continue
         model = FoxModel(c, params, torch.float64, doc_sep=sep)
         rng = np.random.default_rng(13)
         doc_a, doc_b = (with_separators(rng.integers(0, c["vocab_size"], n), sep, np.zeros(n, bool), None)
@@ -1259,6 +1500,8 @@ def selfcheck_results():
         yield ("finite differences (fgate_b, kv-shift) " + name, err < 1e-6,
                "%d probes, rel err %.2e" % (len(probes), err))
 
+    yield from gsa_checks()
+
     # AdamW against torch.optim.AdamW, 3 steps at varying lr.
     torch.manual_seed(0)
     c = fixture_config("fox-fixed")
@@ -1284,7 +1527,7 @@ def selfcheck_results():
 
     # (c) model.bin round trip, bitwise, with and without the optional tensors.
     with tempfile.TemporaryDirectory() as tmp:
-        for preset in ("fox-pro", "transformer-llama"):
+        for preset in ("fox-pro", "transformer-llama", "gsa"):
             c = make_config(preset, **FIXTURE_SHAPE)
             params = init_params(c, 5)
             a, b = Path(tmp, "a.bin"), Path(tmp, "b.bin")
@@ -1334,7 +1577,7 @@ def main(argv=None):
     p.add_argument("--model", default="fox-pro", choices=list(PRESETS), help="preset (default fox-pro)")
     p.add_argument("--layers", type=int, required=True)
     p.add_argument("--dim", type=int, required=True, help="d_model")
-    p.add_argument("--heads", type=int, required=True)
+    p.add_argument("--heads", type=int, required=True, help="n_head (--model gsa: its heads are gsa_heads, --set gsa_heads=G)")
     p.add_argument("--vocab", type=int, help="vocab_size (default %d)" % FOX["FOX_VOCAB_GPT2"])
     p.add_argument("--mlp-hidden", type=int, help="default: the preset's ratio (docs/model.md §1)")
     p.add_argument("--seed", type=int, default=1337, help="RNG seed (default 1337)")
@@ -1372,7 +1615,9 @@ def main(argv=None):
     p = sub.add_parser("selfcheck", help="run the internal checks; exit 1 on failure",
                        description="RNG vs pure Python, attention vs a loop form, the document mask "
                        "(a separated window vs its last document alone, no separator vs no mask), finite "
-                       "differences, AdamW vs torch.optim.AdamW, file round trips.")
+                       "differences, GSA's chunked form vs its recurrence (outputs, gradients, model logits, "
+                       "the state's closed form) and GSA finite differences, AdamW vs torch.optim.AdamW, "
+                       "file round trips.")
     p.set_defaults(func=cmd_selfcheck)
 
     args = ap.parse_args(argv)

@@ -136,19 +136,26 @@ static inline void fox_config_to_header(const FoxConfig *c, int32_t *h) {
     h[2] = i - 3;
 }
 
-// Reads the config from a header; returns 0 when the field count does not match this build's.
+// Reads the config from a header; returns 0 when it holds more fields than this build knows (or none). A
+// file written before the later fields existed holds fewer: those take their defaults.
 static inline int fox_config_from_header(const int32_t *h, FoxConfig *c) {
-    int i = 3;
-#define FOX_GET_INT(v) v = h[i++];
-#define FOX_GET_FLOAT(v) memcpy(&v, &h[i++], 4);
+    int i = 3, n = h[2];
+    fox_config_defaults(c);
+#define FOX_GET_INT(v) if (i - 3 < n) v = h[i]; i++;
+#define FOX_GET_FLOAT(v) if (i - 3 < n) memcpy(&v, &h[i], 4); i++;
 #define X(type, name, dflt) FOX_GET_##type(c->name)
     FOX_CONFIG_FIELDS(X)
 #undef X
-    return h[2] == i - 3;
+    return n >= 1 && n <= i - 3;
 }
 
 // Describes the first config field where a and b differ into msg; returns 0 when they are equal.
 static inline int fox_config_diff(const FoxConfig *a, const FoxConfig *b, char *msg, size_t cap) {
+    static const char *const arch[] = {"attention", "GSA"};
+    if (a->arch != b->arch) {  // first: the other fields of another architecture differ as a consequence
+        snprintf(msg, cap, "arch %s vs %s", arch[a->arch == FOX_ARCH_GSA], arch[b->arch == FOX_ARCH_GSA]);
+        return 1;
+    }
 #define FOX_DIFF_INT(name) if (a->name != b->name) { snprintf(msg, cap, "%s %d vs %d", #name, a->name, b->name); return 1; }
 #define FOX_DIFF_FLOAT(name) if (memcmp(&a->name, &b->name, 4)) { snprintf(msg, cap, "%s %g vs %g", #name, (double)a->name, (double)b->name); return 1; }
 #define X(type, name, dflt) FOX_DIFF_##type(name)
@@ -179,7 +186,7 @@ static inline FoxConfig fox_read_model_header(const char *path, int32_t *h) {
     if (h[1] != FOX_CKPT_VERSION && h[1] != 1)
         fox_fatal("%s has model-file version %d, this build reads 1 and %d", path, h[1], FOX_CKPT_VERSION);
     FoxConfig c;
-    if (!fox_config_from_header(h, &c)) fox_fatal("%s has %d config fields, this build expects another count", path, h[2]);
+    if (!fox_config_from_header(h, &c)) fox_fatal("%s has %d config fields, this build knows fewer (a newer fox.c wrote it)", path, h[2]);
     const char *bad = fox_config_invalid(&c);
     if (bad) fox_fatal("%s holds an invalid config: %s", path, bad);
     FoxLayout lay;

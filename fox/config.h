@@ -16,6 +16,11 @@
 #define FOX_FG_DATA_INDEPENDENT 2
 #define FOX_FG_FIXED 3
 
+// Token mixers (docs/model.md §1.9): softmax attention (FoX with a forget gate, the Transformer without),
+// or Gated Slot Attention.
+#define FOX_ARCH_ATTENTION 0
+#define FOX_ARCH_GSA 1
+
 #define FOX_EOT 50256
 #define FOX_VOCAB_GPT2 50257
 #define FOX_NORM_EPS 1e-6f
@@ -23,7 +28,8 @@
 // A double: a weight is (float)(0.02 * normal) in every implementation.
 #define FOX_INIT_STD 0.02
 
-// Config fields, in checkpoint-header order: X(type, name, default). Floats travel as their bits.
+// Config fields, in checkpoint-header order: X(type, name, default). Floats travel as their bits. New fields
+// go at the end: a checkpoint written before them holds fewer, and the missing ones take their defaults.
 #define FOX_CONFIG_FIELDS(X) \
     X(INT, vocab_size, 50257) \
     X(INT, n_layer, 12) \
@@ -39,14 +45,19 @@
     X(INT, output_norm, 1) \
     X(FLOAT, t_min, 2.0) \
     X(FLOAT, t_max, 128.0) \
-    X(FLOAT, rope_theta, 500000.0)
+    X(FLOAT, rope_theta, 500000.0) \
+    X(INT, arch, 0) \
+    X(INT, gsa_heads, 4) \
+    X(INT, gsa_slots, 64) \
+    X(FLOAT, gsa_tau, 8.0)
 
-// Presets (docs/model.md §1): P(name, forget_gate, rope, qk_norm, kv_shift, output_gate, output_norm, mlp_ratio_x2)
+// Presets (docs/model.md §1): P(name, arch, forget_gate, rope, qk_norm, kv_shift, output_gate, output_norm, mlp_ratio_x2)
 #define FOX_PRESETS(P) \
-    P(fox-pro, 1, 0, 1, 1, 1, 1, 7) \
-    P(fox-llama, 1, 0, 0, 0, 0, 0, 8) \
-    P(transformer-pro, 0, 1, 1, 1, 1, 1, 7) \
-    P(transformer-llama, 0, 1, 0, 0, 0, 0, 8)
+    P(fox-pro, 0, 1, 0, 1, 1, 1, 1, 7) \
+    P(fox-llama, 0, 1, 0, 0, 0, 0, 0, 8) \
+    P(transformer-pro, 0, 0, 1, 1, 1, 1, 1, 7) \
+    P(transformer-llama, 0, 0, 1, 0, 0, 0, 0, 8) \
+    P(gsa, 1, 0, 0, 0, 0, 0, 1, 8)
 
 // Parameter tensors, in checkpoint order; layer-stacked tensors hold all layers contiguously.
 // P(name, layered, rows, cols, decay, init); rows/cols name the dims fox_dim_<symbol>() below, where
@@ -69,7 +80,8 @@
     P(lm_head_w, 0, V, D, 1, N)
 
 // The row blocks of attn_in_w (so the columns of its output), in this order, each present when its
-// condition on the config c holds (docs/model.md §1.4): R(name, rows: D or H, condition).
+// condition on the config c holds (docs/model.md §1.4): R(name, rows: D, H or GM = gsa_heads x gsa_slots,
+// condition).
 #define FOX_ATTN_IN_ROWS(R) \
     R(q, D, 1) \
     R(k, D, 1) \
@@ -77,7 +89,8 @@
     R(gate, D, c->output_gate) \
     R(k_shift, H, c->kv_shift) \
     R(v_shift, H, c->kv_shift) \
-    R(fgate, H, c->forget_gate == FOX_FG_DATA_DEPENDENT)
+    R(fgate, H, c->forget_gate == FOX_FG_DATA_DEPENDENT) \
+    R(slot_gate, GM, c->arch == FOX_ARCH_GSA)
 
 typedef struct {
 #define FOX_FIELD_INT int
@@ -127,7 +140,7 @@ typedef struct {
 } AttnCols;
 
 static inline AttnCols fox_attn_cols(const FoxConfig *c) {
-    const int D = c->d_model, H = c->n_head;
+    const int D = c->d_model, H = c->n_head, GM = c->gsa_heads * c->gsa_slots;
     AttnCols a;
     a.width = 0;
 #define R(name, rows, present) \
@@ -184,8 +197,8 @@ static inline void fox_config_defaults(FoxConfig *c) {
 
 // Applies a preset's switches; returns 0 for an unknown name. mlp_hidden follows d_model.
 static inline int fox_config_apply_preset(FoxConfig *c, const char *preset) {
-#define P(nm, fg, rp, qk, kv, og, on, r2) \
-    if (!strcmp(preset, #nm)) { c->forget_gate = fg; c->rope = rp; c->qk_norm = qk; c->kv_shift = kv; \
+#define P(nm, ar, fg, rp, qk, kv, og, on, r2) \
+    if (!strcmp(preset, #nm)) { c->arch = ar; c->forget_gate = fg; c->rope = rp; c->qk_norm = qk; c->kv_shift = kv; \
         c->output_gate = og; c->output_norm = on; c->mlp_hidden = fox_mlp_hidden(c->d_model, r2); return 1; }
     FOX_PRESETS(P)
 #undef P
@@ -196,6 +209,15 @@ static inline int fox_config_apply_preset(FoxConfig *c, const char *preset) {
 static inline const char *fox_config_invalid(const FoxConfig *c) {
     if (c->vocab_size <= 0 || c->n_layer <= 0 || c->d_model <= 0 || c->n_head <= 0 || c->mlp_hidden <= 0)
         return "vocab_size, n_layer, d_model, n_head and mlp_hidden must be positive";
+    if (c->arch != FOX_ARCH_ATTENTION && c->arch != FOX_ARCH_GSA) return "arch must be 0 (attention) or 1 (GSA)";
+    if (c->arch == FOX_ARCH_GSA) {
+        if (c->gsa_heads <= 0 || c->d_model % c->gsa_heads) return "GSA: d_model must be a multiple of gsa_heads";
+        if (c->n_head != c->gsa_heads) return "GSA: n_head must equal gsa_heads";
+        if (c->gsa_slots <= 0) return "GSA: gsa_slots must be positive";
+        if (!(c->gsa_tau > 0.0f)) return "GSA: gsa_tau must be positive";
+        if (c->forget_gate != FOX_FG_NONE || c->rope || c->qk_norm || c->kv_shift || c->output_gate)
+            return "GSA has its own slot gates and takes no forget gate, RoPE, QK-norm, KV-shift or output gate";
+    }
     if (c->d_model % c->n_head) return "d_model must be a multiple of n_head";
     if (c->rope && (c->d_model / c->n_head) % 2) return "RoPE needs an even head_dim";
     if (c->forget_gate < FOX_FG_NONE || c->forget_gate > FOX_FG_FIXED) return "forget_gate must be 0..3";

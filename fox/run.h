@@ -429,10 +429,14 @@ static void cut_log(const char *out, int step) {
     if (rename(tmp, path)) fox_fatal("cannot rename %s: %s", tmp, strerror(errno));
 }
 
-// --doc-sep must be a token of the model's vocabulary when --doc-mask or --eval-doc-pos use it.
-static void check_doc_sep(const FoxArgs *a, const FoxConfig *cfg) {
+// The flags that depend on the model: --doc-sep must be a token of its vocabulary when --doc-mask or
+// --eval-doc-pos use it; Gated Slot Attention has no attention tiles to prune and no document mask.
+static void check_model_flags(const FoxArgs *a, const FoxConfig *cfg) {
     if ((a->doc_mask || (a->eval_only && a->eval_doc_pos)) && a->doc_sep >= cfg->vocab_size)
         fox_usage_error("--doc-sep %d is not a token of this model's vocabulary of %d", a->doc_sep, cfg->vocab_size);
+    if (cfg->arch == FOX_ARCH_GSA && (a->acp || a->doc_mask))
+        fox_usage_error("%s works on attention: Gated Slot Attention (--model gsa) has neither tiles to prune nor a "
+                        "document mask", a->acp ? "--acp" : "--doc-mask");
 }
 
 // The model options of a run's arguments, for micro-batches of batch x seq_len tokens (forward_only:
@@ -448,7 +452,7 @@ static void run_init(Run *r) {
     FoxArgs *a = &r->args;
     run_catch_stop_signals();  // a signal during the set-up stops the run after its first step
     FoxConfig cfg = fox_args_config(a);
-    check_doc_sep(a, &cfg);
+    check_model_flags(a, &cfg);
     run_test_hooks(r);
     if (a->resume && !a->out[0]) fox_usage_error("--resume needs --out");
     if (a->overwrite && a->resume) fox_usage_error("--overwrite starts over, --resume continues: give one of them");
@@ -515,7 +519,7 @@ static void eval_init(Run *r) {
     char path[4352];
     r->train_seq_len = eval_weights_path(a, "--eval-only", path, sizeof(path));
     FoxConfig cfg = fox_read_model_config(path);
-    check_doc_sep(a, &cfg);
+    check_model_flags(a, &cfg);
     dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
     r->has_val = 1;
     r->cfg = cfg;
@@ -752,7 +756,7 @@ static void generate_from_file(Run *r) {
     eval_weights_path(&r->args, "--generate", path, sizeof(path));
     if (!r->args.prompt[0] && !r->args.prompt_file[0]) fox_usage_error("--generate needs a prompt: --prompt TEXT or --prompt-file PATH");
     r->cfg = fox_read_model_config(path);
-    check_doc_sep(&r->args, &r->cfg);
+    check_model_flags(&r->args, &r->cfg);
     fox_layout(&r->cfg, &r->lay);
     ensure_host_staging(r, 0);
     fox_read_model_bin(path, &r->cfg, r->h_params);
@@ -878,6 +882,11 @@ static void train(Run *r) {
                a->model, r->lay.total, fox_mfu_params(&r->cfg) / 1e6, r->cfg.n_layer, r->cfg.d_model,
                r->cfg.n_head, r->cfg.mlp_hidden, step_tokens, a->batch, a->seq_len, r->grad_accum,
                r->dist.world, r->opt.warmup_steps, a->doc_mask ? ", document mask" : "");
+    if (r->dist.rank == 0 && r->cfg.arch == FOX_ARCH_GSA) {  // the GSA paper's accounting (§3.3), per layer
+        size_t d = (size_t)r->cfg.d_model, gm = (size_t)r->cfg.gsa_heads * r->cfg.gsa_slots;
+        printf("GSA mixer: %zu parameters per layer = 4d^2 + d*G*m = 4*%zu^2 + %zu*%d*%d, and %zu output-norm weights\n",
+               4 * d * d + d * gm, d, d, r->cfg.gsa_heads, r->cfg.gsa_slots, d);
+    }
     int first = 1, step_start = r->step;
     double t_start = now_seconds();
     while (r->step < a->steps) {

@@ -1,7 +1,8 @@
 // test/test_decode.c: generation with the KV cache of train_fox.c (docs/model.md §7) against the full
 // forward it must reproduce. For every preset and switch, with every term made to matter (norm weights and
 // gate biases moved off their init): the prefill of a prompt (lengths 1, 2, 7 and 33) and then one decode
-// step per token give, at every position, the logits of one forward over the whole sequence, up to 3x past
+// step per token give, at every position, the logits of one forward over the whole sequence (Gated Slot
+// Attention's decode steps continue its recurrent state instead of reading a cache), up to 3x past
 // the prompt's length (the decoding model's context); greedy decoding twice is bitwise the same; with ACP,
 // decoding reads fewer keys under a fast-forgetting gate and its logits stay within the ACP bound of the
 // unpruned ones; the sampler's top-k selection gives the first k of a full sort, ties included; under the
@@ -46,6 +47,7 @@ static FoxConfig test_config(const char *preset, int qk_shared, int gate) {
     c.mlp_hidden = 96;
     if (qk_shared) c.qk_norm_shared = 1;
     if (gate >= 0) c.forget_gate = gate;
+    if (c.arch == FOX_ARCH_GSA) c.gsa_heads = c.n_head;
     return c;
 }
 
@@ -263,6 +265,7 @@ int main(void) {
         {"fox-pro+rope", "fox-pro", 0, -1, ROPE_ON},
         {"fox-pro-output-norm", "fox-pro", 0, -1, NORM_OFF},
         {"fox-pro-output-gate", "fox-pro", 0, -1, GATE_OFF},
+        {"gsa", "gsa", 0, -1, NONE},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         FoxConfig c = test_config(cases[i].preset, cases[i].qk_shared, cases[i].gate);

@@ -2,7 +2,8 @@
 // equals the uninterrupted run, --eval-only's per-token loss, data parallel under mpirun (when the MPI
 // build exists), one-line errors on bad input, and weights exchanged with the PyTorch reference
 // (train_fox.py init / loss); the document mask (--doc-mask: ACP's live tiles, --eval-doc-pos, the
-// reference's loss with --doc-sep). The model code of train_fox.c recomputes what the binary should have written.
+// reference's loss with --doc-sep); Gated Slot Attention (--model gsa) end to end; a checkpoint written
+// before the GSA config fields still loads. The model code of train_fox.c recomputes what the binary should have written.
 // Usage (repository root, after make): test_fox_e2e   (environment: PYTHON = an interpreter that can import
 // torch; FOX_MPI_BIN = the MPI build, if any)
 #define TESTING
@@ -283,6 +284,90 @@ static void test_doc_mask(void) {
     free(sum); free(cnt); free(got_loss); free(got_cnt); free(in); free(tg);
 }
 
+#define TINY_GSA "./train_fox_cpu --model gsa --layers 2 --dim 32 --gsa-heads 2 --gsa-slots 8 --mlp-hidden 64 " \
+                 "--seq-len 32 --batch 2 --val-steps 2 --sample-tokens 0 --warmup-tokens 256 --lr 3e-3"
+
+// Gated Slot Attention as a user runs it (docs/model.md §1.9): 6 steps resumed from step 3 give bitwise the
+// same losses; its checkpoint records the architecture, so resuming it as fox-pro is a one-line error;
+// --generate continues its recurrent state; --acp and --doc-mask are refused; the PyTorch reference gives
+// its checkpoint the loss this process computes.
+static void test_gsa(void) {
+    char a[4200], b[4200], pa[4300], pb[4300];
+    snprintf(a, sizeof(a), "%s/gsa_a", tmpdir);
+    snprintf(b, sizeof(b), "%s/gsa_b", tmpdir);
+    int st = sh(TINY_GSA " --steps 6 --ckpt-every 3 --eval-every 3 --out %s", a);
+    st = st || sh("mkdir -p %s && cp -r %s/ckpt_00000003 %s/ && head -n 4 %s/log.jsonl > %s/log.tmp && mv %s/log.tmp %s/log.jsonl",
+                  b, a, b, a, b, b, b);
+    st = st || sh(TINY_GSA " --steps 6 --ckpt-every 3 --eval-every 3 --resume --out %s", b);
+    double la[16], lb[16];
+    snprintf(pa, sizeof(pa), "%s/log.jsonl", a);
+    snprintf(pb, sizeof(pb), "%s/log.jsonl", b);
+    int na = read_losses(pa, la, 16), nb = read_losses(pb, lb, 16), same = na == 6 && nb == 6;
+    for (int i = 0; same && i < 6; i++) same = la[i] == lb[i];
+    check(st == 0 && same && la[5] < la[0], "--model gsa: 6 steps (loss %.4f to %.4f), resumed from step 3: bitwise the "
+          "same losses", na ? la[0] : NAN, na ? la[na - 1] : NAN);
+    expect_error("a GSA checkpoint resumed as fox-pro", "arch", sh(TINY " --steps 6 --resume --out %s", a));
+    expect_error("--model gsa --acp", "--acp", sh(TINY_GSA " --acp"));
+    expect_error("--model gsa --doc-mask", "--doc-mask", sh(TINY_GSA " --doc-mask"));
+    expect_error("--gsa-slots 0", "--gsa-slots", sh(TINY_GSA " --gsa-slots 0"));
+    expect_error("--dim not a multiple of --gsa-heads", "gsa_heads", sh(TINY_GSA " --gsa-heads 3"));
+    st = sh("./train_fox_cpu --out %s --generate 12 --prompt 'Once upon a time' --top-k 1 --stop-at-eot off", a);
+    snprintf(pa, sizeof(pa), "%s/stdout.txt", tmpdir);
+    size_t len;
+    char *text = fox_read_file(pa, &len);
+    check(st == 0 && text && !strncmp(text, "Once upon a time", 16) && len > 17, "--generate from a GSA checkpoint "
+          "continues the prompt: %.60s", text ? text : "(nothing)");
+    free(text);
+    const char *py = getenv("PYTHON");
+    if (!py || !*py) { check(0, "PYTHON is not set: cannot compare the GSA checkpoint with the reference"); return; }
+    snprintf(pa, sizeof(pa), "%s/ckpt_00000006/model.bin", a);
+    FoxConfig c = fox_read_model_config(pa);
+    Model m;
+    model_init(&m, &c, 2, 32, 0);
+    fox_read_model_bin(pa, &c, m.params);
+    int in[64], tg[64];
+    double toks[2 * 33];
+    uint64_t key = fox_rng_key(4, 4);
+    for (int i = 0; i < 2 * 33; i++) toks[i] = (double)fox_rng_below(key, (uint64_t)i, (uint64_t)c.vocab_size);
+    for (int r = 0; r < 2; r++)
+        for (int t = 0; t < 32; t++) { in[r * 32 + t] = (int)toks[r * 33 + t]; tg[r * 32 + t] = (int)toks[r * 33 + t + 1]; }
+    snprintf(pb, sizeof(pb), "%s/gsa_tokens.npy", tmpdir);
+    fox_write_npy_f64_2d(pb, toks, 2, 33);
+    double ours = model_forward(&m, in, tg, 2, 32), ref = NAN;
+    model_free(&m);
+    st = sh("%s train_fox.py loss --model-bin %s --tokens %s --dtype float64", py, pa, pb);
+    snprintf(pb, sizeof(pb), "%s/stdout.txt", tmpdir);
+    char *outp = fox_read_file(pb, &len);
+    if (outp && strstr(outp, "loss ")) ref = strtod(strstr(outp, "loss ") + 5, NULL);
+    free(outp);
+    check(st == 0 && fabs(ours - ref) <= 1e-5 * fabs(ref), "loss of a GSA checkpoint: ours %.8f, reference %.8f", ours, ref);
+}
+
+// A model.bin written before the GSA config fields existed (version 1, 15 fields) loads with their
+// defaults: --eval-only gives it the per-token losses of the same weights in today's format.
+static void test_old_checkpoint(void) {
+    char path[4300], old[4300];
+    snprintf(path, sizeof(path), "%s/run_a/ckpt_00000006/model.bin", tmpdir);
+    snprintf(old, sizeof(old), "%s/old_format.bin", tmpdir);
+    size_t len;
+    char *bytes = fox_read_file(path, &len);
+    int32_t *h = (int32_t *)bytes;
+    h[1] = 1;   // version 1: no checksum
+    h[2] = 15;  // the fields up to rope_theta
+    for (int i = 3 + 15; i < FOX_CKPT_HEADER_INTS; i++) h[i] = 0;
+    FILE *f = fox_fopen(old, "wb");
+    fox_fwrite(bytes, 1, len, f, old);
+    fclose(f);
+    free(bytes);
+    int st = sh("./train_fox_cpu --eval-only --init %s --val data/val.bin --eval-seqs 2 --eval-seq-len 32 --out %s/old_eval", old, tmpdir);
+    st = st || sh("./train_fox_cpu --eval-only --init %s --val data/val.bin --eval-seqs 2 --eval-seq-len 32 --out %s/new_eval", path, tmpdir);
+    double x[32], y[32];
+    snprintf(path, sizeof(path), "%s/old_eval/per_token_loss.npy", tmpdir);
+    snprintf(old, sizeof(old), "%s/new_eval/per_token_loss.npy", tmpdir);
+    int same = read_npy_f64(path, x, 32) == 32 && read_npy_f64(old, y, 32) == 32 && !memcmp(x, y, sizeof(x));
+    check(st == 0 && same, "a version-1 model.bin of 15 config fields (before GSA's) evaluates to the same per-token losses");
+}
+
 // Data parallel: 2 MPI ranks with micro-batch 2 see the same 4 sequences per step as 1 rank
 // with 2 micro-batches of 2 (rank r takes windows r, r+2, ...), so the losses agree up to the
 // order of fp32 sums. Runs when the Makefile found mpicc (FOX_MPI_BIN).
@@ -382,6 +467,8 @@ int main(void) {
     test_checkpoint_resume();
     test_eval_only();
     test_doc_mask();
+    test_gsa();
+    test_old_checkpoint();
     test_data_parallel();
     test_bad_inputs();
     test_reference_interop();

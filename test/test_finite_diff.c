@@ -1,7 +1,8 @@
 // test/test_finite_diff.c: the gradients fox.c alone defines the numerics of, by finite differences,
 // independent of PyTorch: the forget gate (data-dependent weights and bias, data-independent bias), the
 // KV-shift weights (including the t = 0 terms) and the QK-norm weights (per head and shared), also under
-// the document mask, whose log f of -512 at separators must leave the differences exact. Built with
+// the document mask, whose log f of -512 at separators must leave the differences exact; and Gated Slot
+// Attention (docs/model.md §1.9: its slot gates, features, output norm, through the recurrence). Built with
 // FOX_REAL_DOUBLE, so train_fox.c's model runs in float64 and central differences with one Richardson
 // step are exact to ~1e-10; tolerance 1e-6 relative on the projection of the gradient on a random
 // direction. Usage: test_fox_fd
@@ -58,6 +59,11 @@ static int mask_rows_ak(const Model *m, size_t i) {
     int r = (int)(i / m->cfg.d_model);
     return m->cols.k_shift >= 0 && r >= m->cols.k_shift && r < m->cols.k_shift + m->cfg.n_head;
 }
+static int mask_rows_slot(const Model *m, size_t i) {
+    int r = (int)(i / m->cfg.d_model);
+    return m->cols.slot_gate >= 0 && r >= m->cols.slot_gate;
+}
+static int mask_rows_qkv(const Model *m, size_t i) { return (int)(i / m->cfg.d_model) < 3 * m->cfg.d_model; }
 static int mask_rows_av(const Model *m, size_t i) {
     int r = (int)(i / m->cfg.d_model);
     return m->cols.v_shift >= 0 && r >= m->cols.v_shift && r < m->cols.v_shift + m->cfg.n_head;
@@ -152,9 +158,42 @@ static void test_finite_differences_doc_mask(void) {
     model_free(&m);
 }
 
+// GSA with fast and slow slots (τ 2, gate logits spread by the ×5 weights) so that forgetting matters, T
+// longer than the slots: the slot gates, the q/k/v projections, the output norm and the output projection.
+static void test_finite_differences_gsa(void) {
+    const int B = 2, T = 40;
+    int in[2 * 40], tg[2 * 40];
+    uint64_t key = fox_rng_key(7, 7);
+    for (int i = 0; i < B * T; i++) { in[i] = (int)fox_rng_below(key, 2 * i, 32); tg[i] = (int)fox_rng_below(key, 2 * i + 1, 32); }
+    FoxConfig c;
+    fox_config_defaults(&c);
+    c.vocab_size = 32; c.n_layer = 2; c.d_model = 16; c.n_head = 2;
+    fox_config_apply_preset(&c, "gsa");
+    c.mlp_hidden = 24; c.gsa_heads = 2; c.gsa_slots = 3; c.gsa_tau = 2.0f;
+    Model m;
+    model_init(&m, &c, B, T, 78);
+    uint64_t pk = fox_rng_key(99, 2);
+    const FoxParamInfo *nw = &m.lay.p[FOX_P_onorm_w];
+    for (size_t i = 0; i < nw->numel; i++) m.params[nw->offset + i] += (real)(0.5 * fox_rng_normal(pk, i));
+    for (size_t i = 0; i < m.lay.p[FOX_P_attn_in_w].numel; i++) m.params[m.lay.p[FOX_P_attn_in_w].offset + i] *= 5.0f;
+    const double eps = 1e-3, tol = 1e-6;
+    for (int l = 0; l < 2; l++) {
+        char label[96];
+        snprintf(label, sizeof(label), "GSA slot gates (layer %d)", l);
+        fd_direction(&m, FOX_P_attn_in_w, l, label, in, tg, B, T, mask_rows_slot, eps, tol);
+        snprintf(label, sizeof(label), "GSA q/k/v projections (layer %d)", l);
+        fd_direction(&m, FOX_P_attn_in_w, l, label, in, tg, B, T, mask_rows_qkv, eps, tol);
+        snprintf(label, sizeof(label), "GSA output norm (layer %d)", l);
+        fd_direction(&m, FOX_P_onorm_w, l, label, in, tg, B, T, NULL, eps, tol);
+    }
+    fd_direction(&m, FOX_P_attn_out_w, 1, "GSA output projection (layer 1)", in, tg, B, T, NULL, eps, tol);
+    model_free(&m);
+}
+
 int main(void) {
     test_finite_differences();
     test_finite_differences_doc_mask();
+    test_finite_differences_gsa();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

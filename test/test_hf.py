@@ -49,7 +49,7 @@ def refused(what, status_err, needle):
 
 # Every fixture's config once (the *-docmask fixtures share their presets' configs: the mask is no weight).
 CONFIGS = [(name, tf.make_config(preset, **dict(tf.FIXTURE_SHAPE, **over))) for name, preset, over in tf.FIXTURES
-           if tf.fixture_doc_sep(name) is None]
+           if tf.fixture_doc_sep(name) is None and tf.fixture_config(name)["arch"] == tf.ARCH_ATTENTION]
 CONFIGS += [("fox-pro, output gate without output norm", tf.make_config("fox-pro", **dict(tf.FIXTURE_SHAPE, output_norm=0))),
             ("fox-pro, output norm without output gate", tf.make_config("fox-pro", **dict(tf.FIXTURE_SHAPE, output_gate=0)))]
 
