@@ -69,6 +69,20 @@ static int mask_rows_av(const Model *m, size_t i) {
     return m->cols.v_shift >= 0 && r >= m->cols.v_shift && r < m->cols.v_shift + m->cfg.n_head;
 }
 
+// One tensor (and row mask) whose directional derivative is checked in every layer.
+typedef struct { int param; const char *label; int (*mask)(const Model *, size_t); } FdCase;
+
+static void fd_layers(Model *m, const FdCase *cases, int n, const int *in, const int *tg, int B, int T, double eps,
+                      double tol) {
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        for (int i = 0; i < n; i++) {
+            char label[96];
+            snprintf(label, sizeof(label), "%s (layer %d)", cases[i].label, l);
+            fd_direction(m, cases[i].param, l, label, in, tg, B, T, cases[i].mask, eps, tol);
+        }
+    }
+}
+
 // A tiny model with strong, varied gates (biases spread around 0) so that every term matters.
 static void fd_model(Model *m, int fg, int qk_shared, int output_norm, int B, int T) {
     FoxConfig c;
@@ -98,21 +112,10 @@ static void test_finite_differences(void) {
     const double eps = 1e-3, tol = 1e-6;
     Model m;
     fd_model(&m, FOX_FG_DATA_DEPENDENT, 0, 1, B, T);
-    for (int l = 0; l < 2; l++) {
-        char label[96];
-        snprintf(label, sizeof(label), "forget-gate bias (layer %d)", l);
-        fd_direction(&m, FOX_P_fgate_b, l, label, in, tg, B, T, NULL, eps, tol);
-        snprintf(label, sizeof(label), "forget-gate weights (layer %d)", l);
-        fd_direction(&m, FOX_P_attn_in_w, l, label, in, tg, B, T, mask_rows_f, eps, tol);
-        snprintf(label, sizeof(label), "k-shift weights (layer %d)", l);
-        fd_direction(&m, FOX_P_attn_in_w, l, label, in, tg, B, T, mask_rows_ak, eps, tol);
-        snprintf(label, sizeof(label), "v-shift weights (layer %d)", l);
-        fd_direction(&m, FOX_P_attn_in_w, l, label, in, tg, B, T, mask_rows_av, eps, tol);
-        snprintf(label, sizeof(label), "q-norm weights (layer %d)", l);
-        fd_direction(&m, FOX_P_qnorm_w, l, label, in, tg, B, T, NULL, eps, tol);
-        snprintf(label, sizeof(label), "k-norm weights (layer %d)", l);
-        fd_direction(&m, FOX_P_knorm_w, l, label, in, tg, B, T, NULL, eps, tol);
-    }
+    const FdCase cases[] = {{FOX_P_fgate_b, "forget-gate bias", NULL}, {FOX_P_attn_in_w, "forget-gate weights", mask_rows_f},
+                            {FOX_P_attn_in_w, "k-shift weights", mask_rows_ak}, {FOX_P_attn_in_w, "v-shift weights", mask_rows_av},
+                            {FOX_P_qnorm_w, "q-norm weights", NULL}, {FOX_P_knorm_w, "k-norm weights", NULL}};
+    fd_layers(&m, cases, 6, in, tg, B, T, eps, tol);
     model_free(&m);
     // The t = 0 terms of KV-shift alone (k_0 = (1 − α_0) k̃_0): at T = 1 only v_0 reaches the
     // output, at T = 2 the key shift of t = 0 and t = 1 both do. Without the output norm, which
@@ -177,15 +180,9 @@ static void test_finite_differences_gsa(void) {
     for (size_t i = 0; i < nw->numel; i++) m.params[nw->offset + i] += (real)(0.5 * fox_rng_normal(pk, i));
     for (size_t i = 0; i < m.lay.p[FOX_P_attn_in_w].numel; i++) m.params[m.lay.p[FOX_P_attn_in_w].offset + i] *= 5.0f;
     const double eps = 1e-3, tol = 1e-6;
-    for (int l = 0; l < 2; l++) {
-        char label[96];
-        snprintf(label, sizeof(label), "GSA slot gates (layer %d)", l);
-        fd_direction(&m, FOX_P_attn_in_w, l, label, in, tg, B, T, mask_rows_slot, eps, tol);
-        snprintf(label, sizeof(label), "GSA q/k/v projections (layer %d)", l);
-        fd_direction(&m, FOX_P_attn_in_w, l, label, in, tg, B, T, mask_rows_qkv, eps, tol);
-        snprintf(label, sizeof(label), "GSA output norm (layer %d)", l);
-        fd_direction(&m, FOX_P_onorm_w, l, label, in, tg, B, T, NULL, eps, tol);
-    }
+    const FdCase cases[] = {{FOX_P_attn_in_w, "GSA slot gates", mask_rows_slot},
+                            {FOX_P_attn_in_w, "GSA q/k/v projections", mask_rows_qkv}, {FOX_P_onorm_w, "GSA output norm", NULL}};
+    fd_layers(&m, cases, 3, in, tg, B, T, eps, tol);
     fd_direction(&m, FOX_P_attn_out_w, 1, "GSA output projection (layer 1)", in, tg, B, T, NULL, eps, tol);
     model_free(&m);
 }
