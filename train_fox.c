@@ -61,7 +61,8 @@ typedef struct {
     real *lnf_rstd, *xnf;   // (N), (N, D)
     real *logits;    // (N, V); the backward pass turns it into dlogits
     real *losses;    // (N): per-position cross entropy
-    real *gsa_S, *gsa_U;  // GSA (docs/model.md §1.9): (L, B, G, T, m, dh) the key and value slots after each token
+    real *gsa_S, *gsa_U;  // GSA (docs/model.md §1.9): (L, B, G, gsa_chunks(T), m, dh) the key and value slots after
+                          // each chunk of FOX_GSA_CHUNK tokens
     real *gsa_p;          // (L, B, G, T, m): the softmax over the slots of each token's read
 } Acts;
 
@@ -104,6 +105,12 @@ static real *param(Model *m, int which, int layer) { return m->params + fox_para
 
 static real *grad(Model *m, int which, int layer) { return m->grads + fox_param_offset(&m->lay, which, layer); }
 
+// The states the forward keeps for the backward: those after every FOX_GSA_CHUNK-th token (and the last);
+// the backward recomputes each chunk's states from the one before it, so memory grows with T/FOX_GSA_CHUNK.
+#define FOX_GSA_CHUNK 32
+
+static int gsa_chunks(int T) { return (T + FOX_GSA_CHUNK - 1) / FOX_GSA_CHUNK; }
+
 static void model_alloc_acts(Model *m, int B, int T) {
     const FoxConfig *c = &m->cfg;
     size_t L = (size_t)c->n_layer, N = (size_t)B * T, D = (size_t)c->d_model, H = (size_t)c->n_head;
@@ -136,8 +143,9 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->losses = fox_calloc(N, sizeof(real));
     if (c->arch == FOX_ARCH_GSA) {
         size_t slots = (size_t)c->gsa_slots;
-        a->gsa_S = fox_calloc(L * N * slots * D, sizeof(real));
-        a->gsa_U = fox_calloc(L * N * slots * D, sizeof(real));
+        size_t kept = L * (size_t)B * gsa_chunks(T) * slots * D;
+        a->gsa_S = fox_calloc(kept, sizeof(real));
+        a->gsa_U = fox_calloc(kept, sizeof(real));
         a->gsa_p = fox_calloc(L * N * (size_t)c->gsa_heads * slots, sizeof(real));
     }
     Scratch *sc = &m->s;
@@ -590,7 +598,7 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dc, const rea
 // Gated Slot Attention (docs/model.md §1.9; GSA paper eq. 6-9). Per head g of G, with m slots of dh values:
 // K̃_t = α_t ⊙ K̃_{t-1} + (1 − α_t) ⊗ k_t, Ṽ_t likewise with v_t, o_t = Ṽ_tᵀ softmax(K̃_t q_t / √dh),
 // α_t = σ(W_α x̂_t)^(1/τ) one per slot; q, k, v are the Swish features of their projections. The recurrent
-// form, every state kept for the backward (train_fox.py checks it against the chunked form).
+// form (train_fox.py checks it against the chunked form), the states kept every FOX_GSA_CHUNK tokens.
 
 typedef struct { int B, T, G, m, dh, stride, slot_col; real tau; } GsaShape;
 
@@ -612,42 +620,66 @@ static real gsa_log_alpha(const real *proj, size_t n, int g, int i, GsaShape s) 
     return logsigmoid_r(proj[n * s.stride + s.slot_col + g * s.m + i]) / s.tau;
 }
 
-// The recurrence over every sequence and head: states S, U (B, G, T, m, dh) after each token, P (B, G, T, m),
-// o (N, D). S0, U0 (B, G, m, dh): the states before the first token (a decode step: S0 = S, U0 = U with T = 1,
-// updated in place), or NULL for zeros.
+// One token's update of one head's slots (eq. 6): S1 = α ⊙ S0 + (1 − α) ⊗ k, U1 likewise with v, α from
+// row n of proj; S0, U0 NULL: zeros. S1 may be S0 (in place).
+static void gsa_update(real *S1, real *U1, const real *S0, const real *U0, const real *kh, const real *vh,
+                       const real *proj, size_t n, int g, GsaShape s) {
+    for (int i = 0; i < s.m; i++) {
+        real al = exp_r(gsa_log_alpha(proj, n, g, i, s));
+        for (int j = 0; j < s.dh; j++) {
+            size_t e = (size_t)i * s.dh + j;
+            S1[e] = (S0 ? al * S0[e] : 0.0f) + (1.0f - al) * kh[j];
+            U1[e] = (U0 ? al * U0[e] : 0.0f) + (1.0f - al) * vh[j];
+        }
+    }
+}
+
+// The read of one head (eq. 6): p = softmax(S q / √dh) over the m slots, o = Uᵀ p.
+static void gsa_read(real *oh, real *p, const real *S, const real *U, const real *qh, GsaShape s) {
+    real scale = 1.0f / sqrt_r((real)s.dh), mx = -INFINITY, sum = 0.0f;
+    for (int i = 0; i < s.m; i++) {
+        real dot = 0.0f;
+        for (int j = 0; j < s.dh; j++) dot += S[(size_t)i * s.dh + j] * qh[j];
+        p[i] = dot * scale;
+        mx = p[i] > mx ? p[i] : mx;
+    }
+    for (int i = 0; i < s.m; i++) { p[i] = exp_r(p[i] - mx); sum += p[i]; }
+    for (int i = 0; i < s.m; i++) p[i] /= sum;
+    for (int j = 0; j < s.dh; j++) {
+        real acc = 0.0f;
+        for (int i = 0; i < s.m; i++) acc += U[(size_t)i * s.dh + j] * p[i];
+        oh[j] = acc;
+    }
+}
+
+// The recurrence over every sequence and head: o (N, D), P (B, G, T, m), and in S, U (B, G, gsa_chunks(T), m,
+// dh) the states after each chunk's last token. S0, U0 (B, G, m, dh): the states before the first token, or
+// NULL for zeros (a decode step: T = 1 and S0 = S, U0 = U, so the cache's states move on by one token).
 static void gsa_forward(real *o, real *S, real *U, real *P, const real *S0, const real *U0, const real *q, const real *k,
                         const real *v, const real *proj, GsaShape s) {
-    int D = s.G * s.dh;
-    real scale = 1.0f / sqrt_r((real)s.dh);
+    int D = s.G * s.dh, nc = gsa_chunks(s.T);
+    size_t state = (size_t)s.m * s.dh;
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int g = 0; g < s.G; g++) {
-            size_t bg = (size_t)b * s.G + g, state = (size_t)s.m * s.dh;
+            size_t bg = (size_t)b * s.G + g;
+            real *Sw = fox_malloc(state * sizeof(real)), *Uw = fox_malloc(state * sizeof(real));
+            int fresh = !S0;
+            if (S0) {
+                memcpy(Sw, S0 + bg * state, state * sizeof(real));
+                memcpy(Uw, U0 + bg * state, state * sizeof(real));
+            }
             for (int t = 0; t < s.T; t++) {
                 size_t n = (size_t)b * s.T + t, hd = n * D + (size_t)g * s.dh;
-                real *St = S + (bg * s.T + t) * state, *Ut = U + (bg * s.T + t) * state, *pt = P + (bg * s.T + t) * s.m;
-                const real *Sp = t ? St - state : S0 ? S0 + bg * state : NULL;
-                const real *Up = t ? Ut - state : U0 ? U0 + bg * state : NULL;
-                real mx = -INFINITY, sum = 0.0f;
-                for (int i = 0; i < s.m; i++) {
-                    real al = exp_r(gsa_log_alpha(proj, n, g, i, s)), dot = 0.0f;
-                    for (int j = 0; j < s.dh; j++) {
-                        size_t e = (size_t)i * s.dh + j;
-                        St[e] = (Sp ? al * Sp[e] : 0.0f) + (1.0f - al) * k[hd + j];
-                        Ut[e] = (Up ? al * Up[e] : 0.0f) + (1.0f - al) * v[hd + j];
-                        dot += St[e] * q[hd + j];
-                    }
-                    pt[i] = dot * scale;
-                    mx = pt[i] > mx ? pt[i] : mx;
-                }
-                for (int i = 0; i < s.m; i++) { pt[i] = exp_r(pt[i] - mx); sum += pt[i]; }
-                for (int i = 0; i < s.m; i++) pt[i] /= sum;
-                for (int j = 0; j < s.dh; j++) {
-                    real acc = 0.0f;
-                    for (int i = 0; i < s.m; i++) acc += Ut[(size_t)i * s.dh + j] * pt[i];
-                    o[hd + j] = acc;
+                gsa_update(Sw, Uw, fresh && !t ? NULL : Sw, fresh && !t ? NULL : Uw, k + hd, v + hd, proj, n, g, s);
+                gsa_read(o + hd, P + (bg * s.T + t) * s.m, Sw, Uw, q + hd, s);
+                if (t % FOX_GSA_CHUNK == FOX_GSA_CHUNK - 1 || t == s.T - 1) {
+                    memcpy(S + (bg * nc + t / FOX_GSA_CHUNK) * state, Sw, state * sizeof(real));
+                    memcpy(U + (bg * nc + t / FOX_GSA_CHUNK) * state, Uw, state * sizeof(real));
                 }
             }
+            free(Sw);
+            free(Uw);
         }
     }
 }
@@ -655,11 +687,12 @@ static void gsa_forward(real *o, real *S, real *U, real *P, const real *S0, cons
 // Backward of the above, back through time with the gradients of the current states dS, dU (m, dh):
 // at t, dU += p ⊗ do, ds = p ⊙ (U do − p·U do), dS += (ds/√dh) ⊗ q, dq = S ᵀ ds/√dh; then through the
 // update: dk = Σ_i (1 − α_i) dS_i, dv likewise, dα_i = Σ_j dS_ij (S_{t-1} − k)_j + dU_ij (U_{t-1} − v)_j,
-// and dS, dU ← α ⊙ dS, α ⊙ dU for t − 1. dq, dk, dv (N, D) are set; the slot-gate logits' gradient
-// dα · α / τ · σ(−logit) goes into dproj.
+// and dS, dU ← α ⊙ dS, α ⊙ dU for t − 1. Each chunk's states are recomputed from the kept state before it
+// (the same operations as the forward's, so the same values). dq, dk, dv (N, D) are set; the slot-gate
+// logits' gradient dα · α / τ · σ(−logit) goes into dproj.
 static void gsa_backward(real *dq, real *dk, real *dv, real *dproj, const real *d_o, const real *q, const real *k,
                          const real *v, const real *proj, const real *S, const real *U, const real *P, GsaShape s) {
-    int D = s.G * s.dh;
+    int D = s.G * s.dh, nc = gsa_chunks(s.T);
     real scale = 1.0f / sqrt_r((real)s.dh);
     size_t state = (size_t)s.m * s.dh;
     #pragma omp parallel for collapse(2)
@@ -668,48 +701,68 @@ static void gsa_backward(real *dq, real *dk, real *dv, real *dproj, const real *
             size_t bg = (size_t)b * s.G + g;
             real *dS = fox_calloc(state, sizeof(real)), *dU = fox_calloc(state, sizeof(real));
             real *ds = fox_malloc((size_t)s.m * sizeof(real));
-            for (int t = s.T - 1; t >= 0; t--) {
-                size_t n = (size_t)b * s.T + t, hd = n * D + (size_t)g * s.dh;
-                const real *St = S + (bg * s.T + t) * state, *Ut = U + (bg * s.T + t) * state, *pt = P + (bg * s.T + t) * s.m;
-                const real *Sp = t ? St - state : NULL, *Up = t ? Ut - state : NULL;
-                real pdp = 0.0f;
-                for (int i = 0; i < s.m; i++) {
-                    real dp = 0.0f;
-                    for (int j = 0; j < s.dh; j++) {
-                        size_t e = (size_t)i * s.dh + j;
-                        dp += Ut[e] * d_o[hd + j];
-                        dU[e] += pt[i] * d_o[hd + j];
-                    }
-                    ds[i] = dp;
-                    pdp += pt[i] * dp;
+            // Sc[j], Uc[j]: the states after token t0 + j − 1 of the chunk starting at t0 (Sc[0]: before it)
+            real *Sc = fox_calloc((FOX_GSA_CHUNK + 1) * state, sizeof(real));
+            real *Uc = fox_calloc((FOX_GSA_CHUNK + 1) * state, sizeof(real));
+            for (int c = nc - 1; c >= 0; c--) {
+                int t0 = c * FOX_GSA_CHUNK, t1 = t0 + FOX_GSA_CHUNK < s.T ? t0 + FOX_GSA_CHUNK : s.T;
+                if (c) {
+                    memcpy(Sc, S + (bg * nc + c - 1) * state, state * sizeof(real));
+                    memcpy(Uc, U + (bg * nc + c - 1) * state, state * sizeof(real));
+                } else {
+                    memset(Sc, 0, state * sizeof(real));
+                    memset(Uc, 0, state * sizeof(real));
                 }
-                for (int j = 0; j < s.dh; j++) dq[hd + j] = 0.0f;
-                for (int i = 0; i < s.m; i++) {
-                    real dsi = pt[i] * (ds[i] - pdp) * scale;
-                    for (int j = 0; j < s.dh; j++) {
-                        size_t e = (size_t)i * s.dh + j;
-                        dS[e] += dsi * q[hd + j];
-                        dq[hd + j] += St[e] * dsi;
-                    }
+                for (int t = t0; t < t1; t++) {
+                    size_t n = (size_t)b * s.T + t, hd = n * D + (size_t)g * s.dh, j = (size_t)(t - t0);
+                    gsa_update(Sc + (j + 1) * state, Uc + (j + 1) * state, t ? Sc + j * state : NULL,
+                               t ? Uc + j * state : NULL, k + hd, v + hd, proj, n, g, s);
                 }
-                for (int j = 0; j < s.dh; j++) dk[hd + j] = dv[hd + j] = 0.0f;
-                for (int i = 0; i < s.m; i++) {
-                    real la = gsa_log_alpha(proj, n, g, i, s), al = exp_r(la), dal = 0.0f;
-                    for (int j = 0; j < s.dh; j++) {
-                        size_t e = (size_t)i * s.dh + j;
-                        dk[hd + j] += (1.0f - al) * dS[e];
-                        dv[hd + j] += (1.0f - al) * dU[e];
-                        dal += dS[e] * ((Sp ? Sp[e] : 0.0f) - k[hd + j]) + dU[e] * ((Up ? Up[e] : 0.0f) - v[hd + j]);
-                        dS[e] *= al;
-                        dU[e] *= al;
+                for (int t = t1 - 1; t >= t0; t--) {
+                    size_t n = (size_t)b * s.T + t, hd = n * D + (size_t)g * s.dh, j = (size_t)(t - t0);
+                    const real *St = Sc + (j + 1) * state, *Ut = Uc + (j + 1) * state, *Sp = Sc + j * state;
+                    const real *Up = Uc + j * state, *pt = P + (bg * s.T + t) * s.m;
+                    real pdp = 0.0f;
+                    for (int i = 0; i < s.m; i++) {
+                        real dp = 0.0f;
+                        for (int jj = 0; jj < s.dh; jj++) {
+                            size_t e = (size_t)i * s.dh + jj;
+                            dp += Ut[e] * d_o[hd + jj];
+                            dU[e] += pt[i] * d_o[hd + jj];
+                        }
+                        ds[i] = dp;
+                        pdp += pt[i] * dp;
                     }
-                    size_t col = n * s.stride + s.slot_col + (size_t)g * s.m + i;
-                    dproj[col] += dal * al / s.tau * sigmoid_r(-proj[col]);
+                    for (int jj = 0; jj < s.dh; jj++) dq[hd + jj] = 0.0f;
+                    for (int i = 0; i < s.m; i++) {
+                        real dsi = pt[i] * (ds[i] - pdp) * scale;
+                        for (int jj = 0; jj < s.dh; jj++) {
+                            size_t e = (size_t)i * s.dh + jj;
+                            dS[e] += dsi * q[hd + jj];
+                            dq[hd + jj] += St[e] * dsi;
+                        }
+                    }
+                    for (int jj = 0; jj < s.dh; jj++) dk[hd + jj] = dv[hd + jj] = 0.0f;
+                    for (int i = 0; i < s.m; i++) {
+                        real al = exp_r(gsa_log_alpha(proj, n, g, i, s)), dal = 0.0f;
+                        for (int jj = 0; jj < s.dh; jj++) {
+                            size_t e = (size_t)i * s.dh + jj;
+                            dk[hd + jj] += (1.0f - al) * dS[e];
+                            dv[hd + jj] += (1.0f - al) * dU[e];
+                            dal += dS[e] * (Sp[e] - k[hd + jj]) + dU[e] * (Up[e] - v[hd + jj]);
+                            dS[e] *= al;
+                            dU[e] *= al;
+                        }
+                        size_t col = n * s.stride + s.slot_col + (size_t)g * s.m + i;
+                        dproj[col] += dal * al / s.tau * sigmoid_r(-proj[col]);
+                    }
                 }
             }
             free(dS);
             free(dU);
             free(ds);
+            free(Sc);
+            free(Uc);
         }
     }
 }
@@ -944,13 +997,14 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     residual_add(a->mid + layer_offset(l, D, B, T), x, y, (size_t)N * D);
 }
 
-// Block l's GSA state slices: S, U (B, G, T, m, dh) and P (B, G, T, m).
+// Block l's GSA state slices: S, U (B, G, gsa_chunks(T), m, dh) and P (B, G, T, m).
 typedef struct { real *S, *U, *P; } GsaLayer;
 
 static GsaLayer gsa_layer(Model *m, int l, int B, int T) {
+    if (B > m->B || T > m->T) fox_fatal("GSA batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
     size_t D = (size_t)m->cfg.d_model, slots = (size_t)m->cfg.gsa_slots, G = (size_t)m->cfg.gsa_heads;
-    GsaLayer gl = {m->a.gsa_S + layer_offset(l, slots * D, B, T), m->a.gsa_U + layer_offset(l, slots * D, B, T),
-                   m->a.gsa_p + layer_offset(l, G * slots, B, T)};
+    size_t kept = (size_t)l * B * gsa_chunks(T) * slots * D;
+    GsaLayer gl = {m->a.gsa_S + kept, m->a.gsa_U + kept, m->a.gsa_p + layer_offset(l, G * slots, B, T)};
     return gl;
 }
 
@@ -1307,7 +1361,7 @@ static void model_prefill(Model *m, const int *tokens, int T, real *logits) {
         GsaLayer gl = gsa_layer(m, l, B, T);
         size_t state = (size_t)c->gsa_slots * (D / c->gsa_heads), per_seq = (size_t)c->gsa_heads * state;
         for (int bg = 0; bg < B * c->gsa_heads; bg++) {
-            size_t from = ((size_t)bg * T + T - 1) * state, to = (size_t)l * B * per_seq + (size_t)bg * state;
+            size_t from = ((size_t)bg * gsa_chunks(T) + gsa_chunks(T) - 1) * state, to = (size_t)l * B * per_seq + (size_t)bg * state;
             memcpy(kc->gsa_S + to, gl.S + from, state * sizeof(real));
             memcpy(kc->gsa_U + to, gl.U + from, state * sizeof(real));
         }
