@@ -1077,7 +1077,7 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
     m->acp_live = m->acp_tiles = 0;
     memcpy(m->tokens, inputs, (size_t)N * sizeof(int));
-    if (m->doc_sep >= 0) fox_doc_first_blocks(m->doc_first, inputs, B, T, m->doc_sep);
+    if (m->doc_sep >= 0 && m->acp) fox_doc_first_blocks(m->doc_first, inputs, B, T, m->doc_sep);  // ACP's dead blocks
     embedding_forward(a->resid, inputs, param(m, FOX_P_wte, 0), N, D);
     for (int l = 0; l < L; l++) {
         if (c->arch == FOX_ARCH_GSA) gsa_block_forward(m, l, B, T);
