@@ -793,7 +793,7 @@ static void swiglu_forward(real *hout, const real *u, int N, int I) {
     for (int n = 0; n < N; n++) {
         for (int i = 0; i < I; i++) {
             real a = u[(size_t)n * 2 * I + i], b = u[(size_t)n * 2 * I + I + i];
-            hout[(size_t)n * I + i] = a * sigmoid_r(a) * b;
+            hout[(size_t)n * I + i] = swish_r(a) * b;
         }
     }
 }
