@@ -807,9 +807,13 @@ FIXTURE_DOC_P = 0.1
 # default 1e-8: with 1e-8 (and lr 1e-2) the 10-step trajectory of this tiny model is chaotic,
 # PyTorch's own float32 run then differs from its float64 run by 7e-5 in loss and 9% in weights,
 # so no float32 implementation could be held to a tight tolerance. With these values torch
-# float32 stays within 1e-7 (loss) and 1e-4 (weights) of float64. The clip of 0.9 makes some
-# steps of every fixture clip and others not.
-TRAIN_HPARAMS = dict(lr=3e-3, min_lr=3e-4, warmup_steps=3, total_steps=10, weight_decay=0.1,
+# float32 stays within 1e-7 (loss) and 1e-4 (weights) of float64. The lr is 2e-3, not 3e-3: at 3e-3
+# the GPU fixtures' trajectories were ill-conditioned too (transformer-pro-docmask at d 256: a
+# relative 2e-3 perturbation of the starting weights, one bf16 rounding, moved the float64
+# reference's own 10-step grad norms by 2.3e-2 relative, more than the GPU test's tolerance; at 2e-3
+# at most 2.3e-3 over the docmask and transformer-pro fixtures at d 128 and 256, at 1e-3 below 1.2e-3).
+# With the clip of 0.9 both paths run: across the fixtures some steps clip and others do not.
+TRAIN_HPARAMS = dict(lr=2e-3, min_lr=3e-4, warmup_steps=3, total_steps=10, weight_decay=0.1,
                      grad_clip=0.9, beta1=0.9, beta2=0.95, eps=1e-6, accum=2)
 
 
