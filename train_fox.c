@@ -451,13 +451,14 @@ static void rope_rotate(real *v, int t, int Dh, real theta, int inverse) {
     }
 }
 
-// RoPE in place on (N, D), position t of each sequence.
-static void rope_apply(real *x, SeqShape s, real theta, int inverse) {
+// RoPE in place on (N, D), position pos0 + t of each sequence's row t.
+static void rope_apply(real *x, SeqShape s, real theta, int inverse, int pos0) {
     int D = s.H * s.Dh;
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++)
         for (int t = 0; t < s.T; t++)
-            for (int h = 0; h < s.H; h++) rope_rotate(x + ((size_t)b * s.T + t) * D + (size_t)h * s.Dh, t, s.Dh, theta, inverse);
+            for (int h = 0; h < s.H; h++)
+                rope_rotate(x + ((size_t)b * s.T + t) * D + (size_t)h * s.Dh, pos0 + t, s.Dh, theta, inverse);
 }
 
 // log f_t of head h (FoX eq. 20; docs/model.md §1.1 for the gate kinds) from one row of proj: 0 without a
@@ -512,19 +513,27 @@ static int first_key(const int *kv_first, int bh, int i, SeqShape s) {
     return kv_first ? kv_first[(size_t)bh * fox_acp_blocks(s.T) + i / FOX_ACP_BLOCK] * FOX_ACP_BLOCK : 0;
 }
 
-// One query row of Forgetting Attention with an online softmax over keys j in [j0, j1] (rows ld apart
-// in k and v): o = Σ_j exp(s_j) v_j / Σ_j exp(s_j), s_j = q·k_j/√d + ci − c[j] (c NULL: no bias).
-// Returns the log-sum-exp of the s_j.
-static real attend_row(real *o, const real *qi, const real *k, const real *v, size_t ld, const creal *c, creal ci,
-                       int j0, int j1, int Dh) {
-    real scale = 1.0f / sqrt_r((real)Dh), mx = -INFINITY, l = 0.0f;
+// One query's online softmax, fed keys in one or more runs (attend_keys), then closed (attend_finish):
+// the running maximum score and the sum of exp(s_j − mx); o holds Σ_j exp(s_j − mx) v_j meanwhile.
+typedef struct { real mx, l; } Softmax;
+
+static Softmax attend_start(real *o, int Dh) {
     memset(o, 0, (size_t)Dh * sizeof(real));
+    Softmax sm = {-INFINITY, 0.0f};
+    return sm;
+}
+
+// Adds keys j in [j0, j1] (rows ld apart in k and v) to the query's softmax: s_j = q·k_j/√d + ci − c[j], or
+// + bias0 for every key when c is NULL.
+static void attend_keys(real *o, Softmax *sm, const real *qi, const real *k, const real *v, size_t ld, const creal *c,
+                        creal ci, real bias0, int j0, int j1, int Dh) {
+    real scale = 1.0f / sqrt_r((real)Dh), mx = sm->mx, l = sm->l;
     for (int j = j0; j <= j1; j++) {
         const real *kj = k + (size_t)j * ld, *vj = v + (size_t)j * ld;
         real dot = 0.0f;
         #pragma omp simd reduction(+:dot)
         for (int d = 0; d < Dh; d++) dot += qi[d] * kj[d];
-        real sc = dot * scale + (c ? (real)(ci - c[j]) : 0.0f);
+        real sc = dot * scale + (c ? (real)(ci - c[j]) : bias0);
         if (sc > mx) {
             real r = exp_r(mx - sc);
             l *= r;
@@ -535,8 +544,23 @@ static real attend_row(real *o, const real *qi, const real *k, const real *v, si
         l += p;
         for (int d = 0; d < Dh; d++) o[d] += p * vj[d];
     }
-    for (int d = 0; d < Dh; d++) o[d] /= l;
-    return mx + log_r(l);
+    sm->mx = mx;
+    sm->l = l;
+}
+
+// o = Σ_j exp(s_j) v_j / Σ_j exp(s_j); returns the log-sum-exp of the s_j.
+static real attend_finish(real *o, Softmax sm, int Dh) {
+    for (int d = 0; d < Dh; d++) o[d] /= sm.l;
+    return sm.mx + log_r(sm.l);
+}
+
+// One query row of Forgetting Attention over keys j in [j0, j1] (rows ld apart in k and v):
+// o = Σ_j exp(s_j) v_j / Σ_j exp(s_j), s_j = q·k_j/√d + ci − c[j] (c NULL: no bias). Returns the log-sum-exp.
+static real attend_row(real *o, const real *qi, const real *k, const real *v, size_t ld, const creal *c, creal ci,
+                       int j0, int j1, int Dh) {
+    Softmax sm = attend_start(o, Dh);
+    attend_keys(o, &sm, qi, k, v, ld, c, ci, 0.0f, j0, j1, Dh);
+    return attend_finish(o, sm, Dh);
 }
 
 // Forgetting Attention (FoX eq. 11-13), causal, row by row (attend_row):
@@ -954,8 +978,9 @@ static void attention_output(Model *m, int l, real *z, real *on, real *on_rstd, 
     else memcpy(z, on, (size_t)N * D * sizeof(real));
 }
 
-// Forward of block l's attention: resid[l] → mid[l].
-static void attention_block_forward(Model *m, int l, int B, int T) {
+// Block l's attention inputs from resid[l] (FoX eq. 14-20): xn, proj, the shifted keys and values, q and k
+// after QK-norm and RoPE, and c.
+static void attention_inputs_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
@@ -963,7 +988,6 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     SeqShape s = seq_shape(m, B, T, NIN);
     AttnLayer al = attn_layer(m, l, B, T);
     real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks, *v = al.v, *q = al.q, *k = al.k;
-    real *lse = al.lse, *o = al.o, *on = al.on, *z = al.z;
 
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
     rmsnorm_forward(xn, a->ln1_rstd + layer_offset(l, 1, B, T), x, param(m, FOX_P_ln1_w, l), ln);
@@ -985,16 +1009,30 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
         memcpy(k, ks, (size_t)N * D * sizeof(real));
     }
     if (c->rope) {
-        rope_apply(q, s, c->rope_theta, 0);
-        rope_apply(k, s, c->rope_theta, 0);
+        rope_apply(q, s, c->rope_theta, 0, 0);
+        rope_apply(k, s, c->rope_theta, 0, 0);
     }
-    int has_c = model_has_c(m);
-    if (has_c) forget_gate_forward(al.c, proj, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, s);
-    attention_forward(o, lse, q, k, v, has_c ? al.c : NULL, acp_tables(m, l, al.c, q, k, s, 1), s);
-    attention_output(m, l, z, on, a->on_rstd + layer_offset(l, H, B, T), o, proj, N);
+    if (model_has_c(m)) forget_gate_forward(al.c, proj, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, s);
+}
+
+// Block l's attention output from o (FoX eq. 21-23): mid[l] = resid[l] + W_o z.
+static void attention_output_forward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    int N = B * T, D = c->d_model;
+    AttnLayer al = attn_layer(m, l, B, T);
+    attention_output(m, l, al.z, al.on, m->a.on_rstd + layer_offset(l, c->n_head, B, T), al.o, al.proj, N);
     real *y = m->s.dz;  // scratch: the projection, before the residual add
-    matmul_forward(y, z, param(m, FOX_P_attn_out_w, l), N, D, D);
-    residual_add(a->mid + layer_offset(l, D, B, T), x, y, (size_t)N * D);
+    matmul_forward(y, al.z, param(m, FOX_P_attn_out_w, l), N, D, D);
+    residual_add(m->a.mid + layer_offset(l, D, B, T), al.x, y, (size_t)N * D);
+}
+
+// Forward of block l's attention: resid[l] → mid[l].
+static void attention_block_forward(Model *m, int l, int B, int T) {
+    SeqShape s = seq_shape(m, B, T, m->cols.width);
+    AttnLayer al = attn_layer(m, l, B, T);
+    attention_inputs_forward(m, l, B, T);
+    attention_forward(al.o, al.lse, al.q, al.k, al.v, model_has_c(m) ? al.c : NULL, acp_tables(m, l, al.c, al.q, al.k, s, 1), s);
+    attention_output_forward(m, l, B, T);
 }
 
 // Block l's GSA state slices: S, U (B, G, gsa_chunks(T), m, dh) and P (B, G, T, m).
@@ -1092,23 +1130,28 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
 
 static void zero(real *p, size_t n) { memset(p, 0, n * sizeof(real)); }
 
+// Backward of mlp_forward on N rows: dres holds dL/d out on entry, dL/d x on exit; dh, du, dxn: scratch.
+static void mlp_backward(Model *m, int l, real *dres, const real *x, const real *xn, const real *rstd, const real *u,
+                         const real *h, real *dh, real *du, real *dxn, int N) {
+    int D = m->cfg.d_model, I = m->cfg.mlp_hidden;
+    zero(dh, (size_t)N * I);
+    zero(du, (size_t)N * 2 * I);
+    zero(dxn, (size_t)N * D);
+    matmul_backward(dh, grad(m, FOX_P_mlp_out_w, l), dres, h, param(m, FOX_P_mlp_out_w, l), N, I, D);
+    swiglu_backward(du, dh, u, N, I);
+    matmul_backward(dxn, grad(m, FOX_P_mlp_in_w, l), du, xn, param(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
+    NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
+    rmsnorm_backward(dres, grad(m, FOX_P_ln2_w, l), dxn, x, rstd, param(m, FOX_P_ln2_w, l), ln);
+}
+
 // Backward of block l's MLP: d.dres holds dL/d resid[l+1] on entry, dL/d mid[l] on exit.
 static void mlp_block_backward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     Scratch *g = &m->s;
-    int N = B * T, D = c->d_model, I = c->mlp_hidden;
-    real *x = a->mid + layer_offset(l, D, B, T), *xn = a->xn2 + layer_offset(l, D, B, T);
-    real *mlp_u = a->mlp_u + layer_offset(l, 2 * (size_t)I, B, T), *mlp_h = a->mlp_h + layer_offset(l, I, B, T);
-    zero(g->dh, (size_t)N * I);
-    zero(g->du, (size_t)N * 2 * I);
-    zero(g->dxn, (size_t)N * D);
-    matmul_backward(g->dh, grad(m, FOX_P_mlp_out_w, l), g->dres, mlp_h, param(m, FOX_P_mlp_out_w, l), N, I, D);
-    swiglu_backward(g->du, g->dh, mlp_u, N, I);
-    matmul_backward(g->dxn, grad(m, FOX_P_mlp_in_w, l), g->du, xn, param(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
-    NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_backward(g->dres, grad(m, FOX_P_ln2_w, l), g->dxn, x, a->ln2_rstd + layer_offset(l, 1, B, T),
-                     param(m, FOX_P_ln2_w, l), ln);
+    size_t D = (size_t)m->cfg.d_model, I = (size_t)m->cfg.mlp_hidden;
+    mlp_backward(m, l, g->dres, a->mid + layer_offset(l, D, B, T), a->xn2 + layer_offset(l, D, B, T),
+                 a->ln2_rstd + layer_offset(l, 1, B, T), a->mlp_u + layer_offset(l, 2 * I, B, T),
+                 a->mlp_h + layer_offset(l, I, B, T), g->dh, g->du, g->dxn, B * T);
 }
 
 // Backward of block l's GSA: d.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
@@ -1142,22 +1185,34 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
                      param(m, FOX_P_ln1_w, l), ln);
 }
 
-// Backward of block l's attention: d.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
-static void attention_block_backward(Model *m, int l, int B, int T) {
+// Backward of attention_output and W_o on N rows: dy = dL/d(W_o z) → d_o = dL/d o; the output gate's logit
+// gradients into dproj (at column cols.gate). dz, don: scratch; dz, don and d_o are overwritten.
+static void attention_output_backward(Model *m, int l, real *d_o, real *don, real *dz, real *dproj, const real *dy,
+                                      const real *z, const real *on, const real *on_rstd, const real *o,
+                                      const real *proj, int N) {
     const FoxConfig *c = &m->cfg;
-    Acts *a = &m->a;
-    Scratch *g = &m->s;
-    int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
-    AttnCols cols = m->cols;
-    SeqShape s = seq_shape(m, B, T, NIN);
-    AttnLayer al = attn_layer(m, l, B, T);
-    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks, *v = al.v, *q = al.q, *k = al.k;
-    real *lse = al.lse, *o = al.o, *on = al.on, *z = al.z;
-    int has_fg = c->forget_gate != FOX_FG_NONE;
+    int D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
+    zero(dz, (size_t)N * D);
+    zero(don, (size_t)N * D);
+    zero(d_o, (size_t)N * D);
+    matmul_backward(dz, grad(m, FOX_P_attn_out_w, l), dy, z, param(m, FOX_P_attn_out_w, l), N, D, D);
+    if (c->output_gate) output_gate_backward(don, dproj, dz, on, proj, m->cols.gate, N, D, NIN);
+    else memcpy(don, dz, (size_t)N * D * sizeof(real));
+    if (c->output_norm) {
+        NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
+        rmsnorm_backward(d_o, grad(m, FOX_P_onorm_w, l), don, o, on_rstd, param(m, FOX_P_onorm_w, l), os);
+    } else {
+        memcpy(d_o, don, (size_t)N * D * sizeof(real));
+    }
+}
 
-    zero(g->dz, (size_t)N * D);
-    zero(g->don, (size_t)N * D);
-    zero(g->d_o, (size_t)N * D);
+// The first part of block l's attention backward: every gradient scratch zeroed, then d.dres = dL/d mid[l]
+// back through W_o and the output norm and gate into d_o (and the gate's columns of dproj).
+static void attention_output_block_backward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Scratch *g = &m->s;
+    int N = B * T, D = c->d_model, H = c->n_head, NIN = m->cols.width;
+    AttnLayer al = attn_layer(m, l, B, T);
     zero(g->dproj, (size_t)N * NIN);
     zero(g->dq, (size_t)N * D);
     zero(g->dk, (size_t)N * D);
@@ -1165,25 +1220,28 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     zero(g->dv, (size_t)N * D);
     zero(g->dc, (size_t)N * H);
     zero(g->dxn, (size_t)N * D);
+    attention_output_backward(m, l, g->d_o, g->don, g->dz, g->dproj, g->dres, al.z, al.on,
+                              m->a.on_rstd + layer_offset(l, H, B, T), al.o, al.proj, N);
+}
 
-    matmul_backward(g->dz, grad(m, FOX_P_attn_out_w, l), g->dres, z, param(m, FOX_P_attn_out_w, l), N, D, D);
-    if (c->output_gate) output_gate_backward(g->don, g->dproj, g->dz, on, proj, cols.gate, N, D, NIN);
-    else memcpy(g->don, g->dz, (size_t)N * D * sizeof(real));
-    if (c->output_norm) {
-        NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
-        rmsnorm_backward(g->d_o, grad(m, FOX_P_onorm_w, l), g->don, o, a->on_rstd + layer_offset(l, H, B, T),
-                         param(m, FOX_P_onorm_w, l), os);
-    } else {
-        memcpy(g->d_o, g->don, (size_t)N * D * sizeof(real));
-    }
-    attention_backward(g->dq, g->dk, g->dv, has_fg ? g->dc : NULL, g->d_o, q, k, v, o, lse,
-                       model_has_c(m) ? al.c : NULL, acp_tables(m, l, al.c, q, k, s, 0), s);
-    if (has_fg)
+// The last part of block l's attention backward, from dq, dk, dv and dc (the forget gate's c): through the
+// gate, RoPE, QK-norm, KV-shift, attn_in_w and the norm into d.dres = dL/d resid[l] (the residual's term
+// included).
+static void attention_inputs_backward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    Scratch *g = &m->s;
+    int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
+    AttnCols cols = m->cols;
+    SeqShape s = seq_shape(m, B, T, NIN);
+    AttnLayer al = attn_layer(m, l, B, T);
+    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks;
+    if (c->forget_gate != FOX_FG_NONE)
         forget_gate_backward(g->dproj, grad(m, FOX_P_fgate_b, l), g->dc, proj, param(m, FOX_P_fgate_b, l),
                              cols.fgate, c->forget_gate, s);
     if (c->rope) {
-        rope_apply(g->dq, s, c->rope_theta, 1);
-        rope_apply(g->dk, s, c->rope_theta, 1);
+        rope_apply(g->dq, s, c->rope_theta, 1, 0);
+        rope_apply(g->dk, s, c->rope_theta, 1, 0);
     }
     if (c->qk_norm) {
         int wstride = c->qk_norm_shared ? 0 : Dh;
@@ -1207,6 +1265,17 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
     rmsnorm_backward(g->dres, grad(m, FOX_P_ln1_w, l), g->dxn, x, a->ln1_rstd + layer_offset(l, 1, B, T),
                      param(m, FOX_P_ln1_w, l), ln);
+}
+
+// Backward of block l's attention: d.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
+static void attention_block_backward(Model *m, int l, int B, int T) {
+    Scratch *g = &m->s;
+    SeqShape s = seq_shape(m, B, T, m->cols.width);
+    AttnLayer al = attn_layer(m, l, B, T);
+    attention_output_block_backward(m, l, B, T);
+    attention_backward(g->dq, g->dk, g->dv, m->cfg.forget_gate != FOX_FG_NONE ? g->dc : NULL, g->d_o, al.q, al.k, al.v,
+                       al.o, al.lse, model_has_c(m) ? al.c : NULL, acp_tables(m, l, al.c, al.q, al.k, s, 0), s);
+    attention_inputs_backward(m, l, B, T);
 }
 
 // Backward of the last model_forward (with targets), adding dloss_scale·∂(mean loss)/∂θ into grads.
