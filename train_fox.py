@@ -233,6 +233,11 @@ def head_dim(c):
     return c["d_model"] // c["n_head"]
 
 
+def fox_arch_name(arch):
+    """fox_arch_name of fox/config.h."""
+    return {ARCH_GSA: "GSA", ARCH_FAM: "FAM"}.get(arch, "attention")
+
+
 # [(name, rows symbol "D"/"H", C condition on the config c)], the row blocks of attn_in_w in order.
 ATTN_IN_ROWS = _macro_entries(_CONFIG_H, "FOX_ATTN_IN_ROWS", "R")
 
@@ -1439,6 +1444,175 @@ def gsa_layer_loop(c, W, xn):
     return z @ W["attn_out_w"].T
 
 
+class _FamLoopParts:
+    """The per-row pieces of fam_layer_loop and fam_prompt_loop for config c and one layer's tensors W (the
+    fox.c layout), in numpy float64 and plain Python loops."""
+
+    def __init__(self, c, W):
+        self.c, self.W, self.rows = c, W, attn_in_slices(c)
+        self.H, self.Dh, self.D = c["n_head"], head_dim(c), c["d_model"]
+
+    @staticmethod
+    def rms(z, w, e):
+        return z / math.sqrt(sum(a * a for a in z) / len(z) + e) * w
+
+    @staticmethod
+    def sigmoid(z):
+        return 1.0 / (1.0 + math.exp(-z))
+
+    def project(self, row):
+        """attn_in_w RMSNorm(row)."""
+        return self.W["attn_in_w"] @ self.rms(row, self.W["ln1_w"].reshape(-1), FOX["FOX_NORM_EPS"])
+
+    def heads(self, pr, pos, k_in=None, v_in=None):
+        """[(q, k, v)] per head from one row's projection pr at position pos (k_in, v_in: the KV-shifted
+        ones, tokens only): QK-norm, then RoPE."""
+        c, Dh, out = self.c, self.Dh, []
+        for h in range(self.H):
+            hd = slice(h * Dh, (h + 1) * Dh)
+            q, k = pr[self.rows["q"]][hd], (pr[self.rows["k"]] if k_in is None else k_in)[hd]
+            v = (pr[self.rows["v"]] if v_in is None else v_in)[hd]
+            if c["qk_norm"]:
+                wq, wk = self.W["qnorm_w"].reshape(-1), self.W["knorm_w"].reshape(-1)
+                if not c["qk_norm_shared"]:
+                    wq, wk = wq[hd], wk[hd]
+                q, k = self.rms(q, wq, FOX["FOX_QK_NORM_EPS"]), self.rms(k, wk, FOX["FOX_QK_NORM_EPS"])
+            if c["rope"]:
+                q, k = q.copy(), k.copy()
+                for d in range(Dh // 2):
+                    th = pos * c["rope_theta"] ** (-2.0 * d / Dh)
+                    for z in (q, k):
+                        a, b = z[d], z[d + Dh // 2]
+                        z[d], z[d + Dh // 2] = a * math.cos(th) - b * math.sin(th), b * math.cos(th) + a * math.sin(th)
+            out.append((q, k, v))
+        return out
+
+    def attend(self, q, keys):
+        """keys: [(k, v, decay)]; the weights are decay * exp(q.k / sqrt(Dh)), normalised."""
+        num, den = np.zeros(self.Dh), 0.0
+        for k, v, decay in keys:
+            wgt = decay * math.exp(q @ k / math.sqrt(self.Dh))
+            num, den = num + wgt * v, den + wgt
+        return num / den
+
+    def residual_out(self, res, o, pr):
+        """res + W_o(eq. 21-23 on the heads' outputs o), then + the MLP of that."""
+        c, Dh, z = self.c, self.Dh, np.zeros(self.D)
+        for h in range(self.H):
+            hd = slice(h * Dh, (h + 1) * Dh)
+            oh = self.rms(o[h], self.W["onorm_w"].reshape(-1)[hd], FOX["FOX_NORM_EPS"]) if c["output_norm"] else o[h]
+            if c["output_gate"]:
+                oh = oh * np.array([self.sigmoid(g) for g in pr[self.rows["gate"]][hd]])
+            z[hd] = oh
+        hh = res + self.W["attn_out_w"] @ z
+        u = self.W["mlp_in_w"] @ self.rms(hh, self.W["ln2_w"].reshape(-1), FOX["FOX_NORM_EPS"])
+        I = len(u) // 2
+        return hh + self.W["mlp_out_w"] @ np.array([u[i] / (1.0 + math.exp(-u[i])) * u[I + i] for i in range(I)])
+
+
+def fam_layer_loop(c, W, x, memory):
+    """One TransformerFAM layer for one sequence, query by query in numpy float64 from the FAM paper's
+    Algorithm 2 and docs/model.md §1.10, rather than by masked matrices. x (T, D): the residual stream
+    entering the layer; memory (M, D): its first memory F_0; W: the layer's tensors in the fox.c layout.
+    Every query lists its keys explicitly, each key with the time of the token whose c it carries (the
+    memory's keys: the token before their block, -1 before the first; the memory's queries: the block's
+    last token); the decay from key time tk to query time tq is the product of the gates f_l, tk < l <= tq
+    (eq. 11's product form). Returns the layer's output (T, D)."""
+    T, D = x.shape
+    K, M, Wb = c["fam_block"], c["fam_memory"], c["fam_window_blocks"]
+    P = _FamLoopParts(c, W)
+    H, Dh, rows = P.H, P.Dh, P.rows
+    proj = [P.project(x[t]) for t in range(T)]
+    fs = [[1.0] * T for _ in range(H)]
+    if c["forget_gate"] != FG_NONE:
+        for h in range(H):
+            for t in range(T):
+                dd = proj[t][rows["fgate"]][h] if c["forget_gate"] == FG_DATA_DEPENDENT else 0.0
+                fs[h][t] = P.sigmoid(W["fgate_b"].reshape(-1)[h] + dd)
+
+    def decay(h, tk, tq):
+        return math.prod(fs[h][tk + 1:tq + 1])
+
+    tok = []
+    for t in range(T):
+        k_in = v_in = None
+        if c["kv_shift"]:
+            ak = np.repeat([P.sigmoid(a) for a in proj[t][rows["k_shift"]]], Dh)
+            av = np.repeat([P.sigmoid(a) for a in proj[t][rows["v_shift"]]], Dh)
+            k_prev = proj[t - 1][rows["k"]] if t else np.zeros(D)
+            v_prev = proj[t - 1][rows["v"]] if t else np.zeros(D)
+            k_in, v_in = ak * k_prev + (1 - ak) * proj[t][rows["k"]], av * v_prev + (1 - av) * proj[t][rows["v"]]
+        tok.append(P.heads(proj[t], t, k_in, v_in))
+    F_mem, out = memory.copy(), np.zeros((T, D))
+    for tau in range((T + K - 1) // K):
+        t0, t1 = tau * K, min(T, tau * K + K)
+        fproj = [P.project(F_mem[i]) for i in range(M)]
+        mem = [P.heads(fproj[i], t0 - M + i) for i in range(M)]
+        for t in range(t0, t1):
+            o = [P.attend(tok[t][h][0], [(mem[i][h][1], mem[i][h][2], decay(h, t0 - 1, t)) for i in range(M)] +
+                          [(tok[j][h][1], tok[j][h][2], decay(h, j, t)) for j in range(max(0, t0 - Wb * K), t + 1)])
+                 for h in range(H)]
+            out[t] = P.residual_out(x[t], o, proj[t])
+        if t1 - t0 == K:
+            new = []
+            for i in range(M):
+                o = [P.attend(mem[i][h][0], [(mem[j][h][1], mem[j][h][2], decay(h, t0 - 1, t1 - 1)) for j in range(M)] +
+                              [(tok[j][h][1], tok[j][h][2], decay(h, j, t1 - 1)) for j in range(t0, t1)])
+                     for h in range(H)]
+                new.append(P.residual_out(F_mem[i] if tau else np.zeros(D), o, fproj[i]))
+            F_mem = np.array(new)
+    return out
+
+
+def fam_prompt_loop(c, W, g):
+    """The prompt's rows g (M, D) through one layer, in numpy float64 (FAM paper B.1): each row, at position
+    i - M, attends to all M rows with no decay; then the residual and the MLP."""
+    M = g.shape[0]
+    P = _FamLoopParts(c, W)
+    proj = [P.project(g[i]) for i in range(M)]
+    qkv = [P.heads(proj[i], i - M) for i in range(M)]
+    return np.array([P.residual_out(g[i], [P.attend(qkv[i][h][0], [(qkv[j][h][1], qkv[j][h][2], 1.0) for j in range(M)])
+                                            for h in range(P.H)], proj[i]) for i in range(M)])
+
+
+def fam_checks():
+    """Yields (name, ok, detail): the TransformerFAM checks of selfcheck (float64 throughout)."""
+    for name in ("transformer-fam", "fox-fam"):
+        c = fixture_config(name)
+        params = perturbed_params(c, init_params(c, FIXTURE_SEED))
+        params["fam_init"] = params["fam_init"] * 25  # a memory at the residual stream's scale matters more
+        model = FoxModel(c, params, torch.float64)
+        layer = {n: a[1] for n, a in params.items() if a.ndim == 3}
+        rng = np.random.default_rng(31)
+        T = 2 * c["fam_block"] + 5  # two memory updates and a partial block
+        x = rng.standard_normal((1, T, c["d_model"]))
+        memory = rng.standard_normal((c["fam_memory"], c["d_model"]))
+        with torch.no_grad():
+            fast = model.fam_layer(1, torch.from_numpy(x), torch.from_numpy(memory))[0].numpy()
+        slow = fam_layer_loop(c, layer, x[0], memory)
+        err = np.abs(fast - slow).max() / np.abs(slow).max()
+        yield ("FAM layer (the block's concatenation and mask) vs the query-by-query loop form, T %d: %s" % (T, name),
+               err < 1e-12, "max rel err %.2e" % err)
+
+        with torch.no_grad():
+            fast = model.fam_prompt_layer(1, torch.from_numpy(memory)).numpy()
+        slow = fam_prompt_loop(c, layer, memory)
+        err = np.abs(fast - slow).max() / np.abs(slow).max()
+        yield "FAM prompt through a layer vs its loop form: " + name, err < 1e-12, "max rel err %.2e" % err
+
+        # causality: the logits before position p do not depend on the tokens from p on (at, around and inside
+        # block boundaries: the memory after a block must reach only the blocks after it)
+        idx = torch.from_numpy(rng.integers(0, c["vocab_size"], (1, 3 * c["fam_block"] + 3)))
+        with torch.no_grad():
+            base = model(idx)
+            worst = 0.0
+            for p in (1, c["fam_block"] - 1, c["fam_block"], c["fam_block"] + 1, 2 * c["fam_block"] + 2):
+                other = idx.clone()
+                other[0, p:] = (other[0, p:] + 1) % c["vocab_size"]
+                worst = max(worst, (model(other)[0, :p] - base[0, :p]).abs().max().item())
+        yield "FAM causality: logits before p unchanged by the tokens from p on, " + name, worst == 0.0, "max diff %.1e" % worst
+
+
 def gsa_checks():
     """Yields (name, ok, detail): the GSA checks of selfcheck (float64 throughout)."""
     def rel(a, b):
@@ -1543,6 +1717,8 @@ def selfcheck_results():
     # chunked form, chunk 5, vs the paper's slot-memory recurrence).
     for name, _, _ in FIXTURES:
         c = fixture_config(name)
+        if c["arch"] == ARCH_FAM:  # a FAM layer is more than its token mixer: fam_checks
+            continue
         sep = fixture_doc_sep(name)
         params = perturbed_params(c, init_params(c, FIXTURE_SEED))
         model = FoxModel(c, params, torch.float64, doc_sep=sep, gsa_chunk=5)  # GSA: 3 chunks
@@ -1563,13 +1739,13 @@ def selfcheck_results():
         c = make_config(preset, **FIXTURE_SHAPE)
         params = perturbed_params(c, init_params(c, FIXTURE_SEED))
         sep = FIXTURE_DOC_SEP
-        if c["arch"] == ARCH_GSA:  # no document mask for GSA: FoxModel refuses one
+        if c["arch"] != ARCH_ATTENTION:  # no document mask for GSA or FAM: FoxModel refuses one
             try:
                 FoxModel(c, params, torch.float64, doc_sep=sep)
                 refused = False
             except ValueError:
                 refused = True
-            yield "document mask: refused with GSA, " + preset, refused, ""
+            yield "document mask: refused with %s, %s" % (fox_arch_name(c["arch"]), preset), refused, ""
             continue
         model = FoxModel(c, params, torch.float64, doc_sep=sep)
         rng = np.random.default_rng(13)
@@ -1624,6 +1800,7 @@ def selfcheck_results():
                "%d probes, rel err %.2e" % (len(probes), err))
 
     yield from gsa_checks()
+    yield from fam_checks()
 
     # AdamW against torch.optim.AdamW, 3 steps at varying lr.
     torch.manual_seed(0)
