@@ -127,7 +127,8 @@ static void test_fixture(const char *dir, const char *name, size_t logits_bytes)
     fixture_load(&fx, path);
     FoxConfig c = fixture_config(&fx);
     if (c.arch != FOX_ARCH_ATTENTION) {
-        printf("SKIP %s: Gated Slot Attention has no GPU kernels yet (train_fox_cpu trains it)\n", name);
+        printf("SKIP %s: %s has no GPU kernels yet (train_fox_cpu trains it)\n", name,
+               c.arch == FOX_ARCH_GSA ? "Gated Slot Attention" : "TransformerFAM");
         fixture_free(&fx);
         return;
     }
