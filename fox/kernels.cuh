@@ -176,13 +176,16 @@ __device__ __forceinline__ void store_bf16x4(bf16 *p, float a, float b, float c,
     *(uint2 *)p = u;
 }
 
+// A lane's part of Σ x² and the row's rstd from the lanes' parts: the forward and the backward (which rewrites
+// the forward's output) take them from here, so their rstd agree bitwise.
+__device__ __forceinline__ float sumsq4(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
+
+__device__ __forceinline__ float rstd_of(float ss, int D, float eps) { return 1.0f / sqrtf(warp_sum(ss) / D + eps); }
+
 __device__ __forceinline__ float row_rstd(const float4 *x, int D4, int lane, float eps) {
     float ss = 0.0f;
-    for (int i = lane; i < D4; i += 32) {
-        float4 a = x[i];
-        ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-    }
-    return 1.0f / sqrtf(warp_sum(ss) / (4 * D4) + eps);
+    for (int i = lane; i < D4; i += 32) ss += sumsq4(x[i]);
+    return rstd_of(ss, 4 * D4, eps);
 }
 
 // Paper: the pre-norm RMSNorm of each block and the final norm (docs/model.md §1). CPU: rmsnorm_forward.
@@ -200,8 +203,8 @@ __global__ void rmsnorm_forward_kernel(bf16 *out, const float *in, const float *
 
 // dx = rstd·(dy⊙w − x̂·mean(dy⊙w⊙x̂)) with rstd recomputed from x; dres = dx (+ dres when accumulate),
 // also as bf16 (the next GEMM's operand). xn (NULL: not written): the forward's output RMSNorm(x)⊙w again,
-// bitwise (row_rstd, the same products), for the weight-gradient GEMM that follows, so the forward need not
-// keep it per block. dw's block partials: each warp adds dy⊙x̂ of its rows into its own shared-memory row (a
+// bitwise (sumsq4 and rstd_of, the same products), for the weight-gradient GEMM that follows, so the forward
+// need not keep it per block. dw's block partials: each warp adds dy⊙x̂ of its rows into its own shared-memory row (a
 // lane owns its columns), then the block adds its warps in order into part[blockIdx.x]. Dynamic shared
 // memory: FOX_WARPS·D floats.
 // CPU: rmsnorm_backward (and the ln weight's column sums).
@@ -214,12 +217,13 @@ __global__ void rmsnorm_backward_kernel(float *dres, bf16 *dres_bf, bf16 *xn, fl
     int r1 = min(N, (int)(blockIdx.x + 1) * NORM_BLOCK_ROWS);
     for (int row = blockIdx.x * NORM_BLOCK_ROWS + warp; row < r1; row += FOX_WARPS) {
         const float4 *x = (const float4 *)(in + (size_t)row * D), *g = (const float4 *)(dy + (size_t)row * D);
-        float rs = row_rstd(x, D4, lane, eps), gwx = 0.0f;
+        float ss = 0.0f, gwx = 0.0f;
         for (int i = lane; i < D4; i += 32) {
             float4 a = x[i], b = g[i], c = load_w4(w, i);
+            ss += sumsq4(a);
             gwx += b.x * c.x * a.x + b.y * c.y * a.y + b.z * c.z * a.z + b.w * c.w * a.w;
         }
-        float dot = rs * warp_sum(gwx) / D;
+        float rs = rstd_of(ss, 4 * D4, eps), dot = rs * warp_sum(gwx) / D;
         float4 *r = (float4 *)(dres + (size_t)row * D);
         for (int i = lane; i < D4; i += 32) {
             float4 a = x[i], b = g[i], c = load_w4(w, i), o = accumulate ? r[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);

@@ -171,9 +171,10 @@ static void run(const char *name, const std::vector<Tensor> &ts, double gmag, do
 }
 
 // The tensors of a fox-pro model of the given shape, as train_fox.cu lays them out and pads its bf16 copies.
-static std::vector<Tensor> fox_pro_tensors(int L, int D, int H) {
+static std::vector<Tensor> fox_pro_tensors(int V, int L, int D, int H) {
     FoxConfig c;
     fox_config_defaults(&c);
+    c.vocab_size = V;
     c.n_layer = L;
     c.d_model = D;
     c.n_head = H;
@@ -207,6 +208,8 @@ int main() {
     run("mixed shard", mixed, 1.0, 0.3, 0.8);                      // a ZeRO-1 shard with both ends inside tensors
     run("mixed last shard", mixed, 1.0, 0.5, 1.0);
     run("layered", {{12, 1000, 1024, 768, true, true, true}}, 1.0, 0.0, 1.0);  // the padded bf16 copy
-    run("fox-pro 125M", fox_pro_tensors(12, 768, 12), 0.1, 0.0, 1.0);         // every tensor of a real model
+    // every tensor of a fox-pro model (the vocabulary small, and not a multiple of 64: the lm_head copy is padded)
+    run("fox-pro 6x512", fox_pro_tensors(5000, 6, 512, 8), 0.1, 0.0, 1.0);
+    run("fox-pro 6x512 shard", fox_pro_tensors(5000, 6, 512, 8), 0.1, 0.25, 0.75);
     return kc_finish("adamw");
 }
