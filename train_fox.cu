@@ -1162,7 +1162,7 @@ static const float *run_model_losses(Model *m) { return m->h_losses; }
 
 static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale,
                                int last) {
-    (void)targets;  // the fused cross entropy already left dlogits in place during the forward
+    (void)targets;  // the forward copied them to the device (and left the dlogits when the whole batch's fit)
     model_backward(m, inputs, B, T, dloss_scale, last && m->world > 1);
 }
 
