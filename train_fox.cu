@@ -41,21 +41,24 @@ enum { RECOMPUTE_NONE = 0, RECOMPUTE_NORM_MLP = 1, RECOMPUTE_BLOCK = 2 };
 // ----------------------------------------------------------------------------
 // Model state (all device memory unless named h_)
 
-// Per-layer activations: each entry points at its layer's slice, or, for what the recompute level
-// drops, at one slice shared by all layers that the backward pass refills.
+// Per-layer activations: each ** entry points at its layer's slice, or, for what the recompute level
+// drops, at one slice shared by all layers that the backward pass refills. The * entries hold one block's
+// at every level: the backward writes them again before their weight-gradient GEMM or the attention
+// backward (recompute_block; the norm, output and SwiGLU backward kernels rewrite xn, z and mlp_h bitwise).
 typedef struct {
     float *resid;   // (L+1, N, D): input of each block, then the last block's output (always kept)
     float **mid;    // (N, D): residual after attention
-    bf16 **xn1;     // (N, D): RMSNorm(resid), attn_in_w's operand
+    bf16 *xn;       // (N, D): RMSNorm(resid) or RMSNorm(mid), attn_in_w's or mlp_in_w's operand
     float **proj;   // (N, NINP): attn_in_w outputs (fp32: gates and shifts are formed in fp32)
-    bf16 **q, **k, **v;  // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE
+    bf16 *q, *k, *v;     // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE
     float **c, **lse;    // (B, H, T): c = Σ log f (a forget gate or the document mask); attention log-sum-exp
-    bf16 **o, **z;  // (N, D): attention output; output-normed and gated (attn_out_w's operand)
-    bf16 **xn2;     // (N, D): RMSNorm(mid)
-    bf16 **mlp_u, **mlp_h;  // (N, 2I), (N, I): mlp_in_w output, SwiGLU output
+    bf16 **o;       // (N, D): attention output
+    bf16 *z;        // (N, D): o output-normed and gated (attn_out_w's operand)
+    bf16 **mlp_u;   // (N, 2I): mlp_in_w output
+    bf16 *mlp_h;    // (N, I): SwiGLU output
     bf16 *xnf;      // (N, D)
-    bf16 *logits;   // (ce_rows, VP); the backward pass turns it into dlogits
-    float *losses, *ce_lse;  // (N)
+    bf16 *logits;   // (ce_rows, VP); the fused cross entropy turns it into dlogits
+    float *losses;  // (N)
     float *zero_c;  // (B, H, T) zeros: the gate bias of the presets without a forget gate (and no document mask)
     int *acp_kv_first, *acp_q_last;  // (B, H, ceil(T / FOX_ACP_BLOCK)): the ACP staircase of one block
     int *doc_first;  // (B, ceil(T / FOX_ACP_BLOCK)): ACP's first key block of each query block's document
@@ -121,7 +124,8 @@ struct Model {
     size_t rows_pad[FOX_NUM_PARAMS];
     float *rope_cos, *rope_sin;     // (rope_len, dh/2), RoPE presets only
     int rope_len;                   // positions the RoPE tables cover: T, or a longer cache's max_len
-    int B, T, ce_rows, logits_kept;
+    int B, T, ce_rows;
+    int dlogits_kept;               // a->logits holds the dlogits of the last forward's whole batch
     Acts a;
     Scratch s;
     Gemm gemm;
@@ -213,25 +217,23 @@ static void model_alloc_acts(Model *m, int B, int T) {
     Acts *a = &m->a;
     a->resid = (float *)dev_alloc(m, (L + 1) * N * D * f, cnt);
     a->mid = (float **)layer_slices(m, L, N * D * f, keep_block, cnt);
-    a->xn1 = (bf16 **)layer_slices(m, L, N * D * h, keep_norm_mlp, cnt);
+    a->xn = (bf16 *)dev_alloc(m, N * D * h, cnt);
     a->proj = (float **)layer_slices(m, L, N * NINP * f, keep_block, cnt);
-    a->q = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
-    a->k = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
-    a->v = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
+    a->q = (bf16 *)dev_alloc(m, N * D * h, cnt);
+    a->k = (bf16 *)dev_alloc(m, N * D * h, cnt);
+    a->v = (bf16 *)dev_alloc(m, N * D * h, cnt);
     // Without a forget gate c is the document mask's alone, the same in every block: one shared slice.
     a->c = (float **)layer_slices(m, L, N * H * f, keep_block && c->forget_gate != FOX_FG_NONE, cnt);
     a->lse = (float **)layer_slices(m, L, N * H * f, keep_block, cnt);
     a->o = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
-    a->z = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
-    a->xn2 = (bf16 **)layer_slices(m, L, N * D * h, keep_norm_mlp, cnt);
+    a->z = (bf16 *)dev_alloc(m, N * D * h, cnt);
     a->mlp_u = (bf16 **)layer_slices(m, L, N * 2 * I * h, keep_norm_mlp, cnt);
-    a->mlp_h = (bf16 **)layer_slices(m, L, N * I * h, keep_norm_mlp, cnt);
+    a->mlp_h = (bf16 *)dev_alloc(m, N * I * h, cnt);
     a->xnf = (bf16 *)dev_alloc(m, N * D * h, cnt);
     size_t budget_rows = m->logits_bytes / ((size_t)m->VP * h);
     m->ce_rows = (int)(N < budget_rows ? N : (budget_rows ? budget_rows : 1));
     a->logits = (bf16 *)dev_alloc(m, (size_t)m->ce_rows * m->VP * h, cnt);
     a->losses = (float *)dev_alloc(m, N * f, cnt);
-    a->ce_lse = (float *)dev_alloc(m, N * f, cnt);
     a->zero_c = (float *)dev_alloc(m, N * H * f, cnt);
     a->acp_kv_first = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
     a->acp_q_last = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
@@ -382,14 +384,13 @@ static void model_free(Model *m) {
     model_cache_free(m);
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    void **layered[] = {(void **)a->mid, (void **)a->xn1, (void **)a->proj, (void **)a->q, (void **)a->k, (void **)a->v,
-                        (void **)a->c, (void **)a->lse, (void **)a->o, (void **)a->z, (void **)a->xn2, (void **)a->mlp_u,
-                        (void **)a->mlp_h};
+    void **layered[] = {(void **)a->mid, (void **)a->proj, (void **)a->c, (void **)a->lse, (void **)a->o, (void **)a->mlp_u};
     for (size_t i = 0; i < sizeof(layered) / sizeof(layered[0]); i++) {
         FOX_CUDA_CHECK(cudaFree(layered[i][0]));
         free(layered[i]);
     }
-    void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xnf, a->logits, a->losses, a->ce_lse, a->zero_c,
+    void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xn, a->q, a->k, a->v, a->z, a->mlp_h, a->xnf, a->logits,
+                    a->losses, a->zero_c,
                     a->acp_kv_first, a->acp_q_last, a->doc_first, a->acp_live,
                     a->inputs, a->targets, s->dres, s->dres_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
                     s->d_o, s->dc, s->dlogf, s->dfg, s->dks, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
@@ -444,10 +445,10 @@ static void rmsnorm_forward(Model *m, bf16 *out, const float *in, const float *w
     fox_rmsnorm_forward(out, in, w, N, m->cfg.d_model, m->stream);
 }
 
-// dres (+)= RMSNorm backward of dxn; dw += Σ dxn⊙x̂.
-static void rmsnorm_backward(Model *m, const float *in, const float *w, float *dw, int N, int accumulate) {
+// dres (+)= RMSNorm backward of dxn; dw += Σ dxn⊙x̂; xn (unless NULL) = the forward's RMSNorm(in)⊙w again.
+static void rmsnorm_backward(Model *m, bf16 *xn, const float *in, const float *w, float *dw, int N, int accumulate) {
     Scratch *s = &m->s;
-    fox_rmsnorm_backward(s->dres, s->dres_bf, dw, s->dxn, in, w, N, m->cfg.d_model, accumulate, s->colsum_rows,
+    fox_rmsnorm_backward(s->dres, s->dres_bf, xn, dw, s->dxn, in, w, N, m->cfg.d_model, accumulate, s->colsum_rows,
                          s->colsum_part, m->stream);
 }
 
@@ -465,7 +466,7 @@ static int acp_tables(Model *m, int l, int B, int T, int count) {
     if (!m->acp || !model_has_c(m)) return 0;
     Acts *a = &m->a;
     fox_acp_tables(a->acp_kv_first, a->acp_q_last, count ? a->acp_live : NULL,
-                   c->forget_gate != FOX_FG_NONE ? a->c[l] : NULL, a->q[l], a->k[l],
+                   c->forget_gate != FOX_FG_NONE ? a->c[l] : NULL, a->q, a->k,
                    c->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL,
                    c->qk_norm_shared ? 0 : m->Dh, m->doc_sep >= 0 ? a->doc_first : NULL, B, c->n_head, T, m->Dh,
                    m->stream);
@@ -478,10 +479,10 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, H = c->n_head, Dh = m->Dh;
     float *x = resid_at(m, l, B, T);
-    rmsnorm_forward(m, a->xn1[l], x, param(m, FOX_P_ln1_w, l), N);
-    linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn1[l], wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
+    rmsnorm_forward(m, a->xn, x, param(m, FOX_P_ln1_w, l), N);
+    linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn, wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
     QkvInputs qs = qkv_inputs(m, l, B, T);
-    LAUNCH_HEADS(qkv_forward_kernel, Dh, (size_t)N * H, m->stream, a->q[l], a->k[l], a->v[l], qs);
+    LAUNCH_HEADS(qkv_forward_kernel, Dh, (size_t)N * H, m->stream, a->q, a->k, a->v, qs);
     const int has_fg = c->forget_gate != FOX_FG_NONE, has_c = model_has_c(m);
     if (has_c) {  // c from the gate (or 0 without one) and the document mask's separators
         int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
@@ -489,33 +490,34 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
                                 m->doc_sep, B, H, T, m->stream);
     }
     const int *kv_first = acp_tables(m, l, B, T, 1) ? a->acp_kv_first : NULL;
-    fox_attention_forward(a->q[l], a->k[l], a->v[l], has_c ? a->c[l] : a->zero_c, a->o[l], a->lse[l], B, H, T, Dh, kv_first, m->stream);
-    LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m->stream, a->z[l], a->o[l], a->proj[l], m->NINP,
+    fox_attention_forward(a->q, a->k, a->v, has_c ? a->c[l] : a->zero_c, a->o[l], a->lse[l], B, H, T, Dh, kv_first, m->stream);
+    LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m->stream, a->z, a->o[l], a->proj[l], m->NINP,
                  c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, Dh);
     // The residual add is the GEMM's epilogue: mid = x + z W_oᵀ.
-    linear_forward(&m->gemm, a->mid[l], x, CUDA_R_32F, D, a->z[l], wbf(m, FOX_P_attn_out_w, l), N, D, D);
+    linear_forward(&m->gemm, a->mid[l], x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), N, D, D);
 }
 
-// Block l's MLP up to its output projection: xn2, u, h.
-static void mlp_inner_forward(Model *m, int l, int B, int T) {
+// Block l's MLP up to its gate and up projections: xn = RMSNorm(mid), u.
+static void mlp_up_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
-    rmsnorm_forward(m, a->xn2[l], a->mid[l], param(m, FOX_P_ln2_w, l), N);
-    linear_forward(&m->gemm, a->mlp_u[l], NULL, CUDA_R_16BF, 2 * I, a->xn2[l], wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
-    fox_swiglu_forward(a->mlp_h[l], a->mlp_u[l], N, I, m->stream);
+    rmsnorm_forward(m, a->xn, a->mid[l], param(m, FOX_P_ln2_w, l), N);
+    linear_forward(&m->gemm, a->mlp_u[l], NULL, CUDA_R_16BF, 2 * I, a->xn, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
 }
 
 // Forward of block l's MLP: mid[l] → resid[l+1].
 static void mlp_block_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
-    mlp_inner_forward(m, l, B, T);
-    linear_forward(&m->gemm, resid_at(m, l + 1, B, T), a->mid[l], CUDA_R_32F, D, a->mlp_h[l], wbf(m, FOX_P_mlp_out_w, l),
+    mlp_up_forward(m, l, B, T);
+    fox_swiglu_forward(a->mlp_h, a->mlp_u[l], N, I, m->stream);
+    linear_forward(&m->gemm, resid_at(m, l + 1, B, T), a->mid[l], CUDA_R_32F, D, a->mlp_h, wbf(m, FOX_P_mlp_out_w, l),
                    N, I, D);
 }
 
 // Logits of rows [r0, r0 + rows) into the logits buffer.
 static void lm_head_forward(Model *m, int r0, int rows) {
+    m->dlogits_kept = 0;
     linear_forward(&m->gemm, m->a.logits, NULL, CUDA_R_16BF, m->VP, m->a.xnf + (size_t)r0 * m->cfg.d_model,
                    wbf(m, FOX_P_lm_head_w, 0), rows, m->cfg.d_model, m->VP);
 }
@@ -548,15 +550,15 @@ static CacheLayer cache_layer(Model *m, int l) {
 // A prefill (docs/model.md §7): block l's keys, values and c of the B x T tokens just computed go into the
 // cache's positions [0, T) (strided copies of the (B, H, T) rows into (B, H, max_len)), the last token's
 // unshifted key and value (its proj columns k and v) become the KV-shift state, and for ACP without QK-norm
-// the largest |k_j|² is taken. Called between the attention and the MLP, since with --recompute 2 the
-// blocks share one activation slice.
+// the largest |k_j|² is taken. Called between the attention and the MLP, since the blocks share one slice of
+// k and v (and with --recompute 2 of everything).
 static void cache_store(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     CacheLayer cl = cache_layer(m, l);
     size_t BH = (size_t)B * m->cfg.n_head, f = sizeof(float), row = (size_t)T * m->Dh * sizeof(bf16);
     size_t pitch = (size_t)cl.max_len * m->Dh * sizeof(bf16), D = (size_t)m->cfg.d_model;
-    FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.k, pitch, a->k[l], row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
-    FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.v, pitch, a->v[l], row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
+    FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.k, pitch, a->k, row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
+    FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.v, pitch, a->v, row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
     if (cl.c)
         FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.c, cl.max_len * f, a->c[l], T * f, T * f, BH, cudaMemcpyDeviceToDevice, m->stream));
     if (cl.k_prev) {
@@ -593,17 +595,18 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
         mlp_block_forward(m, l, B, T);
     }
     rmsnorm_forward(m, a->xnf, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), N);
-    m->logits_kept = 0;
+    m->dlogits_kept = 0;
     if (!targets) return 0.0;
     FOX_CUDA_CHECK(cudaMemcpy(a->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    // When the whole batch's logits fit the buffer, the cross entropy leaves its dlogits there for the backward
+    // (one pass over the logits); else the backward computes each chunk's logits and dlogits again.
+    const int fused = !m->forward_only && N <= m->ce_rows;
     for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
         int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
         lm_head_forward(m, r0, rows);
-        crossentropy_forward_kernel<<<rows, CE_THREADS, 0, m->stream>>>(a->losses + r0, a->ce_lse + r0, a->logits,
-                                                                        a->targets + r0, V, m->VP);
-        FOX_LAUNCH_CHECK();
+        fox_crossentropy(a->losses + r0, a->logits, a->targets + r0, rows, V, m->VP, 1.0f / N, fused, m->stream);
     }
-    m->logits_kept = N <= m->ce_rows;
+    m->dlogits_kept = fused;
     FOX_CUDA_CHECK(cudaMemcpy(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
     m->acp_live = m->acp_tiles = 0;
     if (acp_on) {
@@ -628,15 +631,18 @@ static void model_logits_rows(Model *m, int r0, int rows, float *out) {
     }
 }
 
-// Refills what the recompute level dropped for block l's backward.
+// Refills what the forward did not keep for block l's backward: q, k, v from the kept proj (the attention
+// backward's operands; one slice for all blocks), with --recompute 1 also xn and u, with --recompute 2 the whole
+// block. xn, z and h come again from the backward kernels that precede their weight-gradient GEMMs.
 static void recompute_block(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
     if (m->recompute == RECOMPUTE_BLOCK) {
         attention_block_forward(m, l, B, T);
         mlp_block_forward(m, l, B, T);  // rewrites resid[l+1] with the bitwise same values
-    } else if (m->recompute == RECOMPUTE_NORM_MLP) {
-        mlp_inner_forward(m, l, B, T);
-        rmsnorm_forward(m, m->a.xn1[l], resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), B * T);
+        return;
     }
+    LAUNCH_HEADS(qkv_forward_kernel, m->Dh, (size_t)B * T * m->cfg.n_head, m->stream, a->q, a->k, a->v, qkv_inputs(m, l, B, T));
+    if (m->recompute == RECOMPUTE_NORM_MLP) mlp_up_forward(m, l, B, T);
 }
 
 // Backward of block l's MLP: s.dres holds dL/d resid[l+1] on entry, dL/d mid[l] on exit.
@@ -644,12 +650,12 @@ static void mlp_block_backward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     Scratch *s = &m->s;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
-    linear_backward_input(&m->gemm, s->dh, s->dres_bf, D, wbf(m, FOX_P_mlp_out_w, l), N, I, D);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_out_w, l), s->dres_bf, D, a->mlp_h[l], N, I, D);
-    fox_swiglu_backward(s->du, s->dh, a->mlp_u[l], N, I, m->stream);
-    linear_backward_input(&m->gemm, s->dxn, s->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn2[l], N, D, 2 * I);
-    rmsnorm_backward(m, a->mid[l], param(m, FOX_P_ln2_w, l), grad(m, FOX_P_ln2_w, l), N, 1);
+    linear_backward_input(&m->gemm, s->dh, s->dres_bf, D, wbf(m, FOX_P_mlp_out_w, l), N, I, D, 1.0f);
+    fox_swiglu_backward(s->du, a->mlp_h, s->dh, a->mlp_u[l], N, I, m->stream);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_out_w, l), s->dres_bf, D, a->mlp_h, N, I, D, 1.0f);
+    linear_backward_input(&m->gemm, s->dxn, s->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I, 1.0f);
+    rmsnorm_backward(m, a->xn, a->mid[l], param(m, FOX_P_ln2_w, l), grad(m, FOX_P_ln2_w, l), N, 1);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn, N, D, 2 * I, 1.0f);
 }
 
 // Backward of block l's attention: s.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
@@ -659,13 +665,13 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     Scratch *s = &m->s;
     int N = B * T, D = c->d_model, H = c->n_head, Dh = m->Dh, NINP = m->NINP;
     int has_fg = c->forget_gate != FOX_FG_NONE;
-    linear_backward_input(&m->gemm, s->dxn, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z[l], N, D, D);
+    linear_backward_input(&m->gemm, s->dxn, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
-    fox_output_backward(s->d_o, s->dproj, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], NINP,
+    fox_output_backward(s->d_o, s->dproj, a->z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], NINP,
                         c->output_gate ? m->cols.gate : -1, ow, N, H, Dh, s->colsum_rows, s->colsum_part, m->stream);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z, N, D, D, 1.0f);
     const int *q_last = acp_tables(m, l, B, T, 0) ? a->acp_q_last : NULL;
-    fox_attention_backward(a->q[l], a->k[l], a->v[l], model_has_c(m) ? a->c[l] : a->zero_c, a->o[l], a->lse[l], s->d_o, s->dc,
+    fox_attention_backward(a->q, a->k, a->v, model_has_c(m) ? a->c[l] : a->zero_c, a->o[l], a->lse[l], s->d_o, s->dc,
                            s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, q_last, m->deterministic,
                            m->stream);
     if (has_fg) {
@@ -679,9 +685,9 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     QkvInputs qs = qkv_inputs(m, l, B, T);
     fox_qkv_backward(s->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
                      s->dq, s->dk, s->dv, qs, s->dks, s->colsum_rows, s->colsum_part, m->stream);
-    linear_backward_input(&m->gemm, s->dxn, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn1[l], N, D, m->cols.width);
-    rmsnorm_backward(m, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
+    linear_backward_input(&m->gemm, s->dxn, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
+    rmsnorm_backward(m, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn, N, D, m->cols.width, 1.0f);
 }
 
 // Groups positions by token id (counting sort, positions ascending) for the embedding backward.
@@ -734,21 +740,25 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
     Acts *a = &m->a;
     Scratch *s = &m->s;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
+    // dlogits hold the mean loss's gradient; dloss_scale scales the lm_head GEMMs (their alpha).
+    const int kept = m->dlogits_kept;
     for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
         int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
-        if (!m->logits_kept) lm_head_forward(m, r0, rows);
-        crossentropy_backward_kernel<<<rows, CE_THREADS, 0, m->stream>>>(a->logits, a->ce_lse + r0, a->targets + r0, V,
-                                                                         m->VP, dloss_scale / N);
-        FOX_LAUNCH_CHECK();
-        linear_backward_input(&m->gemm, s->dxn + (size_t)r0 * D, a->logits, m->VP, wbf(m, FOX_P_lm_head_w, 0), rows, D, m->VP);
-        linear_backward_weight(&m->gemm, grad(m, FOX_P_lm_head_w, 0), a->logits, m->VP, a->xnf + (size_t)r0 * D, rows, D, V);
+        if (!kept) {
+            lm_head_forward(m, r0, rows);
+            fox_crossentropy(NULL, a->logits, a->targets + r0, rows, V, m->VP, 1.0f / N, 1, m->stream);
+        }
+        linear_backward_input(&m->gemm, s->dxn + (size_t)r0 * D, a->logits, m->VP, wbf(m, FOX_P_lm_head_w, 0), rows, D, m->VP,
+                              dloss_scale);
+        linear_backward_weight(&m->gemm, grad(m, FOX_P_lm_head_w, 0), a->logits, m->VP, a->xnf + (size_t)r0 * D, rows, D, V,
+                               dloss_scale);
     }
-    m->logits_kept = 0;
+    m->dlogits_kept = 0;
     reduce_final_grads(m, reduce, FOX_P_lm_head_w, 0);
-    rmsnorm_backward(m, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), grad(m, FOX_P_lnf_w, 0), N, 0);
+    rmsnorm_backward(m, NULL, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), grad(m, FOX_P_lnf_w, 0), N, 0);
     reduce_final_grads(m, reduce, FOX_P_lnf_w, 0);
     for (int l = L - 1; l >= 0; l--) {
-        recompute_block(m, l, B, T);
+        if (l < L - 1) recompute_block(m, l, B, T);  // the forward left the last block's in the shared slices
         mlp_block_backward(m, l, B, T);
         attention_block_backward(m, l, B, T);
         reduce_final_grads(m, reduce, -1, l);
@@ -816,20 +826,25 @@ static void optimizer_update(Model *m, const OptConfig *o, double lr, int t, dou
     st.bc1 = 1.0 - pow(o->beta1, t);
     st.bc2 = 1.0 - pow(o->beta2, t);
     st.gscale = (o->grad_clip > 0.0 && norm > o->grad_clip) ? (float)(o->grad_clip / (norm + 1e-6)) : 1.0f;
+    static_assert(FOX_NUM_PARAMS <= ADAMW_MAX_TENSORS, "one AdamW launch takes every tensor");
     int sharded = m->shard_hi - m->shard_lo < m->lay.total;
+    AdamTensors ts;
+    ts.n = 0;
     for (int k = 0; k < FOX_NUM_PARAMS; k++) {
         const FoxParamInfo *p = &m->lay.p[k];
         size_t lo = p->offset > m->shard_lo ? p->offset : m->shard_lo;
         size_t hi = p->offset + p->numel < m->shard_hi ? p->offset + p->numel : m->shard_hi;
         if (!fox_param_learned(&m->cfg, k) || hi <= lo) continue;
-        st.decay = p->decay ? (double)(float)(1.0 - lr * o->weight_decay) : 1.0;
-        size_t layer_numel = p->rows * p->cols, pad = (m->rows_pad[k] - p->rows) * p->cols, n = hi - lo;
-        size_t ms = lo - m->shard_lo;  // this range's place in m, v
-        adamw_kernel<<<fox_blocks(n, 256), 256, 0, m->stream>>>(m->params + lo, sharded ? NULL : m->wbf[k], m->grads + lo,
-                                                                m->m + ms, m->v + ms, n, lo - p->offset, layer_numel,
-                                                                pad, st);
-        FOX_LAUNCH_CHECK();
+        int t = ts.n++;
+        ts.lo[t] = lo;
+        ts.hi[t] = hi;
+        ts.first[t] = p->offset;
+        ts.decay[t] = p->decay ? (double)(float)(1.0 - lr * o->weight_decay) : 1.0;
+        ts.wbf[t] = sharded ? NULL : m->wbf[k];
+        ts.layer_numel[t] = p->rows * p->cols;
+        ts.pad[t] = (m->rows_pad[k] - p->rows) * p->cols;
     }
+    fox_adamw(m->params, m->grads, m->m, m->v, m->shard_lo, m->shard_hi, ts, st, m->stream);
     if (sharded) gather_updated_params(m);
 }
 
@@ -970,8 +985,8 @@ static void decode_attention_block(Model *m, int l, const float *x, float *mid) 
     Cache *kc = &m->cache;
     int B = m->B, D = c->d_model, H = c->n_head, Dh = m->Dh, has_fg = c->forget_gate != FOX_FG_NONE;
     int acp = m->acp && model_has_c(m), cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
-    fox_decode_rmsnorm(a->xn1[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
-    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn1[0], wbf(m, FOX_P_attn_in_w, l), D, m->NINP, 1);
+    fox_decode_rmsnorm(a->xn, x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
+    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn, wbf(m, FOX_P_attn_in_w, l), D, m->NINP, 1);
     QkvInputs s = qkv_inputs(m, l, B, 1);
     s.proj = a->proj[0];
     CacheLayer cl = cache_layer(m, l);
@@ -979,24 +994,24 @@ static void decode_attention_block(Model *m, int l, const float *x, float *mid) 
                  has_fg ? param(m, FOX_P_fgate_b, l) : NULL, acp, kc->doc_start, kc->pos);
     fox_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, acp ? kc->first : NULL, kc->part, B * H, Dh, kc->max_len,
                          kc->pos, kc->max_splits, m->stream, 1);
-    LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)B * H, m->stream, a->z[0], a->o[0], a->proj[0], m->NINP,
+    LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)B * H, m->stream, a->z, a->o[0], a->proj[0], m->NINP,
                  c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, B, H, Dh);
-    decode_linear(m, mid, x, CUDA_R_32F, D, a->z[0], wbf(m, FOX_P_attn_out_w, l), D, D, 1);
+    decode_linear(m, mid, x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), D, D, 1);
 }
 
 // Block l's MLP for the decode step's B rows: x = mid + W_down SwiGLU(W_in RMSNorm(mid)). CPU: mlp_forward.
 static void decode_mlp_block(Model *m, int l, const float *mid, float *x) {
     Acts *a = &m->a;
     int B = m->B, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
-    fox_decode_rmsnorm(a->xn2[0], mid, param(m, FOX_P_ln2_w, l), B, D, m->stream, 1);
+    fox_decode_rmsnorm(a->xn, mid, param(m, FOX_P_ln2_w, l), B, D, m->stream, 1);
     const bf16 *w_in = wbf(m, FOX_P_mlp_in_w, l);
-    if (fox_decode_linear_fits(a->xn2[0], w_in, B, D)) {
-        fox_decode_linear(a->mlp_h[0], NULL, a->xn2[0], w_in, D, I, DECODE_SWIGLU, m->stream, 1);
+    if (fox_decode_linear_fits(a->xn, w_in, B, D)) {
+        fox_decode_linear(a->mlp_h, NULL, a->xn, w_in, D, I, DECODE_SWIGLU, m->stream, 1);
     } else {
-        linear_forward(&m->gemm, a->mlp_u[0], NULL, CUDA_R_16BF, 2 * I, a->xn2[0], w_in, B, D, 2 * I);
-        fox_swiglu_forward(a->mlp_h[0], a->mlp_u[0], B, I, m->stream);
+        linear_forward(&m->gemm, a->mlp_u[0], NULL, CUDA_R_16BF, 2 * I, a->xn, w_in, B, D, 2 * I);
+        fox_swiglu_forward(a->mlp_h, a->mlp_u[0], B, I, m->stream);
     }
-    decode_linear(m, x, mid, CUDA_R_32F, D, a->mlp_h[0], wbf(m, FOX_P_mlp_out_w, l), I, D, 1);
+    decode_linear(m, x, mid, CUDA_R_32F, D, a->mlp_h, wbf(m, FOX_P_mlp_out_w, l), I, D, 1);
 }
 
 // The kernels of a decode step, from the tokens in a->inputs to the final norm's rows in a->xnf, then the
@@ -1150,7 +1165,7 @@ static const float *run_model_losses(Model *m) { return m->h_losses; }
 
 static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale,
                                int last) {
-    (void)targets;  // the fused cross entropy already left dlogits in place during the forward
+    (void)targets;  // the forward copied them to the device (and left the dlogits when the whole batch's fit)
     model_backward(m, inputs, B, T, dloss_scale, last && m->world > 1);
 }
 

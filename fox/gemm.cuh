@@ -56,10 +56,10 @@ static inline void gemm_free(Gemm *g) {
     FOX_CUDA_CHECK(cudaFree(g->workspace));
 }
 
-// Column-major D (m×n, ldd) = op(A) op(B) + (accumulate ? C : 0), A/B bf16, C and D of type
+// Column-major D (m×n, ldd) = alpha·op(A) op(B) + (accumulate ? C : 0), A/B bf16, C and D of type
 // dtype (CUDA_R_16BF or CUDA_R_32F) with C's leading dimension ldd.
 static void gemm_colmajor(Gemm *g, int ta, int tb, int m, int n, int k, const bf16 *A, int lda, const bf16 *B,
-                          int ldb, const void *C, void *D, int ldd, cudaDataType_t dtype, int accumulate) {
+                          int ldb, const void *C, void *D, int ldd, cudaDataType_t dtype, int accumulate, float alpha) {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -102,7 +102,7 @@ static void gemm_colmajor(Gemm *g, int ta, int tb, int m, int n, int k, const bf
             g->algos[g->ncached++] = algo;
         }
     }
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const float beta = accumulate ? 1.0f : 0.0f;
     FOX_CUBLAS_CHECK(cublasLtMatmul(g->lt, desc, &alpha, A, la, B, lb, &beta, accumulate ? C : D, lc, D, lc, &algo,
                                     g->workspace, FOX_GEMM_WORKSPACE, g->stream));
     FOX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
@@ -114,18 +114,20 @@ static void gemm_colmajor(Gemm *g, int ta, int tb, int m, int n, int k, const bf
 // Row-major forward: out (N, OUT, ld ldo) = in (N, IN) · W (OUT, IN)ᵀ [+ C (N, OUT, ld ldo)].
 static inline void linear_forward(Gemm *g, void *out, const void *C, cudaDataType_t dtype, int ldo, const bf16 *in,
                                   const bf16 *W, int N, int IN, int OUT) {
-    gemm_colmajor(g, 1, 0, OUT, N, IN, W, IN, in, IN, C, out, ldo, dtype, C != NULL);
+    gemm_colmajor(g, 1, 0, OUT, N, IN, W, IN, in, IN, C, out, ldo, dtype, C != NULL, 1.0f);
 }
 
-// Row-major: din (N, IN) fp32 = dout (N, OUT, ld ldd) · W (OUT, IN).
-static inline void linear_backward_input(Gemm *g, float *din, const bf16 *dout, int ldd, const bf16 *W, int N, int IN, int OUT) {
-    gemm_colmajor(g, 0, 0, IN, N, OUT, W, IN, dout, ldd, NULL, din, IN, CUDA_R_32F, 0);
+// Row-major: din (N, IN) fp32 = scale · dout (N, OUT, ld ldd) · W (OUT, IN).
+static inline void linear_backward_input(Gemm *g, float *din, const bf16 *dout, int ldd, const bf16 *W, int N, int IN, int OUT,
+                                         float scale) {
+    gemm_colmajor(g, 0, 0, IN, N, OUT, W, IN, dout, ldd, NULL, din, IN, CUDA_R_32F, 0, scale);
 }
 
-// Row-major: dW (OUT, IN) fp32 += dout (N, OUT, ld ldd)ᵀ · in (N, IN). Accumulating in fp32 across
+// Row-major: dW (OUT, IN) fp32 += scale · dout (N, OUT, ld ldd)ᵀ · in (N, IN). Accumulating in fp32 across
 // micro-batches is what gradient accumulation needs.
-static inline void linear_backward_weight(Gemm *g, float *dW, const bf16 *dout, int ldd, const bf16 *in, int N, int IN, int OUT) {
-    gemm_colmajor(g, 0, 1, IN, OUT, N, in, IN, dout, ldd, dW, dW, IN, CUDA_R_32F, 1);
+static inline void linear_backward_weight(Gemm *g, float *dW, const bf16 *dout, int ldd, const bf16 *in, int N, int IN, int OUT,
+                                          float scale) {
+    gemm_colmajor(g, 0, 1, IN, OUT, N, in, IN, dout, ldd, dW, dW, IN, CUDA_R_32F, 1, scale);
 }
 
 #endif

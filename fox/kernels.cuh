@@ -176,35 +176,97 @@ __device__ __forceinline__ void store_bf16x4(bf16 *p, float a, float b, float c,
     *(uint2 *)p = u;
 }
 
+// A lane's part of Σ x² and the row's rstd from the lanes' parts: the forward and the backward (which rewrites
+// the forward's output) take them from here, so their rstd agree bitwise.
+__device__ __forceinline__ float sumsq4(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
+
+__device__ __forceinline__ float rstd_of(float ss, int D, float eps) { return 1.0f / sqrtf(warp_sum(ss) / D + eps); }
+
 __device__ __forceinline__ float row_rstd(const float4 *x, int D4, int lane, float eps) {
     float ss = 0.0f;
-    for (int i = lane; i < D4; i += 32) {
-        float4 a = x[i];
-        ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-    }
-    return 1.0f / sqrtf(warp_sum(ss) / (4 * D4) + eps);
+    for (int i = lane; i < D4; i += 32) ss += sumsq4(x[i]);
+    return rstd_of(ss, 4 * D4, eps);
+}
+
+// A lane holds float4s lane, lane + 32, ... of its row. With RV > 0 (D/4 <= 32·RV) the kernels below keep them
+// in registers between their two passes over the row, so it is read once; RV = 0 (any D) reads it again. Both
+// add in the same order, so their results are the same bits.
+#define RMS_MAX_RV 12
+
+static inline int rms_rv(int D) {
+    int need = (D / 4 + 31) / 32;
+    return need <= 2 ? 2 : need <= 4 ? 4 : need <= 8 ? 8 : need <= RMS_MAX_RV ? RMS_MAX_RV : 0;
+}
+
+// Float4 i of a normed row: x̂·w as bf16.
+__device__ __forceinline__ void rms_out4(bf16 *out, float4 a, float rs, const float *w, int i) {
+    float4 g = load_w4(w, i);
+    store_bf16x4(out + 4 * i, a.x * rs * g.x, a.y * rs * g.y, a.z * rs * g.z, a.w * rs * g.w);
 }
 
 // Paper: the pre-norm RMSNorm of each block and the final norm (docs/model.md §1). CPU: rmsnorm_forward.
-__global__ void rmsnorm_forward_kernel(bf16 *out, const float *in, const float *w, int N, int D, float eps) {
+template <int RV>
+__global__ void rmsnorm_forward_kernel(bf16 *__restrict__ out, const float *__restrict__ in, const float *__restrict__ w,
+                                       int N, int D, float eps) {
     size_t row = warp_index();
     int lane = threadIdx.x % 32, D4 = D / 4;
     if (row >= (size_t)N) return;
     const float4 *x = (const float4 *)(in + row * D);
-    float rs = row_rstd(x, D4, lane, eps);
-    for (int i = lane; i < D4; i += 32) {
-        float4 a = x[i], g = load_w4(w, i);
-        store_bf16x4(out + row * D + 4 * i, a.x * rs * g.x, a.y * rs * g.y, a.z * rs * g.z, a.w * rs * g.w);
+    bf16 *o = out + row * D;
+    if constexpr (RV == 0) {
+        float rs = row_rstd(x, D4, lane, eps);
+        for (int i = lane; i < D4; i += 32) rms_out4(o, x[i], rs, w, i);
+    } else {
+        float4 a[RV];
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < RV; k++)
+            if (lane + 32 * k < D4) a[k] = x[lane + 32 * k];
+#pragma unroll
+        for (int k = 0; k < RV; k++)
+            if (lane + 32 * k < D4) ss += sumsq4(a[k]);
+        float rs = rstd_of(ss, 4 * D4, eps);
+#pragma unroll
+        for (int k = 0; k < RV; k++)
+            if (lane + 32 * k < D4) rms_out4(o, a[k], rs, w, lane + 32 * k);
     }
 }
 
+// The backward's first pass over float4 i of a row: Σ x² and Σ dy·w·x.
+__device__ __forceinline__ void rms_bwd_sums(float &ss, float &gwx, float4 a, float4 b, float4 c) {
+    ss += sumsq4(a);
+    gwx += b.x * c.x * a.x + b.y * c.y * a.y + b.z * c.z * a.z + b.w * c.w * a.w;
+}
+
+// The backward's second pass over float4 i of a row (x a, dy b): dres (+)= dx, dres_bf, xn (unless NULL) and the
+// lane's dw partials acc.
+__device__ __forceinline__ void rms_bwd_out(float4 *r, bf16 *dres_bf, bf16 *xn, float4 *acc, float4 a, float4 b,
+                                            const float *w, int i, float rs, float dot, int accumulate) {
+    float4 c = load_w4(w, i), o = accumulate ? r[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    o.x += rs * (b.x * c.x - a.x * rs * dot);
+    o.y += rs * (b.y * c.y - a.y * rs * dot);
+    o.z += rs * (b.z * c.z - a.z * rs * dot);
+    o.w += rs * (b.w * c.w - a.w * rs * dot);
+    r[i] = o;
+    store_bf16x4(dres_bf + 4 * i, o.x, o.y, o.z, o.w);
+    if (xn) store_bf16x4(xn + 4 * i, a.x * rs * c.x, a.y * rs * c.y, a.z * rs * c.z, a.w * rs * c.w);
+    acc[i].x += b.x * a.x * rs;
+    acc[i].y += b.y * a.y * rs;
+    acc[i].z += b.z * a.z * rs;
+    acc[i].w += b.w * a.w * rs;
+}
+
 // dx = rstd·(dy⊙w − x̂·mean(dy⊙w⊙x̂)) with rstd recomputed from x; dres = dx (+ dres when accumulate),
-// also as bf16 (the next GEMM's operand). dw's block partials: each warp adds dy⊙x̂ of its rows into its
-// own shared-memory row (a lane owns its columns), then the block adds its warps in order into
-// part[blockIdx.x]. Dynamic shared memory: FOX_WARPS·D floats.
+// also as bf16 (the next GEMM's operand). xn (NULL: not written): the forward's output RMSNorm(x)⊙w again,
+// bitwise (sumsq4 and rstd_of, the same products), for the weight-gradient GEMM that follows, so the forward
+// need not keep it per block. dw's block partials: each warp adds dy⊙x̂ of its rows into its own shared-memory
+// row (a lane owns its columns), then the block adds its warps in order into part[blockIdx.x]. Dynamic shared
+// memory: FOX_WARPS·D floats.
 // CPU: rmsnorm_backward (and the ln weight's column sums).
-__global__ void rmsnorm_backward_kernel(float *dres, bf16 *dres_bf, float *part, const float *dy, const float *in,
-                                        const float *w, int N, int D, float eps, int accumulate) {
+template <int RV>
+__global__ void __launch_bounds__(FOX_WARPS * 32, 2) rmsnorm_backward_kernel(float *__restrict__ dres, bf16 *__restrict__ dres_bf, bf16 *__restrict__ xn,
+                                        float *__restrict__ part, const float *__restrict__ dy, const float *__restrict__ in,
+                                        const float *__restrict__ w, int N, int D, float eps, int accumulate) {
     extern __shared__ float4 wsum[];  // (FOX_WARPS, D/4)
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, D4 = D / 4;
     float4 *acc = wsum + (size_t)warp * D4;
@@ -212,26 +274,28 @@ __global__ void rmsnorm_backward_kernel(float *dres, bf16 *dres_bf, float *part,
     int r1 = min(N, (int)(blockIdx.x + 1) * NORM_BLOCK_ROWS);
     for (int row = blockIdx.x * NORM_BLOCK_ROWS + warp; row < r1; row += FOX_WARPS) {
         const float4 *x = (const float4 *)(in + (size_t)row * D), *g = (const float4 *)(dy + (size_t)row * D);
-        float ss = 0.0f, gwx = 0.0f;
-        for (int i = lane; i < D4; i += 32) {
-            float4 a = x[i], b = g[i], c = load_w4(w, i);
-            ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-            gwx += b.x * c.x * a.x + b.y * c.y * a.y + b.z * c.z * a.z + b.w * c.w * a.w;
-        }
-        float rs = 1.0f / sqrtf(warp_sum(ss) / D + eps), dot = rs * warp_sum(gwx) / D;
         float4 *r = (float4 *)(dres + (size_t)row * D);
-        for (int i = lane; i < D4; i += 32) {
-            float4 a = x[i], b = g[i], c = load_w4(w, i), o = accumulate ? r[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            o.x += rs * (b.x * c.x - a.x * rs * dot);
-            o.y += rs * (b.y * c.y - a.y * rs * dot);
-            o.z += rs * (b.z * c.z - a.z * rs * dot);
-            o.w += rs * (b.w * c.w - a.w * rs * dot);
-            r[i] = o;
-            store_bf16x4(dres_bf + (size_t)row * D + 4 * i, o.x, o.y, o.z, o.w);
-            acc[i].x += b.x * a.x * rs;
-            acc[i].y += b.y * a.y * rs;
-            acc[i].z += b.z * a.z * rs;
-            acc[i].w += b.w * a.w * rs;
+        bf16 *rb = dres_bf + (size_t)row * D, *xr = xn ? xn + (size_t)row * D : NULL;
+        float ss = 0.0f, gwx = 0.0f;
+        if constexpr (RV == 0) {
+            for (int i = lane; i < D4; i += 32) rms_bwd_sums(ss, gwx, x[i], g[i], load_w4(w, i));
+            float rs = rstd_of(ss, 4 * D4, eps), dot = rs * warp_sum(gwx) / D;
+            for (int i = lane; i < D4; i += 32) rms_bwd_out(r, rb, xr, acc, x[i], g[i], w, i, rs, dot, accumulate);
+        } else {
+            float4 a[RV], b[RV];
+#pragma unroll
+            for (int k = 0; k < RV; k++)
+                if (lane + 32 * k < D4) {
+                    a[k] = x[lane + 32 * k];
+                    b[k] = g[lane + 32 * k];
+                }
+#pragma unroll
+            for (int k = 0; k < RV; k++)
+                if (lane + 32 * k < D4) rms_bwd_sums(ss, gwx, a[k], b[k], load_w4(w, lane + 32 * k));
+            float rs = rstd_of(ss, 4 * D4, eps), dot = rs * warp_sum(gwx) / D;
+#pragma unroll
+            for (int k = 0; k < RV; k++)
+                if (lane + 32 * k < D4) rms_bwd_out(r, rb, xr, acc, a[k], b[k], w, lane + 32 * k, rs, dot, accumulate);
         }
     }
     __syncthreads();
@@ -252,21 +316,40 @@ static inline void fox_check_width(int D) {
 
 static inline void fox_rmsnorm_forward(bf16 *out, const float *in, const float *w, int N, int D, cudaStream_t s) {
     fox_check_width(D);
-    rmsnorm_forward_kernel<<<warp_blocks(N), FOX_WARPS * 32, 0, s>>>(out, in, w, N, D, FOX_NORM_EPS);
+    unsigned grid = warp_blocks(N), threads = FOX_WARPS * 32;
+    switch (rms_rv(D)) {
+    case 2: rmsnorm_forward_kernel<2><<<grid, threads, 0, s>>>(out, in, w, N, D, FOX_NORM_EPS); break;
+    case 4: rmsnorm_forward_kernel<4><<<grid, threads, 0, s>>>(out, in, w, N, D, FOX_NORM_EPS); break;
+    case 8: rmsnorm_forward_kernel<8><<<grid, threads, 0, s>>>(out, in, w, N, D, FOX_NORM_EPS); break;
+    case RMS_MAX_RV: rmsnorm_forward_kernel<RMS_MAX_RV><<<grid, threads, 0, s>>>(out, in, w, N, D, FOX_NORM_EPS); break;
+    default: rmsnorm_forward_kernel<0><<<grid, threads, 0, s>>>(out, in, w, N, D, FOX_NORM_EPS);
+    }
     FOX_LAUNCH_CHECK();
 }
 
-// dres (+)= the RMSNorm backward of dy; dw += Σ_rows dy⊙x̂. part: colsum_rows_floats(N, D) floats,
-// part2: colsum_scratch_floats(norm_blocks(N), D).
-static inline void fox_rmsnorm_backward(float *dres, bf16 *dres_bf, float *dw, const float *dy, const float *in,
+template <int RV>
+static inline void rms_backward_launch(float *dres, bf16 *dres_bf, bf16 *xn, float *part, const float *dy, const float *in,
+                                       const float *w, int N, int D, int accumulate, cudaStream_t s) {
+    int smem = (int)((size_t)FOX_WARPS * D * sizeof(float));
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<RV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    rmsnorm_backward_kernel<RV><<<norm_blocks(N), FOX_WARPS * 32, smem, s>>>(dres, dres_bf, xn, part, dy, in, w, N, D,
+                                                                              FOX_NORM_EPS, accumulate);
+    FOX_LAUNCH_CHECK();
+}
+
+// dres (+)= the RMSNorm backward of dy; dw += Σ_rows dy⊙x̂; xn (unless NULL) = the forward's output again.
+// part: colsum_rows_floats(N, D) floats, part2: colsum_scratch_floats(norm_blocks(N), D).
+static inline void fox_rmsnorm_backward(float *dres, bf16 *dres_bf, bf16 *xn, float *dw, const float *dy, const float *in,
                                         const float *w, int N, int D, int accumulate, float *part, float *part2,
                                         cudaStream_t s) {
     fox_check_width(D);
-    size_t smem = (size_t)FOX_WARPS * D * sizeof(float);
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    rmsnorm_backward_kernel<<<norm_blocks(N), FOX_WARPS * 32, smem, s>>>(dres, dres_bf, part, dy, in, w, N, D,
-                                                                          FOX_NORM_EPS, accumulate);
-    FOX_LAUNCH_CHECK();
+    switch (rms_rv(D)) {
+    case 2: rms_backward_launch<2>(dres, dres_bf, xn, part, dy, in, w, N, D, accumulate, s); break;
+    case 4: rms_backward_launch<4>(dres, dres_bf, xn, part, dy, in, w, N, D, accumulate, s); break;
+    case 8: rms_backward_launch<8>(dres, dres_bf, xn, part, dy, in, w, N, D, accumulate, s); break;
+    case RMS_MAX_RV: rms_backward_launch<RMS_MAX_RV>(dres, dres_bf, xn, part, dy, in, w, N, D, accumulate, s); break;
+    default: rms_backward_launch<0>(dres, dres_bf, xn, part, dy, in, w, N, D, accumulate, s);
+    }
     colsum_accumulate(dw, part, norm_blocks(N), D, D, part2, s);
 }
 
@@ -687,10 +770,11 @@ __device__ __forceinline__ void output_load(OutIn<PER_LANE> &in, const float *dz
 
 // Backward of the above: dz (N, D) fp32 → d_o (N, D) bf16 (the attention's dO), the gate's dproj
 // columns, and with the norm the block partials of its weight gradient Σ d(on)⊙ô (head_partials_store).
-// Grid: (head, token block).
+// z: the forward's output again, bitwise (head_rstd, the same products), for the attn_out weight-gradient
+// GEMM that follows, so the forward need not keep it per block. Grid: (head, token block).
 // Backward of eq. 21 and 23. CPU: output_gate_backward, rmsnorm_backward (per head).
 template <int PER_LANE>
-__global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, float *part, const float *dz, const bf16 *o,
+__global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *part, const float *dz, const bf16 *o,
                                        const float *proj, int ld, int cg, const float *ow, int N, int H, int dh) {
     int lane = threadIdx.x % 32, h = blockIdx.x, D = H * dh;
     int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
@@ -706,12 +790,14 @@ __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, float *part, cons
 #pragma unroll
         for (int e = 0; e < PER_LANE; e++) {
             int i = h * dh + lane + 32 * e;
-            float g = in.g[e];
+            float g = in.g[e], on = ow ? in.x[e] * rs * ow[i] : in.x[e], y = on;
             if (cg >= 0) {
-                float on = ow ? in.x[e] * rs * ow[i] : in.x[e], sg = sigmoidf_(in.gl[e]);
+                float sg = sigmoidf_(in.gl[e]);
                 dproj[n * ld + cg + i] = __float2bfloat16(g * on * sg * (1.0f - sg));
                 g *= sg;
+                y *= sg;
             }
+            z[n * D + i] = __float2bfloat16(y);
             don[e] = g;
         }
         if (ow) head_norm_backward<PER_LANE>(dx, prod, in.x, don, ow + h * dh + lane, dh, FOX_NORM_EPS);
@@ -725,12 +811,12 @@ __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, float *part, cons
     if (ow) head_partials_store<PER_LANE>(part, acc, dh);
 }
 
-// The output norm+gate backward and, with the norm, dow += its weight gradient. part:
+// The output norm+gate backward, z again, and with the norm dow += its weight gradient. part:
 // colsum_rows_floats(N, D) floats, part2: colsum_scratch_floats(head_blocks(N), D).
-static inline void fox_output_backward(bf16 *d_o, bf16 *dproj, float *dow, const float *dz, const bf16 *o,
+static inline void fox_output_backward(bf16 *d_o, bf16 *dproj, bf16 *z, float *dow, const float *dz, const bf16 *o,
                                        const float *proj, int ld, int cg, const float *ow, int N, int H, int dh,
                                        float *part, float *part2, cudaStream_t s) {
-    LAUNCH_HEAD_BLOCKS(output_backward_kernel, dh, N, H, s, d_o, dproj, part, dz, o, proj, ld, cg, ow, N, H, dh);
+    LAUNCH_HEAD_BLOCKS(output_backward_kernel, dh, N, H, s, d_o, dproj, z, part, dz, o, proj, ld, cg, ow, N, H, dh);
     if (ow) head_partials_accumulate(dow, part, N, H, dh, 0, part2, s);
 }
 
@@ -779,12 +865,13 @@ __global__ void swiglu_forward_kernel(bf16 *hout, const bf16 *u, int N, int I) {
     store_bf16_vec(hout + n * I + j, h, cnt, vec);
 }
 
-// CPU: swiglu_backward.
-__global__ void swiglu_backward_kernel(bf16 *du, const float *dh, const bf16 *u, int N, int I) {
+// du from dh, and h = silu(a) ⊙ b again, bitwise (the forward's products), for the mlp_out weight-gradient
+// GEMM that follows, so the forward need not keep it per block. CPU: swiglu_backward.
+__global__ void swiglu_backward_kernel(bf16 *du, bf16 *hout, const float *dh, const bf16 *u, int N, int I) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n;
     if (i >= swiglu_threads(N, I)) return;
     int j, cnt = swiglu_slot(i, I, &n, &j), vec = I % SWIGLU_VEC == 0;
-    Bf16Vec a = load_bf16_vec(u + n * 2 * I + j, cnt, vec), b = load_bf16_vec(u + n * 2 * I + I + j, cnt, vec), da, db;
+    Bf16Vec a = load_bf16_vec(u + n * 2 * I + j, cnt, vec), b = load_bf16_vec(u + n * 2 * I + I + j, cnt, vec), da, db, h;
     float g[SWIGLU_VEC];
     const float *gp = dh + n * I + j;
     if (vec) {
@@ -798,9 +885,11 @@ __global__ void swiglu_backward_kernel(bf16 *du, const float *dh, const bf16 *u,
         float x = __bfloat162float(a.x[k]), y = __bfloat162float(b.x[k]), sg = sigmoidf_(x);
         da.x[k] = __float2bfloat16(g[k] * y * sg * (1.0f + x * (1.0f - sg)));
         db.x[k] = __float2bfloat16(g[k] * x * sg);
+        h.x[k] = __float2bfloat16(x * sg * y);
     }
     store_bf16_vec(du + n * 2 * I + j, da, cnt, vec);
     store_bf16_vec(du + n * 2 * I + I + j, db, cnt, vec);
+    store_bf16_vec(hout + n * I + j, h, cnt, vec);
 }
 
 static inline void fox_swiglu_forward(bf16 *hout, const bf16 *u, int N, int I, cudaStream_t s) {
@@ -808,16 +897,19 @@ static inline void fox_swiglu_forward(bf16 *hout, const bf16 *u, int N, int I, c
     FOX_LAUNCH_CHECK();
 }
 
-static inline void fox_swiglu_backward(bf16 *du, const float *dh, const bf16 *u, int N, int I, cudaStream_t s) {
-    swiglu_backward_kernel<<<fox_blocks(swiglu_threads(N, I), 256), 256, 0, s>>>(du, dh, u, N, I);
+static inline void fox_swiglu_backward(bf16 *du, bf16 *hout, const float *dh, const bf16 *u, int N, int I, cudaStream_t s) {
+    swiglu_backward_kernel<<<fox_blocks(swiglu_threads(N, I), 256), 256, 0, s>>>(du, hout, dh, u, N, I);
     FOX_LAUNCH_CHECK();
 }
 
 // ----------------------------------------------------------------------------
 // Cross entropy over bf16 logits (rows, VP) of which the first V columns are real (the padded
-// vocabulary rows of the lm_head copy are zero and are masked here). One block per row, an online
-// max/sum per thread, then a fixed-order block combine. Forward: per-row loss and lse (fp32);
-// backward: dlogits = (softmax − onehot)·scale, in place, as bf16. No fp32 probabilities are stored.
+// vocabulary rows of the lm_head copy are zero and are masked here), forward and backward in one pass:
+// one block per row takes the row's log-sum-exp (an online max/sum per thread over its strided elements,
+// then a fixed-order block combine), the loss lse − z_target and, with grad, dlogits =
+// (softmax − onehot)·scale written over the logits in place as bf16. The row is staged in shared memory
+// with 16-byte loads when it fits (ce_stage_bytes), so HBM sees one read and one write of it; else the
+// backward part reads it again. No fp32 logits or probabilities are stored.
 #define CE_THREADS 512
 
 __device__ void block_lse(float *out_lse, const bf16 *z, int V) {
@@ -841,30 +933,58 @@ __device__ void block_lse(float *out_lse, const bf16 *z, int V) {
     }
 }
 
-// Per-position cross entropy of the next token (docs/model.md §2). CPU: crossentropy_forward.
-__global__ void __launch_bounds__(CE_THREADS) crossentropy_forward_kernel(float *losses, float *lse, const bf16 *logits,
-                                                                         const int *targets, int V, int VP) {
-    size_t row = blockIdx.x;
-    const bf16 *z = logits + row * VP;
-    __shared__ float l;
-    block_lse(&l, z, V);
-    if (threadIdx.x == 0) {
-        lse[row] = l;
-        losses[row] = l - __bfloat162float(z[targets[row]]);
+// Per-position cross entropy of the next token (docs/model.md §2) and its gradient. losses NULL: the loss
+// is not stored. staged: the row goes through dynamic shared memory (VP bf16). CPU: crossentropy_forward,
+// crossentropy_backward.
+__global__ void __launch_bounds__(CE_THREADS) crossentropy_kernel(float *losses, bf16 *logits, const int *targets, int V,
+                                                                 int VP, float scale, int grad, int staged) {
+    extern __shared__ uint4 ce_row[];  // (VP / 8) when staged
+    __shared__ float lse;
+    bf16 *z = logits + (size_t)blockIdx.x * VP;
+    const int tg = targets[blockIdx.x], nv = VP / 8;
+    const float zt = __bfloat162float(z[tg]);  // read before any thread writes dlogits over the row
+    const uint4 *src = (const uint4 *)z;
+    if (staged) {
+        for (int i = threadIdx.x; i < nv; i += CE_THREADS) ce_row[i] = src[i];
+        __syncthreads();
+        src = ce_row;
+    }
+    block_lse(&lse, (const bf16 *)src, V);
+    __syncthreads();
+    const float l = lse;
+    if (threadIdx.x == 0 && losses) losses[blockIdx.x] = l - zt;
+    if (!grad) return;
+    for (int i = threadIdx.x; i < nv; i += CE_THREADS) {
+        uint4 u = src[i];
+        bf16 *e = (bf16 *)&u;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int col = 8 * i + k;
+            float p = col < V ? expf(__bfloat162float(e[k]) - l) : 0.0f;
+            e[k] = __float2bfloat16((p - (col == tg ? 1.0f : 0.0f)) * scale);
+        }
+        ((uint4 *)z)[i] = u;
     }
 }
 
-// CPU: crossentropy_backward.
-__global__ void __launch_bounds__(CE_THREADS) crossentropy_backward_kernel(bf16 *logits, const float *lse,
-                                                                          const int *targets, int V, int VP, float scale) {
-    size_t row = blockIdx.x;
-    bf16 *z = logits + row * VP;
-    float l = lse[row];
-    int tg = targets[row];
-    for (int i = threadIdx.x; i < VP; i += CE_THREADS) {
-        float p = i < V ? expf(__bfloat162float(z[i]) - l) : 0.0f;
-        z[i] = __float2bfloat16((p - (i == tg ? 1.0f : 0.0f)) * scale);
-    }
+// Shared memory that stages a row of VP logits (VP % 8 == 0), or 0 when the row does not fit beside
+// block_lse's own.
+static inline size_t ce_stage_bytes(int VP) {
+    int dev, optin;
+    FOX_CUDA_CHECK(cudaGetDevice(&dev));
+    FOX_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    size_t bytes = (size_t)VP * sizeof(bf16);
+    return bytes + 1024 <= (size_t)optin ? bytes : 0;
+}
+
+// The loss of `rows` rows of logits (losses NULL: not stored) and, with grad, dlogits·scale in place.
+static inline void fox_crossentropy(float *losses, bf16 *logits, const int *targets, int rows, int V, int VP, float scale,
+                                    int grad, cudaStream_t s) {
+    size_t smem = ce_stage_bytes(VP);
+    if (smem)
+        FOX_CUDA_CHECK(cudaFuncSetAttribute(crossentropy_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    crossentropy_kernel<<<rows, CE_THREADS, smem, s>>>(losses, logits, targets, V, VP, scale, grad, smem > 0);
+    FOX_LAUNCH_CHECK();
 }
 
 // ----------------------------------------------------------------------------
@@ -896,29 +1016,111 @@ __global__ void sumsq_final_kernel(double *out, const float *part) {
     *out = t;
 }
 
-// AdamW on n elements of one tensor, from its element `first` on (torch semantics, the CPU trainer's
-// arithmetic in double): g ·= clip scale, m, v moments, decoupled decay, update; wbf (may be NULL, else the
-// tensor's start) receives the bf16 copy, its rows padded from `rows` to `rows_pad` per layer (the padding
-// stays zero). w, grad, m, v point at the first element.
+// AdamW (torch semantics, the CPU trainer's arithmetic in double) over every learned tensor of the flat
+// parameter vector in one launch: g ·= clip scale, m, v moments, decoupled decay, update, and the bf16
+// copy of a GEMM weight with its rows padded from `rows` to `rows_pad` per layer (the padding stays zero).
 typedef struct {
-    double lr, beta1, beta2, eps, decay, bc1, bc2;
+    double lr, beta1, beta2, eps, bc1, bc2;
     float gscale;  // 1, or the clip factor
 } AdamStep;
 
-// AdamW (docs/model.md §2). CPU: adamw_update.
-__global__ void adamw_kernel(float *w, bf16 *wbf, const float *grad, float *m, float *v, size_t n, size_t first,
-                             size_t layer_numel, size_t pad_per_layer, AdamStep a) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float g = grad[i];
+// The tensors of one launch: flat elements [lo[t], hi[t]) of tensor t (ascending, disjoint; the part of a
+// learned tensor in this rank's shard), its first element `first`, decoupled decay factor, and bf16 copy
+// (NULL: none) with layer_numel elements and pad padding elements per layer.
+#define ADAMW_MAX_TENSORS 16
+typedef struct {
+    int n;
+    size_t lo[ADAMW_MAX_TENSORS], hi[ADAMW_MAX_TENSORS], first[ADAMW_MAX_TENSORS];
+    size_t layer_numel[ADAMW_MAX_TENSORS], pad[ADAMW_MAX_TENSORS];
+    double decay[ADAMW_MAX_TENSORS];
+    bf16 *wbf[ADAMW_MAX_TENSORS];
+} AdamTensors;
+
+// One element's update: m, v in place; returns the new weight. CPU: adamw_update.
+__device__ __forceinline__ float adamw_element(float w, float g, float *m, float *v, double decay, const AdamStep &a) {
     if (a.gscale != 1.0f) g *= a.gscale;
-    m[i] = (float)(a.beta1 * m[i] + (1.0 - a.beta1) * g);
-    v[i] = (float)(a.beta2 * v[i] + (1.0 - a.beta2) * g * g);
-    double mhat = m[i] / a.bc1, vhat = v[i] / a.bc2;
-    float nw = (float)(w[i] * (float)a.decay - a.lr * mhat / (sqrt(vhat) + a.eps));
-    w[i] = nw;
-    size_t j = first + i;
-    if (wbf) wbf[j + (j / layer_numel) * pad_per_layer] = __float2bfloat16(nw);
+    float mn = (float)(a.beta1 * *m + (1.0 - a.beta1) * g), vn = (float)(a.beta2 * *v + (1.0 - a.beta2) * g * g);
+    *m = mn;
+    *v = vn;
+    double mhat = mn / a.bc1, vhat = vn / a.bc2;
+    return (float)(w * (float)decay - a.lr * mhat / (sqrt(vhat) + a.eps));
+}
+
+// Thread i takes flat elements lo + 4i .. lo + 4i + 3 (16-byte accesses; lo % 4 == 0) of [lo, hi); m and v
+// hold elements [lo, hi). Elements of no tensor in T (a tensor that is not learned) keep their values.
+// AdamW (docs/model.md §2).
+__global__ void adamw_kernel(float *w, const float *grad, float *m, float *v, size_t lo, size_t hi,
+                             const __grid_constant__ AdamTensors T, AdamStep a) {
+    size_t f0 = lo + 4 * ((size_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (f0 >= hi) return;
+    const int full = f0 + 4 <= hi;
+    float wv[4], gv[4], mv[4], vv[4];
+    if (full) {
+        float4 W = *(const float4 *)(w + f0), G = *(const float4 *)(grad + f0), M = *(const float4 *)(m + (f0 - lo)),
+               V = *(const float4 *)(v + (f0 - lo));
+        wv[0] = W.x, wv[1] = W.y, wv[2] = W.z, wv[3] = W.w;
+        gv[0] = G.x, gv[1] = G.y, gv[2] = G.z, gv[3] = G.w;
+        mv[0] = M.x, mv[1] = M.y, mv[2] = M.z, mv[3] = M.w;
+        vv[0] = V.x, vv[1] = V.y, vv[2] = V.z, vv[3] = V.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            bool in = f0 + e < hi;
+            wv[e] = in ? w[f0 + e] : 0.0f;
+            gv[e] = in ? grad[f0 + e] : 0.0f;
+            mv[e] = in ? m[f0 + e - lo] : 0.0f;
+            vv[e] = in ? v[f0 + e - lo] : 0.0f;
+        }
+    }
+    int t = 0;
+    while (t < T.n && f0 >= T.hi[t]) t++;
+    size_t j0 = t < T.n ? f0 - T.first[t] : 0, layer = t < T.n && T.wbf[t] ? j0 / T.layer_numel[t] : 0;
+    if (full && t < T.n && f0 >= T.lo[t] && f0 + 4 <= T.hi[t] && (!T.wbf[t] || (j0 + 4 <= (layer + 1) * T.layer_numel[t] &&
+                                                                             (j0 + layer * T.pad[t]) % 4 == 0))) {
+        // the common case: four elements of one tensor (and of one layer of its bf16 copy, 8-byte aligned)
+#pragma unroll
+        for (int e = 0; e < 4; e++) wv[e] = adamw_element(wv[e], gv[e], &mv[e], &vv[e], T.decay[t], a);
+        if (T.wbf[t]) {
+            __nv_bfloat162 lo2 = __floats2bfloat162_rn(wv[0], wv[1]), hi2 = __floats2bfloat162_rn(wv[2], wv[3]);
+            uint2 u;
+            u.x = *(uint32_t *)&lo2;
+            u.y = *(uint32_t *)&hi2;
+            *(uint2 *)(T.wbf[t] + j0 + layer * T.pad[t]) = u;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            size_t f = f0 + e;
+            if (f >= hi) break;
+            while (t < T.n && f >= T.hi[t]) t++;
+            if (t == T.n || f < T.lo[t]) continue;
+            wv[e] = adamw_element(wv[e], gv[e], &mv[e], &vv[e], T.decay[t], a);
+            if (T.wbf[t]) {
+                size_t j = f - T.first[t];
+                T.wbf[t][j + j / T.layer_numel[t] * T.pad[t]] = __float2bfloat16(wv[e]);
+            }
+        }
+    }
+    if (full) {
+        *(float4 *)(w + f0) = make_float4(wv[0], wv[1], wv[2], wv[3]);
+        *(float4 *)(m + (f0 - lo)) = make_float4(mv[0], mv[1], mv[2], mv[3]);
+        *(float4 *)(v + (f0 - lo)) = make_float4(vv[0], vv[1], vv[2], vv[3]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (f0 + e >= hi) break;
+            w[f0 + e] = wv[e];
+            m[f0 + e - lo] = mv[e];
+            v[f0 + e - lo] = vv[e];
+        }
+    }
+}
+
+static inline void fox_adamw(float *w, const float *grad, float *m, float *v, size_t lo, size_t hi, const AdamTensors &T,
+                             const AdamStep &a, cudaStream_t s) {
+    if (hi <= lo || !T.n) return;
+    adamw_kernel<<<fox_blocks((hi - lo + 3) / 4, 256), 256, 0, s>>>(w, grad, m, v, lo, hi, T, a);
+    FOX_LAUNCH_CHECK();
 }
 
 // The bf16 copy of one tensor from its fp32 master (after init or a checkpoint load).

@@ -5,12 +5,14 @@
 # with the faster nondeterministic attention backward (--deterministic 0).
 # Usage (repository root, on the GPU machine): sh scripts/bench_train.sh [STEPS]   (default 8)
 # LEVELS="0" (default "0 1 2") picks the recompute levels, NONDET=0 skips the --deterministic 0 runs,
-# RANKS=N runs data parallel on N GPUs (mpirun; tokens/s counts all ranks' tokens, batch 1 per rank).
+# RANKS=N runs data parallel on N GPUs (mpirun; tokens/s counts all ranks' tokens, batch 1 per rank), LOGS=DIR keeps
+# each run's whole log there (its step lines: losses and gradient norms to compare builds bit for bit).
 set -e
 STEPS=${1:-8}
 LEVELS=${LEVELS:-0 1 2}
 NONDET=${NONDET:-1}
 RANKS=${RANKS:-1}
+LOGS=${LOGS:-}
 LAUNCH=""
 TAG=""
 if [ "$RANKS" -gt 1 ]; then
@@ -23,6 +25,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 COMMON="--model fox-pro --seq-len 16384 --batch 1 --steps $STEPS --val '' --eval-every 0 --sample-tokens 0 --warmup-tokens 1M"
 run() {  # name, recompute level, size flags
     log=$(eval $LAUNCH ./train_fox $COMMON --recompute "$2" $3 2>&1) || { echo "$log" | tail -5; echo "$1 recompute $2: FAILED"; return 0; }
+    [ -z "$LOGS" ] || { mkdir -p "$LOGS" && echo "$log" > "$LOGS/$(echo "$1" | tr -c 'A-Za-z0-9\n' _)_r$2.log"; }
     echo "$log" | awk -v name="$1$TAG" -v rc="$2" '
         /^step / && /tok\/s/ { n++; for (i = 1; i <= NF; i++) { if ($i == "tok/s") tps = $(i-1); if ($i == "MFU") mfu = $(i+1) }
                                if (n > 2) { st += tps; sm += mfu + 0; k++ } }

@@ -102,8 +102,8 @@ static float *grads_at_level(const FoxConfig *c, int B, int T, int level, size_t
     return g;
 }
 
-// The (N, V) logits of the last forward, chunk by chunk as the lm_head computes them (this
-// recomputes the chunks, so call it before the backward pass).
+// The (N, V) logits of the last forward, chunk by chunk as the lm_head computes them (this writes them
+// over the dlogits the forward left in the buffer; the backward then computes those again).
 static float *all_logits(Model *m, int N) {
     int V = m->cfg.vocab_size;
     bf16 *lb = (bf16 *)fox_malloc((size_t)m->ce_rows * m->VP * sizeof(bf16));
@@ -271,8 +271,8 @@ static void test_determinism_long(void) {
     model_free(&m);
 }
 
-// The cross-entropy kernels at GPT-2's vocabulary (the fixtures' is 128): per-row loss and the
-// in-place dlogits against float64 on the same bf16 logits.
+// The fused cross-entropy kernel at GPT-2's vocabulary (the fixtures' is 128): per-row loss and the
+// in-place dlogits of one launch against float64 on the same bf16 logits.
 static void test_crossentropy_large_vocab(void) {
     int R = 64, V = FOX_VOCAB_GPT2, VP = (V + 63) / 64 * 64;
     bf16 *z = (bf16 *)fox_calloc((size_t)R * VP, sizeof(bf16));
@@ -293,18 +293,14 @@ static void test_crossentropy_large_vocab(void) {
             ref_d[(size_t)r * V + v] = (exp((double)__bfloat162float(z[(size_t)r * VP + v]) - mx) / sum - (v == tg[r])) * scale;
     }
     bf16 *dz;
-    float *dloss, *dlse;
+    float *dloss;
     int *dtg;
     FOX_CUDA_CHECK(cudaMalloc(&dz, (size_t)R * VP * sizeof(bf16)));
     FOX_CUDA_CHECK(cudaMalloc(&dloss, (size_t)R * sizeof(float)));
-    FOX_CUDA_CHECK(cudaMalloc(&dlse, (size_t)R * sizeof(float)));
     FOX_CUDA_CHECK(cudaMalloc(&dtg, (size_t)R * sizeof(int)));
     FOX_CUDA_CHECK(cudaMemcpy(dz, z, (size_t)R * VP * sizeof(bf16), cudaMemcpyHostToDevice));
     FOX_CUDA_CHECK(cudaMemcpy(dtg, tg, (size_t)R * sizeof(int), cudaMemcpyHostToDevice));
-    crossentropy_forward_kernel<<<R, CE_THREADS>>>(dloss, dlse, dz, dtg, V, VP);
-    FOX_LAUNCH_CHECK();
-    crossentropy_backward_kernel<<<R, CE_THREADS>>>(dz, dlse, dtg, V, VP, scale);
-    FOX_LAUNCH_CHECK();
+    fox_crossentropy(dloss, dz, dtg, R, V, VP, scale, 1, 0);
     float *loss = (float *)fox_malloc((size_t)R * sizeof(float)), *d = (float *)fox_malloc((size_t)R * V * sizeof(float));
     FOX_CUDA_CHECK(cudaMemcpy(loss, dloss, (size_t)R * sizeof(float), cudaMemcpyDeviceToHost));
     FOX_CUDA_CHECK(cudaMemcpy(z, dz, (size_t)R * VP * sizeof(bf16), cudaMemcpyDeviceToHost));
@@ -319,7 +315,6 @@ static void test_crossentropy_large_vocab(void) {
     check(pad_zero, "%-18s padded vocabulary columns get zero gradient", "cross entropy");
     FOX_CUDA_CHECK(cudaFree(dz));
     FOX_CUDA_CHECK(cudaFree(dloss));
-    FOX_CUDA_CHECK(cudaFree(dlse));
     FOX_CUDA_CHECK(cudaFree(dtg));
     free(z);
     free(tg);

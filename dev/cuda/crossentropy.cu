@@ -1,12 +1,44 @@
-// dev/cuda/crossentropy.cu: checks the fused softmax cross entropy of fox/kernels.cuh against an fp64 CPU
-// reference, then times it, with train_fox.cu's launches: crossentropy_forward_kernel (per-position loss
-// and lse, fp32, from bf16 logits of which the first V of VP columns are real) and
-// crossentropy_backward_kernel (dlogits = (softmax − onehot)·scale in place, bf16, padding columns 0).
-// The padding columns are filled with large values here, so a kernel that read them would fail.
+// dev/cuda/crossentropy.cu: checks the softmax cross entropy of fox/kernels.cuh against an fp64 CPU reference,
+// then times it beside the version it replaced. Both take bf16 logits of which the first V of VP columns are
+// real, give the per-position loss (fp32) and dlogits = (softmax − onehot)·scale in place (bf16, padding
+// columns 0). The padding columns are filled with large values here, so a kernel that read them would fail.
+//   version 1 (until 2026-11-25): crossentropy_forward_v1 (loss and lse) in the forward, then
+//     crossentropy_backward_v1 (dlogits from the stored lse) in the backward: two reads and one write of the
+//     logits, 2-byte accesses.
+//   version 2 (fox/kernels.cuh, fox_crossentropy): one kernel, the row staged in shared memory with 16-byte
+//     loads, the same lse arithmetic (so the same loss bits as version 1), dlogits written with 16-byte stores:
+//     one read and one write. Also checked: its unstaged path (rows too long for shared memory read twice from
+//     global), the loss-only launch (grad 0), and that losses, lse and dlogits equal version 1's bitwise.
 //   make crossentropy && ./crossentropy
 #include "kcheck.h"
 
-static void run(int rows, int V, int VP) {
+// ---- version 1, as fox/kernels.cuh had it
+__global__ void __launch_bounds__(CE_THREADS) crossentropy_forward_v1(float *losses, float *lse, const bf16 *logits,
+                                                                     const int *targets, int V, int VP) {
+    size_t row = blockIdx.x;
+    const bf16 *z = logits + row * VP;
+    __shared__ float l;
+    block_lse(&l, z, V);
+    if (threadIdx.x == 0) {
+        lse[row] = l;
+        losses[row] = l - __bfloat162float(z[targets[row]]);
+    }
+}
+
+__global__ void __launch_bounds__(CE_THREADS) crossentropy_backward_v1(bf16 *logits, const float *lse, const int *targets,
+                                                                      int V, int VP, float scale) {
+    size_t row = blockIdx.x;
+    bf16 *z = logits + row * VP;
+    float l = lse[row];
+    int tg = targets[row];
+    for (int i = threadIdx.x; i < VP; i += CE_THREADS) {
+        float p = i < V ? expf(__bfloat162float(z[i]) - l) : 0.0f;
+        z[i] = __float2bfloat16((p - (i == tg ? 1.0f : 0.0f)) * scale);
+    }
+}
+
+// ref: check against the fp64 reference too (else only bitwise against version 1: the large timing shape).
+static void run(int rows, int V, int VP, bool ref = true) {
     std::string shape = fmt("rows=%d V=%d VP=%d", rows, V, VP);
     printf("crossentropy %s\n", shape.c_str());
     const size_t n = (size_t)rows * VP;
@@ -18,19 +50,18 @@ static void run(int rows, int V, int VP) {
         tg[r] = r == 0 ? 0 : r == 1 ? V - 1 : (int)(urand() * V);
         if (r % 3 == 2) z[(size_t)r * VP + tg[r]] = __float2bfloat16(30.0f);  // a confident row: loss ~ 0
     }
-    const float scale = 1.0f / (float)rows;  // dloss_scale / N
-    bf16 *d_z = to_device(z);
+    const float scale = 1.0f / (float)rows;  // 1 / N
+    bf16 *d_z = to_device(z), *d_z1 = to_device(z);
     int *d_tg = to_device(tg);
-    float *d_loss = dmalloc<float>(rows), *d_lse = dmalloc<float>(rows);
+    float *d_loss = dmalloc<float>(rows), *d_loss1 = dmalloc<float>(rows), *d_lse1 = dmalloc<float>(rows);
 
-    std::vector<double> rloss(rows), rlse(rows), rdz(n), xdz(n);
-    for (int r = 0; r < rows; r++) {
+    std::vector<double> rloss(ref ? rows : 0), rdz(ref ? n : 0), xdz(ref ? n : 0);
+    for (int r = 0; r < (ref ? rows : 0); r++) {
         const bf16 *zr = &z[(size_t)r * VP];
         double m = -INFINITY, s = 0;
         for (int i = 0; i < V; i++) m = std::max(m, bf(zr[i]));
         for (int i = 0; i < V; i++) s += exp(bf(zr[i]) - m);
         const double l = m + log(s);
-        rlse[r] = l;
         rloss[r] = l - bf(zr[tg[r]]);
         for (int i = 0; i < VP; i++) {
             const double p = i < V ? exp(bf(zr[i]) - l) : 0.0;
@@ -40,40 +71,59 @@ static void run(int rows, int V, int VP) {
             xdz[(size_t)r * VP + i] = 0x1p-20 * scale * p * std::max(1.0, fabs(l));
         }
     }
-    auto fwd = [&] {
-        crossentropy_forward_kernel<<<rows, CE_THREADS>>>(d_loss, d_lse, d_z, d_tg, V, VP);
+    // version 1 (the reference bits) and version 2, staged and unstaged
+    auto v1 = [&] {
+        crossentropy_forward_v1<<<rows, CE_THREADS>>>(d_loss1, d_lse1, d_z1, d_tg, V, VP);
+        FOX_LAUNCH_CHECK();
+        crossentropy_backward_v1<<<rows, CE_THREADS>>>(d_z1, d_lse1, d_tg, V, VP, scale);
         FOX_LAUNCH_CHECK();
     };
-    auto bwd = [&] {
-        crossentropy_backward_kernel<<<rows, CE_THREADS>>>(d_z, d_lse, d_tg, V, VP, scale);
+    auto v2 = [&] { fox_crossentropy(d_loss, d_z, d_tg, rows, V, VP, scale, 1, 0); };
+    auto v2_unstaged = [&] {
+        crossentropy_kernel<<<rows, CE_THREADS>>>(d_loss, d_z, d_tg, V, VP, scale, 1, 0);
         FOX_LAUNCH_CHECK();
     };
-    Group gf, gb;
-    poison(d_loss, rows);
-    poison(d_lse, rows);
-    fwd();
-    check_f32(gf, "loss", d_loss, rloss, TOL_F32);
-    check_f32(gf, "lse", d_lse, rlse, TOL_F32);
-    bwd();
-    check_values(gb, "dlogits", widen(to_host(d_z, n)), rdz, TOL_BF16, &xdz);
-    {  // the padding columns must be exactly 0
+    auto v2_loss = [&] { fox_crossentropy(d_loss, d_z, d_tg, rows, V, VP, scale, 0, 0); };
+    v1();
+    std::vector<float> loss1 = to_host(d_loss1, rows);
+    std::vector<bf16> dz1 = to_host(d_z1, n);
+    Group g;
+    const char *names[] = {"v2", "v2 unstaged", "v2 loss only"};
+    for (int variant = 0; variant < 3; variant++) {
+        upload(d_z, z);
+        poison(d_loss, rows);
+        if (variant == 0) v2();
+        else if (variant == 1) v2_unstaged();
+        else v2_loss();
+        printf("  %s%s\n", names[variant], variant == 0 && !ce_stage_bytes(VP) ? " (row too long: unstaged)" : "");
+        if (ref) check_f32(g, "loss", d_loss, rloss, TOL_F32);
+        std::vector<float> loss = to_host(d_loss, rows);
         std::vector<bf16> dz = to_host(d_z, n);
-        size_t nz = 0;
+        bool same_loss = !memcmp(loss.data(), loss1.data(), rows * sizeof(float));
+        bool same_dz = !memcmp(dz.data(), variant == 2 ? z.data() : dz1.data(), n * sizeof(bf16));
+        printf("    %-14s %s\n", variant == 2 ? "loss = v1's, logits untouched" : "loss, dlogits = v1's",
+               same_loss && same_dz ? "bitwise ok" : "FAIL");
+        if (!same_loss || !same_dz) g.ok = false, kc_failures++;
+        if (variant == 2) continue;
+        if (ref) check_values(g, "dlogits", widen(dz), rdz, TOL_BF16, &xdz);
+        size_t nz = 0;  // the padding columns must be exactly 0
         for (int r = 0; r < rows; r++)
             for (int i = V; i < VP; i++) nz += bf(dz[(size_t)r * VP + i]) != 0.0;
         printf("    %-14s %zu nonzero padding entries  %s\n", "dlogits[pad]", nz, nz ? "FAIL" : "ok");
-        if (nz) gb.ok = false, kc_failures++;
+        if (nz) g.ok = false, kc_failures++;
     }
 
-    // timing on fresh logits each time for the backward (it works in place): restore from a copy
-    // outside the timed region is not possible per launch, so time the forward on the original logits
-    // and the backward on its own output (same arithmetic, same bytes)
+    // Timing: the kernels work in place, so the repeats run on their own output (finite, the same bytes and
+    // arithmetic). Bytes: the real logits read (v1: twice), VP columns written, per-row scalars.
     upload(d_z, z);
-    double tf = time_ms(fwd);
-    double tb = time_ms(bwd);
-    summary("crossentropy", "fwd", shape, gf, tf, (double)rows * V * 2.0 + rows * 12.0);
-    summary("crossentropy", "bwd", shape, gb, tb, (double)rows * V * 2.0 + n * 2.0 + rows * 8.0);
-    cudaFree(d_z); cudaFree(d_tg); cudaFree(d_loss); cudaFree(d_lse);
+    upload(d_z1, z);
+    double t1 = time_ms(v1), t2 = time_ms(v2), tu = time_ms(v2_unstaged), tl = time_ms(v2_loss);
+    const double lread = (double)rows * V * 2.0, lwrite = (double)n * 2.0;
+    summary("crossentropy", "v1 fwd + bwd", shape, g, t1, 2 * lread + lwrite + rows * 20.0);
+    summary("crossentropy", "v2 fused fwd+bwd", shape, g, t2, (double)n * 2.0 + lwrite + rows * 8.0);
+    summary("crossentropy", "v2 unstaged fwd+bwd", shape, g, tu, (double)n * 2.0 + lwrite + rows * 8.0);
+    summary("crossentropy", "v2 loss only", shape, g, tl, (double)n * 2.0 + rows * 8.0);
+    cudaFree(d_z); cudaFree(d_z1); cudaFree(d_tg); cudaFree(d_loss); cudaFree(d_loss1); cudaFree(d_lse1);
 }
 
 int main() {
@@ -82,6 +132,7 @@ int main() {
     for (int r : rows) run(r, 50257, 50304);  // GPT-2 vocabulary padded to a multiple of 64
     run(7, 64, 64);
     run(255, 1000, 1024);
-    run(2048, 50257, 50304);  // 206 MB of logits
+    run(3, 130000, 130048);    // a row too long to stage in shared memory
+    run(2048, 50257, 50304, false);  // 206 MB of logits (timing; 1/8 of a 16k-token step's)
     return kc_finish("crossentropy");
 }

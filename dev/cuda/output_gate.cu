@@ -1,8 +1,9 @@
 // dev/cuda/output_gate.cu: checks the attention-output kernels of fox/kernels.cuh against an fp64 CPU
 // reference, then times them: z = RMSNorm_head(o) ⊙ σ(g) (output_forward_kernel, one warp per (token,
 // head)) and its backward fox_output_backward (output_backward_kernel on the (64 tokens, head) grid: d_o,
-// the gate's dproj columns, the norm weight's block partials; then their column sums), as train_fox.cu
-// launches them (E = dh/32).
+// the gate's dproj columns, the norm weight's block partials, then their column sums; and z again, which must
+// equal the forward's bitwise: the trainer keeps no per-block copy of it), as train_fox.cu launches them
+// (E = dh/32).
 //   make output_gate && ./output_gate
 #include "kcheck.h"
 
@@ -26,7 +27,8 @@ static void run(const Cfg &c) {
                        dow0 = rand_f32(D, -1, 1);
     for (int nn = 0; nn < N; nn++)  // the gate columns (the rest of the projection is not read)
         for (int k = 0; k < D; k++) proj[(size_t)nn * ld + 3 * D + k] = (float)uniform(-6, 6);
-    bf16 *d_o_in = to_device(o), *dz_out = dmalloc<bf16>(n), *dd_o = dmalloc<bf16>(n), *ddproj = dmalloc<bf16>((size_t)N * ld);
+    bf16 *d_o_in = to_device(o), *dz_out = dmalloc<bf16>(n), *dd_o = dmalloc<bf16>(n), *ddproj = dmalloc<bf16>((size_t)N * ld),
+         *dz2 = dmalloc<bf16>(n);
     float *dproj_in = to_device(proj), *dow = c.norm ? to_device(ow) : nullptr, *ddz = to_device(dz),
           *drows = dmalloc<float>(colsum_rows_floats(N, D)), *ddow = dmalloc<float>(D),
           *dpart = dmalloc<float>(colsum_scratch_floats(N, D));
@@ -61,7 +63,7 @@ static void run(const Cfg &c) {
 
     auto fwd = [&] { LAUNCH_HEADS(output_forward_kernel, dh, (size_t)N * H, 0, dz_out, d_o_in, dproj_in, ld, cg, dow, N, H, dh); };
     auto bwd = [&] {
-        fox_output_backward(dd_o, ddproj, ddow, ddz, d_o_in, dproj_in, ld, cg, dow, N, H, dh, drows, dpart, 0);
+        fox_output_backward(dd_o, ddproj, dz2, ddow, ddz, d_o_in, dproj_in, ld, cg, dow, N, H, dh, drows, dpart, 0);
     };
     Group gf, gb;
     poison(dz_out, n);
@@ -69,9 +71,13 @@ static void run(const Cfg &c) {
     check_bf16(gf, "z", dz_out, z);
     poison(dd_o, n);
     poison(ddproj, (size_t)N * ld);
+    poison(dz2, n);
     upload(ddow, dow0);
     bwd();
     check_bf16(gb, "d_o", dd_o, rdo);
+    bool same = !memcmp(to_host(dz2, n).data(), to_host(dz_out, n).data(), n * sizeof(bf16));
+    printf("    %-14s %s\n", "z = fwd z", same ? "bitwise ok" : "FAIL");
+    if (!same) gb.ok = false, kc_failures++;
     if (c.gate) {
         std::vector<bf16> dp = to_host(ddproj, (size_t)N * ld);
         std::vector<double> g(n);
@@ -82,11 +88,11 @@ static void run(const Cfg &c) {
     if (c.norm) check_f32(gb, "dow (colsum)", ddow, rdow, TOL_F32_RED);
 
     double tf = time_ms(fwd), tb = time_ms(bwd);
-    // fwd: o (bf16), gate (fp32) in, z (bf16) out; bwd: dz (fp32), o, gate in; d_o, dproj (bf16) out
+    // fwd: o (bf16), gate (fp32) in, z (bf16) out; bwd: dz (fp32), o, gate in; d_o, dproj, z (bf16) out
     const double gt = c.gate ? 4.0 : 0.0;
     summary("output_gate", "fwd", shape, gf, tf, n * (2.0 + gt + 2.0));
-    summary("output_gate", "bwd+colsum", shape, gb, tb, n * (4.0 + 2.0 + gt + 2.0 + (c.gate ? 2.0 : 0.0)));
-    cudaFree(d_o_in); cudaFree(dz_out); cudaFree(dd_o); cudaFree(ddproj); cudaFree(dproj_in); if (dow) cudaFree(dow);
+    summary("output_gate", "bwd+colsum (+z)", shape, gb, tb, n * (4.0 + 2.0 + gt + 2.0 + (c.gate ? 2.0 : 0.0) + 2.0));
+    cudaFree(d_o_in); cudaFree(dz_out); cudaFree(dz2); cudaFree(dd_o); cudaFree(ddproj); cudaFree(dproj_in); if (dow) cudaFree(dow);
     cudaFree(ddz); cudaFree(drows); cudaFree(ddow); cudaFree(dpart);
 }
 

@@ -1,11 +1,14 @@
 // dev/cuda/swiglu.cu: checks the SwiGLU kernels of fox/kernels.cuh (h = silu(a) ⊙ b over u = [a | b],
-// bf16 in and out; backward du from fp32 dh) against an fp64 CPU reference, then times them, with the
+// bf16 in and out; backward du from fp32 dh, and h again, which must equal the forward's bitwise: the
+// trainer keeps no per-block copy of it) against an fp64 CPU reference, then times them, with the
 // launchers train_fox.cu calls (8 units per thread; element by element when I % 8 != 0).
 //   make swiglu && ./swiglu
 #include "kcheck.h"
 
 static void launch_fwd(bf16 *h, const bf16 *u, int N, int I) { fox_swiglu_forward(h, u, N, I, 0); }
-static void launch_bwd(bf16 *du, const float *dh, const bf16 *u, int N, int I) { fox_swiglu_backward(du, dh, u, N, I, 0); }
+static void launch_bwd(bf16 *du, bf16 *h, const float *dh, const bf16 *u, int N, int I) {
+    fox_swiglu_backward(du, h, dh, u, N, I, 0);
+}
 
 static void run(int N, int I) {
     std::string shape = fmt("N=%d I=%d", N, I);
@@ -18,7 +21,7 @@ static void run(int N, int I) {
             u[(size_t)r * 2 * I + I + j] = __float2bfloat16((float)uniform(-2, 2));  // b
         }
     std::vector<float> dh = rand_f32(n, -1, 1);
-    bf16 *du_ = to_device(u), *dhout = dmalloc<bf16>(n), *ddu = dmalloc<bf16>(2 * n);
+    bf16 *du_ = to_device(u), *dhout = dmalloc<bf16>(n), *ddu = dmalloc<bf16>(2 * n), *dh2 = dmalloc<bf16>(n);
     float *ddh = to_device(dh);
 
     std::vector<double> h(n), rdu(2 * n);
@@ -35,14 +38,18 @@ static void run(int N, int I) {
     launch_fwd(dhout, du_, N, I);
     check_bf16(gf, "h", dhout, h);
     poison(ddu, 2 * n);
-    launch_bwd(ddu, ddh, du_, N, I);
+    poison(dh2, n);
+    launch_bwd(ddu, dh2, ddh, du_, N, I);
     check_bf16(gb, "du", ddu, rdu);
+    bool same = !memcmp(to_host(dh2, n).data(), to_host(dhout, n).data(), n * sizeof(bf16));
+    printf("    %-14s %s\n", "h = fwd h", same ? "bitwise ok" : "FAIL");
+    if (!same) gb.ok = false, kc_failures++;
 
     double tf = time_ms([&] { launch_fwd(dhout, du_, N, I); });
-    double tb = time_ms([&] { launch_bwd(ddu, ddh, du_, N, I); });
+    double tb = time_ms([&] { launch_bwd(ddu, dh2, ddh, du_, N, I); });
     summary("swiglu", "fwd", shape, gf, tf, n * (4.0 + 2.0));
-    summary("swiglu", "bwd", shape, gb, tb, n * (4.0 + 4.0 + 4.0));
-    cudaFree(du_); cudaFree(dhout); cudaFree(ddu); cudaFree(ddh);
+    summary("swiglu", "bwd (+h)", shape, gb, tb, n * (4.0 + 4.0 + 4.0 + 2.0));
+    cudaFree(du_); cudaFree(dhout); cudaFree(ddu); cudaFree(ddh); cudaFree(dh2);
 }
 
 int main() {
