@@ -700,7 +700,7 @@ template <int DH> __global__ void __launch_bounds__(GSA_THREADS) gsa_bwd3_kernel
     gsa_bwd3_chunk<DH>(a, blockIdx.x, blockIdx.y, gsa_smem, GsaBlock());
 }
 
-template <class K> static void gsa_launch_chunks(K kernel, size_t smem, const GsaArgs &a, cudaStream_t st) {
+template <class K> static inline void gsa_launch_chunks(K kernel, size_t smem, const GsaArgs &a, cudaStream_t st) {
     FOX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kernel<<<dim3(a.sh.B * a.sh.G, gsa_chunks(a.sh.T)), GSA_THREADS, smem, st>>>(a);
     FOX_LAUNCH_CHECK();
@@ -714,7 +714,7 @@ template <class K> static void gsa_launch_chunks(K kernel, size_t smem, const Gs
         else F(256); \
     } while (0)
 
-static void gsa_scan(const GsaArgs &a, int reverse, cudaStream_t st) {
+static inline void gsa_scan(const GsaArgs &a, int reverse, cudaStream_t st) {
     size_t n = (size_t)a.sh.B * a.sh.G * GSA_SLOTS * a.sh.dh;
     gsa_scan_kernel<<<dim3(fox_blocks(n, 256), 2), 256, 0, st>>>(a, reverse);
     FOX_LAUNCH_CHECK();
@@ -722,7 +722,7 @@ static void gsa_scan(const GsaArgs &a, int reverse, cudaStream_t st) {
 
 // The forward: o, the states after each chunk, s and lse (and with S_last, U_last the final states) from q, k, v
 // and the slot-gate logits. Scratch: dS, dU, decay.
-static void fox_gsa_forward(const GsaArgs &a, cudaStream_t st) {
+static inline void fox_gsa_forward(const GsaArgs &a, cudaStream_t st) {
     size_t dsm, osm;
     gsa_delta_smem(NULL, &dsm);
     gsa_out_smem(NULL, &osm);
@@ -737,7 +737,7 @@ static void fox_gsa_forward(const GsaArgs &a, cudaStream_t st) {
 
 // The backward from d_o and the forward's q, k, v, proj, states, s and lse: the q, k, v and slot-gate columns of
 // dproj (through Swish' and the gate's derivative). Scratch: dS, dU, decay, dSs, dUs, dsr, y, D1, Pt.
-static void fox_gsa_backward(const GsaArgs &a, cudaStream_t st) {
+static inline void fox_gsa_backward(const GsaArgs &a, cudaStream_t st) {
     size_t b1, b3;
     gsa_bwd1_smem(NULL, &b1);
     gsa_bwd3_smem(NULL, &b3);
@@ -837,6 +837,61 @@ static inline void fox_gsa_output_norm_backward(bf16 *d_o, float *dw, const floa
     gsa_output_norm_backward_kernel<<<norm_blocks(N), FOX_WARPS * 32, smem, st>>>(d_o, part, dz, o, w, N, D);
     FOX_LAUNCH_CHECK();
     colsum_accumulate(dw, part, norm_blocks(N), D, D, part2, st);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generation: one step of the recurrence for the new token of each sequence, from the states after the previous
+// token (fp32, (B·G, GSA_SLOTS, dh), updated in place); q, k, v are rounded to bf16 as the forward's features are.
+// proj holds the step's B rows. One block per (sequence, head). CPU: gsa_decode_block's gsa_forward.
+
+#define GSA_DECODE_THREADS 256
+
+__global__ void __launch_bounds__(GSA_DECODE_THREADS) gsa_decode_kernel(bf16 *o, float *S, float *U, const float *proj, GsaShape s) {
+    __shared__ float q[256], k[256], v[256], al[GSA_SLOTS], sc[GSA_SLOTS];
+    const int bg = blockIdx.x, b = bg / s.G, g = bg % s.G, dh = s.dh, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float *row = proj + (size_t)b * s.ldp;
+    for (int d = threadIdx.x; d < dh; d += GSA_DECODE_THREADS) {
+        float xq = row[s.col_q + g * dh + d], xk = row[s.col_k + g * dh + d], xv = row[s.col_v + g * dh + d];
+        q[d] = __bfloat162float(__float2bfloat16(xq * sigmoidf_(xq)));
+        k[d] = __bfloat162float(__float2bfloat16(xk * sigmoidf_(xk)));
+        v[d] = __bfloat162float(__float2bfloat16(xv * sigmoidf_(xv)));
+    }
+    for (int i = threadIdx.x; i < s.m; i += GSA_DECODE_THREADS) al[i] = expf(gsa_log_alpha(row[s.slot_col + g * s.m + i], s.tau));
+    __syncthreads();
+    float *Sb = S + (size_t)bg * GSA_SLOTS * dh, *Ub = U + (size_t)bg * GSA_SLOTS * dh;
+    for (int i = warp; i < s.m; i += GSA_DECODE_THREADS / 32) {  // a warp per slot: the update, then the score
+        float a = al[i], dot = 0.0f;
+        for (int d = lane; d < dh; d += 32) {
+            size_t at = (size_t)i * dh + d;
+            float sv = a * Sb[at] + (1.0f - a) * k[d];
+            Sb[at] = sv;
+            Ub[at] = a * Ub[at] + (1.0f - a) * v[d];
+            dot += sv * q[d];
+        }
+        dot = warp_sum(dot);
+        if (lane == 0) sc[i] = dot / sqrtf((float)dh);
+    }
+    __syncthreads();
+    if (warp == 0) {  // the softmax over the slots
+        float mx = -INFINITY, sum = 0.0f;
+        for (int i = lane; i < s.m; i += 32) mx = fmaxf(mx, sc[i]);
+        mx = warp_max(mx);
+        for (int i = lane; i < s.m; i += 32) sum += expf(sc[i] - mx);
+        sum = warp_sum(sum);
+        __syncwarp();
+        for (int i = lane; i < s.m; i += 32) sc[i] = expf(sc[i] - mx) / sum;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < dh; d += GSA_DECODE_THREADS) {
+        float acc = 0.0f;
+        for (int i = 0; i < s.m; i++) acc += sc[i] * Ub[(size_t)i * dh + d];
+        o[(size_t)b * s.G * dh + (size_t)g * dh + d] = __float2bfloat16(acc);
+    }
+}
+
+static inline void fox_gsa_decode(bf16 *o, float *S, float *U, const float *proj, const GsaShape &s, cudaStream_t st) {
+    gsa_decode_kernel<<<s.B * s.G, GSA_DECODE_THREADS, 0, st>>>(o, S, U, proj, s);
+    FOX_LAUNCH_CHECK();
 }
 
 #endif  // FOX_GSA_CUH
