@@ -53,8 +53,24 @@
 #define GSA_LDB (GSA_CHUNK + 8)      // bf16 MMA operands (chunk × chunk or chunk × slot)
 
 #define GSA_HD __host__ __device__ inline
+#ifdef __CUDA_ARCH__
+#define GSA_UNROLL_8 _Pragma("unroll 8")
+#else
+#define GSA_UNROLL_8
+#endif
 
 GSA_HD int gsa_chunks(int T) { return (T + GSA_CHUNK - 1) / GSA_CHUNK; }
+
+// log α = logsigmoid(logit)/τ (docs/model.md §1.9).
+GSA_HD float gsa_log_alpha(float logit, float tau) { return (fminf(logit, 0.0f) - log1pf(expf(-fabsf(logit)))) / tau; }
+
+GSA_HD float gsa_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Swish'(x) = σ(x)(1 + x(1 − σ(x))).
+GSA_HD float gsa_swish_grad(float x) {
+    float sg = gsa_sigmoid(x);
+    return sg * (1.0f + x * (1.0f - sg));
+}
 
 // The shapes the kernels run, or NULL: the reason they do not.
 static inline const char *gsa_unsupported(int dh, int m) {
@@ -131,12 +147,16 @@ __device__ __forceinline__ void gsa_mma(nvcuda::wmma::fragment<nvcuda::wmma::acc
                                         const GsaProd<LA, LB> &p, int r0, int c0) {
     using namespace nvcuda;
     if (!p.a) return;
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, typename GsaWmma<LA>::T> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, typename GsaWmma<LB>::T> fb;
-    for (int kk = 0; kk < p.k; kk += 16) {
-        wmma::load_matrix_sync(fa, gsa_tile_ptr<LA>(p.a, p.lda, r0, kk), p.lda);
-        wmma::load_matrix_sync(fb, gsa_tile_ptr<LB>(p.b, p.ldb, kk, c0), p.ldb);
-        wmma::mma_sync(acc, fa, fb, acc);
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, typename GsaWmma<LA>::T> fa[4];
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, typename GsaWmma<LB>::T> fb[4];
+    for (int k0 = 0; k0 < p.k; k0 += 64) {  // k is a multiple of 64: four steps' loads in flight, then their MMAs
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            wmma::load_matrix_sync(fa[u], gsa_tile_ptr<LA>(p.a, p.lda, r0, k0 + 16 * u), p.lda);
+            wmma::load_matrix_sync(fb[u], gsa_tile_ptr<LB>(p.b, p.ldb, k0 + 16 * u, c0), p.ldb);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) wmma::mma_sync(acc, fa[u], fb[u], acc);
     }
 }
 #else
@@ -174,6 +194,42 @@ GSA_HD void gsa_tile(const GsaProd<LA, LB> &p, int r0, int c0, float *stage, int
     gsa_tile(p, gsa_prod<LA, LB>(NULL, 0, NULL, 0, 0), r0, c0, stage, lane, epi);
 }
 
+// gsa_tile of a feature's gradient g (rows: a chunk's tokens) into its proj columns: dproj[r·ldp] = g·Swish'(proj[r·ldp])
+// for the rows r < L (proj, dproj point at the chunk's first row and the tile's column 0). Each lane loads its 8
+// pre-activations together before it stores.
+template <class LA1, class LB1, class LA2, class LB2>
+GSA_HD void gsa_tile_dproj(const GsaProd<LA1, LB1> &p1, const GsaProd<LA2, LB2> &p2, int r0, int c0, float *stage, int lane,
+                           const float *proj, bf16 *dproj, int ldp, int L) {
+#ifdef __CUDA_ARCH__
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc;
+    nvcuda::wmma::fill_fragment(acc, 0.0f);
+    gsa_mma(acc, p1, r0, c0);
+    gsa_mma(acc, p2, r0, c0);
+    nvcuda::wmma::store_matrix_sync(stage, acc, 16, nvcuda::wmma::mem_row_major);
+    __syncwarp();
+    float x[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+        int e = lane + 32 * u, r = r0 + e / 16;
+        x[u] = r < L ? proj[(size_t)r * ldp + c0 + e % 16] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+        int e = lane + 32 * u, r = r0 + e / 16;
+        if (r < L) dproj[(size_t)r * ldp + c0 + e % 16] = __float2bfloat16(stage[e] * gsa_swish_grad(x[u]));
+    }
+    __syncwarp();
+#else
+    (void)stage;
+    if (lane) return;
+    for (int e = 0; e < 256; e++) {
+        int r = r0 + e / 16, c = c0 + e % 16;
+        if (r < L)
+            dproj[(size_t)r * ldp + c] = __float2bfloat16((gsa_dot(p1, r, c) + gsa_dot(p2, r, c)) * gsa_swish_grad(proj[(size_t)r * ldp + c]));
+    }
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Shared memory: arrays carved one after another (128-byte aligned); with base NULL only the size is counted.
 
@@ -206,17 +262,6 @@ GSA_HD GsaChunk gsa_chunk(const GsaShape &s, int bg, int c) {
     ch.bg = (size_t)bg;
     ch.row0 = (size_t)ch.b * s.T + (size_t)c * GSA_CHUNK;
     return ch;
-}
-
-// log α = logsigmoid(logit)/τ (docs/model.md §1.9).
-GSA_HD float gsa_log_alpha(float logit, float tau) { return (fminf(logit, 0.0f) - log1pf(expf(-fabsf(logit)))) / tau; }
-
-GSA_HD float gsa_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// Swish'(x) = σ(x)(1 + x(1 − σ(x))).
-GSA_HD float gsa_swish_grad(float x) {
-    float sg = gsa_sigmoid(x);
-    return sg * (1.0f + x * (1.0f - sg));
 }
 
 // The chunk's gates, (GSA_CHUNK, GSA_LDF) each: b = the running sum of log α from the chunk's start, α, ω = 1 − α
@@ -323,14 +368,21 @@ template <int DH, class X> GSA_HD void gsa_delta_chunk(const GsaArgs &a, int bg,
 
 GSA_HD void gsa_scan_element(bf16 *out, float *last, const float *delta, const float *decay, size_t bg, int nc, int i,
                              int d, int dh, int reverse) {
+    const size_t step = (size_t)GSA_SLOTS * dh, at0 = (bg * nc * GSA_SLOTS + i) * (size_t)dh + d;
+    const float *dc = decay + bg * nc * GSA_SLOTS + i;
     float run = 0.0f;
-    for (int k = 0; k < nc; k++) {
-        int c = reverse ? nc - 1 - k : k;
-        size_t at = ((bg * nc + c) * GSA_SLOTS + i) * (size_t)dh + d;
-        float dc = decay[(bg * nc + c) * GSA_SLOTS + i];
-        if (reverse) out[at] = __float2bfloat16(run);
-        run = dc * run + delta[at];
-        if (!reverse) out[at] = __float2bfloat16(run);
+    if (reverse) {
+        GSA_UNROLL_8
+        for (int c = nc - 1; c >= 0; c--) {
+            out[at0 + c * step] = __float2bfloat16(run);
+            run = dc[(size_t)c * GSA_SLOTS] * run + delta[at0 + c * step];
+        }
+    } else {
+        GSA_UNROLL_8
+        for (int c = 0; c < nc; c++) {
+            run = dc[(size_t)c * GSA_SLOTS] * run + delta[at0 + c * step];
+            out[at0 + c * step] = __float2bfloat16(run);
+        }
     }
     if (last) last[(bg * GSA_SLOTS + i) * (size_t)dh + d] = run;
 }
@@ -355,6 +407,7 @@ typedef struct {
     float *A, *p;        // (C, LDW) Q Kᵀ; then p (C, LDF) in its place
     float *X;            // (C, LDW) Q S0ᵀ; then the scores s in place
     bf16 *ep, *pt;       // (C, LDB): e^{b} ⊙ p and P̃
+    float *mx, *sum;     // (C): each row's softmax statistics
     float *stage;
 } GsaOutSmem;
 
@@ -369,6 +422,8 @@ GSA_HD GsaOutSmem gsa_out_smem(char *base, size_t *bytes) {
     m.X = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDW);
     m.ep = gsa_carve<bf16>(cv, GSA_CHUNK * GSA_LDB);
     m.pt = gsa_carve<bf16>(cv, GSA_CHUNK * GSA_LDB);
+    m.mx = gsa_carve<float>(cv, GSA_CHUNK);
+    m.sum = gsa_carve<float>(cv, GSA_CHUNK);
     m.stage = gsa_carve<float>(cv, GSA_WARPS * 256);
     *bytes = cv.used;
     return m;
@@ -405,24 +460,25 @@ template <int DH, class X> GSA_HD void gsa_output_chunk(const GsaArgs &a, int bg
                          sm.stage, tid);
     });
     x.each([&](int tid) { gsa_walk_down(sm.X, GSA_LDW, sm.A, sm.X, GSA_LDW, sm.b, sm.al, sm.om, ch.L, tid); });
-    x.each([&](int tid) {  // the softmax of each row over the m slots; s and lse kept for the backward
-        if (tid >= GSA_CHUNK) return;
+    x.each([&](int tid) {  // the softmax statistics of each row over the m slots (lse kept for the backward)
+        if (tid >= ch.L) return;
         int t = tid;
-        float *sr = sm.X + t * GSA_LDW, *p = sm.p + t * GSA_LDF;
-        size_t at = ch.bg * s.T + (size_t)c * GSA_CHUNK + t;
-        float mx = -INFINITY, sum = 0.0f;
-        if (t < ch.L) {
-            for (int i = 0; i < m; i++) {
-                sr[i] *= scale;
-                mx = fmaxf(mx, sr[i]);
-            }
-            for (int i = 0; i < m; i++) sum += expf(sr[i] - mx);
-            a.lse[at] = mx + logf(sum);
+        float *sr = sm.X + t * GSA_LDW, mx = -INFINITY, sum = 0.0f;
+        for (int i = 0; i < m; i++) {
+            sr[i] *= scale;
+            mx = fmaxf(mx, sr[i]);
         }
-        for (int i = 0; i < GSA_SLOTS; i++) {
-            float pi = t < ch.L && i < m ? expf(sr[i] - mx) / sum : 0.0f;
-            if (t < ch.L && i < m) a.s[at * GSA_SLOTS + i] = sr[i];
-            p[i] = pi;
+        for (int i = 0; i < m; i++) sum += expf(sr[i] - mx);
+        sm.mx[t] = mx;
+        sm.sum[t] = sum;
+        a.lse[ch.bg * s.T + (size_t)c * GSA_CHUNK + t] = mx + logf(sum);
+    });
+    x.each([&](int tid) {  // p and e^{b} ⊙ p; s kept for the backward
+        for (int e = tid; e < GSA_CHUNK * GSA_SLOTS; e += GSA_THREADS) {
+            int t = e / GSA_SLOTS, i = e % GSA_SLOTS, in = t < ch.L && i < m;
+            float sv = sm.X[t * GSA_LDW + i], pi = in ? expf(sv - sm.mx[t]) / sm.sum[t] : 0.0f;
+            if (in) a.s[(ch.bg * s.T + (size_t)c * GSA_CHUNK + t) * GSA_SLOTS + i] = sv;
+            sm.p[t * GSA_LDF + i] = pi;
             sm.ep[t * GSA_LDB + i] = __float2bfloat16(expf(sm.b[t * GSA_LDF + i]) * pi);
         }
     });
@@ -497,24 +553,36 @@ template <int DH, class X> GSA_HD void gsa_bwd1_chunk(const GsaArgs &a, int bg, 
                          sm.stage, tid);
     });
     x.each([&](int tid) { gsa_walk_down(sm.X, GSA_LDW, sm.A2, sm.X, GSA_LDW, sm.b, sm.al, sm.om, ch.L, tid); });
-    x.each([&](int tid) {  // p from the forward's s and lse; dsr and y
-        if (tid >= GSA_CHUNK) return;
-        int t = tid;
-        size_t at = ch.bg * s.T + (size_t)c * GSA_CHUNK + t;
-        float *p = sm.p + t * GSA_LDF, *dp = sm.X + t * GSA_LDW, *dsr = sm.dsr + t * GSA_LDF, pdp = 0.0f;
-        for (int i = 0; i < GSA_SLOTS; i++) {
-            p[i] = t < ch.L && i < m ? expf(a.s[at * GSA_SLOTS + i] - a.lse[at]) : 0.0f;
-            pdp += t < ch.L && i < m ? p[i] * dp[i] : 0.0f;
+    const size_t row0 = ch.bg * s.T + (size_t)c * GSA_CHUNK;  // the chunk's first row of s, dsr, y
+    x.each([&](int tid) {  // p from the forward's s and lse; s into dsr's place for now
+        for (int e = tid; e < GSA_CHUNK * GSA_SLOTS; e += GSA_THREADS) {
+            int t = e / GSA_SLOTS, i = e % GSA_SLOTS, in = t < ch.L && i < m;
+            float sv = in ? a.s[(row0 + t) * GSA_SLOTS + i] : 0.0f;
+            sm.p[t * GSA_LDF + i] = in ? expf(sv - a.lse[row0 + t]) : 0.0f;
+            sm.dsr[t * GSA_LDF + i] = sv;
         }
-        for (int i = 0; i < GSA_SLOTS; i++) {
-            float e = expf(sm.b[t * GSA_LDF + i]);
-            dsr[i] = t < ch.L && i < m ? scale * p[i] * (dp[i] - pdp) : 0.0f;
+    });
+    x.each([&](int tid) {  // per row: dsr = scale·p ⊙ (dp − p·dp), and y = dsr·s/scale + p·dp in dp's place
+        if (tid >= ch.L) return;
+        int t = tid;
+        float *p = sm.p + t * GSA_LDF, *dp = sm.X + t * GSA_LDW, *dsr = sm.dsr + t * GSA_LDF, pdp = 0.0f;
+        for (int i = 0; i < m; i++) pdp += p[i] * dp[i];
+        for (int i = 0; i < m; i++) {
+            float ds = scale * p[i] * (dp[i] - pdp);
+            dp[i] = ds * dsr[i] / scale + p[i] * dp[i];
+            dsr[i] = ds;
+        }
+    });
+    x.each([&](int tid) {  // dsr and y kept for step 3; e^{b} ⊙ dsr and e^{b} ⊙ p
+        for (int e = tid; e < GSA_CHUNK * GSA_SLOTS; e += GSA_THREADS) {
+            int t = e / GSA_SLOTS, i = e % GSA_SLOTS;
+            float e_b = expf(sm.b[t * GSA_LDF + i]), ds = sm.dsr[t * GSA_LDF + i];
             if (t < ch.L && i < m) {
-                a.dsr[at * GSA_SLOTS + i] = dsr[i];
-                a.y[at * GSA_SLOTS + i] = dsr[i] * a.s[at * GSA_SLOTS + i] / scale + p[i] * dp[i];
+                a.dsr[(row0 + t) * GSA_SLOTS + i] = ds;
+                a.y[(row0 + t) * GSA_SLOTS + i] = sm.X[t * GSA_LDW + i];
             }
-            sm.ed[t * GSA_LDB + i] = __float2bfloat16(e * dsr[i]);
-            sm.ep[t * GSA_LDB + i] = __float2bfloat16(e * p[i]);
+            sm.ed[t * GSA_LDB + i] = __float2bfloat16(e_b * ds);
+            sm.ep[t * GSA_LDB + i] = __float2bfloat16(e_b * sm.p[t * GSA_LDF + i]);
         }
     });
     bf16 *D1g = a.D1 + (ch.bg * ch.nc + c) * GSA_CHUNK * GSA_CHUNK, *Ptg = a.Pt + (ch.bg * ch.nc + c) * GSA_CHUNK * GSA_CHUNK;
@@ -545,13 +613,10 @@ template <int DH, class X> GSA_HD void gsa_bwd1_chunk(const GsaArgs &a, int bg, 
                 gsa_tile(gsa_prod<GsaCol, GsaRow>(u ? sm.ep : sm.ed, GSA_LDB, u ? dO : Q, D, GSA_CHUNK), r0, c0, stage, lane,
                          [&](int r, int cc, float v) { out[(size_t)r * DH + cc] = v; });
             } else {
-                gsa_tile(gsa_prod<GsaRow, GsaRow>(S0 ? sm.ed : NULL, GSA_LDB, S0, DH, GSA_SLOTS),
-                         gsa_prod<GsaRow, GsaRow>(sm.d1, GSA_LDB, K, D, GSA_CHUNK), r0, c0, stage, lane,
-                         [&](int r, int cc, float v) {
-                             if (r >= ch.L) return;
-                             size_t at = (ch.row0 + r) * s.ldp + s.col_q + (size_t)ch.g * DH + cc;
-                             a.dproj[at] = __float2bfloat16(v * gsa_swish_grad(a.proj[at]));
-                         });
+                size_t at = ch.row0 * s.ldp + s.col_q + (size_t)ch.g * DH;
+                gsa_tile_dproj(gsa_prod<GsaRow, GsaRow>(S0 ? sm.ed : NULL, GSA_LDB, S0, DH, GSA_SLOTS),
+                               gsa_prod<GsaRow, GsaRow>(sm.d1, GSA_LDB, K, D, GSA_CHUNK), r0, c0, stage, lane, a.proj + at,
+                               a.dproj + at, s.ldp, ch.L);
             }
         }
     });
@@ -565,7 +630,7 @@ typedef struct {
     float *b, *al, *om;          // (C, LDF)
     float *A, *A2, *X;           // (C, LDW): Q Kᵀ, dO Vᵀ, K dS'ᵀ + V dU'ᵀ (then Ĝ ω ⊙ it, in place)
     float *dsr, *p, *y, *r;      // (C, LDF): dsr, p, y (then y − ω κ^in, then its suffix sums), −α κ
-    float *sd;                   // (GSA_SLOTS × 4) partial sums of ⟨dS', S0⟩ + ⟨dU', U0⟩
+    float *sd;                   // (GSA_SLOTS): ⟨dS', S0⟩ + ⟨dU', U0⟩ of each slot
     bf16 *gl;                    // (C, LDB): E(last, j) ω_j
     float *stage;
 } GsaBwd3Smem;
@@ -583,7 +648,7 @@ GSA_HD GsaBwd3Smem gsa_bwd3_smem(char *base, size_t *bytes) {
     m.p = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
     m.y = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
     m.r = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
-    m.sd = gsa_carve<float>(cv, GSA_SLOTS * 4);
+    m.sd = gsa_carve<float>(cv, GSA_SLOTS);
     m.gl = gsa_carve<bf16>(cv, GSA_CHUNK * GSA_LDB);
     m.stage = gsa_carve<float>(cv, GSA_WARPS * 256);
     *bytes = cv.used;
@@ -601,7 +666,7 @@ template <int DH, class X> GSA_HD void gsa_bwd3_chunk(const GsaArgs &a, int bg, 
     const bf16 *S0 = gsa_state(a.S, s, ch.bg, c - 1), *U0 = gsa_state(a.U, s, ch.bg, c - 1);
     const bf16 *dSn = gsa_state(a.dSs, s, ch.bg, c), *dUn = gsa_state(a.dUs, s, ch.bg, c);
     const float *last = sm.b + (GSA_CHUNK - 1) * GSA_LDF;
-    x.each([&](int tid) {  // the forward's p, the backward's dsr and y; E(last, j) ω_j; partial ⟨dS', S0⟩ + ⟨dU', U0⟩
+    x.each([&](int tid) {  // the forward's p, the backward's dsr and y; E(last, j) ω_j; ⟨dS', S0⟩ + ⟨dU', U0⟩ by 8 columns
         for (int e = tid; e < GSA_CHUNK * GSA_SLOTS; e += GSA_THREADS) {
             int t = e / GSA_SLOTS, i = e % GSA_SLOTS;
             size_t at = (ch.bg * s.T + (size_t)c * GSA_CHUNK + t) * GSA_SLOTS + i;
@@ -611,13 +676,20 @@ template <int DH, class X> GSA_HD void gsa_bwd3_chunk(const GsaArgs &a, int bg, 
             sm.y[t * GSA_LDF + i] = in ? a.y[at] : 0.0f;
             sm.gl[t * GSA_LDB + i] = __float2bfloat16(expf(last[i] - sm.b[t * GSA_LDF + i]) * sm.om[t * GSA_LDF + i]);
         }
-        int i = tid / 4, part = tid % 4;
+        for (int e = tid; e < GSA_SLOTS * (DH / 8); e += GSA_THREADS) {  // partial sums into stage (64 × DH/8 <= 2048)
+            float acc = 0.0f;
+            if (S0)
+                for (int d = 8 * (e % (DH / 8)); d < 8 * (e % (DH / 8)) + 8; d++) {
+                    size_t at = (size_t)(e / (DH / 8)) * DH + d;
+                    acc += __bfloat162float(dSn[at]) * __bfloat162float(S0[at]) + __bfloat162float(dUn[at]) * __bfloat162float(U0[at]);
+                }
+            sm.stage[e] = acc;
+        }
+    });
+    x.each([&](int tid) {
+        if (tid >= GSA_SLOTS) return;
         float acc = 0.0f;
-        if (S0)
-            for (int d = part; d < DH; d += 4) {
-                size_t at = (size_t)i * DH + d;
-                acc += __bfloat162float(dSn[at]) * __bfloat162float(S0[at]) + __bfloat162float(dUn[at]) * __bfloat162float(U0[at]);
-            }
+        for (int k = 0; k < DH / 8; k++) acc += sm.stage[tid * (DH / 8) + k];
         sm.sd[tid] = acc;
     });
     x.each([&](int tid) {  // A = Q Kᵀ, A2 = dO Vᵀ; X = K dS'ᵀ + V dU'ᵀ
@@ -643,18 +715,25 @@ template <int DH, class X> GSA_HD void gsa_bwd3_chunk(const GsaArgs &a, int bg, 
             sm.X[t * GSA_LDW + i] = gh * om * xo;
         }
     });
-    x.each([&](int tid) {  // per slot: d log α_t = e^{b_last}·sd + Σ_{j<t} X_j + Σ_{j>=t} y_j + r_t, then the logit's
+    x.each([&](int tid) {  // per slot: the suffix sums of y and the prefix sums (j < t) of X, in place
         if (tid >= m) return;
         int i = tid;
-        float sd = sm.sd[4 * i] + sm.sd[4 * i + 1] + sm.sd[4 * i + 2] + sm.sd[4 * i + 3], suf = 0.0f, pre = 0.0f;
+        float suf = 0.0f, pre = 0.0f;
         for (int t = ch.L - 1; t >= 0; t--) {
             suf += sm.y[t * GSA_LDF + i];
             sm.y[t * GSA_LDF + i] = suf;
         }
-        float base = expf(last[i]) * sd;
         for (int t = 0; t < ch.L; t++) {
-            float dla = base + pre + sm.y[t * GSA_LDF + i] + sm.r[t * GSA_LDF + i];
-            pre += sm.X[t * GSA_LDW + i];
+            float xt = sm.X[t * GSA_LDW + i];
+            sm.X[t * GSA_LDW + i] = pre;
+            pre += xt;
+        }
+    });
+    x.each([&](int tid) {  // d log α_t = e^{b_last}·sd + Σ_{j<t} X_j + Σ_{j>=t} y_j + r_t, then the logit's gradient
+        for (int e = tid; e < GSA_CHUNK * GSA_SLOTS; e += GSA_THREADS) {
+            int t = e / GSA_SLOTS, i = e % GSA_SLOTS;
+            if (t >= ch.L || i >= m) continue;
+            float dla = expf(last[i]) * sm.sd[i] + sm.X[t * GSA_LDW + i] + sm.y[t * GSA_LDF + i] + sm.r[t * GSA_LDF + i];
             size_t at = (ch.row0 + t) * s.ldp + s.slot_col + (size_t)ch.g * m + i;
             a.dproj[at] = __float2bfloat16(dla * gsa_sigmoid(-a.proj[at]) / s.tau);
         }
@@ -665,14 +744,10 @@ template <int DH, class X> GSA_HD void gsa_bwd3_chunk(const GsaArgs &a, int bg, 
         const int per = 4 * (DH / 16);
         for (int tile = warp; tile < 2 * per; tile += GSA_WARPS) {
             int u = tile / per, r0 = (tile % per) / (DH / 16) * 16, c0 = tile % (DH / 16) * 16;
-            int col = u ? s.col_v : s.col_k;
-            gsa_tile(gsa_prod<GsaCol, GsaRow>(u ? Ptg : D1g, GSA_CHUNK, u ? dO : Q, D, GSA_CHUNK),
-                     gsa_prod<GsaRow, GsaRow>(sm.gl, GSA_LDB, u ? dUn : dSn, DH, GSA_SLOTS), r0, c0, sm.stage + warp * 256,
-                     lane, [&](int r, int cc, float v) {
-                         if (r >= ch.L) return;
-                         size_t at = (ch.row0 + r) * s.ldp + col + (size_t)ch.g * DH + cc;
-                         a.dproj[at] = __float2bfloat16(v * gsa_swish_grad(a.proj[at]));
-                     });
+            size_t at = ch.row0 * s.ldp + (u ? s.col_v : s.col_k) + (size_t)ch.g * DH;
+            gsa_tile_dproj(gsa_prod<GsaCol, GsaRow>(u ? Ptg : D1g, GSA_CHUNK, u ? dO : Q, D, GSA_CHUNK),
+                           gsa_prod<GsaRow, GsaRow>(sm.gl, GSA_LDB, u ? dUn : dSn, DH, GSA_SLOTS), r0, c0,
+                           sm.stage + warp * 256, lane, a.proj + at, a.dproj + at, s.ldp, ch.L);
         }
     });
 }

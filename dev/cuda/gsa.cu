@@ -4,6 +4,7 @@
 //   make gsa && ./gsa        on a GPU: every check, the element-wise kernels too, then the timings
 //   ./gsa --cpu              no GPU needed: the chunk kernels' block steps run on the CPU, one thread after another
 //                            (GsaEmulated, the same code with its MMA tiles as loops), with the same checks
+//   ./gsa --bench            the timings alone (for a profiler)
 // Inputs are fresh random numbers: Swish features of pre-activations in [−3, 3), slot-gate logits from fast (−40)
 // to slow (+8) gates, dL/do in [−1, 1); every output poisoned (NaN) before the launch. Errors are relative L2
 // norms ‖gpu − ref‖ / ‖ref‖ over each output (NaN or Inf fails). Tolerances: the forward rounds the states, e^b ⊙ p
@@ -425,7 +426,7 @@ template <int DH> static void bench(const Cfg &c) {
 }
 
 int main(int argc, char **argv) {
-    bool dev = !(argc > 1 && !strcmp(argv[1], "--cpu"));
+    bool dev = !(argc > 1 && !strcmp(argv[1], "--cpu")), bench_only = argc > 1 && !strcmp(argv[1], "--bench");
     const Cfg checks[] = {
         {2, 203, 2, 64, 64},   // odd T, four chunks, the last short
         {1, 131, 4, 64, 128},  // G = 4
@@ -434,10 +435,8 @@ int main(int argc, char **argv) {
         {1, 77, 1, 37, 256},   // an odd number of slots
     };
     if (dev) print_device();
-    for (const Cfg &c : checks) run_check(c, dev);
-    if (dev) {
-        check_elementwise(300, 768);
-        bench<192>(Cfg{1, 16384, 4, 64, 192});
-    }
+    for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]) && !bench_only; i++) run_check(checks[i], dev);
+    if (dev && !bench_only) check_elementwise(300, 768);
+    if (dev) bench<192>(Cfg{1, 16384, 4, 64, 192});
     return kc_finish("gsa");
 }
