@@ -28,7 +28,8 @@
 // (κ^in: κ without the part from after the chunk). The logit's gradient is d log α · σ(−logit)/τ.
 //
 // Layouts: proj (N, ldp) fp32 (the slot-gate logits of head g's slot i at column slot_col + g·m + i); q, k, v,
-// d_o bf16 (N + GSA_CHUNK, D), rows past N zero (a chunk's rows past T are read and multiplied by 0); o (N, D);
+// d_o bf16 (N + GSA_CHUNK, D): a chunk's rows past its sequence's end (the next sequence's, or past N, where they
+// must be finite: zero at allocation) are read and multiplied by exact zeros; o (N, D);
 // states (B·G, nc, GSA_SLOTS, dh); s (B·G, T, GSA_SLOTS) and lse (B·G, T) fp32. Slots past m are zero rows.
 // Deterministic: no atomics, every sum in a fixed order. Head dims 64, 128, 192, 256; up to GSA_SLOTS slots.
 //
@@ -128,8 +129,8 @@ template <class L> GSA_HD const bf16 *gsa_tile_ptr(const bf16 *p, int ld, int r,
 template <> GSA_HD const bf16 *gsa_tile_ptr<GsaRow>(const bf16 *p, int ld, int r, int c) { return p + (size_t)r * ld + c; }
 template <> GSA_HD const bf16 *gsa_tile_ptr<GsaCol>(const bf16 *p, int ld, int r, int c) { return p + (size_t)c * ld + r; }
 
-// One product of an MMA tile: A (rows, k) · B (k, columns), each row- or column-major with its leading dimension;
-// a == NULL: none (a zero state).
+// One product of an MMA tile: A (rows, k) · B (k, columns), each row- or column-major with its leading dimension,
+// k a multiple of 64 (d_h, GSA_SLOTS or GSA_CHUNK); a == NULL: none (a zero state).
 template <class LA, class LB> struct GsaProd {
     const bf16 *a;
     int lda;
@@ -297,8 +298,8 @@ GSA_HD const bf16 *gsa_state(const bf16 *st, const GsaShape &s, size_t bg, int c
     return c < 0 ? (const bf16 *)0 : st + ((bg * nc + c) * GSA_SLOTS) * (size_t)s.dh;
 }
 
-// The (C, C) or (C, slot) MMA products of a chunk, tile by tile over the warps: tiles [0, n1) of out1 = p1 and
-// [n1, n1 + n2) of out2 = p2 (each 4 tiles a row), fp32 with row stride GSA_LDW.
+// Two (C, C) or (C, slot) MMA products of a chunk, out1 = p1 and out2 = p2 (fp32, row stride GSA_LDW), their 16
+// tiles each spread over the warps.
 template <class LA1, class LB1, class LA2, class LB2>
 GSA_HD void gsa_square_tiles(float *out1, const GsaProd<LA1, LB1> &p1, float *out2, const GsaProd<LA2, LB2> &p2,
                              float *stage, int tid) {
