@@ -43,6 +43,29 @@ typedef double creal;
 // ----------------------------------------------------------------------------
 // Model state
 
+// TransformerFAM (docs/model.md §1.10): the per-row arrays of the feedback memory's pass through a layer, its
+// attention inputs and then its update through the attention's output and the MLP, X(name, row width).
+#define FAM_FIELDS(X) \
+    X(x, D) X(xn, D) X(rstd, 1) X(proj, NIN) X(q, D) X(k, D) X(v, D) X(q_rstd, H) X(k_rstd, H) X(o, D) X(lse, H) \
+    X(on, D) X(on_rstd, H) X(z, D) X(mid, D) X(xn2, D) X(ln2_rstd, 1) X(u, 2 * I) X(h, I)
+
+typedef struct {
+#define X(name, width) real *name;
+    FAM_FIELDS(X)
+#undef X
+} FamRows;
+
+// The row widths FAM_FIELDS names, for model m.
+#define FAM_WIDTHS(m) size_t D = (size_t)(m)->cfg.d_model, NIN = (size_t)(m)->cols.width, H = (size_t)(m)->cfg.n_head, \
+                             I = (size_t)(m)->cfg.mlp_hidden
+
+// Gradient scratch of one layer's memory (R = B·M rows a state, nS states).
+typedef struct {
+    real *dx, *dk, *dv;  // (nS, R, D): the gradients of each state's rows and of their keys and values
+    real *dq, *dproj, *dxn, *dz, *don, *d_o, *du, *dh, *y;  // one state's (R rows; y also the forward's scratch)
+    real *dprompt[2];    // (M, D): the gradient of the prompt's rows entering layer l, at [l & 1]
+} FamScratch;
+
 // Activations of one forward pass over B×T tokens (N = B*T), kept for the backward pass.
 typedef struct {
     real *resid;     // (L+1, N, D): input of each block, then the last block's output
@@ -64,6 +87,8 @@ typedef struct {
     real *gsa_S, *gsa_U;  // GSA (docs/model.md §1.9): (L, B, G, gsa_chunks(T), m, dh) the key and value slots after
                           // each chunk of FOX_GSA_CHUNK tokens
     real *gsa_p;          // (L, B, G, T, m): the softmax over the slots of each token's read
+    FamRows fam;          // FAM: (L, T/K + 1, B, M) rows, the memory states F_τ of every layer and sequence
+    FamRows famp;         // FAM: (L, M) rows, the prompt (the initial memory) entering each layer
 } Acts;
 
 // Gradient scratch for one block at a time.
@@ -78,6 +103,8 @@ typedef struct {
     creal *c;            // (L, B, H, max_len): c_t = Σ log f (forget gate or document mask)
     int *doc_start;      // (B): the position of each sequence's latest separator (document mask)
     real *gsa_S, *gsa_U, *gsa_p;  // GSA's recurrent state instead (L, B, G, m, dh) each, and one step's slot reads
+    FamRows fam;         // FAM: (L, B, M) rows, each layer's current memory and its attention inputs
+    real *fam_out, *fam_y;  // FAM: (B, M, D) the next memory of a layer, and scratch
     real *k_prev, *v_prev;  // (L, B, D): the newest token's unshifted key and value (KV-shift state)
     real *k_max2;        // (L, B, H): the largest cached |k_j|² (ACP's bound without QK-norm)
     real *x, *xn, *proj, *q, *kn, *vn, *o, *on, *z, *y, *mlp_u, *mlp_h, *rstd;  // one step's rows
@@ -98,6 +125,7 @@ struct Model {
     long long acp_live, acp_tiles;  // attention tiles computed / in the causal grid, last forward
     Acts a;
     Scratch s;
+    FamScratch fs;
     Cache cache;
 };
 
@@ -110,6 +138,76 @@ static real *grad(Model *m, int which, int layer) { return m->grads + fox_param_
 #define FOX_GSA_CHUNK 32
 
 static int gsa_chunks(int T) { return (T + FOX_GSA_CHUNK - 1) / FOX_GSA_CHUNK; }
+
+static void fam_rows_alloc(const Model *m, FamRows *f, size_t rows) {
+    FAM_WIDTHS(m);
+#define X(name, width) f->name = fox_calloc(rows * (width), sizeof(real));
+    FAM_FIELDS(X)
+#undef X
+}
+
+static void fam_rows_free(FamRows *f) {
+#define X(name, width) free(f->name); f->name = NULL;
+    FAM_FIELDS(X)
+#undef X
+}
+
+// The rows from row r of base on.
+static FamRows fam_rows_at(const Model *m, const FamRows *base, size_t r) {
+    FAM_WIDTHS(m);
+    FamRows f;
+#define X(name, width) f.name = base->name + r * (width);
+    FAM_FIELDS(X)
+#undef X
+    return f;
+}
+
+// The reals of one row of FAM_FIELDS.
+static size_t fam_row_reals(const Model *m) {
+    FAM_WIDTHS(m);
+    size_t n = 0;
+#define X(name, width) n += (width);
+    FAM_FIELDS(X)
+#undef X
+    return n;
+}
+
+// A layer's blocks of K tokens over a context T (docs/model.md §1.10): nb blocks, nfull of them complete,
+// hence nfull + 1 memory states F_0 .. F_nfull (the last one only generation reads).
+typedef struct { int K, M, W, nb, nfull, nS; } FamShape;
+
+static FamShape fam_shape(const FoxConfig *c, int T) {
+    int K = c->fam_block;
+    FamShape f = {K, c->fam_memory, c->fam_window_blocks, (T + K - 1) / K, T / K, T / K + 1};
+    return f;
+}
+
+static void fam_alloc(Model *m, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    FamShape fs = fam_shape(c, T);
+    size_t L = (size_t)c->n_layer, R = (size_t)B * fs.M, D = (size_t)c->d_model, I = (size_t)c->mlp_hidden;
+    fam_rows_alloc(m, &m->a.fam, L * fs.nS * R);
+    fam_rows_alloc(m, &m->a.famp, L * fs.M);
+    FamScratch *g = &m->fs;
+    real **states[] = {&g->dx, &g->dk, &g->dv};
+    for (int i = 0; i < 3; i++) *states[i] = fox_calloc(fs.nS * R * D, sizeof(real));
+    real **rows[] = {&g->dq, &g->dxn, &g->dz, &g->don, &g->d_o, &g->y};
+    for (int i = 0; i < 6; i++) *rows[i] = fox_calloc(R * D, sizeof(real));
+    g->dproj = fox_calloc(R * (size_t)m->cols.width, sizeof(real));
+    g->du = fox_calloc(R * 2 * I, sizeof(real));
+    g->dh = fox_calloc(R * I, sizeof(real));
+    for (int i = 0; i < 2; i++) g->dprompt[i] = fox_calloc((size_t)fs.M * D, sizeof(real));
+}
+
+static void fam_free(Model *m) {
+    FamScratch *g = &m->fs;
+    fam_rows_free(&m->a.fam);
+    fam_rows_free(&m->a.famp);
+    real *bufs[] = {g->dx, g->dk, g->dv, g->dq, g->dproj, g->dxn, g->dz, g->don, g->d_o, g->du, g->dh, g->y,
+                    g->dprompt[0], g->dprompt[1]};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+    memset(g, 0, sizeof(*g));
+}
 
 static void model_alloc_acts(Model *m, int B, int T) {
     const FoxConfig *c = &m->cfg;
@@ -148,6 +246,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
         a->gsa_U = fox_calloc(kept, sizeof(real));
         a->gsa_p = fox_calloc(L * N * (size_t)c->gsa_heads * slots, sizeof(real));
     }
+    if (c->arch == FOX_ARCH_FAM) fam_alloc(m, B, T);
     Scratch *sc = &m->s;
     sc->dres = fox_calloc(N * D, sizeof(real));
     sc->dxn = fox_calloc(N * D, sizeof(real));
@@ -205,6 +304,7 @@ static void model_free(Model *m) {
     free(m->doc_first);
     m->a.c = NULL;
     m->acp_first = m->tokens = m->doc_first = NULL;
+    fam_free(m);
     model_cache_free(m);
 }
 
@@ -451,13 +551,14 @@ static void rope_rotate(real *v, int t, int Dh, real theta, int inverse) {
     }
 }
 
-// RoPE in place on (N, D), position t of each sequence.
-static void rope_apply(real *x, SeqShape s, real theta, int inverse) {
+// RoPE in place on (N, D), position pos0 + t of each sequence's row t.
+static void rope_apply(real *x, SeqShape s, real theta, int inverse, int pos0) {
     int D = s.H * s.Dh;
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < s.B; b++)
         for (int t = 0; t < s.T; t++)
-            for (int h = 0; h < s.H; h++) rope_rotate(x + ((size_t)b * s.T + t) * D + (size_t)h * s.Dh, t, s.Dh, theta, inverse);
+            for (int h = 0; h < s.H; h++)
+                rope_rotate(x + ((size_t)b * s.T + t) * D + (size_t)h * s.Dh, pos0 + t, s.Dh, theta, inverse);
 }
 
 // log f_t of head h (FoX eq. 20; docs/model.md §1.1 for the gate kinds) from one row of proj: 0 without a
@@ -512,19 +613,27 @@ static int first_key(const int *kv_first, int bh, int i, SeqShape s) {
     return kv_first ? kv_first[(size_t)bh * fox_acp_blocks(s.T) + i / FOX_ACP_BLOCK] * FOX_ACP_BLOCK : 0;
 }
 
-// One query row of Forgetting Attention with an online softmax over keys j in [j0, j1] (rows ld apart
-// in k and v): o = Σ_j exp(s_j) v_j / Σ_j exp(s_j), s_j = q·k_j/√d + ci − c[j] (c NULL: no bias).
-// Returns the log-sum-exp of the s_j.
-static real attend_row(real *o, const real *qi, const real *k, const real *v, size_t ld, const creal *c, creal ci,
-                       int j0, int j1, int Dh) {
-    real scale = 1.0f / sqrt_r((real)Dh), mx = -INFINITY, l = 0.0f;
+// One query's online softmax, fed keys in one or more runs (attend_keys), then closed (attend_finish):
+// the running maximum score and the sum of exp(s_j − mx); o holds Σ_j exp(s_j − mx) v_j meanwhile.
+typedef struct { real mx, l; } Softmax;
+
+static Softmax attend_start(real *o, int Dh) {
     memset(o, 0, (size_t)Dh * sizeof(real));
+    Softmax sm = {-INFINITY, 0.0f};
+    return sm;
+}
+
+// Adds keys j in [j0, j1] (rows ld apart in k and v) to the query's softmax: s_j = q·k_j/√d + ci − c[j], or
+// + bias0 for every key when c is NULL.
+static void attend_keys(real *o, Softmax *sm, const real *qi, const real *k, const real *v, size_t ld, const creal *c,
+                        creal ci, real bias0, int j0, int j1, int Dh) {
+    real scale = 1.0f / sqrt_r((real)Dh), mx = sm->mx, l = sm->l;
     for (int j = j0; j <= j1; j++) {
         const real *kj = k + (size_t)j * ld, *vj = v + (size_t)j * ld;
         real dot = 0.0f;
         #pragma omp simd reduction(+:dot)
         for (int d = 0; d < Dh; d++) dot += qi[d] * kj[d];
-        real sc = dot * scale + (c ? (real)(ci - c[j]) : 0.0f);
+        real sc = dot * scale + (c ? (real)(ci - c[j]) : bias0);
         if (sc > mx) {
             real r = exp_r(mx - sc);
             l *= r;
@@ -535,8 +644,23 @@ static real attend_row(real *o, const real *qi, const real *k, const real *v, si
         l += p;
         for (int d = 0; d < Dh; d++) o[d] += p * vj[d];
     }
-    for (int d = 0; d < Dh; d++) o[d] /= l;
-    return mx + log_r(l);
+    sm->mx = mx;
+    sm->l = l;
+}
+
+// o = Σ_j exp(s_j) v_j / Σ_j exp(s_j); returns the log-sum-exp of the s_j.
+static real attend_finish(real *o, Softmax sm, int Dh) {
+    for (int d = 0; d < Dh; d++) o[d] /= sm.l;
+    return sm.mx + log_r(sm.l);
+}
+
+// One query row of Forgetting Attention over keys j in [j0, j1] (rows ld apart in k and v):
+// o = Σ_j exp(s_j) v_j / Σ_j exp(s_j), s_j = q·k_j/√d + ci − c[j] (c NULL: no bias). Returns the log-sum-exp.
+static real attend_row(real *o, const real *qi, const real *k, const real *v, size_t ld, const creal *c, creal ci,
+                       int j0, int j1, int Dh) {
+    Softmax sm = attend_start(o, Dh);
+    attend_keys(o, &sm, qi, k, v, ld, c, ci, 0.0f, j0, j1, Dh);
+    return attend_finish(o, sm, Dh);
 }
 
 // Forgetting Attention (FoX eq. 11-13), causal, row by row (attend_row):
@@ -590,6 +714,83 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dc, const rea
                     if (dc) { dc[bh + i] += ds; dc[bh + j] -= ds; }
                 }
             }
+        }
+    }
+}
+
+// The backward of attend_keys for one query row: with p_j = exp(s_j − lse), ds_j = p_j (dO·v_j − Di), Di = dO·o:
+// dq += Σ_j ds_j k_j/√d, dk_j += ds_j q/√d, dv_j += p_j dO, and with dc, dc[j] −= ds_j. Returns Σ_j ds_j (the
+// gradient of the query's own c).
+static real attend_keys_backward(real *dqi, real *dk, real *dv, real *dc, const real *qi, const real *doi, real Di, real lse,
+                                 const real *k, const real *v, size_t ld, const creal *c, creal ci, real bias0, int j0,
+                                 int j1, int Dh) {
+    real scale = 1.0f / sqrt_r((real)Dh), dsum = 0.0f;
+    for (int j = j0; j <= j1; j++) {
+        const real *kj = k + (size_t)j * ld, *vj = v + (size_t)j * ld;
+        real *dkj = dk + (size_t)j * ld, *dvj = dv + (size_t)j * ld, dot = 0.0f, dp = 0.0f;
+        for (int d = 0; d < Dh; d++) { dot += qi[d] * kj[d]; dp += doi[d] * vj[d]; }
+        real p = exp_r(dot * scale + (c ? (real)(ci - c[j]) : bias0) - lse), ds = p * (dp - Di);
+        for (int d = 0; d < Dh; d++) {
+            dqi[d] += ds * scale * kj[d];
+            dkj[d] += ds * scale * qi[d];
+            dvj[d] += p * doi[d];
+        }
+        if (dc) dc[j] -= ds;
+        dsum += ds;
+    }
+    return dsum;
+}
+
+// TransformerFAM (docs/model.md §1.10): the block a memory update reads, for one sequence and head. The tokens'
+// keys and values (rows ld apart; k NULL: none, the prompt's update), their gradients, the sequence's c (NULL:
+// no bias) and its gradient, and the block [t0, t1). The update's queries carry c of the block's last token,
+// the memory's keys c of the token before the block (0 before the first).
+typedef struct {
+    const real *k, *v;
+    real *dk, *dv;
+    size_t ld;
+    const creal *c;
+    real *dc;
+    int t0, t1;
+} FamBlock;
+
+static creal fam_c_query(FamBlock blk) { return blk.c ? blk.c[blk.t1 - 1] : 0.0; }
+static creal fam_c_memory(FamBlock blk) { return blk.c && blk.t0 > 0 ? blk.c[blk.t0 - 1] : 0.0; }
+
+// The memory's M queries of one sequence and head (rows D apart in fq, fk, fv, o; lse H apart): each attends to
+// the memory's M keys, then to the block's tokens (FAM paper Algorithm 2: the memory compresses the block,
+// conditioned on itself).
+static void fam_attend_head(real *o, real *lse, const real *fq, const real *fk, const real *fv, FamBlock blk, int M,
+                            int D, int H, int Dh) {
+    creal cq = fam_c_query(blk);
+    real bias_memory = (real)(cq - fam_c_memory(blk));
+    for (int i = 0; i < M; i++) {
+        real *oi = o + (size_t)i * D;
+        const real *qi = fq + (size_t)i * D;
+        Softmax sm = attend_start(oi, Dh);
+        attend_keys(oi, &sm, qi, fk, fv, (size_t)D, NULL, 0.0, bias_memory, 0, M - 1, Dh);
+        if (blk.k) attend_keys(oi, &sm, qi, blk.k, blk.v, blk.ld, blk.c, cq, 0.0f, blk.t0, blk.t1 - 1, Dh);
+        lse[(size_t)i * H] = attend_finish(oi, sm, Dh);
+    }
+}
+
+// Backward of fam_attend_head: d_o → dfq, dfk, dfv (+=) and the block's dk, dv, dc (+=).
+static void fam_attend_head_backward(real *dfq, real *dfk, real *dfv, const real *d_o, const real *fq, const real *fk,
+                                     const real *fv, const real *o, const real *lse, FamBlock blk, int M, int D, int H,
+                                     int Dh) {
+    creal cq = fam_c_query(blk);
+    real bias_memory = (real)(cq - fam_c_memory(blk));
+    for (int i = 0; i < M; i++) {
+        const real *qi = fq + (size_t)i * D, *doi = d_o + (size_t)i * D, *oi = o + (size_t)i * D;
+        real Di = 0.0f, li = lse[(size_t)i * H];
+        for (int d = 0; d < Dh; d++) Di += doi[d] * oi[d];
+        real s_mem = attend_keys_backward(dfq + (size_t)i * D, dfk, dfv, NULL, qi, doi, Di, li, fk, fv, (size_t)D, NULL, 0.0,
+                                          bias_memory, 0, M - 1, Dh);
+        real s_blk = blk.k ? attend_keys_backward(dfq + (size_t)i * D, blk.dk, blk.dv, blk.dc, qi, doi, Di, li, blk.k, blk.v,
+                                                  blk.ld, blk.c, cq, 0.0f, blk.t0, blk.t1 - 1, Dh) : 0.0f;
+        if (blk.dc) {
+            blk.dc[blk.t1 - 1] += s_mem + s_blk;
+            if (blk.t0 > 0) blk.dc[blk.t0 - 1] -= s_mem;
         }
     }
 }
@@ -954,8 +1155,9 @@ static void attention_output(Model *m, int l, real *z, real *on, real *on_rstd, 
     else memcpy(z, on, (size_t)N * D * sizeof(real));
 }
 
-// Forward of block l's attention: resid[l] → mid[l].
-static void attention_block_forward(Model *m, int l, int B, int T) {
+// Block l's attention inputs from resid[l] (FoX eq. 14-20): xn, proj, the shifted keys and values, q and k
+// after QK-norm and RoPE, and c.
+static void attention_inputs_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
@@ -963,7 +1165,6 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     SeqShape s = seq_shape(m, B, T, NIN);
     AttnLayer al = attn_layer(m, l, B, T);
     real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks, *v = al.v, *q = al.q, *k = al.k;
-    real *lse = al.lse, *o = al.o, *on = al.on, *z = al.z;
 
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
     rmsnorm_forward(xn, a->ln1_rstd + layer_offset(l, 1, B, T), x, param(m, FOX_P_ln1_w, l), ln);
@@ -985,16 +1186,30 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
         memcpy(k, ks, (size_t)N * D * sizeof(real));
     }
     if (c->rope) {
-        rope_apply(q, s, c->rope_theta, 0);
-        rope_apply(k, s, c->rope_theta, 0);
+        rope_apply(q, s, c->rope_theta, 0, 0);
+        rope_apply(k, s, c->rope_theta, 0, 0);
     }
-    int has_c = model_has_c(m);
-    if (has_c) forget_gate_forward(al.c, proj, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, s);
-    attention_forward(o, lse, q, k, v, has_c ? al.c : NULL, acp_tables(m, l, al.c, q, k, s, 1), s);
-    attention_output(m, l, z, on, a->on_rstd + layer_offset(l, H, B, T), o, proj, N);
+    if (model_has_c(m)) forget_gate_forward(al.c, proj, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, s);
+}
+
+// Block l's attention output from o (FoX eq. 21-23): mid[l] = resid[l] + W_o z.
+static void attention_output_forward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    int N = B * T, D = c->d_model;
+    AttnLayer al = attn_layer(m, l, B, T);
+    attention_output(m, l, al.z, al.on, m->a.on_rstd + layer_offset(l, c->n_head, B, T), al.o, al.proj, N);
     real *y = m->s.dz;  // scratch: the projection, before the residual add
-    matmul_forward(y, z, param(m, FOX_P_attn_out_w, l), N, D, D);
-    residual_add(a->mid + layer_offset(l, D, B, T), x, y, (size_t)N * D);
+    matmul_forward(y, al.z, param(m, FOX_P_attn_out_w, l), N, D, D);
+    residual_add(m->a.mid + layer_offset(l, D, B, T), al.x, y, (size_t)N * D);
+}
+
+// Forward of block l's attention: resid[l] → mid[l].
+static void attention_block_forward(Model *m, int l, int B, int T) {
+    SeqShape s = seq_shape(m, B, T, m->cols.width);
+    AttnLayer al = attn_layer(m, l, B, T);
+    attention_inputs_forward(m, l, B, T);
+    attention_forward(al.o, al.lse, al.q, al.k, al.v, model_has_c(m) ? al.c : NULL, acp_tables(m, l, al.c, al.q, al.k, s, 1), s);
+    attention_output_forward(m, l, B, T);
 }
 
 // Block l's GSA state slices: S, U (B, G, gsa_chunks(T), m, dh) and P (B, G, T, m).
@@ -1068,6 +1283,157 @@ static void mlp_block_forward(Model *m, int l, int B, int T) {
                 a->mlp_u + layer_offset(l, 2 * I, B, T), a->mlp_h + layer_offset(l, I, B, T), m->s.dxn, B * T);
 }
 
+// ----------------------------------------------------------------------------
+// TransformerFAM (docs/model.md §1.10; FAM paper Algorithm 2). Per layer, the sequence in blocks of K tokens;
+// block τ's queries attend to the memory F_τ (M rows), then to the W blocks before it and to their own block
+// causally; F_{τ+1} is F_τ's rows attending to F_τ and to block τ, through the layer's attention output and MLP.
+// F_0 is the prompt (fam_init, passed through the layers below).
+
+// The rows of memory state τ of layer l: B sequences of M rows.
+static FamRows fam_state(Model *m, int l, int tau, int B, int T) {
+    if (B > m->B || T > m->T) fox_fatal("FAM batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
+    FamShape fs = fam_shape(&m->cfg, T);
+    return fam_rows_at(m, &m->a.fam, ((size_t)l * fs.nS + tau) * B * fs.M);
+}
+
+// The prompt's rows entering layer l (M rows).
+static FamRows fam_prompt(Model *m, int l) { return fam_rows_at(m, &m->a.famp, (size_t)l * m->cfg.fam_memory); }
+
+// The memory rows' attention inputs (FAM paper B.1: they pass through the layer as tokens do): RMSNorm, attn_in_w,
+// q and k through QK-norm and RoPE at positions pos0 + (row mod M), v; no KV-shift and no forget gate of their own
+// (docs/model.md §1.10). R rows, a multiple of M.
+static void fam_project(Model *m, int l, FamRows f, int R, int pos0) {
+    const FoxConfig *c = &m->cfg;
+    int D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width, M = c->fam_memory;
+    NormShape ln = {R, 1, D, D, D, D, FOX_NORM_EPS};
+    rmsnorm_forward(f.xn, f.rstd, f.x, param(m, FOX_P_ln1_w, l), ln);
+    matmul_forward(f.proj, f.xn, param(m, FOX_P_attn_in_w, l), R, D, NIN);
+    if (c->qk_norm) {
+        NormShape qs = {R, H, Dh, NIN, D, c->qk_norm_shared ? 0 : Dh, FOX_QK_NORM_EPS};
+        rmsnorm_forward(f.q, f.q_rstd, f.proj + m->cols.q, param(m, FOX_P_qnorm_w, l), qs);
+        rmsnorm_forward(f.k, f.k_rstd, f.proj + m->cols.k, param(m, FOX_P_knorm_w, l), qs);
+    } else {
+        copy_columns(f.q, f.proj, m->cols.q, R, D, NIN);
+        copy_columns(f.k, f.proj, m->cols.k, R, D, NIN);
+    }
+    copy_columns(f.v, f.proj, m->cols.v, R, D, NIN);
+    if (c->rope) {
+        SeqShape s = {R / M, M, H, Dh, NIN, NULL, -1};
+        rope_apply(f.q, s, c->rope_theta, 0, pos0);
+        rope_apply(f.k, s, c->rope_theta, 0, pos0);
+    }
+}
+
+// The memory rows' update after their attention (f.o): the output norm and gate, W_o, the residual (none for
+// the first update of the initial memory, which carries no context: FAM paper B.1), then the layer's MLP; the
+// new rows into out. y: scratch of R rows.
+static void fam_update(Model *m, int l, FamRows f, real *out, int R, int residual, real *y) {
+    int D = m->cfg.d_model;
+    attention_output(m, l, f.z, f.on, f.on_rstd, f.o, f.proj, R);
+    matmul_forward(y, f.z, param(m, FOX_P_attn_out_w, l), R, D, D);
+    if (residual) residual_add(f.mid, f.x, y, (size_t)R * D);
+    else memcpy(f.mid, y, (size_t)R * D * sizeof(real));
+    mlp_forward(m, l, out, f.mid, f.xn2, f.ln2_rstd, f.u, f.h, y, R);
+}
+
+// The prompt at layer l (FAM paper B.1, prompt tuning): the learned initial memory enters layer 0 as token
+// embeddings would; its rows attend to each other alone (positions -M..-1, no bias) and leave the layer through
+// its residuals and MLP as the rows entering layer l + 1, which are that layer's F_0.
+static void fam_prompt_forward(Model *m, int l) {
+    const FoxConfig *c = &m->cfg;
+    int M = c->fam_memory, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c);
+    FamRows p = fam_prompt(m, l);
+    fam_project(m, l, p, M, -M);
+    FamBlock none = {NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0};
+    #pragma omp parallel for
+    for (int h = 0; h < H; h++) {
+        size_t hd = (size_t)h * Dh;
+        fam_attend_head(p.o + hd, p.lse + h, p.q + hd, p.k + hd, p.v + hd, none, M, D, H, Dh);
+    }
+    fam_update(m, l, p, fam_prompt(m, l + 1).x, M, 1, m->fs.y);
+}
+
+// Block τ of sequence b, head h, as a memory update reads it from the tokens' k, v (N, D) and c (B, H, T).
+static FamBlock fam_block_of(const real *k, const real *v, real *dk, real *dv, const creal *c, real *dc, int b, int h,
+                             int tau, int K, int H, int Dh, int T) {
+    size_t row0 = (size_t)b * T * H * Dh + (size_t)h * Dh, bh = ((size_t)b * H + h) * T;
+    FamBlock blk = {k + row0, v + row0, dk ? dk + row0 : NULL, dv ? dv + row0 : NULL, (size_t)H * Dh,
+                    c ? c + bh : NULL, dc ? dc + bh : NULL, tau * K, tau * K + K};
+    return blk;
+}
+
+// Layer l's memory states: F_0 = the prompt's rows entering layer l, for every sequence; for each block τ, F_τ's
+// attention inputs (positions τK − M + i: the last M of the block it summarises) and, when the block is
+// complete, the update F_{τ+1}. k, v, c: the tokens' keys, values and c (NULL: no bias).
+static void fam_memory_forward(Model *m, int l, int B, int T, const real *k, const real *v, const creal *c) {
+    const FoxConfig *cf = &m->cfg;
+    FamShape fs = fam_shape(cf, T);
+    int D = cf->d_model, H = cf->n_head, Dh = fox_head_dim(cf), R = B * fs.M;
+    const real *prompt = fam_prompt(m, l).x;
+    for (int tau = 0; tau < fs.nb; tau++) {
+        FamRows f = fam_state(m, l, tau, B, T);
+        if (!tau)
+            for (int b = 0; b < B; b++) memcpy(f.x + (size_t)b * fs.M * D, prompt, (size_t)fs.M * D * sizeof(real));
+        fam_project(m, l, f, R, tau * fs.K - fs.M);
+        if (tau >= fs.nfull) continue;  // a partial last block (a generation's prompt) updates nothing
+        #pragma omp parallel for collapse(2)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < H; h++) {
+                size_t fr = (size_t)b * fs.M * D + (size_t)h * Dh;
+                FamBlock blk = fam_block_of(k, v, NULL, NULL, c, NULL, b, h, tau, fs.K, H, Dh, T);
+                fam_attend_head(f.o + fr, f.lse + (size_t)b * fs.M * H + h, f.q + fr, f.k + fr, f.v + fr, blk, fs.M, D, H, Dh);
+            }
+        }
+        fam_update(m, l, f, fam_state(m, l, tau + 1, B, T).x, R, tau > 0, m->fs.y);
+    }
+}
+
+// The window of query position i (docs/model.md §1.10): from the first token of block ⌊i/K⌋ − W on.
+static int fam_window_start(int i, int K, int W) {
+    int first = (i / K - W) * K;
+    return first > 0 ? first : 0;
+}
+
+// The tokens' attention (FAM paper eq. 1 with the memory): query i of block τ attends to F_τ's M keys (bias
+// c_i − c at the token before the block), then to the window's tokens up to itself (bias c_i − c_j).
+static void fam_token_attention(Model *m, int l, real *o, real *lse, const real *q, const real *k, const real *v,
+                                const creal *c, int B, int T) {
+    const FoxConfig *cf = &m->cfg;
+    FamShape fs = fam_shape(cf, T);
+    int D = cf->d_model, H = cf->n_head, Dh = fox_head_dim(cf);
+    FamRows f0 = fam_state(m, l, 0, B, T);
+    size_t state = (size_t)B * fs.M * D;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            size_t bh = ((size_t)b * H + h) * T, row0 = (size_t)b * T * D + (size_t)h * Dh;
+            size_t fr = (size_t)b * fs.M * D + (size_t)h * Dh;
+            const creal *ch = c ? c + bh : NULL;
+            for (int i = 0; i < T; i++) {
+                int tau = i / fs.K;
+                size_t ri = row0 + (size_t)i * D, fm = (size_t)tau * state + fr;
+                creal ci = ch ? ch[i] : 0.0, cm = ch && tau ? ch[tau * fs.K - 1] : 0.0;
+                Softmax sm = attend_start(o + ri, Dh);
+                attend_keys(o + ri, &sm, q + ri, f0.k + fm, f0.v + fm, (size_t)D, NULL, 0.0, (real)(ci - cm), 0, fs.M - 1, Dh);
+                attend_keys(o + ri, &sm, q + ri, k + row0, v + row0, (size_t)D, ch, ci, 0.0f, fam_window_start(i, fs.K, fs.W), i, Dh);
+                lse[bh + i] = attend_finish(o + ri, sm, Dh);
+            }
+        }
+    }
+}
+
+// Forward of block l as TransformerFAM: resid[l] → mid[l], the memory states of layer l, and the prompt's rows
+// entering layer l + 1.
+static void fam_block_forward(Model *m, int l, int B, int T) {
+    AttnLayer al = attn_layer(m, l, B, T);
+    const creal *c = model_has_c(m) ? al.c : NULL;
+    attention_inputs_forward(m, l, B, T);
+    if (l < m->cfg.n_layer - 1) fam_prompt_forward(m, l);
+    fam_memory_forward(m, l, B, T, al.k, al.v, c);
+    fam_token_attention(m, l, al.o, al.lse, al.q, al.k, al.v, c, B, T);
+    attention_output_forward(m, l, B, T);
+}
+
 // Full forward over B×T tokens (B, T within the allocated capacity). With targets, fills the
 // per-position losses and returns their mean; without, returns 0 and leaves the logits.
 static double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
@@ -1079,8 +1445,11 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     memcpy(m->tokens, inputs, (size_t)N * sizeof(int));
     if (m->doc_sep >= 0 && m->acp) fox_doc_first_blocks(m->doc_first, inputs, B, T, m->doc_sep);  // ACP's dead blocks
     embedding_forward(a->resid, inputs, param(m, FOX_P_wte, 0), N, D);
+    if (c->arch == FOX_ARCH_FAM)  // the prompt enters the first layer (FAM paper B.1)
+        memcpy(fam_prompt(m, 0).x, param(m, FOX_P_fam_init, 0), (size_t)c->fam_memory * D * sizeof(real));
     for (int l = 0; l < L; l++) {
         if (c->arch == FOX_ARCH_GSA) gsa_block_forward(m, l, B, T);
+        else if (c->arch == FOX_ARCH_FAM) fam_block_forward(m, l, B, T);
         else attention_block_forward(m, l, B, T);
         mlp_block_forward(m, l, B, T);
     }
@@ -1092,23 +1461,28 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
 
 static void zero(real *p, size_t n) { memset(p, 0, n * sizeof(real)); }
 
+// Backward of mlp_forward on N rows: dres holds dL/d out on entry, dL/d x on exit; dh, du, dxn: scratch.
+static void mlp_backward(Model *m, int l, real *dres, const real *x, const real *xn, const real *rstd, const real *u,
+                         const real *h, real *dh, real *du, real *dxn, int N) {
+    int D = m->cfg.d_model, I = m->cfg.mlp_hidden;
+    zero(dh, (size_t)N * I);
+    zero(du, (size_t)N * 2 * I);
+    zero(dxn, (size_t)N * D);
+    matmul_backward(dh, grad(m, FOX_P_mlp_out_w, l), dres, h, param(m, FOX_P_mlp_out_w, l), N, I, D);
+    swiglu_backward(du, dh, u, N, I);
+    matmul_backward(dxn, grad(m, FOX_P_mlp_in_w, l), du, xn, param(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
+    NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
+    rmsnorm_backward(dres, grad(m, FOX_P_ln2_w, l), dxn, x, rstd, param(m, FOX_P_ln2_w, l), ln);
+}
+
 // Backward of block l's MLP: d.dres holds dL/d resid[l+1] on entry, dL/d mid[l] on exit.
 static void mlp_block_backward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     Scratch *g = &m->s;
-    int N = B * T, D = c->d_model, I = c->mlp_hidden;
-    real *x = a->mid + layer_offset(l, D, B, T), *xn = a->xn2 + layer_offset(l, D, B, T);
-    real *mlp_u = a->mlp_u + layer_offset(l, 2 * (size_t)I, B, T), *mlp_h = a->mlp_h + layer_offset(l, I, B, T);
-    zero(g->dh, (size_t)N * I);
-    zero(g->du, (size_t)N * 2 * I);
-    zero(g->dxn, (size_t)N * D);
-    matmul_backward(g->dh, grad(m, FOX_P_mlp_out_w, l), g->dres, mlp_h, param(m, FOX_P_mlp_out_w, l), N, I, D);
-    swiglu_backward(g->du, g->dh, mlp_u, N, I);
-    matmul_backward(g->dxn, grad(m, FOX_P_mlp_in_w, l), g->du, xn, param(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
-    NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_backward(g->dres, grad(m, FOX_P_ln2_w, l), g->dxn, x, a->ln2_rstd + layer_offset(l, 1, B, T),
-                     param(m, FOX_P_ln2_w, l), ln);
+    size_t D = (size_t)m->cfg.d_model, I = (size_t)m->cfg.mlp_hidden;
+    mlp_backward(m, l, g->dres, a->mid + layer_offset(l, D, B, T), a->xn2 + layer_offset(l, D, B, T),
+                 a->ln2_rstd + layer_offset(l, 1, B, T), a->mlp_u + layer_offset(l, 2 * I, B, T),
+                 a->mlp_h + layer_offset(l, I, B, T), g->dh, g->du, g->dxn, B * T);
 }
 
 // Backward of block l's GSA: d.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
@@ -1142,22 +1516,34 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
                      param(m, FOX_P_ln1_w, l), ln);
 }
 
-// Backward of block l's attention: d.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
-static void attention_block_backward(Model *m, int l, int B, int T) {
+// Backward of attention_output and W_o on N rows: dy = dL/d(W_o z) → d_o = dL/d o; the output gate's logit
+// gradients into dproj (at column cols.gate). dz, don: scratch; dz, don and d_o are overwritten.
+static void attention_output_backward(Model *m, int l, real *d_o, real *don, real *dz, real *dproj, const real *dy,
+                                      const real *z, const real *on, const real *on_rstd, const real *o,
+                                      const real *proj, int N) {
     const FoxConfig *c = &m->cfg;
-    Acts *a = &m->a;
-    Scratch *g = &m->s;
-    int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
-    AttnCols cols = m->cols;
-    SeqShape s = seq_shape(m, B, T, NIN);
-    AttnLayer al = attn_layer(m, l, B, T);
-    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks, *v = al.v, *q = al.q, *k = al.k;
-    real *lse = al.lse, *o = al.o, *on = al.on, *z = al.z;
-    int has_fg = c->forget_gate != FOX_FG_NONE;
+    int D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
+    zero(dz, (size_t)N * D);
+    zero(don, (size_t)N * D);
+    zero(d_o, (size_t)N * D);
+    matmul_backward(dz, grad(m, FOX_P_attn_out_w, l), dy, z, param(m, FOX_P_attn_out_w, l), N, D, D);
+    if (c->output_gate) output_gate_backward(don, dproj, dz, on, proj, m->cols.gate, N, D, NIN);
+    else memcpy(don, dz, (size_t)N * D * sizeof(real));
+    if (c->output_norm) {
+        NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
+        rmsnorm_backward(d_o, grad(m, FOX_P_onorm_w, l), don, o, on_rstd, param(m, FOX_P_onorm_w, l), os);
+    } else {
+        memcpy(d_o, don, (size_t)N * D * sizeof(real));
+    }
+}
 
-    zero(g->dz, (size_t)N * D);
-    zero(g->don, (size_t)N * D);
-    zero(g->d_o, (size_t)N * D);
+// The first part of block l's attention backward: every gradient scratch zeroed, then d.dres = dL/d mid[l]
+// back through W_o and the output norm and gate into d_o (and the gate's columns of dproj).
+static void attention_output_block_backward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Scratch *g = &m->s;
+    int N = B * T, D = c->d_model, H = c->n_head, NIN = m->cols.width;
+    AttnLayer al = attn_layer(m, l, B, T);
     zero(g->dproj, (size_t)N * NIN);
     zero(g->dq, (size_t)N * D);
     zero(g->dk, (size_t)N * D);
@@ -1165,25 +1551,28 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     zero(g->dv, (size_t)N * D);
     zero(g->dc, (size_t)N * H);
     zero(g->dxn, (size_t)N * D);
+    attention_output_backward(m, l, g->d_o, g->don, g->dz, g->dproj, g->dres, al.z, al.on,
+                              m->a.on_rstd + layer_offset(l, H, B, T), al.o, al.proj, N);
+}
 
-    matmul_backward(g->dz, grad(m, FOX_P_attn_out_w, l), g->dres, z, param(m, FOX_P_attn_out_w, l), N, D, D);
-    if (c->output_gate) output_gate_backward(g->don, g->dproj, g->dz, on, proj, cols.gate, N, D, NIN);
-    else memcpy(g->don, g->dz, (size_t)N * D * sizeof(real));
-    if (c->output_norm) {
-        NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
-        rmsnorm_backward(g->d_o, grad(m, FOX_P_onorm_w, l), g->don, o, a->on_rstd + layer_offset(l, H, B, T),
-                         param(m, FOX_P_onorm_w, l), os);
-    } else {
-        memcpy(g->d_o, g->don, (size_t)N * D * sizeof(real));
-    }
-    attention_backward(g->dq, g->dk, g->dv, has_fg ? g->dc : NULL, g->d_o, q, k, v, o, lse,
-                       model_has_c(m) ? al.c : NULL, acp_tables(m, l, al.c, q, k, s, 0), s);
-    if (has_fg)
+// The last part of block l's attention backward, from dq, dk, dv and dc (the forget gate's c): through the
+// gate, RoPE, QK-norm, KV-shift, attn_in_w and the norm into d.dres = dL/d resid[l] (the residual's term
+// included).
+static void attention_inputs_backward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    Scratch *g = &m->s;
+    int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
+    AttnCols cols = m->cols;
+    SeqShape s = seq_shape(m, B, T, NIN);
+    AttnLayer al = attn_layer(m, l, B, T);
+    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks;
+    if (c->forget_gate != FOX_FG_NONE)
         forget_gate_backward(g->dproj, grad(m, FOX_P_fgate_b, l), g->dc, proj, param(m, FOX_P_fgate_b, l),
                              cols.fgate, c->forget_gate, s);
     if (c->rope) {
-        rope_apply(g->dq, s, c->rope_theta, 1);
-        rope_apply(g->dk, s, c->rope_theta, 1);
+        rope_apply(g->dq, s, c->rope_theta, 1, 0);
+        rope_apply(g->dk, s, c->rope_theta, 1, 0);
     }
     if (c->qk_norm) {
         int wstride = c->qk_norm_shared ? 0 : Dh;
@@ -1209,6 +1598,170 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
                      param(m, FOX_P_ln1_w, l), ln);
 }
 
+// Backward of block l's attention: d.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
+static void attention_block_backward(Model *m, int l, int B, int T) {
+    Scratch *g = &m->s;
+    SeqShape s = seq_shape(m, B, T, m->cols.width);
+    AttnLayer al = attn_layer(m, l, B, T);
+    attention_output_block_backward(m, l, B, T);
+    attention_backward(g->dq, g->dk, g->dv, m->cfg.forget_gate != FOX_FG_NONE ? g->dc : NULL, g->d_o, al.q, al.k, al.v,
+                       al.o, al.lse, model_has_c(m) ? al.c : NULL, acp_tables(m, l, al.c, al.q, al.k, s, 0), s);
+    attention_inputs_backward(m, l, B, T);
+}
+
+// Backward of fam_project: from the gradients of the rows' q, k (both overwritten by RoPE's inverse) and v, with
+// dproj holding the gate columns' already (the update's output gate), into dx (+=). dxn: scratch.
+static void fam_project_backward(Model *m, int l, FamRows f, int R, int pos0, real *dq, real *dk, const real *dv,
+                                 real *dproj, real *dxn, real *dx) {
+    const FoxConfig *c = &m->cfg;
+    int D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width, M = c->fam_memory;
+    if (c->rope) {
+        SeqShape s = {R / M, M, H, Dh, NIN, NULL, -1};
+        rope_apply(dq, s, c->rope_theta, 1, pos0);
+        rope_apply(dk, s, c->rope_theta, 1, pos0);
+    }
+    if (c->qk_norm) {
+        NormShape qs = {R, H, Dh, NIN, D, c->qk_norm_shared ? 0 : Dh, FOX_QK_NORM_EPS};
+        rmsnorm_backward(dproj + m->cols.q, grad(m, FOX_P_qnorm_w, l), dq, f.proj + m->cols.q, f.q_rstd,
+                         param(m, FOX_P_qnorm_w, l), qs);
+        rmsnorm_backward(dproj + m->cols.k, grad(m, FOX_P_knorm_w, l), dk, f.proj + m->cols.k, f.k_rstd,
+                         param(m, FOX_P_knorm_w, l), qs);
+    } else {
+        add_columns(dproj, dq, m->cols.q, R, D, NIN);
+        add_columns(dproj, dk, m->cols.k, R, D, NIN);
+    }
+    add_columns(dproj, dv, m->cols.v, R, D, NIN);
+    zero(dxn, (size_t)R * D);
+    matmul_backward(dxn, grad(m, FOX_P_attn_in_w, l), dproj, f.xn, param(m, FOX_P_attn_in_w, l), R, D, NIN);
+    NormShape ln = {R, 1, D, D, D, D, FOX_NORM_EPS};
+    rmsnorm_backward(dx, grad(m, FOX_P_ln1_w, l), dxn, f.x, f.rstd, param(m, FOX_P_ln1_w, l), ln);
+}
+
+// Backward of fam_update: dout = dL/d(the new rows), overwritten; the residual's term into dx (+=) when there is
+// one; the attention's output back to g->d_o, and the output gate's logit gradients into g->dproj (zeroed first).
+static void fam_update_backward(Model *m, int l, FamRows f, real *dout, real *dx, int R, int residual) {
+    FamScratch *g = &m->fs;
+    size_t n = (size_t)R * m->cfg.d_model;
+    mlp_backward(m, l, dout, f.mid, f.xn2, f.ln2_rstd, f.u, f.h, g->dh, g->du, g->dxn, R);
+    if (residual)
+        for (size_t i = 0; i < n; i++) dx[i] += dout[i];
+    zero(g->dproj, (size_t)R * m->cols.width);
+    attention_output_backward(m, l, g->d_o, g->don, g->dz, g->dproj, dout, f.z, f.on, f.on_rstd, f.o, f.proj, R);
+}
+
+// Backward of fam_token_attention: dq, dk, dv and (with a forget gate) dc of the tokens, and the gradients of
+// each memory state's keys and values (m->fs.dk, dv, zeroed by the caller).
+static void fam_token_attention_backward(Model *m, int l, real *dq, real *dk, real *dv, real *dc, const real *dout,
+                                         const real *q, const real *k, const real *v, const real *o, const real *lse,
+                                         const creal *c, int B, int T) {
+    const FoxConfig *cf = &m->cfg;
+    FamShape fs = fam_shape(cf, T);
+    int D = cf->d_model, H = cf->n_head, Dh = fox_head_dim(cf);
+    FamRows f0 = fam_state(m, l, 0, B, T);
+    FamScratch *g = &m->fs;
+    size_t state = (size_t)B * fs.M * D;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            size_t bh = ((size_t)b * H + h) * T, row0 = (size_t)b * T * D + (size_t)h * Dh;
+            size_t fr = (size_t)b * fs.M * D + (size_t)h * Dh;
+            const creal *ch = c ? c + bh : NULL;
+            real *dch = dc ? dc + bh : NULL;
+            for (int i = 0; i < T; i++) {
+                int tau = i / fs.K;
+                size_t ri = row0 + (size_t)i * D, fm = (size_t)tau * state + fr;
+                creal ci = ch ? ch[i] : 0.0, cm = ch && tau ? ch[tau * fs.K - 1] : 0.0;
+                real Di = 0.0f;
+                for (int d = 0; d < Dh; d++) Di += dout[ri + d] * o[ri + d];
+                real s_mem = attend_keys_backward(dq + ri, g->dk + fm, g->dv + fm, NULL, q + ri, dout + ri, Di, lse[bh + i],
+                                                  f0.k + fm, f0.v + fm, (size_t)D, NULL, 0.0, (real)(ci - cm), 0, fs.M - 1, Dh);
+                real s_win = attend_keys_backward(dq + ri, dk + row0, dv + row0, dch, q + ri, dout + ri, Di, lse[bh + i],
+                                                  k + row0, v + row0, (size_t)D, ch, ci, 0.0f, fam_window_start(i, fs.K, fs.W),
+                                                  i, Dh);
+                if (dch) {
+                    dch[i] += s_mem + s_win;
+                    if (tau) dch[tau * fs.K - 1] -= s_mem;
+                }
+            }
+        }
+    }
+}
+
+// Backward of fam_memory_forward: the states from the last down (F_{τ+1} depends on F_τ), each update's
+// gradient before its rows' attention inputs'; the tokens' dk, dv and dc gain the updates' terms. The gradient
+// of F_0, summed over the sequences, starts the prompt's at layer l (m->fs.dprompt[l & 1]).
+static void fam_memory_backward(Model *m, int l, int B, int T, const real *k, const real *v, const creal *c, real *dk,
+                                real *dv, real *dc) {
+    const FoxConfig *cf = &m->cfg;
+    FamShape fs = fam_shape(cf, T);
+    FamScratch *g = &m->fs;
+    int D = cf->d_model, H = cf->n_head, Dh = fox_head_dim(cf), R = B * fs.M;
+    size_t state = (size_t)R * D;
+    for (int tau = fs.nb - 1; tau >= 0; tau--) {
+        FamRows f = fam_state(m, l, tau, B, T);
+        real *dx = g->dx + tau * state, *dfk = g->dk + tau * state, *dfv = g->dv + tau * state;
+        zero(g->dq, state);
+        if (tau + 1 < fs.nb) {  // F_{τ+1} is read by block τ + 1 (the last complete block's update, by no token)
+            fam_update_backward(m, l, f, dx + state, dx, R, tau > 0);
+            #pragma omp parallel for collapse(2)
+            for (int b = 0; b < B; b++) {
+                for (int h = 0; h < H; h++) {
+                    size_t fr = (size_t)b * fs.M * D + (size_t)h * Dh;
+                    FamBlock blk = fam_block_of(k, v, dk, dv, c, dc, b, h, tau, fs.K, H, Dh, T);
+                    fam_attend_head_backward(g->dq + fr, dfk + fr, dfv + fr, g->d_o + fr, f.q + fr, f.k + fr, f.v + fr,
+                                             f.o + fr, f.lse + (size_t)b * fs.M * H + h, blk, fs.M, D, H, Dh);
+                }
+            }
+        } else {
+            zero(g->dproj, (size_t)R * m->cols.width);
+        }
+        fam_project_backward(m, l, f, R, tau * fs.K - fs.M, g->dq, dfk, dfv, g->dproj, g->dxn, dx);
+    }
+    real *dp = g->dprompt[l & 1];
+    zero(dp, (size_t)fs.M * D);
+    for (int b = 0; b < B; b++)
+        for (size_t i = 0; i < (size_t)fs.M * D; i++) dp[i] += g->dx[(size_t)b * fs.M * D + i];
+}
+
+// Backward of fam_prompt_forward: the gradient of the prompt's rows entering layer l + 1 (m->fs.dprompt[(l+1) & 1])
+// into that of the rows entering layer l (m->fs.dprompt[l & 1], +=). The states' scratch is free by now.
+static void fam_prompt_backward(Model *m, int l) {
+    const FoxConfig *c = &m->cfg;
+    FamScratch *g = &m->fs;
+    int M = c->fam_memory, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c);
+    FamRows p = fam_prompt(m, l);
+    fam_update_backward(m, l, p, g->dprompt[(l + 1) & 1], g->dprompt[l & 1], M, 1);
+    zero(g->dq, (size_t)M * D);
+    zero(g->dk, (size_t)M * D);
+    zero(g->dv, (size_t)M * D);
+    FamBlock none = {NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0};
+    #pragma omp parallel for
+    for (int h = 0; h < H; h++) {
+        size_t hd = (size_t)h * Dh;
+        fam_attend_head_backward(g->dq + hd, g->dk + hd, g->dv + hd, g->d_o + hd, p.q + hd, p.k + hd, p.v + hd, p.o + hd,
+                                 p.lse + h, none, M, D, H, Dh);
+    }
+    fam_project_backward(m, l, p, M, -M, g->dq, g->dk, g->dv, g->dproj, g->dxn, g->dprompt[l & 1]);
+}
+
+// Backward of block l as TransformerFAM: d.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit; the prompt's
+// gradient moves down to layer l.
+static void fam_block_backward(Model *m, int l, int B, int T) {
+    Scratch *g = &m->s;
+    AttnLayer al = attn_layer(m, l, B, T);
+    const creal *c = model_has_c(m) ? al.c : NULL;
+    real *dc = m->cfg.forget_gate != FOX_FG_NONE ? g->dc : NULL;
+    size_t states = (size_t)fam_shape(&m->cfg, T).nS * B * m->cfg.fam_memory * m->cfg.d_model;
+    attention_output_block_backward(m, l, B, T);
+    zero(m->fs.dx, states);
+    zero(m->fs.dk, states);
+    zero(m->fs.dv, states);
+    fam_token_attention_backward(m, l, g->dq, g->dk, g->dv, dc, g->d_o, al.q, al.k, al.v, al.o, al.lse, c, B, T);
+    fam_memory_backward(m, l, B, T, al.k, al.v, c, g->dk, g->dv, dc);
+    if (l < m->cfg.n_layer - 1) fam_prompt_backward(m, l);
+    attention_inputs_backward(m, l, B, T);
+}
+
 // Backward of the last model_forward (with targets), adding dloss_scale·∂(mean loss)/∂θ into grads.
 static void model_backward(Model *m, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
     const FoxConfig *c = &m->cfg;
@@ -1225,9 +1778,14 @@ static void model_backward(Model *m, const int *inputs, const int *targets, int 
     for (int l = L - 1; l >= 0; l--) {
         mlp_block_backward(m, l, B, T);
         if (c->arch == FOX_ARCH_GSA) gsa_block_backward(m, l, B, T);
+        else if (c->arch == FOX_ARCH_FAM) fam_block_backward(m, l, B, T);
         else attention_block_backward(m, l, B, T);
     }
     embedding_backward(grad(m, FOX_P_wte, 0), g->dres, inputs, N, D);
+    if (c->arch == FOX_ARCH_FAM) {  // the prompt's gradient at layer 0 is fam_init's
+        real *dw = grad(m, FOX_P_fam_init, 0);
+        for (size_t i = 0; i < (size_t)c->fam_memory * D; i++) dw[i] += m->fs.dprompt[0][i];
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -1291,6 +1849,9 @@ static void model_cache_free(Model *m) {
     free(kc->gsa_S);
     free(kc->gsa_U);
     free(kc->gsa_p);
+    fam_rows_free(&kc->fam);
+    free(kc->fam_out);
+    free(kc->fam_y);
     memset(kc, 0, sizeof(*kc));
 }
 
@@ -1299,7 +1860,9 @@ static double cache_bytes(const Model *m, int max_len) {
     const FoxConfig *c = &m->cfg;
     double rows = (double)c->n_layer * m->B * c->n_head, D = c->d_model;
     if (c->arch == FOX_ARCH_GSA) return 2.0 * c->n_layer * m->B * c->gsa_slots * D * sizeof(real);  // the state alone
-    return rows * max_len * (2.0 * fox_head_dim(c) * sizeof(real) + sizeof(creal)) + (double)c->n_layer * m->B * 2 * D * sizeof(real);
+    double memory = c->arch == FOX_ARCH_FAM ? (double)c->n_layer * m->B * c->fam_memory * fam_row_reals(m) * sizeof(real) : 0.0;
+    return rows * max_len * (2.0 * fox_head_dim(c) * sizeof(real) + sizeof(creal)) + (double)c->n_layer * m->B * 2 * D * sizeof(real) +
+           memory;
 }
 
 static void model_cache_init(Model *m, int max_len) {
@@ -1323,6 +1886,12 @@ static void model_cache_init(Model *m, int max_len) {
         kc->k = fox_calloc(rows * max_len * Dh, sizeof(real));
         kc->v = fox_calloc(rows * max_len * Dh, sizeof(real));
         kc->c = fox_calloc(rows * max_len, sizeof(creal));
+    }
+    if (c->arch == FOX_ARCH_FAM) {
+        size_t R = B * (size_t)c->fam_memory;
+        fam_rows_alloc(m, &kc->fam, L * R);
+        kc->fam_out = fox_calloc(R * D, sizeof(real));
+        kc->fam_y = fox_calloc(R * D, sizeof(real));
     }
     kc->doc_start = fox_calloc(B, sizeof(int));
     kc->k_prev = fox_calloc(L * B * D, sizeof(real));
@@ -1365,6 +1934,12 @@ static void model_prefill(Model *m, const int *tokens, int T, real *logits) {
             memcpy(kc->gsa_S + to, gl.S + from, state * sizeof(real));
             memcpy(kc->gsa_U + to, gl.U + from, state * sizeof(real));
         }
+    }
+    for (int l = 0; l < c->n_layer && c->arch == FOX_ARCH_FAM; l++) {  // FAM: the memory the next block reads
+        FamShape fs = fam_shape(c, T);
+        FamRows f = fam_rows_at(m, &kc->fam, (size_t)l * B * fs.M);
+        memcpy(f.x, fam_state(m, l, fs.nfull, B, T).x, (size_t)B * fs.M * D * sizeof(real));
+        fam_project(m, l, f, B * fs.M, fs.nfull * fs.K - fs.M);
     }
     for (int l = 0; l < c->n_layer && c->arch != FOX_ARCH_GSA; l++) {
         AttnLayer al = attn_layer(m, l, B, T);
@@ -1455,15 +2030,54 @@ static int decode_first_key(Model *m, int l, int b, int h, int t, const real *q)
     return m->doc_sep >= 0 && kc->doc_start[b] > first ? kc->doc_start[b] : first;
 }
 
-// Block l's attention for the new tokens at position t: x += W_o z (FoX eq. 11-13, 21-23 over the cache).
-static void decode_attention_block(Model *m, int l, int t, const int *tokens) {
+// TransformerFAM's attention of the new tokens at position t (fam_token_attention's row t): the layer's memory,
+// then the window's cached keys.
+static void fam_decode_attention(Model *m, int l, int t) {
+    const FoxConfig *c = &m->cfg;
+    Cache *kc = &m->cache;
+    int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, K = c->fam_block, M = c->fam_memory, tau = t / K;
+    FamRows f = fam_rows_at(m, &kc->fam, (size_t)l * B * M);
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            size_t i = (size_t)b * D + (size_t)h * Dh, r = cache_row(m, l, b, h), fr = (size_t)b * M * D + (size_t)h * Dh;
+            const creal *ch = model_has_c(m) ? kc->c + r * kc->max_len : NULL;
+            creal ct = ch ? ch[t] : 0.0, cm = ch && tau ? ch[tau * K - 1] : 0.0;
+            Softmax sm = attend_start(kc->o + i, Dh);
+            attend_keys(kc->o + i, &sm, kc->q + i, f.k + fr, f.v + fr, (size_t)D, NULL, 0.0, (real)(ct - cm), 0, M - 1, Dh);
+            attend_keys(kc->o + i, &sm, kc->q + i, kc->k + r * kc->max_len * Dh, kc->v + r * kc->max_len * Dh, (size_t)Dh, ch,
+                        ct, 0.0f, fam_window_start(t, K, c->fam_window_blocks), t, Dh);
+            attend_finish(kc->o + i, sm, Dh);
+        }
+    }
+}
+
+// After the last token t of a block, layer l's memory moves on as fam_memory_forward's update: F_{τ+1} from F_τ
+// and the block's cached keys and values, then its attention inputs for the next block.
+static void fam_decode_update(Model *m, int l, int t) {
+    const FoxConfig *c = &m->cfg;
+    Cache *kc = &m->cache;
+    int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, K = c->fam_block, M = c->fam_memory, tau = t / K;
+    FamRows f = fam_rows_at(m, &kc->fam, (size_t)l * B * M);
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            size_t r = cache_row(m, l, b, h), fr = (size_t)b * M * D + (size_t)h * Dh;
+            FamBlock blk = {kc->k + r * kc->max_len * Dh, kc->v + r * kc->max_len * Dh, NULL, NULL, (size_t)Dh,
+                            model_has_c(m) ? kc->c + r * kc->max_len : NULL, NULL, tau * K, t + 1};
+            fam_attend_head(f.o + fr, f.lse + (size_t)b * M * H + h, f.q + fr, f.k + fr, f.v + fr, blk, M, D, H, Dh);
+        }
+    }
+    fam_update(m, l, f, kc->fam_out, B * M, tau > 0, kc->fam_y);
+    memcpy(f.x, kc->fam_out, (size_t)B * M * D * sizeof(real));
+    fam_project(m, l, f, B * M, (tau + 1) * K - M);
+}
+
+// The attention of the new tokens at position t over every cached key (or, with ACP, the live ones).
+static void decode_full_attention(Model *m, int l, int t) {
     const FoxConfig *c = &m->cfg;
     Cache *kc = &m->cache;
     int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model;
-    NormShape ln = {B, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_forward(kc->xn, kc->rstd, kc->x, param(m, FOX_P_ln1_w, l), ln);
-    matmul_forward(kc->proj, kc->xn, param(m, FOX_P_attn_in_w, l), B, D, m->cols.width);
-    decode_qkv(m, l, t, tokens);
     long long read = 0;
     #pragma omp parallel for collapse(2) reduction(+:read)
     for (int b = 0; b < B; b++) {
@@ -1478,9 +2092,24 @@ static void decode_attention_block(Model *m, int l, int t, const int *tokens) {
     }
     kc->keys_read += read;
     kc->keys_cached += (long long)B * H * (t + 1);
+}
+
+// Block l's attention for the new tokens at position t: x += W_o z (FoX eq. 11-13, 21-23 over the cache; FAM:
+// over its memory and window, and the memory's update after a block's last token).
+static void decode_attention_block(Model *m, int l, int t, const int *tokens) {
+    const FoxConfig *c = &m->cfg;
+    Cache *kc = &m->cache;
+    int B = m->B, D = c->d_model;
+    NormShape ln = {B, 1, D, D, D, D, FOX_NORM_EPS};
+    rmsnorm_forward(kc->xn, kc->rstd, kc->x, param(m, FOX_P_ln1_w, l), ln);
+    matmul_forward(kc->proj, kc->xn, param(m, FOX_P_attn_in_w, l), B, D, m->cols.width);
+    decode_qkv(m, l, t, tokens);
+    if (c->arch == FOX_ARCH_FAM) fam_decode_attention(m, l, t);
+    else decode_full_attention(m, l, t);
     attention_output(m, l, kc->z, kc->on, kc->rstd, kc->o, kc->proj, B);
     matmul_forward(kc->y, kc->z, param(m, FOX_P_attn_out_w, l), B, D, D);
     residual_add(kc->x, kc->x, kc->y, (size_t)B * D);
+    if (c->arch == FOX_ARCH_FAM && (t + 1) % c->fam_block == 0) fam_decode_update(m, l, t);
 }
 
 // Block l's GSA for the new tokens (one per sequence): the recurrence's step from the cached states, x += W_o z.

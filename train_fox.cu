@@ -1274,6 +1274,9 @@ static void check_device_memory(const Model *m, const Dist *d) {
 // communicator (rank 0 makes the id, MPI carries it to the others). ZeRO-1 (--zero 1, several ranks):
 // this rank keeps only its shard of the AdamW moments.
 static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Dist *d) {
+    if (c->arch == FOX_ARCH_FAM)
+        fox_fatal("TransformerFAM (--model transformer-fam, fox-fam) trains on the CPU (train_fox_cpu); train_fox has no FAM "
+                  "kernels yet");
     Model *m = (Model *)fox_calloc(1, sizeof(Model));
     int ngpu = 0;
     FOX_CUDA_CHECK(cudaGetDeviceCount(&ngpu));

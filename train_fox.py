@@ -10,12 +10,18 @@ The config's arch switch replaces attention by Gated Slot Attention (GSA paper, 
 gsa_recurrent (the recurrence) and gsa_chunked (the chunked two-pass form, which FoxModel uses) agree
 to rounding (selfcheck). A GSA model takes no document mask.
 
+Or by TransformerFAM (FAM paper, Algorithm 2 and Appendix B; docs/model.md §1.10; FoxModel.fam_forward):
+block sliding-window attention with a feedback memory of fam_memory rows per layer, written block by
+block as the paper's concatenation of the memory and the block with an explicit mask; fam_layer_loop is
+a numpy loop form of one layer it is checked against (selfcheck). No document mask either.
+
 Subcommands:
   fixtures --out DIR     write DIR/<name>.fix (float64 reference tensors: init, weights, logits,
                          losses, gradients, 10 AdamW steps) for 12 small configs, plus
                          DIR/manifest.txt: the four attention presets, three switch variants,
-                         the four presets again with the document mask (<preset>-docmask), and
-                         gsa (Gated Slot Attention, 8 slots).
+                         the four presets again with the document mask (<preset>-docmask),
+                         gsa (Gated Slot Attention, 8 slots), transformer-fam and fox-fam
+                         (TransformerFAM: blocks of 8 and 16, memories of 4 and 3, windows of 2 and 1).
   init ...               write reference-initialised weights as a fox.c model.bin.
   loss ...               load a fox.c model.bin, print `loss <value>` on a token file (.npy,
                          int array (B, T+1): inputs = [:, :-1], targets = [:, 1:]);
@@ -148,6 +154,7 @@ FG_DATA_INDEPENDENT = FOX["FOX_FG_DATA_INDEPENDENT"]
 FG_FIXED = FOX["FOX_FG_FIXED"]
 ARCH_ATTENTION = FOX["FOX_ARCH_ATTENTION"]
 ARCH_GSA = FOX["FOX_ARCH_GSA"]
+ARCH_FAM = FOX["FOX_ARCH_FAM"]
 
 # ----------------------------------------------------------------------------------------------
 # Configuration (mirrors the small functions of fox/config.h)
@@ -189,8 +196,15 @@ def config_invalid(c):
     """One line saying why a config is invalid, or None."""
     if min(c["vocab_size"], c["n_layer"], c["d_model"], c["n_head"], c["mlp_hidden"]) <= 0:
         return "vocab_size, n_layer, d_model, n_head and mlp_hidden must be positive"
-    if c["arch"] not in (ARCH_ATTENTION, ARCH_GSA):
-        return "arch must be 0 (attention) or 1 (GSA)"
+    if c["arch"] not in (ARCH_ATTENTION, ARCH_GSA, ARCH_FAM):
+        return "arch must be 0 (attention), 1 (GSA) or 2 (FAM)"
+    if c["arch"] == ARCH_FAM:
+        if c["fam_block"] <= 0:
+            return "FAM: fam_block must be positive"
+        if c["fam_memory"] <= 0:
+            return "FAM: fam_memory must be positive"
+        if c["fam_window_blocks"] < 0:
+            return "FAM: fam_window_blocks must be 0 or more"
     if c["arch"] == ARCH_GSA:
         if c["gsa_heads"] <= 0 or c["d_model"] % c["gsa_heads"]:
             return "GSA: d_model must be a multiple of gsa_heads"
@@ -217,6 +231,11 @@ def config_invalid(c):
 
 def head_dim(c):
     return c["d_model"] // c["n_head"]
+
+
+def fox_arch_name(arch):
+    """fox_arch_name of fox/config.h."""
+    return {ARCH_GSA: "GSA", ARCH_FAM: "FAM"}.get(arch, "attention")
 
 
 # [(name, rows symbol "D"/"H", C condition on the config c)], the row blocks of attn_in_w in order.
@@ -254,6 +273,7 @@ def _dim(c, sym):
         "HF": 0 if c["forget_gate"] == FG_NONE else H,
         "QN": (D // H if c["qk_norm_shared"] else D) if c["qk_norm"] else 0,
         "ON": D if c["output_norm"] else 0,
+        "FM": c["fam_memory"] if c["arch"] == ARCH_FAM else 0,
     }
     return sizes[sym]
 
@@ -585,13 +605,14 @@ class FoxModel(torch.nn.Module):
     """The fox.c model. Parameters are kept in the fox.c layout (names and shapes of
     FOX_PARAMS, e.g. attn_in_w is (n_layer, rows, d_model)) so conversion is exact; the forward
     pass slices them. doc_sep: a token id for the document mask (docs/model.md §1.8, fox.c's
-    --doc-mask --doc-sep), or None for none (a GSA model takes none). gsa_chunk: for a GSA model,
+    --doc-mask --doc-sep), or None for none (a GSA or FAM model takes none). gsa_chunk: for a GSA model,
     the chunk length of gsa_chunked, or 0 for gsa_recurrent (the same function up to rounding)."""
 
     def __init__(self, config, params, dtype=torch.float64, device="cpu", doc_sep=None, gsa_chunk=GSA_CHUNK):
         super().__init__()
-        if config["arch"] == ARCH_GSA and doc_sep is not None:
-            raise ValueError("the document mask is not supported with Gated Slot Attention (arch %d)" % ARCH_GSA)
+        if config["arch"] != ARCH_ATTENTION and doc_sep is not None:
+            raise ValueError("the document mask is not supported with %s (arch %d)" % (
+                "Gated Slot Attention" if config["arch"] == ARCH_GSA else "TransformerFAM", config["arch"]))
         self.config = dict(config)
         self.doc_sep = doc_sep
         self.gsa_chunk = gsa_chunk
@@ -603,6 +624,8 @@ class FoxModel(torch.nn.Module):
     def forward(self, idx):
         """idx: (B, T) token ids -> logits (B, T, V)."""
         c, p = self.config, self.p
+        if c["arch"] == ARCH_FAM:
+            return self.fam_forward(idx)
         docs = self.documents(idx)
         x = p["wte"][idx]  # no positional table
         for l in range(c["n_layer"]):
@@ -637,16 +660,27 @@ class FoxModel(torch.nn.Module):
     def attention(self, l, xn, docs=None):
         """The token mixer of layer l: FoX attention, paper eq. 15-23 with the docs/model.md §1 switches,
         or GSA (arch); xn = RMSNorm(x), (B, T, D); docs: None, or documents(idx), the document mask (§1.8)."""
-        c, p = self.config, self.p
-        if c["arch"] == ARCH_GSA:
+        if self.config["arch"] == ARCH_GSA:
             return self.gsa(l, xn)
+        starts, other_doc = docs if docs is not None else (None, None)
+        q, k, v, log_f, proj = self.attention_inputs(l, xn, starts)
+        o = fox_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                          None if log_f is None else log_f.transpose(1, 2), other_doc).transpose(1, 2)
+        return self.attention_output(l, o, proj)
+
+    def attention_inputs(self, l, xn, starts=None, positions=None, memory=False):
+        """Layer l's attention inputs from xn (B, T, D), paper eq. 15-20: q, k, v (B, T, H, Dh) after KV-shift,
+        QK-norm and RoPE (at `positions`, a float64 vector; default 0..T-1), log f (B, T, H) of the forget
+        gate or None, and proj = xn W_in^T (B, T, NIN). starts: the document mask's separators (§1.8).
+        memory: the rows of a TransformerFAM memory (docs/model.md §1.10), which take no KV-shift and have
+        no forget gate of their own."""
+        c, p = self.config, self.p
         B, T, D = xn.shape
         H, Dh = c["n_head"], head_dim(c)
-        starts, other_doc = docs if docs is not None else (None, None)
         rows = attn_in_slices(c)
         proj = xn @ p["attn_in_w"][l].t()
         q, k, v = (proj[..., rows[n]].reshape(B, T, H, Dh) for n in ("q", "k", "v"))
-        if c["kv_shift"]:  # eq. 16-19: k_t = a_t k~_{t-1} + (1 - a_t) k~_t, k~_{-1} = 0
+        if c["kv_shift"] and not memory:  # eq. 16-19: k_t = a_t k~_{t-1} + (1 - a_t) k~_t, k~_{-1} = 0
             k = self._shift(k, torch.sigmoid(proj[..., rows["k_shift"]]), starts)
             v = self._shift(v, torch.sigmoid(proj[..., rows["v_shift"]]), starts)
         if c["qk_norm"]:  # eq. 15, 17: per-head RMSNorm over head_dim, on q and the shifted k
@@ -654,20 +688,108 @@ class FoxModel(torch.nn.Module):
             q = rms_norm(q, p["qnorm_w"][l].reshape(shape), FOX["FOX_QK_NORM_EPS"])
             k = rms_norm(k, p["knorm_w"][l].reshape(shape), FOX["FOX_QK_NORM_EPS"])
         if c["rope"]:  # after QK-norm
-            q, k = self._rope(q), self._rope(k)
+            q, k = self._rope(q, positions), self._rope(k, positions)
         log_f = None
-        if c["forget_gate"] == FG_DATA_DEPENDENT:  # eq. 20: f_t = sigmoid(w_f.x_t + b_f)
+        if memory:
+            pass
+        elif c["forget_gate"] == FG_DATA_DEPENDENT:  # eq. 20: f_t = sigmoid(w_f.x_t + b_f)
             log_f = F.logsigmoid(proj[..., rows["fgate"]] + p["fgate_b"][l, 0])
         elif c["forget_gate"] in (FG_DATA_INDEPENDENT, FG_FIXED):  # f = sigmoid(b_h) for all t
             log_f = F.logsigmoid(p["fgate_b"][l, 0]).expand(B, T, H)
-        o = fox_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                          None if log_f is None else log_f.transpose(1, 2), other_doc).transpose(1, 2)
+        return q, k, v, log_f, proj
+
+    def attention_output(self, l, o, proj):
+        """Paper eq. 21-23 on the attention's output o (B, T, H, Dh): the per-head output norm, the output gate
+        (its logits in proj), then W_o."""
+        c, p = self.config, self.p
+        B, T, H, Dh = o.shape
+        rows = attn_in_slices(c)
         if c["output_norm"]:  # per-head RMSNorm of o, weight (H * Dh)
             o = rms_norm(o, p["onorm_w"][l].reshape(H, Dh), FOX["FOX_NORM_EPS"])
-        o = o.reshape(B, T, D)
+        o = o.reshape(B, T, H * Dh)
         if c["output_gate"]:  # eq. 21, 23
             o = o * torch.sigmoid(proj[..., rows["gate"]])
         return o @ p["attn_out_w"][l].t()
+
+    def fam_forward(self, idx):
+        """TransformerFAM (docs/model.md §1.10): idx (B, T) -> logits (B, T, V). The learned initial memory
+        fam_init enters the first layer as token embeddings do (FAM paper B.1, prompt tuning); at each layer
+        the rows entering it are that layer's first memory F_0, and the layer turns them (attending to each
+        other alone, fam_prompt_layer) into the rows entering the next layer."""
+        c, p = self.config, self.p
+        x = p["wte"][idx]
+        prompt = p["fam_init"]
+        for l in range(c["n_layer"]):
+            memory = prompt
+            if l < c["n_layer"] - 1:
+                prompt = self.fam_prompt_layer(l, prompt)
+            x = self.fam_layer(l, x, memory)
+        x = rms_norm(x, p["lnf_w"][0], FOX["FOX_NORM_EPS"])
+        return x @ p["lm_head_w"].t()
+
+    def fam_prompt_layer(self, l, g):
+        """The prompt's rows g (M, D) through layer l: full attention among themselves (positions -M..-1, no
+        decay), the residual, the MLP."""
+        c, p = self.config, self.p
+        M = g.shape[0]
+        positions = torch.arange(-M, 0, dtype=torch.float64)
+        q, k, v, _, proj = self.attention_inputs(l, rms_norm(g, p["ln1_w"][l, 0], FOX["FOX_NORM_EPS"])[None],
+                                                 positions=positions, memory=True)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (1, H, M, Dh)
+        o = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(head_dim(c)), dim=-1) @ v
+        h = g + self.attention_output(l, o.transpose(1, 2), proj)[0]
+        return h + self.mlp(l, rms_norm(h, p["ln2_w"][l, 0], FOX["FOX_NORM_EPS"]))
+
+    def fam_layer(self, l, x, memory):
+        """Layer l of TransformerFAM on the residual stream x (B, T, D) with the first memory `memory` (M, D):
+        the FAM paper's Algorithm 2, block by block. For block tau (tokens t0..t1-1, K = fam_block) the
+        memory F (M rows) and the block are concatenated into one attention with an explicit mask:
+          - a token query i sees the memory's M keys and the tokens w0 <= j <= i, w0 = max(0, t0 - W K)
+            (the block and W = fam_window_blocks blocks before it);
+          - a memory query sees the memory's keys and the block's tokens t0 <= j < t1;
+        with the forget gate's bias c_query - c_key, where a token carries its c, the memory's keys c at the
+        token before the block (c_{t0-1}, 0 at the first block) and the memory's queries c of the block's
+        last token (c_{t1-1}); the memory's q and k take RoPE at positions t0 - M .. t0 - 1. Token rows then
+        go through the output, the residual and the MLP as usual; after a complete block the memory rows do
+        too, with no residual at the first block (FAM paper B.1): F <- h + MLP(h), h = [F] + W_o(...)."""
+        c, p = self.config, self.p
+        B, T, D = x.shape
+        K, M, W = c["fam_block"], c["fam_memory"], c["fam_window_blocks"]
+        H, Dh = c["n_head"], head_dim(c)
+        ln1, ln2, eps = p["ln1_w"][l, 0], p["ln2_w"][l, 0], FOX["FOX_NORM_EPS"]
+        q, k, v, log_f, proj = self.attention_inputs(l, rms_norm(x, ln1, eps))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, Dh)
+        c_tok = torch.cumsum(log_f, dim=1).transpose(1, 2) if log_f is not None else x.new_zeros(B, H, T)
+        F_mem = memory.expand(B, M, D)
+        out = []
+        for tau in range((T + K - 1) // K):
+            t0, t1 = tau * K, min(T, tau * K + K)
+            w0 = max(0, t0 - W * K)
+            n, nw = t1 - t0, t1 - w0
+            positions = torch.arange(t0 - M, t0, dtype=torch.float64)
+            fq, fk, fv, _, fproj = self.attention_inputs(l, rms_norm(F_mem, ln1, eps), positions=positions, memory=True)
+            fq, fk, fv = (t.transpose(1, 2) for t in (fq, fk, fv))
+            Q = torch.cat([fq, q[:, :, t0:t1]], dim=2)
+            Kc = torch.cat([fk, k[:, :, w0:t1]], dim=2)
+            V = torch.cat([fv, v[:, :, w0:t1]], dim=2)
+            c_mem = c_tok[:, :, t0 - 1:t0] if t0 > 0 else c_tok.new_zeros(B, H, 1)
+            c_query = torch.cat([c_tok[:, :, t1 - 1:t1].expand(B, H, M), c_tok[:, :, t0:t1]], dim=-1)
+            c_key = torch.cat([c_mem.expand(B, H, M), c_tok[:, :, w0:t1]], dim=-1)
+            allowed = torch.zeros(M + n, M + nw, dtype=torch.bool)
+            allowed[:, :M] = True  # everyone reads the memory
+            allowed[:M, M + (t0 - w0):] = True  # the memory reads its block
+            key_pos = torch.arange(w0, t1)
+            allowed[M:, M:] = key_pos[None, :] <= torch.arange(t0, t1)[:, None]  # tokens: causal over the window
+            s = Q @ Kc.transpose(-1, -2) / math.sqrt(Dh) + c_query[..., :, None] - c_key[..., None, :]
+            O = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1) @ V  # (B, H, M + n, Dh)
+            h = x[:, t0:t1] + self.attention_output(l, O[:, :, M:].transpose(1, 2), proj[:, t0:t1])
+            out.append(h + self.mlp(l, rms_norm(h, ln2, eps)))
+            if n == K:  # a complete block updates the memory
+                hm = self.attention_output(l, O[:, :, :M].transpose(1, 2), fproj)
+                if tau > 0:
+                    hm = F_mem + hm
+                F_mem = hm + self.mlp(l, rms_norm(hm, ln2, eps))
+        return torch.cat(out, dim=1)
 
     def gsa(self, l, xn):
         """Gated Slot Attention (paper eq. 8-9), G = gsa_heads heads of dh = D / G, m = gsa_slots slots:
@@ -699,12 +821,14 @@ class FoxModel(torch.nn.Module):
         a = alpha.unsqueeze(-1)
         return a * prev + (1 - a) * x
 
-    def _rope(self, x):
-        """Rotary embedding, rotate-half convention (dims d and d + Dh/2 pair up), position
-        t = 0..T-1, inverse frequencies theta^(-2d/Dh); angles in float64."""
+    def _rope(self, x, positions=None):
+        """Rotary embedding, rotate-half convention (dims d and d + Dh/2 pair up), at positions (float64,
+        length T; default t = 0..T-1), inverse frequencies theta^(-2d/Dh); angles in float64."""
         T, Dh = x.shape[1], x.shape[-1]
         inv_freq = self.config["rope_theta"] ** (-torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)
-        ang = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+        if positions is None:
+            positions = torch.arange(T, dtype=torch.float64)
+        ang = positions[:, None] * inv_freq[None, :]
         ang = torch.cat([ang, ang], dim=-1)[:, None, :].to(device=x.device)  # (T, 1, Dh)
         cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
         x1, x2 = x[..., :Dh // 2], x[..., Dh // 2:]
@@ -795,6 +919,9 @@ FIXTURES = [  # (name, preset, overrides)
     ("transformer-llama-docmask", "transformer-llama", {}),
     # Gated Slot Attention (docs/model.md §1.9): 4 heads of dh 16, 8 slots, tau 8.
     ("gsa", "gsa", dict(gsa_slots=8)),
+    # TransformerFAM (docs/model.md §1.10): 8 blocks of 8 with 2 in the window, 4 blocks of 16 with 1.
+    ("transformer-fam", "transformer-fam", dict(fam_block=8, fam_memory=4, fam_window_blocks=2)),
+    ("fox-fam", "fox-fam", dict(fam_block=16, fam_memory=3, fam_window_blocks=1)),
 ]
 # The separator id of the -docmask fixtures, and where their `inputs` hold it: row 0 at 0 (a
 # separator at the window's start), 17 and 18 (a one-token document), 40; row 1 at 5, 33 and 63 (the
@@ -807,9 +934,13 @@ FIXTURE_DOC_P = 0.1
 # default 1e-8: with 1e-8 (and lr 1e-2) the 10-step trajectory of this tiny model is chaotic,
 # PyTorch's own float32 run then differs from its float64 run by 7e-5 in loss and 9% in weights,
 # so no float32 implementation could be held to a tight tolerance. With these values torch
-# float32 stays within 1e-7 (loss) and 1e-4 (weights) of float64. The clip of 0.9 makes some
-# steps of every fixture clip and others not.
-TRAIN_HPARAMS = dict(lr=3e-3, min_lr=3e-4, warmup_steps=3, total_steps=10, weight_decay=0.1,
+# float32 stays within 1e-7 (loss) and 1e-4 (weights) of float64. The lr is 2e-3, not 3e-3: at 3e-3
+# the GPU fixtures' trajectories were ill-conditioned too (transformer-pro-docmask at d 256: a
+# relative 2e-3 perturbation of the starting weights, one bf16 rounding, moved the float64
+# reference's own 10-step grad norms by 2.3e-2 relative, more than the GPU test's tolerance; at 2e-3
+# at most 2.3e-3 over the docmask and transformer-pro fixtures at d 128 and 256, at 1e-3 below 1.2e-3).
+# With the clip of 0.9 both paths run: across the fixtures some steps clip and others do not.
+TRAIN_HPARAMS = dict(lr=2e-3, min_lr=3e-4, warmup_steps=3, total_steps=10, weight_decay=0.1,
                      grad_clip=0.9, beta1=0.9, beta2=0.95, eps=1e-6, accum=2)
 
 
@@ -1167,7 +1298,8 @@ def _fresh_output(path):
 def cmd_export_hf(args):
     cfg, params = load_model_bin(args.model_bin)
     if cfg["arch"] != ARCH_ATTENTION:
-        raise ValueError("%s is a GSA model: the official FoX code has no such architecture" % args.model_bin)
+        raise ValueError("%s is a %s model: the official FoX code has no such architecture" % (
+            args.model_bin, "GSA" if cfg["arch"] == ARCH_GSA else "TransformerFAM"))
     _fresh_output(args.out_dir)
     out = Path(args.out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -1316,6 +1448,175 @@ def gsa_layer_loop(c, W, xn):
     return z @ W["attn_out_w"].T
 
 
+class _FamLoopParts:
+    """The per-row pieces of fam_layer_loop and fam_prompt_loop for config c and one layer's tensors W (the
+    fox.c layout), in numpy float64 and plain Python loops."""
+
+    def __init__(self, c, W):
+        self.c, self.W, self.rows = c, W, attn_in_slices(c)
+        self.H, self.Dh, self.D = c["n_head"], head_dim(c), c["d_model"]
+
+    @staticmethod
+    def rms(z, w, e):
+        return z / math.sqrt(sum(a * a for a in z) / len(z) + e) * w
+
+    @staticmethod
+    def sigmoid(z):
+        return 1.0 / (1.0 + math.exp(-z))
+
+    def project(self, row):
+        """attn_in_w RMSNorm(row)."""
+        return self.W["attn_in_w"] @ self.rms(row, self.W["ln1_w"].reshape(-1), FOX["FOX_NORM_EPS"])
+
+    def heads(self, pr, pos, k_in=None, v_in=None):
+        """[(q, k, v)] per head from one row's projection pr at position pos (k_in, v_in: the KV-shifted
+        ones, tokens only): QK-norm, then RoPE."""
+        c, Dh, out = self.c, self.Dh, []
+        for h in range(self.H):
+            hd = slice(h * Dh, (h + 1) * Dh)
+            q, k = pr[self.rows["q"]][hd], (pr[self.rows["k"]] if k_in is None else k_in)[hd]
+            v = (pr[self.rows["v"]] if v_in is None else v_in)[hd]
+            if c["qk_norm"]:
+                wq, wk = self.W["qnorm_w"].reshape(-1), self.W["knorm_w"].reshape(-1)
+                if not c["qk_norm_shared"]:
+                    wq, wk = wq[hd], wk[hd]
+                q, k = self.rms(q, wq, FOX["FOX_QK_NORM_EPS"]), self.rms(k, wk, FOX["FOX_QK_NORM_EPS"])
+            if c["rope"]:
+                q, k = q.copy(), k.copy()
+                for d in range(Dh // 2):
+                    th = pos * c["rope_theta"] ** (-2.0 * d / Dh)
+                    for z in (q, k):
+                        a, b = z[d], z[d + Dh // 2]
+                        z[d], z[d + Dh // 2] = a * math.cos(th) - b * math.sin(th), b * math.cos(th) + a * math.sin(th)
+            out.append((q, k, v))
+        return out
+
+    def attend(self, q, keys):
+        """keys: [(k, v, decay)]; the weights are decay * exp(q.k / sqrt(Dh)), normalised."""
+        num, den = np.zeros(self.Dh), 0.0
+        for k, v, decay in keys:
+            wgt = decay * math.exp(q @ k / math.sqrt(self.Dh))
+            num, den = num + wgt * v, den + wgt
+        return num / den
+
+    def residual_out(self, res, o, pr):
+        """res + W_o(eq. 21-23 on the heads' outputs o), then + the MLP of that."""
+        c, Dh, z = self.c, self.Dh, np.zeros(self.D)
+        for h in range(self.H):
+            hd = slice(h * Dh, (h + 1) * Dh)
+            oh = self.rms(o[h], self.W["onorm_w"].reshape(-1)[hd], FOX["FOX_NORM_EPS"]) if c["output_norm"] else o[h]
+            if c["output_gate"]:
+                oh = oh * np.array([self.sigmoid(g) for g in pr[self.rows["gate"]][hd]])
+            z[hd] = oh
+        hh = res + self.W["attn_out_w"] @ z
+        u = self.W["mlp_in_w"] @ self.rms(hh, self.W["ln2_w"].reshape(-1), FOX["FOX_NORM_EPS"])
+        I = len(u) // 2
+        return hh + self.W["mlp_out_w"] @ np.array([u[i] / (1.0 + math.exp(-u[i])) * u[I + i] for i in range(I)])
+
+
+def fam_layer_loop(c, W, x, memory):
+    """One TransformerFAM layer for one sequence, query by query in numpy float64 from the FAM paper's
+    Algorithm 2 and docs/model.md §1.10, rather than by masked matrices. x (T, D): the residual stream
+    entering the layer; memory (M, D): its first memory F_0; W: the layer's tensors in the fox.c layout.
+    Every query lists its keys explicitly, each key with the time of the token whose c it carries (the
+    memory's keys: the token before their block, -1 before the first; the memory's queries: the block's
+    last token); the decay from key time tk to query time tq is the product of the gates f_l, tk < l <= tq
+    (eq. 11's product form). Returns the layer's output (T, D)."""
+    T, D = x.shape
+    K, M, Wb = c["fam_block"], c["fam_memory"], c["fam_window_blocks"]
+    P = _FamLoopParts(c, W)
+    H, Dh, rows = P.H, P.Dh, P.rows
+    proj = [P.project(x[t]) for t in range(T)]
+    fs = [[1.0] * T for _ in range(H)]
+    if c["forget_gate"] != FG_NONE:
+        for h in range(H):
+            for t in range(T):
+                dd = proj[t][rows["fgate"]][h] if c["forget_gate"] == FG_DATA_DEPENDENT else 0.0
+                fs[h][t] = P.sigmoid(W["fgate_b"].reshape(-1)[h] + dd)
+
+    def decay(h, tk, tq):
+        return math.prod(fs[h][tk + 1:tq + 1])
+
+    tok = []
+    for t in range(T):
+        k_in = v_in = None
+        if c["kv_shift"]:
+            ak = np.repeat([P.sigmoid(a) for a in proj[t][rows["k_shift"]]], Dh)
+            av = np.repeat([P.sigmoid(a) for a in proj[t][rows["v_shift"]]], Dh)
+            k_prev = proj[t - 1][rows["k"]] if t else np.zeros(D)
+            v_prev = proj[t - 1][rows["v"]] if t else np.zeros(D)
+            k_in, v_in = ak * k_prev + (1 - ak) * proj[t][rows["k"]], av * v_prev + (1 - av) * proj[t][rows["v"]]
+        tok.append(P.heads(proj[t], t, k_in, v_in))
+    F_mem, out = memory.copy(), np.zeros((T, D))
+    for tau in range((T + K - 1) // K):
+        t0, t1 = tau * K, min(T, tau * K + K)
+        fproj = [P.project(F_mem[i]) for i in range(M)]
+        mem = [P.heads(fproj[i], t0 - M + i) for i in range(M)]
+        for t in range(t0, t1):
+            o = [P.attend(tok[t][h][0], [(mem[i][h][1], mem[i][h][2], decay(h, t0 - 1, t)) for i in range(M)] +
+                          [(tok[j][h][1], tok[j][h][2], decay(h, j, t)) for j in range(max(0, t0 - Wb * K), t + 1)])
+                 for h in range(H)]
+            out[t] = P.residual_out(x[t], o, proj[t])
+        if t1 - t0 == K:
+            new = []
+            for i in range(M):
+                o = [P.attend(mem[i][h][0], [(mem[j][h][1], mem[j][h][2], decay(h, t0 - 1, t1 - 1)) for j in range(M)] +
+                              [(tok[j][h][1], tok[j][h][2], decay(h, j, t1 - 1)) for j in range(t0, t1)])
+                     for h in range(H)]
+                new.append(P.residual_out(F_mem[i] if tau else np.zeros(D), o, fproj[i]))
+            F_mem = np.array(new)
+    return out
+
+
+def fam_prompt_loop(c, W, g):
+    """The prompt's rows g (M, D) through one layer, in numpy float64 (FAM paper B.1): each row, at position
+    i - M, attends to all M rows with no decay; then the residual and the MLP."""
+    M = g.shape[0]
+    P = _FamLoopParts(c, W)
+    proj = [P.project(g[i]) for i in range(M)]
+    qkv = [P.heads(proj[i], i - M) for i in range(M)]
+    return np.array([P.residual_out(g[i], [P.attend(qkv[i][h][0], [(qkv[j][h][1], qkv[j][h][2], 1.0) for j in range(M)])
+                                            for h in range(P.H)], proj[i]) for i in range(M)])
+
+
+def fam_checks():
+    """Yields (name, ok, detail): the TransformerFAM checks of selfcheck (float64 throughout)."""
+    for name in ("transformer-fam", "fox-fam"):
+        c = fixture_config(name)
+        params = perturbed_params(c, init_params(c, FIXTURE_SEED))
+        params["fam_init"] = params["fam_init"] * 25  # a memory at the residual stream's scale matters more
+        model = FoxModel(c, params, torch.float64)
+        layer = {n: a[1] for n, a in params.items() if a.ndim == 3}
+        rng = np.random.default_rng(31)
+        T = 2 * c["fam_block"] + 5  # two memory updates and a partial block
+        x = rng.standard_normal((1, T, c["d_model"]))
+        memory = rng.standard_normal((c["fam_memory"], c["d_model"]))
+        with torch.no_grad():
+            fast = model.fam_layer(1, torch.from_numpy(x), torch.from_numpy(memory))[0].numpy()
+        slow = fam_layer_loop(c, layer, x[0], memory)
+        err = np.abs(fast - slow).max() / np.abs(slow).max()
+        yield ("FAM layer (the block's concatenation and mask) vs the query-by-query loop form, T %d: %s" % (T, name),
+               err < 1e-12, "max rel err %.2e" % err)
+
+        with torch.no_grad():
+            fast = model.fam_prompt_layer(1, torch.from_numpy(memory)).numpy()
+        slow = fam_prompt_loop(c, layer, memory)
+        err = np.abs(fast - slow).max() / np.abs(slow).max()
+        yield "FAM prompt through a layer vs its loop form: " + name, err < 1e-12, "max rel err %.2e" % err
+
+        # causality: the logits before position p do not depend on the tokens from p on (at, around and inside
+        # block boundaries: the memory after a block must reach only the blocks after it)
+        idx = torch.from_numpy(rng.integers(0, c["vocab_size"], (1, 3 * c["fam_block"] + 3)))
+        with torch.no_grad():
+            base = model(idx)
+            worst = 0.0
+            for p in (1, c["fam_block"] - 1, c["fam_block"], c["fam_block"] + 1, 2 * c["fam_block"] + 2):
+                other = idx.clone()
+                other[0, p:] = (other[0, p:] + 1) % c["vocab_size"]
+                worst = max(worst, (model(other)[0, :p] - base[0, :p]).abs().max().item())
+        yield "FAM causality: logits before p unchanged by the tokens from p on, " + name, worst == 0.0, "max diff %.1e" % worst
+
+
 def gsa_checks():
     """Yields (name, ok, detail): the GSA checks of selfcheck (float64 throughout)."""
     def rel(a, b):
@@ -1420,6 +1721,8 @@ def selfcheck_results():
     # chunked form, chunk 5, vs the paper's slot-memory recurrence).
     for name, _, _ in FIXTURES:
         c = fixture_config(name)
+        if c["arch"] == ARCH_FAM:  # a FAM layer is more than its token mixer: fam_checks
+            continue
         sep = fixture_doc_sep(name)
         params = perturbed_params(c, init_params(c, FIXTURE_SEED))
         model = FoxModel(c, params, torch.float64, doc_sep=sep, gsa_chunk=5)  # GSA: 3 chunks
@@ -1440,13 +1743,13 @@ def selfcheck_results():
         c = make_config(preset, **FIXTURE_SHAPE)
         params = perturbed_params(c, init_params(c, FIXTURE_SEED))
         sep = FIXTURE_DOC_SEP
-        if c["arch"] == ARCH_GSA:  # no document mask for GSA: FoxModel refuses one
+        if c["arch"] != ARCH_ATTENTION:  # no document mask for GSA or FAM: FoxModel refuses one
             try:
                 FoxModel(c, params, torch.float64, doc_sep=sep)
                 refused = False
             except ValueError:
                 refused = True
-            yield "document mask: refused with GSA, " + preset, refused, ""
+            yield "document mask: refused with %s, %s" % (fox_arch_name(c["arch"]), preset), refused, ""
             continue
         model = FoxModel(c, params, torch.float64, doc_sep=sep)
         rng = np.random.default_rng(13)
@@ -1501,6 +1804,7 @@ def selfcheck_results():
                "%d probes, rel err %.2e" % (len(probes), err))
 
     yield from gsa_checks()
+    yield from fam_checks()
 
     # AdamW against torch.optim.AdamW, 3 steps at varying lr.
     torch.manual_seed(0)
@@ -1527,7 +1831,7 @@ def selfcheck_results():
 
     # (c) model.bin round trip, bitwise, with and without the optional tensors.
     with tempfile.TemporaryDirectory() as tmp:
-        for preset in ("fox-pro", "transformer-llama", "gsa"):
+        for preset in ("fox-pro", "transformer-llama", "gsa", "fox-fam"):
             c = make_config(preset, **FIXTURE_SHAPE)
             params = init_params(c, 5)
             a, b = Path(tmp, "a.bin"), Path(tmp, "b.bin")

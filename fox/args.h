@@ -15,7 +15,7 @@
 #define FOX_OPEN_LO 1e-300
 #define FOX_EXIT_USAGE 2  // the exit code of a bad command line (one line on stderr)
 #define FOX_FLAGS(F) \
-    F(STR, model, "model", "fox-pro", 0, 0, "preset: fox-pro | fox-llama | transformer-pro | transformer-llama | gsa (Gated Slot Attention)") \
+    F(STR, model, "model", "fox-pro", 0, 0, "preset: fox-pro | fox-llama | transformer-pro | transformer-llama | gsa (Gated Slot Attention) | transformer-fam | fox-fam (TransformerFAM, train_fox_cpu only)") \
     F(INT, layers, "layers", 12, 1, 4096, "number of blocks") \
     F(INT, dim, "dim", 768, 1, 1 << 20, "d_model") \
     F(INT, heads, "heads", 12, 1, 1 << 16, "attention heads (head_dim = dim/heads)") \
@@ -34,6 +34,9 @@
     F(INT, gsa_heads, "gsa-heads", 4, 1, 4096, "--model gsa: heads of Gated Slot Attention (docs/model.md §1.9)") \
     F(INT, gsa_slots, "gsa-slots", 64, 1, 65536, "--model gsa: memory slots per head") \
     F(FLT, gsa_tau, "gsa-tau", 8.0, FOX_OPEN_LO, 1e6, "--model gsa: damping of the slot gates, alpha = sigmoid(W x)^(1/tau)") \
+    F(INT, fam_block, "fam-block", 1024, 1, 1 << 24, "--model transformer-fam/fox-fam: tokens per block of the sliding window, a divisor of the context (docs/model.md §1.10)") \
+    F(INT, fam_memory, "fam-memory", 64, 1, 65536, "--model transformer-fam/fox-fam: feedback-memory (FAM) tokens per layer") \
+    F(INT, fam_window_blocks, "fam-window-blocks", 3, 0, 1 << 20, "--model transformer-fam/fox-fam: previous blocks a block attends to besides itself and the FAM") \
     F(STR, train, "train", "data/train.bin", 0, 0, "training data: glob of llm.c .bin shards or a zarr array directory") \
     F(STR, val, "val", "data/val.bin", 0, 0, "validation data (same forms); empty string disables validation") \
     F(INT, seq_len, "seq-len", 256, 1, 1 << 24, "training context T") \
@@ -229,7 +232,7 @@ static inline FoxConfig fox_args_config(const FoxArgs *a) {
     c.d_model = a->dim;
     c.n_head = a->heads;
     if (!fox_config_apply_preset(&c, a->model))
-        fox_arg_error("model", a->model, "unknown preset (fox-pro, fox-llama, transformer-pro, transformer-llama, gsa)");
+        fox_arg_error("model", a->model, "unknown preset (fox-pro, fox-llama, transformer-pro, transformer-llama, gsa, transformer-fam, fox-fam)");
     if (a->mlp_hidden > 0) c.mlp_hidden = a->mlp_hidden;
     if (a->forget_gate >= 0) c.forget_gate = a->forget_gate;
     if (a->rope >= 0) c.rope = a->rope;
@@ -245,6 +248,11 @@ static inline FoxConfig fox_args_config(const FoxArgs *a) {
         c.n_head = c.gsa_heads = a->gsa_heads;  // GSA's heads are --gsa-heads
         c.gsa_slots = a->gsa_slots;
         c.gsa_tau = (float)a->gsa_tau;
+    }
+    if (c.arch == FOX_ARCH_FAM) {
+        c.fam_block = a->fam_block;
+        c.fam_memory = a->fam_memory;
+        c.fam_window_blocks = a->fam_window_blocks;
     }
     const char *bad = fox_config_invalid(&c);
     if (bad) fox_usage_error("invalid model: %s", bad);

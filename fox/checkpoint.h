@@ -151,9 +151,8 @@ static inline int fox_config_from_header(const int32_t *h, FoxConfig *c) {
 
 // Describes the first config field where a and b differ into msg; returns 0 when they are equal.
 static inline int fox_config_diff(const FoxConfig *a, const FoxConfig *b, char *msg, size_t cap) {
-    static const char *const arch[] = {"attention", "GSA"};
     if (a->arch != b->arch) {  // first: the other fields of another architecture differ as a consequence
-        snprintf(msg, cap, "arch %s vs %s", arch[a->arch == FOX_ARCH_GSA], arch[b->arch == FOX_ARCH_GSA]);
+        snprintf(msg, cap, "arch %s vs %s", fox_arch_name(a->arch), fox_arch_name(b->arch));
         return 1;
     }
 #define FOX_DIFF_INT(name) if (a->name != b->name) { snprintf(msg, cap, "%s %d vs %d", #name, a->name, b->name); return 1; }

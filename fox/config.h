@@ -16,10 +16,15 @@
 #define FOX_FG_DATA_INDEPENDENT 2
 #define FOX_FG_FIXED 3
 
-// Token mixers (docs/model.md §1.9): softmax attention (FoX with a forget gate, the Transformer without),
-// or Gated Slot Attention.
+// Token mixers (docs/model.md §1.9, §1.10): softmax attention (FoX with a forget gate, the Transformer without),
+// Gated Slot Attention, or block sliding-window attention with a feedback attention memory (TransformerFAM).
 #define FOX_ARCH_ATTENTION 0
 #define FOX_ARCH_GSA 1
+#define FOX_ARCH_FAM 2
+
+static inline const char *fox_arch_name(int arch) {
+    return arch == FOX_ARCH_GSA ? "GSA" : arch == FOX_ARCH_FAM ? "FAM" : "attention";
+}
 
 #define FOX_EOT 50256
 #define FOX_VOCAB_GPT2 50257
@@ -49,7 +54,10 @@
     X(INT, arch, 0) \
     X(INT, gsa_heads, 4) \
     X(INT, gsa_slots, 64) \
-    X(FLOAT, gsa_tau, 8.0)
+    X(FLOAT, gsa_tau, 8.0) \
+    X(INT, fam_block, 1024) \
+    X(INT, fam_memory, 64) \
+    X(INT, fam_window_blocks, 3)
 
 // Presets (docs/model.md §1): P(name, arch, forget_gate, rope, qk_norm, kv_shift, output_gate, output_norm, mlp_ratio_x2)
 #define FOX_PRESETS(P) \
@@ -57,13 +65,16 @@
     P(fox-llama, 0, 1, 0, 0, 0, 0, 0, 8) \
     P(transformer-pro, 0, 0, 1, 1, 1, 1, 1, 7) \
     P(transformer-llama, 0, 0, 1, 0, 0, 0, 0, 8) \
-    P(gsa, 1, 0, 0, 0, 0, 0, 1, 8)
+    P(gsa, 1, 0, 0, 0, 0, 0, 1, 8) \
+    P(transformer-fam, 2, 0, 1, 1, 1, 1, 1, 7) \
+    P(fox-fam, 2, 1, 0, 1, 1, 1, 1, 7)
 
 // Parameter tensors, in checkpoint order; layer-stacked tensors hold all layers contiguously.
 // P(name, layered, rows, cols, decay, init); rows/cols name the dims fox_dim_<symbol>() below, where
 // 1 means 1 and a 0-sized dim drops the tensor. init: N = normal(0, 0.02), ONE, FGATE (docs/model.md
 // §1 forget-gate bias init; 0 for the data-dependent gate). attn_in_w stacks the projections of the
-// attention inputs (FOX_ATTN_IN_ROWS).
+// attention inputs (FOX_ATTN_IN_ROWS). fam_init: TransformerFAM's initial memory, fam_memory learned
+// embeddings (docs/model.md §1.10), last so that the other tensors keep their RNG streams.
 #define FOX_PARAMS(P) \
     P(wte, 0, V, D, 1, N) \
     P(ln1_w, 1, 1, D, 0, ONE) \
@@ -77,7 +88,8 @@
     P(mlp_in_w, 1, I2, D, 1, N) \
     P(mlp_out_w, 1, D, I, 1, N) \
     P(lnf_w, 0, 1, D, 0, ONE) \
-    P(lm_head_w, 0, V, D, 1, N)
+    P(lm_head_w, 0, V, D, 1, N) \
+    P(fam_init, 0, FM, D, 1, N)
 
 // The row blocks of attn_in_w (so the columns of its output), in this order, each present when its
 // condition on the config c holds (docs/model.md §1.4): R(name, rows: D, H or GM = gsa_heads x gsa_slots,
@@ -169,6 +181,7 @@ static inline size_t fox_dim_QN(const FoxConfig *c) {
     return c->qk_norm ? (size_t)(c->qk_norm_shared ? fox_head_dim(c) : c->d_model) : 0;
 }
 static inline size_t fox_dim_ON(const FoxConfig *c) { return c->output_norm ? (size_t)c->d_model : 0; }
+static inline size_t fox_dim_FM(const FoxConfig *c) { return c->arch == FOX_ARCH_FAM ? (size_t)c->fam_memory : 0; }
 
 static inline void fox_layout(const FoxConfig *c, FoxLayout *lay) {
     size_t off = 0;
@@ -209,7 +222,12 @@ static inline int fox_config_apply_preset(FoxConfig *c, const char *preset) {
 static inline const char *fox_config_invalid(const FoxConfig *c) {
     if (c->vocab_size <= 0 || c->n_layer <= 0 || c->d_model <= 0 || c->n_head <= 0 || c->mlp_hidden <= 0)
         return "vocab_size, n_layer, d_model, n_head and mlp_hidden must be positive";
-    if (c->arch != FOX_ARCH_ATTENTION && c->arch != FOX_ARCH_GSA) return "arch must be 0 (attention) or 1 (GSA)";
+    if (c->arch < FOX_ARCH_ATTENTION || c->arch > FOX_ARCH_FAM) return "arch must be 0 (attention), 1 (GSA) or 2 (FAM)";
+    if (c->arch == FOX_ARCH_FAM) {
+        if (c->fam_block <= 0) return "FAM: fam_block must be positive";
+        if (c->fam_memory <= 0) return "FAM: fam_memory must be positive";
+        if (c->fam_window_blocks < 0) return "FAM: fam_window_blocks must be 0 or more";
+    }
     if (c->arch == FOX_ARCH_GSA) {
         if (c->gsa_heads <= 0 || c->d_model % c->gsa_heads) return "GSA: d_model must be a multiple of gsa_heads";
         if (c->n_head != c->gsa_heads) return "GSA: n_head must equal gsa_heads";

@@ -430,13 +430,25 @@ static void cut_log(const char *out, int step) {
 }
 
 // The flags that depend on the model: --doc-sep must be a token of its vocabulary when --doc-mask or
-// --eval-doc-pos use it; Gated Slot Attention has no attention tiles to prune and no document mask.
-static void check_model_flags(const FoxArgs *a, const FoxConfig *cfg) {
+// --eval-doc-pos use it; Gated Slot Attention has no attention tiles to prune and no document mask, and
+// neither has TransformerFAM's block sliding window. T: the context of the forward (the training or the
+// evaluation window; 0 for generation, whose prompt may end inside a block), which FAM's blocks must divide.
+static void check_model_flags(const FoxArgs *a, const FoxConfig *cfg, int T, const char *context_flag) {
     if ((a->doc_mask || (a->eval_only && a->eval_doc_pos)) && a->doc_sep >= cfg->vocab_size)
         fox_usage_error("--doc-sep %d is not a token of this model's vocabulary of %d", a->doc_sep, cfg->vocab_size);
     if (cfg->arch == FOX_ARCH_GSA && (a->acp || a->doc_mask))
         fox_usage_error("%s works on attention: Gated Slot Attention (--model gsa) has neither tiles to prune nor a "
                         "document mask", a->acp ? "--acp" : "--doc-mask");
+    if (cfg->arch == FOX_ARCH_FAM && (a->acp || a->doc_mask))
+        fox_usage_error("%s works on full causal attention: TransformerFAM's block sliding window (--model %s) has "
+                        "neither ACP's tiles nor a document mask", a->acp ? "--acp" : "--doc-mask",
+                        cfg->forget_gate == FOX_FG_NONE ? "transformer-fam" : "fox-fam");
+    if (cfg->arch == FOX_ARCH_FAM && T > 0 && cfg->fam_block > T)
+        fox_usage_error("the FAM block of %d tokens (--fam-block) is longer than the context %s %d", cfg->fam_block,
+                        context_flag, T);
+    if (cfg->arch == FOX_ARCH_FAM && T > 0 && T % cfg->fam_block)
+        fox_usage_error("the FAM block of %d tokens (--fam-block) does not divide the context %s %d", cfg->fam_block,
+                        context_flag, T);
 }
 
 // The model options of a run's arguments, for micro-batches of batch x seq_len tokens (forward_only:
@@ -452,7 +464,7 @@ static void run_init(Run *r) {
     FoxArgs *a = &r->args;
     run_catch_stop_signals();  // a signal during the set-up stops the run after its first step
     FoxConfig cfg = fox_args_config(a);
-    check_model_flags(a, &cfg);
+    check_model_flags(a, &cfg, a->seq_len, "--seq-len");
     run_test_hooks(r);
     if (a->resume && !a->out[0]) fox_usage_error("--resume needs --out");
     if (a->overwrite && a->resume) fox_usage_error("--overwrite starts over, --resume continues: give one of them");
@@ -519,7 +531,7 @@ static void eval_init(Run *r) {
     char path[4352];
     r->train_seq_len = eval_weights_path(a, "--eval-only", path, sizeof(path));
     FoxConfig cfg = fox_read_model_config(path);
-    check_model_flags(a, &cfg);
+    check_model_flags(a, &cfg, T, a->eval_seq_len ? "--eval-seq-len" : "--seq-len");
     dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
     r->has_val = 1;
     r->cfg = cfg;
@@ -756,7 +768,7 @@ static void generate_from_file(Run *r) {
     eval_weights_path(&r->args, "--generate", path, sizeof(path));
     if (!r->args.prompt[0] && !r->args.prompt_file[0]) fox_usage_error("--generate needs a prompt: --prompt TEXT or --prompt-file PATH");
     r->cfg = fox_read_model_config(path);
-    check_model_flags(&r->args, &r->cfg);
+    check_model_flags(&r->args, &r->cfg, 0, NULL);
     fox_layout(&r->cfg, &r->lay);
     ensure_host_staging(r, 0);
     fox_read_model_bin(path, &r->cfg, r->h_params);
@@ -887,6 +899,11 @@ static void train(Run *r) {
         printf("GSA mixer: %zu parameters per layer = 4d^2 + d*G*m = 4*%zu^2 + %zu*%d*%d, and %zu output-norm weights\n",
                4 * d * d + d * gm, d, d, r->cfg.gsa_heads, r->cfg.gsa_slots, d);
     }
+    if (r->dist.rank == 0 && r->cfg.arch == FOX_ARCH_FAM)  // TransformerFAM adds no weights but its initial memory
+        printf("FAM: blocks of %d tokens, %d previous blocks in the window, %d memory tokens per layer; the initial "
+               "memory (fam_init, %d x %d) is its only weights beyond the Transformer's: %zu parameters\n",
+               r->cfg.fam_block, r->cfg.fam_window_blocks, r->cfg.fam_memory, r->cfg.fam_memory, r->cfg.d_model,
+               r->lay.p[FOX_P_fam_init].numel);
     int first = 1, step_start = r->step;
     double t_start = now_seconds();
     while (r->step < a->steps) {

@@ -4,12 +4,16 @@
 # shard of fineweb-like packing written here: documents of log-uniform length between 200 and 4000 tokens,
 # each after an <|endoftext|>, random token ids (the speed does not depend on them). Prints tokens/s, MFU and
 # the fraction of attention tiles computed (the mean of the steps after the first two).
+# Three models: fox-pro as initialised (its gates start at f = 1/2, so ACP alone already skips nearly every
+# tile), fox-pro with gates that remember (per-head gates of timescale T, --forget-gate data-independent
+# --t-min 16384 --t-max 16384: the decay never reaches ACP's threshold, the case of a trained model's long-memory
+# heads) and transformer-pro (no gate: only the document mask gives ACP anything to skip).
 # Usage (repository root, GPU machine): sh scripts/bench_docmask.sh [STEPS]   (default 8)
-# SIZE="--layers 12 --dim 768 --heads 12" picks another model; PRESETS="fox-pro transformer-pro" the presets.
+# SIZE="--layers 12 --dim 768 --heads 12" picks another model; MODELS="fox-pro transformer-pro" a subset.
 set -e
 STEPS=${1:-8}
 SIZE=${SIZE:---layers 24 --dim 1536 --heads 24}
-PRESETS=${PRESETS:-fox-pro transformer-pro}
+MODELS=${MODELS:-fox-pro fox-pro-remember transformer-pro}
 PYTHON=${PYTHON:-python3}
 test -x ./train_fox || { echo "error: build ./train_fox first (make train_fox)"; exit 1; }
 SHARD=build/bench_packed.bin
@@ -46,8 +50,15 @@ run() {  # label, flags
         END { printf "%-44s %8.0f tok/s  MFU %5.1f%%  tiles computed %s  (mean of %d steps)\n", name, st / k, sm / k,
                      (sa > 0 ? sprintf("%.1f%%", sa / k) : "all"), k }'
 }
-for p in $PRESETS; do
-    run "$p" "--model $p"
-    run "$p --acp 1" "--model $p --acp 1"
-    run "$p --doc-mask --acp 1" "--model $p --doc-mask --acp 1"
+model_flags() {  # a name of MODELS -> its train_fox flags
+    case $1 in
+        fox-pro-remember) echo "--model fox-pro --forget-gate data-independent --t-min 16384 --t-max 16384" ;;
+        *) echo "--model $1" ;;
+    esac
+}
+for name in $MODELS; do
+    flags=$(model_flags "$name")
+    run "$name" "$flags"
+    run "$name --acp 1" "$flags --acp 1"
+    run "$name --doc-mask --acp 1" "$flags --doc-mask --acp 1"
 done

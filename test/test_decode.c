@@ -2,8 +2,9 @@
 // forward it must reproduce. For every preset and switch, with every term made to matter (norm weights and
 // gate biases moved off their init): the prefill of a prompt (lengths 1, 2, 7 and 33) and then one decode
 // step per token give, at every position, the logits of one forward over the whole sequence (Gated Slot
-// Attention's decode steps continue its recurrent state instead of reading a cache), up to 3x past
-// the prompt's length (the decoding model's context); greedy decoding twice is bitwise the same; with ACP,
+// Attention's decode steps continue its recurrent state instead of reading a cache; TransformerFAM's read
+// their window and their feedback memory, which moves on after each block's last token, prompts ending
+// inside a block and at its end), up to 3x past the prompt's length (the decoding model's context); greedy decoding twice is bitwise the same; with ACP,
 // decoding reads fewer keys under a fast-forgetting gate and its logits stay within the ACP bound of the
 // unpruned ones; the sampler's top-k selection gives the first k of a full sort, ties included; under the
 // document mask (separators in the prompt, at its end and among the decoded tokens) decoding equals the
@@ -48,6 +49,12 @@ static FoxConfig test_config(const char *preset, int qk_shared, int gate) {
     if (qk_shared) c.qk_norm_shared = 1;
     if (gate >= 0) c.forget_gate = gate;
     if (c.arch == FOX_ARCH_GSA) c.gsa_heads = c.n_head;
+    if (c.arch == FOX_ARCH_FAM) {  // blocks of 7 (prompt 7 ends one) and 11 (prompt 33 ends one)
+        int fox = c.forget_gate != FOX_FG_NONE;
+        c.fam_block = fox ? 11 : 7;
+        c.fam_memory = fox ? 5 : 3;
+        c.fam_window_blocks = fox ? 2 : 1;
+    }
     return c;
 }
 
@@ -253,7 +260,7 @@ static void test_top_k_selection(void) {
 }
 
 int main(void) {
-    enum { NONE, ROPE_ON, NORM_OFF, GATE_OFF };
+    enum { NONE, ROPE_ON, NORM_OFF, GATE_OFF, LLAMA };
     struct { const char *name, *preset; int qk_shared, gate, mod; } cases[] = {
         {"fox-pro", "fox-pro", 0, -1, NONE},
         {"fox-llama", "fox-llama", 0, -1, NONE},
@@ -266,12 +273,16 @@ int main(void) {
         {"fox-pro-output-norm", "fox-pro", 0, -1, NORM_OFF},
         {"fox-pro-output-gate", "fox-pro", 0, -1, GATE_OFF},
         {"gsa", "gsa", 0, -1, NONE},
+        {"transformer-fam", "transformer-fam", 0, -1, NONE},
+        {"fox-fam", "fox-fam", 0, -1, NONE},
+        {"transformer-fam-llama", "transformer-fam", 0, -1, LLAMA},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         FoxConfig c = test_config(cases[i].preset, cases[i].qk_shared, cases[i].gate);
         c.rope |= cases[i].mod == ROPE_ON;
         c.output_norm &= cases[i].mod != NORM_OFF;
         c.output_gate &= cases[i].mod != GATE_OFF;
+        if (cases[i].mod == LLAMA) c.qk_norm = c.kv_shift = c.output_gate = c.output_norm = 0;  // the paper's block
         test_config_decode(cases[i].name, c);
     }
     test_greedy_repeatable();

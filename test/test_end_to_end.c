@@ -2,8 +2,8 @@
 // equals the uninterrupted run, --eval-only's per-token loss, data parallel under mpirun (when the MPI
 // build exists), one-line errors on bad input, and weights exchanged with the PyTorch reference
 // (train_fox.py init / loss); the document mask (--doc-mask: ACP's live tiles, --eval-doc-pos, the
-// reference's loss with --doc-sep); Gated Slot Attention (--model gsa) end to end; a checkpoint written
-// before the GSA config fields still loads. The model code of train_fox.c recomputes what the binary should have written.
+// reference's loss with --doc-sep); Gated Slot Attention (--model gsa) and TransformerFAM (--model fox-fam,
+// transformer-fam) end to end; a checkpoint written before the GSA config fields still loads. The model code of train_fox.c recomputes what the binary should have written.
 // Usage (repository root, after make): test_fox_e2e   (environment: PYTHON = an interpreter that can import
 // torch; FOX_MPI_BIN = the MPI build, if any)
 #define TESTING
@@ -172,15 +172,15 @@ static size_t read_npy_f64(const char *path, double *x, size_t cap) {
     return n;
 }
 
-// --eval-only on a checkpoint at twice its training context: L(i) equals this process's own
-// forward over the same validation sequences, and the JSON's P(l) follows from it.
-static void test_eval_only(void) {
+// --eval-only on the checkpoint of run `run` (after 6 steps at context 32) at twice its training context:
+// L(i) equals this process's own forward over the same validation sequences, and the JSON's P(l) follows.
+static void test_eval_only(const char *run) {
     char out[4200], path[4300];
-    snprintf(out, sizeof(out), "%s/eval", tmpdir);
-    int st = sh("./train_fox_cpu --eval-only --init %s/run_a/ckpt_00000006/model.bin --val data/val.bin "
-                "--eval-seqs 3 --eval-seq-len 64 --out %s", tmpdir, out);
-    check(st == 0, "--eval-only at context 64 exits 0 (status %d)", st);
-    snprintf(path, sizeof(path), "%s/run_a/ckpt_00000006/model.bin", tmpdir);
+    snprintf(out, sizeof(out), "%s/eval_%s", tmpdir, run);
+    int st = sh("./train_fox_cpu --eval-only --init %s/%s/ckpt_00000006/model.bin --val data/val.bin "
+                "--eval-seqs 3 --eval-seq-len 64 --out %s", tmpdir, run, out);
+    check(st == 0, "--eval-only of %s at context 64 exits 0 (status %d)", run, st);
+    snprintf(path, sizeof(path), "%s/%s/ckpt_00000006/model.bin", tmpdir, run);
     FoxConfig c = fox_read_model_config(path);
     Model m;
     model_init(&m, &c, 1, 64, 0);
@@ -200,14 +200,14 @@ static void test_eval_only(void) {
     size_t n = read_npy_f64(path, got, 64);
     double mx = 0.0, mean = 0.0;
     for (int t = 0; t < 64; t++) { mx = fmax(mx, fabs(got[t] - ref[t])); mean += ref[t] / 64; }
-    check(n == 64 && mx < 1e-6, "per_token_loss.npy has 64 values equal to L(i) recomputed here (max diff %.2e)", mx);
+    check(n == 64 && mx < 1e-6, "%s: per_token_loss.npy has 64 values equal to L(i) recomputed here (max diff %.2e)", run, mx);
     snprintf(path, sizeof(path), "%s/per_token_loss.json", out);
     size_t len;
     char *js = fox_read_file(path, &len);
     char *at = js ? strstr(js, "\"64\": ") : NULL;
     double p64 = at ? strtod(at + 6, NULL) : NAN;
     check(fabs(p64 - exp(mean)) < 1e-6 * exp(mean) && js && strstr(js, "\"n_seqs\": 3"),
-          "per_token_loss.json: P(64) %.6f = exp(mean L) %.6f over 3 sequences", p64, exp(mean));
+          "%s: per_token_loss.json: P(64) %.6f = exp(mean L) %.6f over 3 sequences", run, p64, exp(mean));
     free(js);
 }
 
@@ -284,6 +284,8 @@ static void test_doc_mask(void) {
     free(sum); free(cnt); free(got_loss); free(got_cnt); free(in); free(tg);
 }
 
+static void reference_loss_check(const char *run, const char *what);
+
 #define TINY_GSA "./train_fox_cpu --model gsa --layers 2 --dim 32 --gsa-heads 2 --gsa-slots 8 --mlp-hidden 64 " \
                  "--seq-len 32 --batch 2 --val-steps 2 --sample-tokens 0 --warmup-tokens 256 --lr 3e-3"
 
@@ -318,9 +320,16 @@ static void test_gsa(void) {
     check(st == 0 && text && !strncmp(text, "Once upon a time", 16) && len > 17, "--generate from a GSA checkpoint "
           "continues the prompt: %.60s", text ? text : "(nothing)");
     free(text);
+    reference_loss_check(a, "GSA");
+}
+
+// The PyTorch reference (train_fox.py loss --model-bin) gives the checkpoint of run directory `run` (after 6 steps)
+// the loss this process computes, on 2 random windows of 32 tokens.
+static void reference_loss_check(const char *run, const char *what) {
+    char pa[4300], pb[4300];
     const char *py = getenv("PYTHON");
-    if (!py || !*py) { check(0, "PYTHON is not set: cannot compare the GSA checkpoint with the reference"); return; }
-    snprintf(pa, sizeof(pa), "%s/ckpt_00000006/model.bin", a);
+    if (!py || !*py) { check(0, "PYTHON is not set: cannot compare the %s checkpoint with the reference", what); return; }
+    snprintf(pa, sizeof(pa), "%s/ckpt_00000006/model.bin", run);
     FoxConfig c = fox_read_model_config(pa);
     Model m;
     model_init(&m, &c, 2, 32, 0);
@@ -331,16 +340,17 @@ static void test_gsa(void) {
     for (int i = 0; i < 2 * 33; i++) toks[i] = (double)fox_rng_below(key, (uint64_t)i, (uint64_t)c.vocab_size);
     for (int r = 0; r < 2; r++)
         for (int t = 0; t < 32; t++) { in[r * 32 + t] = (int)toks[r * 33 + t]; tg[r * 32 + t] = (int)toks[r * 33 + t + 1]; }
-    snprintf(pb, sizeof(pb), "%s/gsa_tokens.npy", tmpdir);
+    snprintf(pb, sizeof(pb), "%s/ref_tokens.npy", tmpdir);
     fox_write_npy_f64_2d(pb, toks, 2, 33);
     double ours = model_forward(&m, in, tg, 2, 32), ref = NAN;
     model_free(&m);
-    st = sh("%s train_fox.py loss --model-bin %s --tokens %s --dtype float64", py, pa, pb);
+    int st = sh("%s train_fox.py loss --model-bin %s --tokens %s --dtype float64", py, pa, pb);
     snprintf(pb, sizeof(pb), "%s/stdout.txt", tmpdir);
+    size_t len;
     char *outp = fox_read_file(pb, &len);
     if (outp && strstr(outp, "loss ")) ref = strtod(strstr(outp, "loss ") + 5, NULL);
     free(outp);
-    check(st == 0 && fabs(ours - ref) <= 1e-5 * fabs(ref), "loss of a GSA checkpoint: ours %.8f, reference %.8f", ours, ref);
+    check(st == 0 && fabs(ours - ref) <= 1e-5 * fabs(ref), "loss of a %s checkpoint: ours %.8f, reference %.8f", what, ours, ref);
 }
 
 // A model.bin written before the GSA config fields existed (version 1, 15 fields) loads with their
@@ -366,6 +376,72 @@ static void test_old_checkpoint(void) {
     snprintf(old, sizeof(old), "%s/new_eval/per_token_loss.npy", tmpdir);
     int same = read_npy_f64(path, x, 32) == 32 && read_npy_f64(old, y, 32) == 32 && !memcmp(x, y, sizeof(x));
     check(st == 0 && same, "a version-1 model.bin of 15 config fields (before GSA's) evaluates to the same per-token losses");
+}
+
+#define TINY_FAM "./train_fox_cpu --layers 2 --dim 32 --heads 2 --mlp-hidden 64 --seq-len 32 --batch 2 --fam-memory 4 " \
+                 "--val-steps 2 --sample-tokens 0 --warmup-tokens 256 --lr 3e-3"
+
+// TransformerFAM as a user runs it (docs/model.md §1.10): fox-fam (blocks of 8, one in the window) for 6 steps
+// resumed from step 3 gives bitwise the same losses; its checkpoint records the architecture, so resuming it as
+// fox-pro, or a fox-pro checkpoint as fox-fam, is a one-line error; --eval-only at twice the context; --generate
+// continues the memory; the PyTorch reference gives its checkpoint our loss; transformer-fam (blocks of 16, no
+// window) trains; every bad FAM flag is a one-line error, exit 2.
+static void test_fam(void) {
+    char a[4200], b[4200], pa[4300], pb[4300];
+    snprintf(a, sizeof(a), "%s/fam_a", tmpdir);
+    snprintf(b, sizeof(b), "%s/fam_b", tmpdir);
+    const char *fox_fam = TINY_FAM " --model fox-fam --fam-block 8 --fam-window-blocks 1 --steps 6 --ckpt-every 3 --eval-every 3";
+    int st = sh("%s --out %s", fox_fam, a);
+    st = st || sh("mkdir -p %s && cp -r %s/ckpt_00000003 %s/ && head -n 4 %s/log.jsonl > %s/log.tmp && mv %s/log.tmp %s/log.jsonl",
+                  b, a, b, a, b, b, b);
+    st = st || sh("%s --resume --out %s", fox_fam, b);
+    double la[16], lb[16];
+    snprintf(pa, sizeof(pa), "%s/log.jsonl", a);
+    snprintf(pb, sizeof(pb), "%s/log.jsonl", b);
+    int na = read_losses(pa, la, 16), nb = read_losses(pb, lb, 16), same = na == 6 && nb == 6;
+    for (int i = 0; same && i < 6; i++) same = la[i] == lb[i];
+    check(st == 0 && same && la[5] < la[0], "--model fox-fam: 6 steps (loss %.4f to %.4f), resumed from step 3: bitwise the "
+          "same losses", na ? la[0] : NAN, na ? la[na - 1] : NAN);
+    snprintf(pa, sizeof(pa), "%s/ckpt_00000006/model.bin", a);
+    snprintf(pb, sizeof(pb), "%s/ckpt_00000006/model.bin", b);
+    check(files_equal(pa, pb), "--model fox-fam: the resumed run's final weights are bitwise those of the uninterrupted run");
+    expect_error("a FAM checkpoint resumed as fox-pro", "arch", sh(TINY " --steps 6 --resume --out %s", a));
+    snprintf(pa, sizeof(pa), "%s/run_a", tmpdir);
+    expect_error("a fox-pro checkpoint resumed as fox-fam", "arch", sh("%s --resume --out %s", fox_fam, pa));
+    struct { const char *label, *needle, *flags; } bad[] = {
+        {"--fam-block not dividing --seq-len", "--fam-block", "--model fox-fam --fam-block 12"},
+        {"--fam-block longer than --seq-len", "longer", "--model transformer-fam --fam-block 64"},
+        {"--fam-memory 0", "--fam-memory", "--model fox-fam --fam-block 8 --fam-memory 0"},
+        {"--fam-window-blocks -1", "--fam-window-blocks", "--model fox-fam --fam-block 8 --fam-window-blocks -1"},
+        {"--model fox-fam --acp", "--acp", "--model fox-fam --fam-block 8 --acp"},
+        {"--model transformer-fam --doc-mask", "--doc-mask", "--model transformer-fam --fam-block 8 --doc-mask"},
+    };
+    int usage = 1;  // a bad command line exits 2
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int code = sh(TINY_FAM " %s", bad[i].flags);
+        expect_error(bad[i].label, bad[i].needle, code);
+        usage &= code == FOX_EXIT_USAGE;
+    }
+    int code = sh("./train_fox_cpu --eval-only --init %s/ckpt_00000006/model.bin --val data/val.bin --eval-seq-len 60 "
+                  "--out %s/fam_eval_bad", a, tmpdir);
+    expect_error("--eval-seq-len not a multiple of the block", "--eval-seq-len", code);
+    check(usage && code == FOX_EXIT_USAGE, "every bad FAM flag exits %d", FOX_EXIT_USAGE);
+    test_eval_only("fam_a");
+    st = sh("./train_fox_cpu --out %s --generate 20 --prompt 'Once upon a time' --top-k 1 --stop-at-eot off", a);
+    snprintf(pa, sizeof(pa), "%s/stdout.txt", tmpdir);
+    size_t len;
+    char *text = fox_read_file(pa, &len);
+    check(st == 0 && text && !strncmp(text, "Once upon a time", 16) && len > 17, "--generate from a FAM checkpoint continues "
+          "the prompt past two block ends: %.60s", text ? text : "(nothing)");
+    free(text);
+    reference_loss_check(a, "fox-fam");
+    snprintf(pa, sizeof(pa), "%s/tfam", tmpdir);
+    st = sh(TINY_FAM " --model transformer-fam --fam-block 16 --fam-window-blocks 0 --steps 6 --eval-every 0 --out %s", pa);
+    snprintf(pb, sizeof(pb), "%s/tfam/log.jsonl", tmpdir);
+    na = read_losses(pb, la, 16);
+    check(st == 0 && na == 6 && la[5] < la[0], "--model transformer-fam --fam-window-blocks 0: 6 steps, loss %.4f to %.4f",
+          na ? la[0] : NAN, na ? la[na - 1] : NAN);
+    reference_loss_check(pa, "transformer-fam");
 }
 
 // Data parallel: 2 MPI ranks with micro-batch 2 see the same 4 sequences per step as 1 rank
@@ -465,9 +541,10 @@ int main(void) {
     tmpdir = mkdtemp(tmpl);
     if (!tmpdir) fox_fatal("cannot create a temporary directory");
     test_checkpoint_resume();
-    test_eval_only();
+    test_eval_only("run_a");
     test_doc_mask();
     test_gsa();
+    test_fam();
     test_old_checkpoint();
     test_data_parallel();
     test_bad_inputs();

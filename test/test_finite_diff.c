@@ -1,8 +1,10 @@
 // test/test_finite_diff.c: the gradients fox.c alone defines the numerics of, by finite differences,
 // independent of PyTorch: the forget gate (data-dependent weights and bias, data-independent bias), the
 // KV-shift weights (including the t = 0 terms) and the QK-norm weights (per head and shared), also under
-// the document mask, whose log f of -512 at separators must leave the differences exact; and Gated Slot
-// Attention (docs/model.md §1.9: its slot gates, features, output norm, through the recurrence). Built with
+// the document mask, whose log f of -512 at separators must leave the differences exact; Gated Slot
+// Attention (docs/model.md §1.9: its slot gates, features, output norm, through the recurrence); and
+// TransformerFAM (docs/model.md §1.10: the initial memory, and every weight the memory passes through,
+// block after block, the forget gate's c on the memory's keys and queries included). Built with
 // FOX_REAL_DOUBLE, so train_fox.c's model runs in float64 and central differences with one Richardson
 // step are exact to ~1e-10; tolerance 1e-6 relative on the projection of the gradient on a random
 // direction. Usage: test_fox_fd
@@ -64,6 +66,10 @@ static int mask_rows_slot(const Model *m, size_t i) {
     return m->cols.slot_gate >= 0 && r >= m->cols.slot_gate;
 }
 static int mask_rows_qkv(const Model *m, size_t i) { return (int)(i / m->cfg.d_model) < 3 * m->cfg.d_model; }
+static int mask_rows_gate(const Model *m, size_t i) {
+    int r = (int)(i / m->cfg.d_model);
+    return m->cols.gate >= 0 && r >= m->cols.gate && r < m->cols.gate + m->cfg.d_model;
+}
 static int mask_rows_av(const Model *m, size_t i) {
     int r = (int)(i / m->cfg.d_model);
     return m->cols.v_shift >= 0 && r >= m->cols.v_shift && r < m->cols.v_shift + m->cfg.n_head;
@@ -187,10 +193,59 @@ static void test_finite_differences_gsa(void) {
     model_free(&m);
 }
 
+// TransformerFAM with a memory that matters: norm weights and gate biases spread, the initial memory at the
+// scale of the residual stream, T past the last complete block (a partial block), several memory updates
+// per layer. fox-fam (a data-dependent gate, blocks of 8, memory 3, one block of window) and
+// transformer-fam (RoPE, blocks of 6, memory 4, no window: only the block and the memory).
+static void test_finite_differences_fam(const char *preset, int K, int M, int W) {
+    const int B = 2, T = 44;
+    int in[2 * 44], tg[2 * 44];
+    uint64_t key = fox_rng_key(8, 8);
+    for (int i = 0; i < B * T; i++) { in[i] = (int)fox_rng_below(key, 2 * i, 32); tg[i] = (int)fox_rng_below(key, 2 * i + 1, 32); }
+    FoxConfig c;
+    fox_config_defaults(&c);
+    c.vocab_size = 32; c.n_layer = 2; c.d_model = 16; c.n_head = 2;
+    fox_config_apply_preset(&c, preset);
+    c.mlp_hidden = 24; c.fam_block = K; c.fam_memory = M; c.fam_window_blocks = W;
+    Model m;
+    model_init(&m, &c, B, T, 79);
+    uint64_t pk = fox_rng_key(99, 3);
+    for (int k = 0; k < FOX_NUM_PARAMS; k++) {
+        const FoxParamInfo *p = &m.lay.p[k];
+        if (p->init == FOX_INIT_N) continue;
+        for (size_t i = 0; i < p->numel; i++) m.params[p->offset + i] += (real)(0.5 * fox_rng_normal(pk, p->offset + i));
+    }
+    for (size_t i = 0; i < m.lay.p[FOX_P_attn_in_w].numel; i++) m.params[m.lay.p[FOX_P_attn_in_w].offset + i] *= 3.0f;
+    for (size_t i = 0; i < m.lay.p[FOX_P_fam_init].numel; i++) m.params[m.lay.p[FOX_P_fam_init].offset + i] *= 25.0f;
+    const double eps = 1e-3, tol = 1e-6;
+    char label[96];
+    snprintf(label, sizeof(label), "%s initial memory (fam_init)", preset);
+    fd_direction(&m, FOX_P_fam_init, 0, label, in, tg, B, T, NULL, eps, tol);
+    FdCase cases[] = {{FOX_P_attn_in_w, "q/k/v projections", mask_rows_qkv}, {FOX_P_attn_in_w, "output gate", mask_rows_gate},
+                      {FOX_P_qnorm_w, "q-norm weights", NULL}, {FOX_P_knorm_w, "k-norm weights", NULL},
+                      {FOX_P_ln1_w, "attention norm", NULL}, {FOX_P_ln2_w, "MLP norm", NULL},
+                      {FOX_P_mlp_in_w, "MLP input", NULL}, {FOX_P_fgate_b, "forget-gate bias", NULL},
+                      {FOX_P_attn_in_w, "forget-gate weights", mask_rows_f}};
+    int n = c.forget_gate == FOX_FG_NONE ? 7 : 9;
+    char labels[9][64];
+    for (int i = 0; i < n; i++) {
+        snprintf(labels[i], sizeof(labels[i]), "%s %s", preset, cases[i].label);
+        cases[i].label = labels[i];
+    }
+    fd_layers(&m, cases, n, in, tg, B, T, eps, tol);
+    snprintf(label, sizeof(label), "%s output projection (layer 1)", preset);
+    fd_direction(&m, FOX_P_attn_out_w, 1, label, in, tg, B, T, NULL, eps, tol);
+    snprintf(label, sizeof(label), "%s MLP output (layer 0)", preset);
+    fd_direction(&m, FOX_P_mlp_out_w, 0, label, in, tg, B, T, NULL, eps, tol);
+    model_free(&m);
+}
+
 int main(void) {
     test_finite_differences();
     test_finite_differences_doc_mask();
     test_finite_differences_gsa();
+    test_finite_differences_fam("fox-fam", 8, 3, 1);
+    test_finite_differences_fam("transformer-fam", 6, 4, 0);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
