@@ -183,18 +183,19 @@ train: train_fox
 endif
 
 # The reference's fixtures at the head dims the attention kernel runs (the standard fixtures have
-# head_dim 16): all presets at d_model 128 / 2 heads (64), two at d_model 256 / 2 heads (128); then
-# the GPU parity test on each set.
+# head_dim 16): all presets at d_model 128 / 2 heads (64), fox-pro, transformer-pro (with and without the
+# document mask) and gsa at d_model 256 / 2 heads (128); then the GPU parity test on each set.
 GPU_FIXTURES = build/fixtures_gpu
 test-gpu: train_fox test_fox test_decode_gpu train_fox_cpu
 	$(PYTHON) train_fox.py fixtures --dim 128 --heads 2 --out $(GPU_FIXTURES)
-	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro,fox-pro-docmask,transformer-pro-docmask --out $(GPU_FIXTURES)_dh128
+	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro,fox-pro-docmask,transformer-pro-docmask,gsa --out $(GPU_FIXTURES)_dh128
 	PYTHON=$(PYTHON) sh scripts/run_tests.sh \
 	  "gpu parity, head_dim 64=./test_fox $(GPU_FIXTURES)" \
 	  "gpu parity, head_dim 128=./test_fox $(GPU_FIXTURES)_dh128" \
 	  "gpu generation=./test_decode_gpu" \
 	  "gpu generation runs=sh scripts/test_generate.sh ./train_fox" \
 	  "gpu end to end=sh scripts/test_gpu_e2e.sh" \
+	  "gpu gsa end to end=sh scripts/test_gpu_gsa.sh" \
 	  "gpu runs=sh scripts/test_runs.sh ./train_fox $(if $(TRAIN_FOX_MPI),./train_fox)" \
 	  "gpu data parallel=sh scripts/test_gpu_dp.sh"
 

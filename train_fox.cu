@@ -2,8 +2,9 @@
 // train_fox.c (same ops, same order, same run logic: flags, logs, checkpoints, resume, eval,
 // sampling) with the precision of docs/model.md §2: bf16 GEMM and attention operands with fp32 accumulation;
 // fp32 master weights, AdamW moments, residual stream, gate/norm/softmax statistics and loss.
-// GEMMs: fox/gemm.cuh (cuBLASLt); attention: fox/attention.cuh; other kernels: fox/kernels.cuh; generation
-// with a KV cache (prefill, decode steps): fox/decode.cuh.
+// GEMMs: fox/gemm.cuh (cuBLASLt); attention: fox/attention.cuh; Gated Slot Attention (--model gsa): fox/gsa.cuh;
+// other kernels: fox/kernels.cuh; generation with a KV cache (prefill, decode steps): fox/decode.cuh (GSA: its
+// recurrent state, fox/gsa.cuh).
 // Data parallel when built with FOX_MPI and started by mpirun: one rank per GPU, each block's gradients
 // averaged by NCCL during the step's last backward pass (reduce_final_grads), ZeRO-1 sharding of the
 // AdamW state (--zero). test/test_parity_gpu.cu and test/test_decode_gpu.cu include this file with TESTING set.
@@ -22,6 +23,7 @@
 #include "fox/gemm.cuh"        // Gemm, linear_forward, linear_backward_*: cuBLASLt GEMMs
 #include "fox/kernels.cuh"     // every other kernel: norms, attention inputs, gates, SwiGLU, loss, AdamW, ACP
 #include "fox/decode.cuh"      // CacheLayer, decode_qkv_kernel, fox_decode_attention: a decode step over the KV cache
+#include "fox/gsa.cuh"         // fox_gsa_forward/backward: Gated Slot Attention's chunked kernels, its output norm, decode
 #include "fox/docmask.h"       // fox_doc_start, fox_doc_first_blocks: the document mask (--doc-mask)
 #ifdef FOX_MPI
 #include <nccl.h>
@@ -50,12 +52,16 @@ typedef struct {
     float **mid;    // (N, D): residual after attention
     bf16 *xn;       // (N, D): RMSNorm(resid) or RMSNorm(mid), attn_in_w's or mlp_in_w's operand
     float **proj;   // (N, NINP): attn_in_w outputs (fp32: gates and shifts are formed in fp32)
-    bf16 *q, *k, *v;     // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE
+    bf16 *q, *k, *v;     // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE; GSA: (N + GSA_CHUNK, D),
+                         // the Swish features (the rows past N stay zero)
     float **c, **lse;    // (B, H, T): c = Σ log f (a forget gate or the document mask); attention log-sum-exp
     bf16 **o;       // (N, D): attention output
     bf16 *z;        // (N, D): o output-normed and gated (attn_out_w's operand)
     bf16 **mlp_u;   // (N, 2I): mlp_in_w output
     bf16 *mlp_h;    // (N, I): SwiGLU output
+    bf16 **gsa_S, **gsa_U;  // GSA (fox/gsa.cuh): (B·G, nc, GSA_SLOTS, dh) the states after each chunk
+    float **gsa_s;          // (B·G, T, GSA_SLOTS): the slot scores (their log-sum-exp in lse)
+    float *gsa_dS, *gsa_dU, *gsa_decay;  // scratch of the forward's and backward's state scans
     bf16 *xnf;      // (N, D)
     bf16 *logits;   // (ce_rows, VP); the fused cross entropy turns it into dlogits
     float *losses;  // (N)
@@ -75,7 +81,7 @@ typedef struct {
     float *dh;        // (N, I)
     bf16 *du;         // (N, 2I)
     bf16 *dproj;      // (N, NINP); the padding columns stay zero
-    bf16 *dq, *dk, *dv, *d_o;
+    bf16 *dq, *dk, *dv, *d_o;  // GSA: d_o (N + GSA_CHUNK, D), no dq, dk, dv (its kernels write dproj)
     float *dc, *dlogf, *dfg;  // (B, H, T), (B, H, T), (N, H)
     float *dks;               // (N, D) fp32: gradient of the shifted keys
     float *colsum_rows;       // block partials of the fused norm-weight column sums
@@ -83,6 +89,9 @@ typedef struct {
     double *sumsq;
     void *attn_scratch;
     int *bucket_token, *bucket_start, *bucket_pos;  // embedding backward buckets
+    bf16 *gsa_dSs, *gsa_dUs;  // GSA: dL/d the states after each chunk
+    float *gsa_dsr, *gsa_y;   // GSA: (B·G, T, GSA_SLOTS)
+    bf16 *gsa_D1, *gsa_Pt;    // GSA: (B·G, nc, GSA_CHUNK, GSA_CHUNK)
 } Scratch;
 
 // The KV cache of generation (docs/model.md §7) for the model's B sequences of up to max_len tokens; a
@@ -104,6 +113,7 @@ typedef struct {
     int *pos;                       // the next decode step's position, on the device (= len)
     cudaGraphExec_t step;           // the decode step's kernels as one graph (NULL until the first step)
     int step_acp;                   // the ACP switch the graph was captured with
+    float *gsa_S, *gsa_U;           // GSA instead of keys and values: (L, B·G, GSA_SLOTS, dh) the recurrent states
 } Cache;
 
 struct Model {
@@ -206,22 +216,50 @@ static void model_get_params(Model *m, float *host) {
     FOX_CUDA_CHECK(cudaMemcpy(host, m->params, m->lay.total * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
+// GSA's sizes for B x T tokens (fox/gsa.cuh): elements of the states of all chunks, of the slot scores, of the
+// chunks' (GSA_CHUNK, GSA_CHUNK) matrices; 0 for an attention model.
+typedef struct {
+    size_t state, scores, pairs, decay;
+} GsaSizes;
+
+static GsaSizes gsa_sizes(const Model *m, int B, int T) {
+    GsaSizes z = {0, 0, 0, 0};
+    if (m->cfg.arch != FOX_ARCH_GSA) return z;
+    size_t BG = (size_t)B * m->cfg.gsa_heads, nc = (size_t)gsa_chunks(T);
+    z.state = BG * nc * GSA_SLOTS * m->Dh;
+    z.scores = BG * T * GSA_SLOTS;
+    z.pairs = BG * nc * GSA_CHUNK * GSA_CHUNK;
+    z.decay = BG * nc * GSA_SLOTS;
+    return z;
+}
+
 // The activations the forward keeps (by recompute level) and, unless forward_only, the backward's
-// scratch.
+// scratch. GSA keeps its states and slot scores where attention keeps c (and reads q, k, v and d_o a chunk
+// past their last row), and needs none of attention's backward scratch.
 static void model_alloc_acts(Model *m, int B, int T) {
     const FoxConfig *c = &m->cfg;
-    int L = c->n_layer, r = m->recompute;
+    int L = c->n_layer, r = m->recompute, gsa = c->arch == FOX_ARCH_GSA;
     size_t N = (size_t)B * T, D = (size_t)c->d_model, H = (size_t)c->n_head, I = (size_t)c->mlp_hidden;
     size_t NINP = (size_t)m->NINP, f = sizeof(float), h = sizeof(bf16), *cnt = &m->bytes_acts;
+    size_t NQ = gsa ? N + GSA_CHUNK : N;  // rows of q, k, v, d_o
     int keep_block = r < RECOMPUTE_BLOCK, keep_norm_mlp = r < RECOMPUTE_NORM_MLP;
+    GsaSizes gz = gsa_sizes(m, B, T);
     Acts *a = &m->a;
     a->resid = (float *)dev_alloc(m, (L + 1) * N * D * f, cnt);
     a->mid = (float **)layer_slices(m, L, N * D * f, keep_block, cnt);
     a->xn = (bf16 *)dev_alloc(m, N * D * h, cnt);
     a->proj = (float **)layer_slices(m, L, N * NINP * f, keep_block, cnt);
-    a->q = (bf16 *)dev_alloc(m, N * D * h, cnt);
-    a->k = (bf16 *)dev_alloc(m, N * D * h, cnt);
-    a->v = (bf16 *)dev_alloc(m, N * D * h, cnt);
+    a->q = (bf16 *)dev_alloc(m, NQ * D * h, cnt);
+    a->k = (bf16 *)dev_alloc(m, NQ * D * h, cnt);
+    a->v = (bf16 *)dev_alloc(m, NQ * D * h, cnt);
+    if (gsa) {
+        a->gsa_S = (bf16 **)layer_slices(m, L, gz.state * h, keep_block, cnt);
+        a->gsa_U = (bf16 **)layer_slices(m, L, gz.state * h, keep_block, cnt);
+        a->gsa_s = (float **)layer_slices(m, L, gz.scores * f, keep_block, cnt);
+        a->gsa_dS = (float *)dev_alloc(m, gz.state * f, cnt);
+        a->gsa_dU = (float *)dev_alloc(m, gz.state * f, cnt);
+        a->gsa_decay = (float *)dev_alloc(m, gz.decay * f, cnt);
+    }
     // Without a forget gate c is the document mask's alone, the same in every block: one shared slice.
     a->c = (float **)layer_slices(m, L, N * H * f, keep_block && c->forget_gate != FOX_FG_NONE, cnt);
     a->lse = (float **)layer_slices(m, L, N * H * f, keep_block, cnt);
@@ -255,19 +293,28 @@ static void model_alloc_acts(Model *m, int B, int T) {
     s->dh = (float *)dev_alloc(m, N * I * f, cnt);
     s->du = (bf16 *)dev_alloc(m, N * 2 * I * h, cnt);
     s->dproj = (bf16 *)dev_alloc(m, N * NINP * h, cnt);
-    s->dq = (bf16 *)dev_alloc(m, N * D * h, cnt);
-    s->dk = (bf16 *)dev_alloc(m, N * D * h, cnt);
-    s->dv = (bf16 *)dev_alloc(m, N * D * h, cnt);
-    s->d_o = (bf16 *)dev_alloc(m, N * D * h, cnt);
-    s->dc = (float *)dev_alloc(m, N * H * f, cnt);
-    s->dlogf = (float *)dev_alloc(m, N * H * f, cnt);
-    s->dfg = (float *)dev_alloc(m, N * H * f, cnt);
-    s->dks = (float *)dev_alloc(m, N * D * f, cnt);
+    s->d_o = (bf16 *)dev_alloc(m, NQ * D * h, cnt);
+    if (gsa) {
+        s->gsa_dSs = (bf16 *)dev_alloc(m, gz.state * h, cnt);
+        s->gsa_dUs = (bf16 *)dev_alloc(m, gz.state * h, cnt);
+        s->gsa_dsr = (float *)dev_alloc(m, gz.scores * f, cnt);
+        s->gsa_y = (float *)dev_alloc(m, gz.scores * f, cnt);
+        s->gsa_D1 = (bf16 *)dev_alloc(m, gz.pairs * h, cnt);
+        s->gsa_Pt = (bf16 *)dev_alloc(m, gz.pairs * h, cnt);
+    } else {
+        s->dq = (bf16 *)dev_alloc(m, N * D * h, cnt);
+        s->dk = (bf16 *)dev_alloc(m, N * D * h, cnt);
+        s->dv = (bf16 *)dev_alloc(m, N * D * h, cnt);
+        s->dc = (float *)dev_alloc(m, N * H * f, cnt);
+        s->dlogf = (float *)dev_alloc(m, N * H * f, cnt);
+        s->dfg = (float *)dev_alloc(m, N * H * f, cnt);
+        s->dks = (float *)dev_alloc(m, N * D * f, cnt);
+        s->attn_scratch = dev_alloc(m, fox_attention_backward_scratch_bytes(B, (int)H, T, m->Dh), cnt);
+    }
     s->colsum_rows = (float *)dev_alloc(m, 2 * colsum_rows_floats((int)N, (int)D) * f, cnt);
     s->colsum_part = (float *)dev_alloc(m, colsum_scratch_floats(N * H, D) * f, cnt);
     s->sumsq_part = (float *)dev_alloc(m, SUMSQ_BLOCKS * f, cnt);
     s->sumsq = (double *)dev_alloc(m, sizeof(double), cnt);
-    s->attn_scratch = dev_alloc(m, fox_attention_backward_scratch_bytes(B, (int)H, T, m->Dh), cnt);
     s->bucket_token = (int *)dev_alloc(m, N * sizeof(int), cnt);
     s->bucket_start = (int *)dev_alloc(m, (N + 1) * sizeof(int), cnt);
     s->bucket_pos = (int *)dev_alloc(m, N * sizeof(int), cnt);
@@ -330,7 +377,12 @@ static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, siz
     fox_layout(c, &m->lay);
     m->cols = fox_attn_cols(c);
     m->Dh = fox_head_dim(c);
-    fox_attn_check_dh(m->Dh);
+    if (c->arch == FOX_ARCH_GSA) {
+        const char *why = gsa_unsupported(m->Dh, c->gsa_slots);
+        if (why) fox_fatal("%s (got head dim %d, %d slots)", why, m->Dh, c->gsa_slots);
+    } else {
+        fox_attn_check_dh(m->Dh);
+    }
     m->NINP = (m->cols.width + 63) / 64 * 64;
     m->VP = (c->vocab_size + 63) / 64 * 64;
     m->recompute = o->recompute;
@@ -374,7 +426,7 @@ static void model_init(Model *m, const FoxConfig *c, const ModelOptions *o) {
 static void model_cache_free(Model *m) {
     Cache *kc = &m->cache;
     void *bufs[] = {kc->k, kc->v, kc->c, kc->doc_start, kc->k_prev, kc->v_prev, kc->k_max2, kc->q, kc->first, kc->part,
-                    kc->keys_read, kc->pos};
+                    kc->keys_read, kc->pos, kc->gsa_S, kc->gsa_U};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
     if (kc->step) FOX_CUDA_CHECK(cudaGraphExecDestroy(kc->step));
     memset(kc, 0, sizeof(*kc));
@@ -384,8 +436,10 @@ static void model_free(Model *m) {
     model_cache_free(m);
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    void **layered[] = {(void **)a->mid, (void **)a->proj, (void **)a->c, (void **)a->lse, (void **)a->o, (void **)a->mlp_u};
+    void **layered[] = {(void **)a->mid, (void **)a->proj, (void **)a->c, (void **)a->lse, (void **)a->o, (void **)a->mlp_u,
+                        (void **)a->gsa_S, (void **)a->gsa_U, (void **)a->gsa_s};
     for (size_t i = 0; i < sizeof(layered) / sizeof(layered[0]); i++) {
+        if (!layered[i]) continue;  // GSA's arrays in an attention model
         FOX_CUDA_CHECK(cudaFree(layered[i][0]));
         free(layered[i]);
     }
@@ -394,7 +448,8 @@ static void model_free(Model *m) {
                     a->acp_kv_first, a->acp_q_last, a->doc_first, a->acp_live,
                     a->inputs, a->targets, s->dres, s->dres_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
                     s->d_o, s->dc, s->dlogf, s->dfg, s->dks, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
-                    s->attn_scratch, s->bucket_token, s->bucket_start, s->bucket_pos, m->rope_cos, m->rope_sin};
+                    s->attn_scratch, s->bucket_token, s->bucket_start, s->bucket_pos, m->rope_cos, m->rope_sin,
+                    a->gsa_dS, a->gsa_dU, a->gsa_decay, s->gsa_dSs, s->gsa_dUs, s->gsa_dsr, s->gsa_y, s->gsa_D1, s->gsa_Pt};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
     for (int k = 0; k < FOX_NUM_PARAMS; k++) FOX_CUDA_CHECK(cudaFree(m->wbf[k]));
     gemm_free(&m->gemm);
@@ -497,6 +552,80 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     linear_forward(&m->gemm, a->mid[l], x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), N, D, D);
 }
 
+// Block l's Gated Slot Attention (fox/gsa.cuh) over B x T tokens: the shapes and the forward's buffers and, unless
+// forward_only, the backward's; during a prefill the cache's states take the states after the last token.
+static GsaShape gsa_shape(const Model *m, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    GsaShape sh = {B, T, c->gsa_heads, c->gsa_slots, m->Dh, c->gsa_tau, m->NINP, m->cols.slot_gate, m->cols.q, m->cols.k,
+                   m->cols.v};
+    return sh;
+}
+
+static GsaArgs gsa_args(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    Scratch *s = &m->s;
+    GsaArgs g;
+    memset(&g, 0, sizeof(g));
+    g.sh = gsa_shape(m, B, T);
+    g.proj = a->proj[l];
+    g.q = a->q;
+    g.k = a->k;
+    g.v = a->v;
+    g.o = a->o[l];
+    g.S = a->gsa_S[l];
+    g.U = a->gsa_U[l];
+    g.dS = a->gsa_dS;
+    g.dU = a->gsa_dU;
+    g.decay = a->gsa_decay;
+    g.s = a->gsa_s[l];
+    g.lse = a->lse[l];
+    if (m->cache.prefilling) {
+        size_t per_layer = (size_t)B * c->gsa_heads * GSA_SLOTS * m->Dh;
+        g.S_last = m->cache.gsa_S + l * per_layer;
+        g.U_last = m->cache.gsa_U + l * per_layer;
+    }
+    if (!m->forward_only) {
+        g.d_o = s->d_o;
+        g.dSs = s->gsa_dSs;
+        g.dUs = s->gsa_dUs;
+        g.dsr = s->gsa_dsr;
+        g.y = s->gsa_y;
+        g.D1 = s->gsa_D1;
+        g.Pt = s->gsa_Pt;
+        g.dproj = s->dproj;
+    }
+    return g;
+}
+
+// GSA's q, k, v: the Swish features of block l's proj columns (GSA paper eq. 8), into the shared slices.
+static void gsa_features(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    fox_gsa_features(a->q, a->k, a->v, a->proj[l], m->NINP, m->cols.q, m->cols.k, m->cols.v, B * T, m->cfg.d_model,
+                     m->stream);
+}
+
+// Forward of block l's Gated Slot Attention (docs/model.md §1.9; GSA paper eq. 8-9): resid[l] → mid[l]. q, k, v
+// hold the Swish features, o the slots' read, z = RMSNorm(Swish(o)) over all D. CPU: gsa_block_forward.
+static void gsa_block_forward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    int N = B * T, D = c->d_model;
+    float *x = resid_at(m, l, B, T);
+    rmsnorm_forward(m, a->xn, x, param(m, FOX_P_ln1_w, l), N);
+    linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn, wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
+    gsa_features(m, l, B, T);
+    fox_gsa_forward(gsa_args(m, l, B, T), m->stream);
+    fox_gsa_output_norm(a->z, a->o[l], param(m, FOX_P_onorm_w, l), N, D, m->stream);
+    linear_forward(&m->gemm, a->mid[l], x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), N, D, D);
+}
+
+// Block l's token mixer: resid[l] → mid[l].
+static void mixer_forward(Model *m, int l, int B, int T) {
+    if (m->cfg.arch == FOX_ARCH_GSA) gsa_block_forward(m, l, B, T);
+    else attention_block_forward(m, l, B, T);
+}
+
 // Block l's MLP up to its gate and up projections: xn = RMSNorm(mid), u.
 static void mlp_up_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
@@ -590,8 +719,8 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
                                                                                      param(m, FOX_P_wte, 0), N, D);
     FOX_LAUNCH_CHECK();
     for (int l = 0; l < L; l++) {
-        attention_block_forward(m, l, B, T);
-        if (m->cache.prefilling) cache_store(m, l, B, T);
+        mixer_forward(m, l, B, T);
+        if (m->cache.prefilling && c->arch != FOX_ARCH_GSA) cache_store(m, l, B, T);  // GSA's: in its forward
         mlp_block_forward(m, l, B, T);
     }
     rmsnorm_forward(m, a->xnf, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), N);
@@ -632,16 +761,21 @@ static void model_logits_rows(Model *m, int r0, int rows, float *out) {
 }
 
 // Refills what the forward did not keep for block l's backward: q, k, v from the kept proj (the attention
-// backward's operands; one slice for all blocks), with --recompute 1 also xn and u, with --recompute 2 the whole
-// block. xn, z and h come again from the backward kernels that precede their weight-gradient GEMMs.
+// backward's operands, GSA's features; one slice for all blocks), with --recompute 1 also xn and u, with
+// --recompute 2 the whole block. xn, z and h come again from the backward kernels that precede their
+// weight-gradient GEMMs (GSA's z from its output norm again).
 static void recompute_block(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     if (m->recompute == RECOMPUTE_BLOCK) {
-        attention_block_forward(m, l, B, T);
+        mixer_forward(m, l, B, T);
         mlp_block_forward(m, l, B, T);  // rewrites resid[l+1] with the bitwise same values
         return;
     }
-    LAUNCH_HEADS(qkv_forward_kernel, m->Dh, (size_t)B * T * m->cfg.n_head, m->stream, a->q, a->k, a->v, qkv_inputs(m, l, B, T));
+    if (m->cfg.arch == FOX_ARCH_GSA)
+        gsa_features(m, l, B, T);
+    else
+        LAUNCH_HEADS(qkv_forward_kernel, m->Dh, (size_t)B * T * m->cfg.n_head, m->stream, a->q, a->k, a->v,
+                     qkv_inputs(m, l, B, T));
     if (m->recompute == RECOMPUTE_NORM_MLP) mlp_up_forward(m, l, B, T);
 }
 
@@ -685,6 +819,25 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     QkvInputs qs = qkv_inputs(m, l, B, T);
     fox_qkv_backward(s->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
                      s->dq, s->dk, s->dv, qs, s->dks, s->colsum_rows, s->colsum_part, m->stream);
+    linear_backward_input(&m->gemm, s->dxn, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
+    rmsnorm_backward(m, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn, N, D, m->cols.width, 1.0f);
+}
+
+// Backward of block l's Gated Slot Attention: s.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
+// CPU: gsa_block_backward.
+static void gsa_block_backward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    Scratch *s = &m->s;
+    int N = B * T, D = c->d_model, NINP = m->NINP;
+    const float *ow = param(m, FOX_P_onorm_w, l);
+    linear_backward_input(&m->gemm, s->dxn, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
+    fox_gsa_output_norm_backward(s->d_o, grad(m, FOX_P_onorm_w, l), s->dxn, a->o[l], ow, N, D, s->colsum_rows,
+                                 s->colsum_part, m->stream);
+    fox_gsa_output_norm(a->z, a->o[l], ow, N, D, m->stream);  // z again, the forward's bits (one slice for all blocks)
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z, N, D, D, 1.0f);
+    fox_gsa_backward(gsa_args(m, l, B, T), m->stream);
     linear_backward_input(&m->gemm, s->dxn, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
     rmsnorm_backward(m, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn, N, D, m->cols.width, 1.0f);
@@ -760,7 +913,8 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
     for (int l = L - 1; l >= 0; l--) {
         if (l < L - 1) recompute_block(m, l, B, T);  // the forward left the last block's in the shared slices
         mlp_block_backward(m, l, B, T);
-        attention_block_backward(m, l, B, T);
+        if (c->arch == FOX_ARCH_GSA) gsa_block_backward(m, l, B, T);
+        else attention_block_backward(m, l, B, T);
         reduce_final_grads(m, reduce, -1, l);
     }
     int nb = embedding_buckets(m, inputs, N);
@@ -877,6 +1031,8 @@ static double cache_bytes_needed(const Model *m, int max_len) {
     const FoxConfig *c = &m->cfg;
     double L = c->n_layer, B = m->B, BH = B * c->n_head, D = c->d_model, Dh = m->Dh, f = sizeof(float);
     int has_fg = c->forget_gate != FOX_FG_NONE;
+    if (c->arch == FOX_ARCH_GSA)  // the recurrent states alone, the step counters
+        return 2.0 * L * BH * GSA_SLOTS * Dh * f + sizeof(unsigned long long) + sizeof(int);
     double bytes = L * BH * max_len * (2.0 * Dh * sizeof(bf16) + (model_has_c(m) ? f : 0.0));
     if (m->doc_sep >= 0) bytes += B * sizeof(int);
     if (c->kv_shift) bytes += 2.0 * L * B * D * f;
@@ -915,6 +1071,13 @@ static void model_cache_init(Model *m, int max_len) {
     size_t f = sizeof(float), counted = 0;
     int has_fg = c->forget_gate != FOX_FG_NONE;
     kc->max_len = max_len;
+    kc->keys_read = (unsigned long long *)dev_alloc(m, sizeof(unsigned long long), &counted);
+    kc->pos = (int *)dev_alloc(m, sizeof(int), &counted);
+    if (c->arch == FOX_ARCH_GSA) {  // no keys and values: the recurrent states (filled by the prefill)
+        kc->gsa_S = (float *)dev_alloc(m, L * BH * GSA_SLOTS * Dh * f, &counted);
+        kc->gsa_U = (float *)dev_alloc(m, L * BH * GSA_SLOTS * Dh * f, &counted);
+        return;
+    }
     kc->max_splits = fox_decode_max_splits((int)BH, m->Dh);
     kc->k = (bf16 *)dev_alloc(m, L * BH * max_len * Dh * sizeof(bf16), &counted);
     kc->v = (bf16 *)dev_alloc(m, L * BH * max_len * Dh * sizeof(bf16), &counted);
@@ -928,8 +1091,6 @@ static void model_cache_init(Model *m, int max_len) {
     kc->q = (bf16 *)dev_alloc(m, BH * Dh * sizeof(bf16), &counted);
     kc->first = (int *)dev_alloc(m, BH * sizeof(int), &counted);
     kc->part = (float *)dev_alloc(m, fox_decode_scratch_floats((int)BH, kc->max_splits, m->Dh) * f, &counted);
-    kc->keys_read = (unsigned long long *)dev_alloc(m, sizeof(unsigned long long), &counted);
-    kc->pos = (int *)dev_alloc(m, sizeof(int), &counted);
     if (c->rope && max_len > m->rope_len) {
         FOX_CUDA_CHECK(cudaFree(m->rope_cos));
         FOX_CUDA_CHECK(cudaFree(m->rope_sin));
@@ -999,6 +1160,21 @@ static void decode_attention_block(Model *m, int l, const float *x, float *mid) 
     decode_linear(m, mid, x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), D, D, 1);
 }
 
+// Block l's Gated Slot Attention for the new token of each sequence: one step of the recurrence from the cached
+// states, mid = x + W_o z (GSA paper eq. 6-9). CPU: gsa_decode_block.
+static void decode_gsa_block(Model *m, int l, const float *x, float *mid) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    Cache *kc = &m->cache;
+    int B = m->B, D = c->d_model;
+    size_t per_layer = (size_t)B * c->gsa_heads * GSA_SLOTS * m->Dh;
+    fox_decode_rmsnorm(a->xn, x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
+    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn, wbf(m, FOX_P_attn_in_w, l), D, m->NINP, 1);
+    fox_gsa_decode(a->o[0], kc->gsa_S + l * per_layer, kc->gsa_U + l * per_layer, a->proj[0], gsa_shape(m, B, 1), m->stream);
+    fox_gsa_output_norm(a->z, a->o[0], param(m, FOX_P_onorm_w, l), B, D, m->stream);
+    decode_linear(m, mid, x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), D, D, 1);
+}
+
 // Block l's MLP for the decode step's B rows: x = mid + W_down SwiGLU(W_in RMSNorm(mid)). CPU: mlp_forward.
 static void decode_mlp_block(Model *m, int l, const float *mid, float *x) {
     Acts *a = &m->a;
@@ -1024,7 +1200,8 @@ static void decode_step_kernels(Model *m) {
     embedding_forward_kernel<<<fox_blocks((size_t)B * D, 256), 256, 0, m->stream>>>(x, a->inputs, param(m, FOX_P_wte, 0), B, D);
     FOX_LAUNCH_CHECK();
     for (int l = 0; l < c->n_layer; l++) {
-        decode_attention_block(m, l, x, mid);
+        if (c->arch == FOX_ARCH_GSA) decode_gsa_block(m, l, x, mid);
+        else decode_attention_block(m, l, x, mid);
         decode_mlp_block(m, l, mid, x);
     }
     fox_decode_rmsnorm(a->xnf, x, param(m, FOX_P_lnf_w, 0), B, D, m->stream, 1);
@@ -1127,8 +1304,6 @@ static void check_device_memory(const Model *m, const Dist *d) {
 // communicator (rank 0 makes the id, MPI carries it to the others). ZeRO-1 (--zero 1, several ranks):
 // this rank keeps only its shard of the AdamW moments.
 static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Dist *d) {
-    if (c->arch == FOX_ARCH_GSA)
-        fox_fatal("Gated Slot Attention (--model gsa) trains on the CPU (train_fox_cpu); train_fox has no GSA kernels yet");
     if (c->arch == FOX_ARCH_FAM)
         fox_fatal("TransformerFAM (--model transformer-fam, fox-fam) trains on the CPU (train_fox_cpu); train_fox has no FAM "
                   "kernels yet");

@@ -260,9 +260,12 @@ static inline size_t fox_mfu_params(const FoxConfig *c) {
     return lay.total - lay.p[FOX_P_wte].numel;
 }
 
-// FLOPs per token of one training step (docs/model.md §6): 3·(2N + 2·n_layer·d_model·T).
+// FLOPs per token of one training step (docs/model.md §6): 3·(2N + the token mixer's forward), the mixer's
+// 2·n_layer·d_model·T for causal attention and 8·n_layer·gsa_slots·d_model for Gated Slot Attention (per head
+// and token its recurrence updates two m × d_h states and reads both, 2·m·d_h FLOPs each).
 static inline double fox_flops_per_token(const FoxConfig *c, int T) {
-    return 3.0 * (2.0 * (double)fox_mfu_params(c) + 2.0 * c->n_layer * (double)c->d_model * T);
+    double mixer = c->arch == FOX_ARCH_GSA ? 8.0 * c->gsa_slots : 2.0 * T;
+    return 3.0 * (2.0 * (double)fox_mfu_params(c) + mixer * c->n_layer * (double)c->d_model);
 }
 
 #endif

@@ -6,7 +6,9 @@
 # Usage (repository root, on the GPU machine): sh scripts/bench_train.sh [STEPS]   (default 8)
 # LEVELS="0" (default "0 1 2") picks the recompute levels, NONDET=0 skips the --deterministic 0 runs,
 # RANKS=N runs data parallel on N GPUs (mpirun; tokens/s counts all ranks' tokens, batch 1 per rank), LOGS=DIR keeps
-# each run's whole log there (its step lines: losses and gradient norms to compare builds bit for bit).
+# each run's whole log there (its step lines: losses and gradient norms to compare builds bit for bit),
+# MODEL=gsa trains another preset (Gated Slot Attention: its 4 heads, not --heads), SIZES="125M" (default
+# "125M 760M") picks the sizes.
 set -e
 STEPS=${1:-8}
 LEVELS=${LEVELS:-0 1 2}
@@ -22,7 +24,9 @@ if [ "$RANKS" -gt 1 ]; then
 fi
 test -x ./train_fox || { echo "error: build ./train_fox first (make train_fox)"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-COMMON="--model fox-pro --seq-len 16384 --batch 1 --steps $STEPS --val '' --eval-every 0 --sample-tokens 0 --warmup-tokens 1M"
+MODEL=${MODEL:-fox-pro}
+SIZES=${SIZES:-125M 760M}
+COMMON="--model $MODEL --seq-len 16384 --batch 1 --steps $STEPS --val '' --eval-every 0 --sample-tokens 0 --warmup-tokens 1M"
 run() {  # name, recompute level, size flags
     log=$(eval $LAUNCH ./train_fox $COMMON --recompute "$2" $3 2>&1) || { echo "$log" | tail -5; echo "$1 recompute $2: FAILED"; return 0; }
     [ -z "$LOGS" ] || { mkdir -p "$LOGS" && echo "$log" > "$LOGS/$(echo "$1" | tr -c 'A-Za-z0-9\n' _)_r$2.log"; }
@@ -32,7 +36,12 @@ run() {  # name, recompute level, size flags
         /^memory/ { mem = $0; sub(/^memory \(recompute [0-9]\): /, "", mem) }
         END { printf "%-24s recompute %s: %8.0f tok/s  MFU %5.1f%%  (mean of %d steps) | %s\n", name, rc, st / k, sm / k, k, mem }'
 }
-for level in $LEVELS; do run 125M "$level" "--layers 12 --dim 768 --heads 12"; done
-[ "$NONDET" = 0 ] || run "125M --deterministic 0" 0 "--layers 12 --dim 768 --heads 12 --deterministic 0"
-for level in $LEVELS; do run 760M "$level" "--layers 24 --dim 1536 --heads 24 --lr 1e-3"; done
-[ "$NONDET" = 0 ] || run "760M --deterministic 0" 0 "--layers 24 --dim 1536 --heads 24 --lr 1e-3 --deterministic 0"
+for size in $SIZES; do
+    case $size in
+    125M) flags="--layers 12 --dim 768 --heads 12" ;;
+    760M) flags="--layers 24 --dim 1536 --heads 24 --lr 1e-3" ;;
+    *) echo "error: SIZES takes 125M and 760M"; exit 2 ;;
+    esac
+    for level in $LEVELS; do run "$MODEL $size" "$level" "$flags"; done
+    [ "$NONDET" = 0 ] || run "$MODEL $size --deterministic 0" 0 "$flags --deterministic 0"
+done

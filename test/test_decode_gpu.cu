@@ -11,7 +11,9 @@
 // anything is allocated, with one line and exit 1; a decode step past the cache's end too. The document mask
 // (docs/model.md §1.8), with and without ACP, fox-pro and transformer-pro: prompts with separators (one at the
 // prompt's last position) and decoded separators give the full forward's logits with the mask, and ACP's decode
-// reads at most the keys of each token's document (exactly those without a forget gate).
+// reads at most the keys of each token's document (exactly those without a forget gate). Gated Slot Attention
+// (docs/model.md §1.9, head_dim 64 and 128, 64 slots): the prefill (the chunked kernels, a prompt of 1000 tokens
+// over 16 chunks too) and then one step of the recurrence per token give the full forward's logits.
 // The full forward itself is checked against the PyTorch reference by test_fox.
 // Usage: test_decode_gpu   (test_decode_gpu refuse-cache | decode-past-end: the refusals, run as a child)
 #define TESTING
@@ -48,6 +50,7 @@ static FoxConfig test_config(const char *preset, int dh, int qk_shared, int gate
     c.n_head = N_HEAD;
     c.d_model = N_HEAD * dh;
     if (!fox_config_apply_preset(&c, preset)) fox_fatal("unknown preset %s", preset);
+    if (c.arch == FOX_ARCH_GSA) c.gsa_heads = N_HEAD;  // GSA's heads are its n_head, 64 slots
     if (qk_shared) c.qk_norm_shared = 1;
     if (gate >= 0) c.forget_gate = gate;
     return c;
@@ -451,6 +454,8 @@ int main(int argc, char **argv) {
         {"fox-fixed", "fox-pro", 64, 0, FOX_FG_FIXED},
         {"fox-pro dh128", "fox-pro", 128, 0, -1},
         {"transformer-pro dh128", "transformer-pro", 128, 0, -1},
+        {"gsa", "gsa", 64, 0, -1},
+        {"gsa dh128", "gsa", 128, 0, -1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         FoxConfig c = test_config(cases[i].preset, cases[i].dh, cases[i].qk_shared, cases[i].gate);
@@ -459,6 +464,8 @@ int main(int argc, char **argv) {
     FoxConfig fox = test_config("fox-pro", 64, 0, -1), tl = test_config("transformer-llama", 128, 0, -1);
     test_config_decode("fox-pro, long", &fox, 1);
     test_config_decode("tr-llama dh128, long", &tl, 1);
+    FoxConfig gsa = test_config("gsa", 64, 0, -1);
+    test_config_decode("gsa, long", &gsa, 1);
     test_recompute_levels();
     test_greedy_repeatable("fox-pro", 0);
     test_greedy_repeatable("fox-llama", 1);
