@@ -1346,6 +1346,32 @@ def cmd_import_hf(args):
 # selfcheck
 
 
+def _loop_rms(x, w, eps):
+    return x / math.sqrt(sum(e * e for e in x) / len(x) + eps) * w
+
+
+def _loop_sigmoid(z):
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def _loop_qk(c, W, q, k, hd, pos):
+    """The loop forms' QK-norm, then RoPE at position pos, of one head's q and k (hd: the head's slice)."""
+    if c["qk_norm"]:
+        wq, wk = W["qnorm_w"].reshape(-1), W["knorm_w"].reshape(-1)
+        if not c["qk_norm_shared"]:
+            wq, wk = wq[hd], wk[hd]
+        q, k = _loop_rms(q, wq, FOX["FOX_QK_NORM_EPS"]), _loop_rms(k, wk, FOX["FOX_QK_NORM_EPS"])
+    if c["rope"]:
+        Dh = len(q)
+        q, k = q.copy(), k.copy()
+        for d in range(Dh // 2):
+            th = pos * c["rope_theta"] ** (-2.0 * d / Dh)
+            for x in (q, k):
+                a, b = x[d], x[d + Dh // 2]
+                x[d], x[d + Dh // 2] = a * math.cos(th) - b * math.sin(th), b * math.cos(th) + a * math.sin(th)
+    return q, k
+
+
 def attention_layer_loop(c, W, xn, starts=None):
     """One attention layer for one sequence, token by token in numpy float64, written from the
     paper's product form (eq. 11: F_ij = prod_{l=j+1..i} f_l) rather than cumsums and matrices.
@@ -1360,12 +1386,7 @@ def attention_layer_loop(c, W, xn, starts=None):
     H, Dh = c["n_head"], head_dim(c)
     rows = attn_in_slices(c)
 
-    def rms(x, w, eps):
-        return x / math.sqrt(sum(e * e for e in x) / len(x) + eps) * w
-
-    def sigmoid(z):
-        return 1.0 / (1.0 + math.exp(-z))
-
+    rms, sigmoid = _loop_rms, _loop_sigmoid
     proj = [W["attn_in_w"] @ xn[t] for t in range(T)]
     out = np.zeros((T, D))
     for h in range(H):
@@ -1383,18 +1404,7 @@ def attention_layer_loop(c, W, xn, starts=None):
                 av = sigmoid(proj[t][rows["v_shift"]][h])
                 k = ak * k_prev + (1 - ak) * k
                 v = av * v_prev + (1 - av) * v
-            if c["qk_norm"]:
-                wq, wk = W["qnorm_w"].reshape(-1), W["knorm_w"].reshape(-1)
-                if not c["qk_norm_shared"]:
-                    wq, wk = wq[hd], wk[hd]
-                q, k = rms(q, wq, 1e-5), rms(k, wk, 1e-5)
-            if c["rope"]:
-                q, k = q.copy(), k.copy()
-                for d in range(Dh // 2):
-                    th = t * c["rope_theta"] ** (-2.0 * d / Dh)
-                    for x in (q, k):
-                        a, b = x[d], x[d + Dh // 2]
-                        x[d], x[d + Dh // 2] = a * math.cos(th) - b * math.sin(th), b * math.cos(th) + a * math.sin(th)
+            q, k = _loop_qk(c, W, q, k, hd, t)
             if c["forget_gate"] == FG_DATA_DEPENDENT:
                 fs.append(sigmoid(proj[t][rows["fgate"]][h] + W["fgate_b"].reshape(-1)[h]))
             elif c["forget_gate"] != FG_NONE:
@@ -1456,13 +1466,7 @@ class _FamLoopParts:
         self.c, self.W, self.rows = c, W, attn_in_slices(c)
         self.H, self.Dh, self.D = c["n_head"], head_dim(c), c["d_model"]
 
-    @staticmethod
-    def rms(z, w, e):
-        return z / math.sqrt(sum(a * a for a in z) / len(z) + e) * w
-
-    @staticmethod
-    def sigmoid(z):
-        return 1.0 / (1.0 + math.exp(-z))
+    rms, sigmoid = staticmethod(_loop_rms), staticmethod(_loop_sigmoid)
 
     def project(self, row):
         """attn_in_w RMSNorm(row)."""
@@ -1476,18 +1480,7 @@ class _FamLoopParts:
             hd = slice(h * Dh, (h + 1) * Dh)
             q, k = pr[self.rows["q"]][hd], (pr[self.rows["k"]] if k_in is None else k_in)[hd]
             v = (pr[self.rows["v"]] if v_in is None else v_in)[hd]
-            if c["qk_norm"]:
-                wq, wk = self.W["qnorm_w"].reshape(-1), self.W["knorm_w"].reshape(-1)
-                if not c["qk_norm_shared"]:
-                    wq, wk = wq[hd], wk[hd]
-                q, k = self.rms(q, wq, FOX["FOX_QK_NORM_EPS"]), self.rms(k, wk, FOX["FOX_QK_NORM_EPS"])
-            if c["rope"]:
-                q, k = q.copy(), k.copy()
-                for d in range(Dh // 2):
-                    th = pos * c["rope_theta"] ** (-2.0 * d / Dh)
-                    for z in (q, k):
-                        a, b = z[d], z[d + Dh // 2]
-                        z[d], z[d + Dh // 2] = a * math.cos(th) - b * math.sin(th), b * math.cos(th) + a * math.sin(th)
+            q, k = _loop_qk(c, self.W, q, k, hd, pos)
             out.append((q, k, v))
         return out
 
