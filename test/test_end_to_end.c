@@ -286,6 +286,23 @@ static void test_doc_mask(void) {
 
 static void reference_loss_check(const char *run, const char *what);
 
+// `cmd` (6 steps, a checkpoint every 3) into run directory a, then into b resumed from a copy of a's step-3
+// checkpoint and log: the 6 losses are bitwise the same, and fall.
+static void check_resumed_6_steps(const char *cmd, const char *a, const char *b, const char *what) {
+    char pa[4300], pb[4300];
+    int st = sh("%s --out %s", cmd, a);
+    st = st || sh("mkdir -p %s && cp -r %s/ckpt_00000003 %s/ && head -n 4 %s/log.jsonl > %s/log.tmp && mv %s/log.tmp %s/log.jsonl",
+                  b, a, b, a, b, b, b);
+    st = st || sh("%s --resume --out %s", cmd, b);
+    double la[16], lb[16];
+    snprintf(pa, sizeof(pa), "%s/log.jsonl", a);
+    snprintf(pb, sizeof(pb), "%s/log.jsonl", b);
+    int na = read_losses(pa, la, 16), nb = read_losses(pb, lb, 16), same = na == 6 && nb == 6;
+    for (int i = 0; same && i < 6; i++) same = la[i] == lb[i];
+    check(st == 0 && same && la[5] < la[0], "%s: 6 steps (loss %.4f to %.4f), resumed from step 3: bitwise the same losses",
+          what, na ? la[0] : NAN, na ? la[na - 1] : NAN);
+}
+
 #define TINY_GSA "./train_fox_cpu --model gsa --layers 2 --dim 32 --gsa-heads 2 --gsa-slots 8 --mlp-hidden 64 " \
                  "--seq-len 32 --batch 2 --val-steps 2 --sample-tokens 0 --warmup-tokens 256 --lr 3e-3"
 
@@ -294,26 +311,16 @@ static void reference_loss_check(const char *run, const char *what);
 // --generate continues its recurrent state; --acp and --doc-mask are refused; the PyTorch reference gives
 // its checkpoint the loss this process computes.
 static void test_gsa(void) {
-    char a[4200], b[4200], pa[4300], pb[4300];
+    char a[4200], b[4200], pa[4300];
     snprintf(a, sizeof(a), "%s/gsa_a", tmpdir);
     snprintf(b, sizeof(b), "%s/gsa_b", tmpdir);
-    int st = sh(TINY_GSA " --steps 6 --ckpt-every 3 --eval-every 3 --out %s", a);
-    st = st || sh("mkdir -p %s && cp -r %s/ckpt_00000003 %s/ && head -n 4 %s/log.jsonl > %s/log.tmp && mv %s/log.tmp %s/log.jsonl",
-                  b, a, b, a, b, b, b);
-    st = st || sh(TINY_GSA " --steps 6 --ckpt-every 3 --eval-every 3 --resume --out %s", b);
-    double la[16], lb[16];
-    snprintf(pa, sizeof(pa), "%s/log.jsonl", a);
-    snprintf(pb, sizeof(pb), "%s/log.jsonl", b);
-    int na = read_losses(pa, la, 16), nb = read_losses(pb, lb, 16), same = na == 6 && nb == 6;
-    for (int i = 0; same && i < 6; i++) same = la[i] == lb[i];
-    check(st == 0 && same && la[5] < la[0], "--model gsa: 6 steps (loss %.4f to %.4f), resumed from step 3: bitwise the "
-          "same losses", na ? la[0] : NAN, na ? la[na - 1] : NAN);
+    check_resumed_6_steps(TINY_GSA " --steps 6 --ckpt-every 3 --eval-every 3", a, b, "--model gsa");
     expect_error("a GSA checkpoint resumed as fox-pro", "arch", sh(TINY " --steps 6 --resume --out %s", a));
     expect_error("--model gsa --acp", "--acp", sh(TINY_GSA " --acp"));
     expect_error("--model gsa --doc-mask", "--doc-mask", sh(TINY_GSA " --doc-mask"));
     expect_error("--gsa-slots 0", "--gsa-slots", sh(TINY_GSA " --gsa-slots 0"));
     expect_error("--dim not a multiple of --gsa-heads", "gsa_heads", sh(TINY_GSA " --gsa-heads 3"));
-    st = sh("./train_fox_cpu --out %s --generate 12 --prompt 'Once upon a time' --top-k 1 --stop-at-eot off", a);
+    int st = sh("./train_fox_cpu --out %s --generate 12 --prompt 'Once upon a time' --top-k 1 --stop-at-eot off", a);
     snprintf(pa, sizeof(pa), "%s/stdout.txt", tmpdir);
     size_t len;
     char *text = fox_read_file(pa, &len);
@@ -391,17 +398,7 @@ static void test_fam(void) {
     snprintf(a, sizeof(a), "%s/fam_a", tmpdir);
     snprintf(b, sizeof(b), "%s/fam_b", tmpdir);
     const char *fox_fam = TINY_FAM " --model fox-fam --fam-block 8 --fam-window-blocks 1 --steps 6 --ckpt-every 3 --eval-every 3";
-    int st = sh("%s --out %s", fox_fam, a);
-    st = st || sh("mkdir -p %s && cp -r %s/ckpt_00000003 %s/ && head -n 4 %s/log.jsonl > %s/log.tmp && mv %s/log.tmp %s/log.jsonl",
-                  b, a, b, a, b, b, b);
-    st = st || sh("%s --resume --out %s", fox_fam, b);
-    double la[16], lb[16];
-    snprintf(pa, sizeof(pa), "%s/log.jsonl", a);
-    snprintf(pb, sizeof(pb), "%s/log.jsonl", b);
-    int na = read_losses(pa, la, 16), nb = read_losses(pb, lb, 16), same = na == 6 && nb == 6;
-    for (int i = 0; same && i < 6; i++) same = la[i] == lb[i];
-    check(st == 0 && same && la[5] < la[0], "--model fox-fam: 6 steps (loss %.4f to %.4f), resumed from step 3: bitwise the "
-          "same losses", na ? la[0] : NAN, na ? la[na - 1] : NAN);
+    check_resumed_6_steps(fox_fam, a, b, "--model fox-fam");
     snprintf(pa, sizeof(pa), "%s/ckpt_00000006/model.bin", a);
     snprintf(pb, sizeof(pb), "%s/ckpt_00000006/model.bin", b);
     check(files_equal(pa, pb), "--model fox-fam: the resumed run's final weights are bitwise those of the uninterrupted run");
@@ -427,7 +424,7 @@ static void test_fam(void) {
     expect_error("--eval-seq-len not a multiple of the block", "--eval-seq-len", code);
     check(usage && code == FOX_EXIT_USAGE, "every bad FAM flag exits %d", FOX_EXIT_USAGE);
     test_eval_only("fam_a");
-    st = sh("./train_fox_cpu --out %s --generate 20 --prompt 'Once upon a time' --top-k 1 --stop-at-eot off", a);
+    int st = sh("./train_fox_cpu --out %s --generate 20 --prompt 'Once upon a time' --top-k 1 --stop-at-eot off", a);
     snprintf(pa, sizeof(pa), "%s/stdout.txt", tmpdir);
     size_t len;
     char *text = fox_read_file(pa, &len);
@@ -438,7 +435,8 @@ static void test_fam(void) {
     snprintf(pa, sizeof(pa), "%s/tfam", tmpdir);
     st = sh(TINY_FAM " --model transformer-fam --fam-block 16 --fam-window-blocks 0 --steps 6 --eval-every 0 --out %s", pa);
     snprintf(pb, sizeof(pb), "%s/tfam/log.jsonl", tmpdir);
-    na = read_losses(pb, la, 16);
+    double la[16];
+    int na = read_losses(pb, la, 16);
     check(st == 0 && na == 6 && la[5] < la[0], "--model transformer-fam --fam-window-blocks 0: 6 steps, loss %.4f to %.4f",
           na ? la[0] : NAN, na ? la[na - 1] : NAN);
     reference_loss_check(pa, "transformer-fam");
