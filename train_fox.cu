@@ -528,14 +528,32 @@ static int acp_tables(Model *m, int l, int B, int T, int count) {
     return 1;
 }
 
+// The token mixer's input, shared by attention and GSA: xn = RMSNorm(resid[l]), proj = attn_in_w xn.
+static void mixer_input_forward(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    int N = B * T, D = m->cfg.d_model;
+    rmsnorm_forward(m, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), N);
+    linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn, wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
+}
+
+// Its backward from s.dproj: dres += the RMSNorm backward of dproj attn_in_w (which writes xn again, the
+// forward's bits), then attn_in_w's gradient dprojᵀ xn.
+static void mixer_input_backward(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    Scratch *s = &m->s;
+    int N = B * T, D = m->cfg.d_model, NINP = m->NINP;
+    linear_backward_input(&m->gemm, s->dxn, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
+    rmsnorm_backward(m, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn, N, D, m->cols.width, 1.0f);
+}
+
 // Forward of block l's attention: resid[l] → mid[l].
 static void attention_block_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, H = c->n_head, Dh = m->Dh;
     float *x = resid_at(m, l, B, T);
-    rmsnorm_forward(m, a->xn, x, param(m, FOX_P_ln1_w, l), N);
-    linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn, wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
+    mixer_input_forward(m, l, B, T);
     QkvInputs qs = qkv_inputs(m, l, B, T);
     LAUNCH_HEADS(qkv_forward_kernel, Dh, (size_t)N * H, m->stream, a->q, a->k, a->v, qs);
     const int has_fg = c->forget_gate != FOX_FG_NONE, has_c = model_has_c(m);
@@ -612,8 +630,7 @@ static void gsa_block_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     int N = B * T, D = c->d_model;
     float *x = resid_at(m, l, B, T);
-    rmsnorm_forward(m, a->xn, x, param(m, FOX_P_ln1_w, l), N);
-    linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn, wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
+    mixer_input_forward(m, l, B, T);
     gsa_features(m, l, B, T);
     fox_gsa_forward(gsa_args(m, l, B, T), m->stream);
     fox_gsa_output_norm(a->z, a->o[l], param(m, FOX_P_onorm_w, l), N, D, m->stream);
@@ -819,9 +836,7 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     QkvInputs qs = qkv_inputs(m, l, B, T);
     fox_qkv_backward(s->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
                      s->dq, s->dk, s->dv, qs, s->dks, s->colsum_rows, s->colsum_part, m->stream);
-    linear_backward_input(&m->gemm, s->dxn, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
-    rmsnorm_backward(m, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn, N, D, m->cols.width, 1.0f);
+    mixer_input_backward(m, l, B, T);
 }
 
 // Backward of block l's Gated Slot Attention: s.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
@@ -830,7 +845,7 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    int N = B * T, D = c->d_model, NINP = m->NINP;
+    int N = B * T, D = c->d_model;
     const float *ow = param(m, FOX_P_onorm_w, l);
     linear_backward_input(&m->gemm, s->dxn, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
     fox_gsa_output_norm_backward(s->d_o, grad(m, FOX_P_onorm_w, l), s->dxn, a->o[l], ow, N, D, s->colsum_rows,
@@ -838,9 +853,7 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
     fox_gsa_output_norm(a->z, a->o[l], ow, N, D, m->stream);  // z again, the forward's bits (one slice for all blocks)
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z, N, D, D, 1.0f);
     fox_gsa_backward(gsa_args(m, l, B, T), m->stream);
-    linear_backward_input(&m->gemm, s->dxn, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
-    rmsnorm_backward(m, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn, N, D, m->cols.width, 1.0f);
+    mixer_input_backward(m, l, B, T);
 }
 
 // Groups positions by token id (counting sort, positions ascending) for the embedding backward.
