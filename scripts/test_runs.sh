@@ -69,7 +69,7 @@ t1=$(date +%s.%N)
 kills=0
 in_write=0
 tries=0
-while [ $tries -lt 60 ] && { [ $kills -lt 10 ] || [ $in_write -lt 3 ]; }; do
+while [ $tries -lt 200 ] && { [ $kills -lt 10 ] || [ $in_write -lt 3 ]; }; do
     tries=$((tries + 1))
     $BIN $ARGS --steps 12 --ckpt-every 1 --keep 2 --eval-every 4 --resume --out "$tmp/kill" > "$tmp/kill.txt" 2>&1 &
     pid=$!
