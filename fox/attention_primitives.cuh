@@ -75,9 +75,17 @@ template <int COLS> __device__ __forceinline__ void load_b_kn(uint32_t b[4], con
     ldmatrix_x4_trans(b, s + swz<COLS>(k0 + (lane & 7) + (((lane >> 3) & 1) << 3), n0 + ((lane >> 4) << 3)));
 }
 
+// Warpgroup-MMA tiles: ROWS x DH stored as DH / 64 halves of ROWS x 64 (rows of 128 bytes, swz<64>), so
+// each half is a canonical 128-byte-swizzle operand whatever DH is. At DH 64 this is swz<64> itself.
+template <int DH, int ROWS> __device__ __forceinline__ int swz_halves(int row, int col) {
+    static_assert(DH % 64 == 0, "whole 64-column halves");
+    return (col >> 6) * ROWS * 64 + swz<64>(row, col & 63);
+}
+
 // Async copy of `rows` rows of DH bf16 starting at global row `row0` (row stride `ld` elements) into a
-// swizzled smem tile by NT threads; rows at or past T are zero-filled.
-template <int DH, int ROWS, int NT>
+// swizzled smem tile by NT threads; rows at or past T are zero-filled. HALVES: the warpgroup-MMA layout
+// (swz_halves), otherwise swz<DH> (rows of DH * 2 bytes, for ldmatrix).
+template <int DH, int ROWS, int NT, bool HALVES = false>
 __device__ __forceinline__ void load_tile_async(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int ld, int row0, int T, int tid) {
     constexpr int CHUNKS = ROWS * DH / 8;
     static_assert(CHUNKS % NT == 0, "whole chunks per thread");
@@ -87,7 +95,7 @@ __device__ __forceinline__ void load_tile_async(__nv_bfloat16 *dst, const __nv_b
         const int r = idx / (DH / 8), col = (idx % (DH / 8)) * 8;
         const bool valid = row0 + r < T;
         const __nv_bfloat16 *g = src + (size_t)(valid ? row0 + r : 0) * ld + col;
-        cp_async16(dst + swz<DH>(r, col), g, valid);
+        cp_async16(dst + (HALVES ? swz_halves<DH, ROWS>(r, col) : swz<DH>(r, col)), g, valid);
     }
 }
 
@@ -99,6 +107,15 @@ __device__ __forceinline__ void load_tile_async(__nv_bfloat16 *dst, const __nv_b
 __device__ __forceinline__ uint64_t gmma_desc(const void *p) {
     const uint32_t a = smem_u32(p);
     return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+// Operand starts in a swz_halves tile of ROWS rows. K-major (the contraction runs along the row, e.g. Q
+// and K for Q K^T): k16 step kk of the rows from row0, walking half kk / 4 at 32 bytes a step.
+template <int ROWS> __device__ __forceinline__ uint64_t desc_kmajor(const __nv_bfloat16 *tile, int row0, int kk) {
+    return gmma_desc(tile + (kk >> 2) * ROWS * 64 + row0 * 64 + (kk & 3) * 16);
+}
+// MN-major (the contraction runs down the rows, e.g. V for P V): rows 16 kk.. of half hf (64 columns).
+template <int ROWS> __device__ __forceinline__ uint64_t desc_mnmajor(const __nv_bfloat16 *tile, int hf, int kk) {
+    return gmma_desc(tile + hf * ROWS * 64 + kk * 16 * 64);
 }
 __device__ __forceinline__ void wg_fence() {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
@@ -179,6 +196,14 @@ __device__ __forceinline__ void wgmma_m64n32_ss(float (&d)[4][4], uint64_t da, u
 #else
     __trap();
 #endif
+}
+
+// Columns 64 hf.. of an accumulator of n8 tiles (float [N][4], N = DH / 8) as one m64n64 warpgroup-MMA
+// accumulator (the product of an MN-major operand's half hf).
+typedef float AccN64[8][4];
+template <int N> __device__ __forceinline__ AccN64 &acc_half(float (&d)[N][4], int hf) {
+    static_assert(N % 8 == 0, "whole 64-column halves");
+    return *reinterpret_cast<AccN64 *>(&d[8 * hf]);
 }
 
 // Convert two n8 accumulator tiles (16 x 16 of one row block) to an A fragment, as bf16.

@@ -1,6 +1,6 @@
 // dev/cuda/attention_forward.cu: the Forgetting Attention forward kernel in every version tried, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose two kernels are versions 1 and 3).
+// (fox/attention.cuh, whose kernels are versions 1, 3 and 5).
 //   make attention_forward
 //   ./attention_forward            every version: checks, then timings
 //   ./attention_forward 3          version 3 only (and the API)
@@ -12,10 +12,15 @@
 //    The API's forward at d_h 128, on sm_80, and with FOX_ATTN_NO_WGMMA=1.
 //  2 wgmma (d_h 64, Hopper), 8 warps of 16 rows, 2 blocks/SM, P V issued and waited for after each
 //    tile's softmax: 333-336 at T 16384, 307-308 at T 4096 (H200, session 2 run 3); 336.9 / 341.6 at
-//    T 16384 B 2 H 16, 334.0 / 335.3 at B 1 H 24, 307.2 at T 4096 (H100, session 5).
+//    T 16384 B 2 H 16, 334.0 / 335.3 at B 1 H 24, 307.2 at T 4096 (H100, session 5). d_h 64 only.
 //  3 wgmma with tile t-1's P V pipelined under tile t's softmax (V triple-buffered): the same output bit
 //    for bit as 2. 348.3 / 344.9 at T 16384 B 2 H 16, 340.9 / 337.5 at B 1 H 24, 309.8 at T 4096 (H100,
 //    session 5, the same runs as 2's figures). The API's forward at d_h 64 on Hopper.
+//  4 2 at d_h 128 (Hopper): Q, K, V tiles stored as two 64-column halves (swz_halves), each a canonical
+//    128-byte-swizzle operand; S's k16 steps walk both halves, P V is an m64n64 product per half of V.
+//    1 block of 8 warps per SM (O alone is 64 registers per thread).
+//  5 3 at d_h 128: 4 with tile t-1's P V pipelined under tile t's softmax. The API's forward at d_h 128
+//    on Hopper.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -30,8 +35,11 @@ using namespace fox_attn;  // the primitives and the tile constants
 // formed from differences, never from c*log2e products. Each key tile takes c_ref = c at its first
 // key; a_i = (c_i - c_ref) log2e per row and nb_j = -(c_j - c_ref) log2e per key are small for every
 // tile that matters, and s_ij log2e = a_i + fma(qk, scale log2e, nb_j).
-// WG: S = Q K^T and O += P V on Hopper warpgroup MMA (sm_90a, dh 64): 8 warps of 16 rows, warpgroup w4
-// owning rows 64 w4.., operands straight from the swizzled smem tiles; the rest of the kernel is shared.
+// WG: S = Q K^T and O += P V on Hopper warpgroup MMA (sm_90a): 8 warps of 16 rows, warpgroup w4 owning
+// rows 64 w4.., operands straight from the swizzled smem tiles; the rest of the kernel is shared. Tiles
+// are stored as 64-column halves (swz_halves: one half at dh 64, two at dh 128), each a canonical
+// 128-byte-swizzle operand: S's k16 steps walk Q's and K's halves in turn, and P V is one m64n64 product
+// per half of V (MN-major), giving O's columns 64 hf.. (acc_half).
 // PIPE (with WG): tile t-1's P V runs on the tensor cores during tile t's softmax. Per tile a warpgroup
 // commits S(t) = Q K(t)^T, then P(t-1) V(t-1) (P kept in registers as bf16 fragments), waits for S(t)
 // only, forms tile t's exponentials and row sums, then waits for P V and rescales O: the same operations
@@ -45,7 +53,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
            float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
     constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
     constexpr int NV = PIPE ? 3 : 2;  // V buffers
-    static_assert(!WG || (DH == 64 && MT == 1), "warpgroup path: 128-byte smem rows, 16 rows per warp");
+    static_assert(!WG || MT == 1, "warpgroup path: 16 rows per warp");
     static_assert(!PIPE || WG, "pipelined P V: warpgroup path");
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
@@ -83,9 +91,9 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         uint4 *z = reinterpret_cast<uint4 *>(Vs + 2 * BN * DH);
         for (int i = tid; i < BN * DH / 8; i += NT) z[i] = make_uint4(0u, 0u, 0u, 0u);
     }
-    load_tile_async<DH, BM, NT>(Qs, qh, DH, q0, T, tid);
-    load_tile_async<DH, BN, NT>(Ks, kh, DH, n_last * BN, T, tid);
-    load_tile_async<DH, BN, NT>(Vs, vh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BM, NT, WG>(Qs, qh, DH, q0, T, tid);
+    load_tile_async<DH, BN, NT, WG>(Ks, kh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BN, NT, WG>(Vs, vh, DH, n_last * BN, T, tid);
     cp_async_commit();
     {
         float cj, cref;
@@ -116,6 +124,14 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int i = 0; i < DH / 8; i++) oacc[mt][i][0] = oacc[mt][i][1] = oacc[mt][i][2] = oacc[mt][i][3] = 0.f;
+    // WG: O += P V for P as bf16 A fragments and V tile Vb, one m64n64 product per half of V
+    auto pv_issue = [&](const uint32_t (&p)[BN / 16][4], const __nv_bfloat16 *Vb) {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+            for (int hf = 0; hf < DH / 64; hf++)
+                wgmma_m64n64_rs<1>(acc_half(oacc[0], hf), p[kk], desc_mnmajor<BN>(Vb, hf, kk));
+    };
 
     for (int it = 0; it < ntiles; it++) {
         const int n = n_last - it, buf = it & 1, vbuf = PIPE ? it % 3 : buf;
@@ -125,8 +141,8 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         const bool more = it + 1 < ntiles;
         float cj_next = 0.f, cref_next = 0.f;
         if (more) {
-            load_tile_async<DH, BN, NT>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
-            load_tile_async<DH, BN, NT>(Vs + (PIPE ? (it + 1) % 3 : buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT, WG>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT, WG>(Vs + (PIPE ? (it + 1) % 3 : buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
             cp_async_commit();
             fetch_c(n - 1, cj_next, cref_next);
         }
@@ -145,12 +161,10 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < DH / 16; kk++)
-                wgmma_m64n64_ss<0, 0>(s[0], gmma_desc(Qs + w4 * 64 * DH + kk * 16), gmma_desc(Kb + kk * 16), kk > 0);
+                wgmma_m64n64_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
             if constexpr (PIPE) {  // then tile t-1's P V; only S is waited for here
                 wg_commit();
-                const __nv_bfloat16 *Vp = Vs + ((it + 2) % 3) * BN * DH;
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pprev[kk], gmma_desc(Vp + kk * 16 * DH));
+                pv_issue(pprev, Vs + ((it + 2) % 3) * BN * DH);
                 wg_commit();
                 wg_wait<1>();
             } else {
@@ -231,8 +245,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[0][2 * kk], s[0][2 * kk + 1]);
             wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pa[kk], gmma_desc(Vb + kk * 16 * DH));
+            pv_issue(pa, Vb);
             wg_commit_wait();
         } else
 #pragma unroll
@@ -255,10 +268,8 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     }
 
     if constexpr (PIPE) {  // the last tile's P V
-        const __nv_bfloat16 *Vp = Vs + ((ntiles - 1) % 3) * BN * DH;
         wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pprev[kk], gmma_desc(Vp + kk * 16 * DH));
+        pv_issue(pprev, Vs + ((ntiles - 1) % 3) * BN * DH);
         wg_commit_wait();
     }
     const size_t ld_o = (size_t)H * DH;
@@ -301,6 +312,10 @@ static const Version versions[] = {
     {1, "mma.sync", fox_attn_dev::forward_cfg<64, false, false>, fox_attn_dev::forward_cfg<128, false, false>, false},
     {2, "wgmma, P V not pipelined", fox_attn_dev::forward_cfg<64, true, false>, nullptr, true},
     {3, "wgmma, P V pipelined", fox_attn_dev::forward_cfg<64, true, true>, nullptr, true},
+    {4, "wgmma at d_h 128 (two 64-column halves), P V not pipelined", nullptr, fox_attn_dev::forward_cfg<128, true, false>,
+     true},
+    {5, "wgmma at d_h 128 (two 64-column halves), P V pipelined", nullptr, fox_attn_dev::forward_cfg<128, true, true>,
+     true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
