@@ -43,6 +43,8 @@
 //                     kernel at d_h 128.
 // 17 BWD_SYNC_WG_PIPE_DQ_EARLY: 15 with d_h 64's MMA order (dQ of tile it-1 beside S^T / dP^T of tile it):
 //                     control; ptxas spills 584 bytes under setmaxnreg 240.
+// 18 BWD_SYNC_WG_PIPE_NOWAIT: 13 (d_h 64) / 15 (d_h 128) with a sync warp that does not wait (timing
+//                     control, not deterministic: the same kernel, the adds in arrival order).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -72,11 +74,13 @@ using namespace fox_attn;  // the primitives, the tile constants, steps 1 and 3 
 // softmax work, and tile it's dV/dK products during tile it-1's dQ adds. The public defaults at dh 64 on
 // Hopper (deterministic / not). Same results bit for bit as without the pipelining. At dh 128 they issue
 // tile it-1's dQ product after tile it's softmax step (DQ_LATE, see bwd_kernel); BWD_SYNC_WG_PIPE_DQ_EARLY
-// is BWD_SYNC_WG_PIPE at dh 128 with the dh 64 order instead (a control: it spills).
+// is BWD_SYNC_WG_PIPE at dh 128 with the dh 64 order instead (a control: it spills). BWD_SYNC_WG_PIPE_NOWAIT:
+// BWD_SYNC_WG_PIPE whose sync warp does not wait for the blocks above (a timing control, not deterministic:
+// the same kernel and barriers, the adds in arrival order).
 enum {
     BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3, BWD_SYNC = 4, BWD_SYNC2 = 5, BWD_SYNC_NOWAIT = 6,
     BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9, BWD_SYNC_WG_FULLBAR = 10, BWD_SYNC_LATE_WGBAR = 11,
-    BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13, BWD_SYNC_WG_PIPE_DQ_EARLY = 14
+    BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13, BWD_SYNC_WG_PIPE_DQ_EARLY = 14, BWD_SYNC_WG_PIPE_NOWAIT = 15
 };
 // threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
 constexpr int bwd_threads(int mode) {
@@ -84,7 +88,7 @@ constexpr int bwd_threads(int mode) {
                ? NTHREADS + 32
            : mode == BWD_SYNC2                                                   ? NTHREADS + 64
            : mode == BWD_SYNC_WG || mode == BWD_SYNC_WG_FULLBAR || mode == BWD_SYNC_WG_PIPE ||
-                   mode == BWD_SYNC_WG_PIPE_DQ_EARLY
+                   mode == BWD_SYNC_WG_PIPE_DQ_EARLY || mode == BWD_SYNC_WG_PIPE_NOWAIT
                ? NTHREADS + 128
                                                                                  : NTHREADS;
 }
@@ -202,7 +206,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const int ntiles = qt_last - qt_first + 1;
     int *semh = sem + (size_t)bh * nqt;
 
-    constexpr bool SYNC_PIPE = MODE == BWD_SYNC_WG_PIPE || MODE == BWD_SYNC_WG_PIPE_DQ_EARLY;
+    constexpr bool SYNC_PIPE = MODE == BWD_SYNC_WG_PIPE || MODE == BWD_SYNC_WG_PIPE_DQ_EARLY || MODE == BWD_SYNC_WG_PIPE_NOWAIT;
     constexpr bool PIPE = SYNC_PIPE || MODE == BWD_ATOMIC_PIPE;  // pipelined warpgroup MMAs
     constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR || SYNC_PIPE;  // setmaxnreg
     constexpr bool WGBAR = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_LATE_WGBAR || SYNC_PIPE;  // barrier 2 per wg
@@ -225,7 +229,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     ord_row = m;
                     acp_order(m, nb, qlh, lane, before, last);
                 }
-                if (lane == 0 && before > 0) {
+                if (MODE != BWD_SYNC_WG_PIPE_NOWAIT && lane == 0 && before > 0) {
                     unsigned spins = 0;
                     while (ld_acquire_gpu(semh + t) < before) {
                         __nanosleep(32);
@@ -702,6 +706,8 @@ static const Version versions[] = {
      true},
     {17, "BWD_SYNC_WG_PIPE at d_h 128, dQ beside S^T / dP^T (spills; control)", nullptr, nullptr, nullptr,
      WG128(BWD_SYNC_WG_PIPE_DQ_EARLY), false},
+    {18, "BWD_SYNC_WG_PIPE without the waits (timing control)", nullptr, nullptr, WG64(BWD_SYNC_WG_PIPE_NOWAIT),
+     WG128(BWD_SYNC_WG_PIPE_NOWAIT), true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
