@@ -20,8 +20,9 @@ namespace fox_attn {
 //   o_i = sum_{j <= i} exp(s_ij) v_j / sum_{j <= i} exp(s_ij),  s_ij = scale q_i.k_j + c_i - c_j,
 // and lse_i = log sum_{j <= i} exp(s_ij), which the backward uses to recompute P.
 // Block = FWD_BM query rows of one (b, h); each warp owns MT row tiles of 16 (so every K/V fragment read
-// from smem feeds MT mma). Key tiles are walked from the diagonal down to the first live one,
-// double-buffered with cp.async, with an online softmax (running max and sum per row).
+// from smem feeds MT mma). Key tiles of BN (FwdCfg: 64, or 128 on the warpgroup path at dh 128) are
+// walked from the diagonal down to the first live one, double-buffered with cp.async, with an online
+// softmax (running max and sum per row).
 //
 // Gate precision: c reaches -1e4 and beyond at long T, where an fp32 ulp is ~1e-3, so c_i - c_j must be
 // formed from differences, never from c*log2e products. Each key tile takes c_ref = c at its first
@@ -43,7 +44,8 @@ __global__ void __launch_bounds__(FwdCfg<DH, WG>::THREADS, FwdCfg<DH, WG>::MIN_B
 fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
            float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    constexpr int BM = FWD_BM, BN = FwdCfg<DH, WG>::BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    static_assert(BN <= NT, "one loader thread per key");
     constexpr int NV = WG ? 3 : 2;  // V buffers
     static_assert(!WG || MT == 1, "warpgroup path: 16 rows per warp");
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
@@ -152,7 +154,10 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < DH / 16; kk++)
-                wgmma_m64n64_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
+                if constexpr (BN == 128)
+                    wgmma_m64n128_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
+                else
+                    wgmma_m64n64_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
             wg_commit();  // then tile t-1's P V; only S is waited for here
             pv_issue(Vs + ((it + 2) % 3) * BN * DH);
             wg_commit();
@@ -273,7 +278,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 template <int DH, bool WG>
 void forward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                  __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_smem_bytes<DH, WG>();
+    const size_t smem = fwd_smem_bytes<DH, WG, FwdCfg<DH, WG>::BN>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
     fwd_kernel<DH, WG><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);

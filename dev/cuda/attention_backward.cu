@@ -45,6 +45,10 @@
 //                     control; ptxas spills 584 bytes under setmaxnreg 240.
 // 18 BWD_SYNC_WG_PIPE_NOWAIT: 13 (d_h 64) / 15 (d_h 128) with a sync warp that does not wait (timing
 //                     control, not deterministic: the same kernel, the adds in arrival order).
+// 19 BWD_ATOMIC_PIPE_REGS: 14 (d_h 64) / 16 (d_h 128) under 13's / 15's register budget (a 384-thread
+//                     block, setmaxnreg 240 for the compute warpgroups, the third exits; timing control).
+// 20 BWD_SYNC_WG_PIPE_ADDS_LAST: 13 / 15 with the dQ adds after tile it's dV/dK products complete (the
+//                     adds no longer overlap them, but P^T / dS^T fragments are dead there: registers).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -76,11 +80,16 @@ using namespace fox_attn;  // the primitives, the tile constants, steps 1 and 3 
 // tile it-1's dQ product after tile it's softmax step (DQ_LATE, see bwd_kernel); BWD_SYNC_WG_PIPE_DQ_EARLY
 // is BWD_SYNC_WG_PIPE at dh 128 with the dh 64 order instead (a control: it spills). BWD_SYNC_WG_PIPE_NOWAIT:
 // BWD_SYNC_WG_PIPE whose sync warp does not wait for the blocks above (a timing control, not deterministic:
-// the same kernel and barriers, the adds in arrival order).
+// the same kernel and barriers, the adds in arrival order). BWD_ATOMIC_PIPE_REGS: BWD_ATOMIC_PIPE in
+// BWD_SYNC_WG_PIPE's 384-thread block, whose third warpgroup only gives its registers back (setmaxnreg
+// 240 / 24) and exits: a control for what the compute warps' register budget costs.
+// BWD_SYNC_WG_PIPE_ADDS_LAST: BWD_SYNC_WG_PIPE whose dQ adds wait for tile it's dV/dK products too, so
+// the P^T and dS^T fragments (32 registers at dh 128) are dead during the adds.
 enum {
     BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3, BWD_SYNC = 4, BWD_SYNC2 = 5, BWD_SYNC_NOWAIT = 6,
     BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9, BWD_SYNC_WG_FULLBAR = 10, BWD_SYNC_LATE_WGBAR = 11,
-    BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13, BWD_SYNC_WG_PIPE_DQ_EARLY = 14, BWD_SYNC_WG_PIPE_NOWAIT = 15
+    BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13, BWD_SYNC_WG_PIPE_DQ_EARLY = 14, BWD_SYNC_WG_PIPE_NOWAIT = 15,
+    BWD_ATOMIC_PIPE_REGS = 16, BWD_SYNC_WG_PIPE_ADDS_LAST = 17
 };
 // threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
 constexpr int bwd_threads(int mode) {
@@ -88,7 +97,8 @@ constexpr int bwd_threads(int mode) {
                ? NTHREADS + 32
            : mode == BWD_SYNC2                                                   ? NTHREADS + 64
            : mode == BWD_SYNC_WG || mode == BWD_SYNC_WG_FULLBAR || mode == BWD_SYNC_WG_PIPE ||
-                   mode == BWD_SYNC_WG_PIPE_DQ_EARLY || mode == BWD_SYNC_WG_PIPE_NOWAIT
+                   mode == BWD_SYNC_WG_PIPE_DQ_EARLY || mode == BWD_SYNC_WG_PIPE_NOWAIT || mode == BWD_ATOMIC_PIPE_REGS ||
+                   mode == BWD_SYNC_WG_PIPE_ADDS_LAST
                ? NTHREADS + 128
                                                                                  : NTHREADS;
 }
@@ -206,8 +216,11 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const int ntiles = qt_last - qt_first + 1;
     int *semh = sem + (size_t)bh * nqt;
 
-    constexpr bool SYNC_PIPE = MODE == BWD_SYNC_WG_PIPE || MODE == BWD_SYNC_WG_PIPE_DQ_EARLY || MODE == BWD_SYNC_WG_PIPE_NOWAIT;
-    constexpr bool PIPE = SYNC_PIPE || MODE == BWD_ATOMIC_PIPE;  // pipelined warpgroup MMAs
+    constexpr bool SYNC_PIPE = MODE == BWD_SYNC_WG_PIPE || MODE == BWD_SYNC_WG_PIPE_DQ_EARLY ||
+                               MODE == BWD_SYNC_WG_PIPE_NOWAIT || MODE == BWD_SYNC_WG_PIPE_ADDS_LAST;
+    constexpr bool ADDS_LAST = MODE == BWD_SYNC_WG_PIPE_ADDS_LAST;  // dQ adds after dV/dK complete
+    constexpr bool REGS_ONLY = MODE == BWD_ATOMIC_PIPE_REGS;  // the sync warpgroup's registers, no sync warp
+    constexpr bool PIPE = SYNC_PIPE || MODE == BWD_ATOMIC_PIPE || REGS_ONLY;  // pipelined warpgroup MMAs
     constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR || SYNC_PIPE;  // setmaxnreg
     constexpr bool WGBAR = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_LATE_WGBAR || SYNC_PIPE;  // barrier 2 per wg
     constexpr bool LATE = MODE == BWD_SYNC_LATE || REGS || MODE == BWD_SYNC_LATE_WGBAR;
@@ -217,6 +230,13 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     static_assert(!PIPE || WG, "pipelined MMAs: warpgroup path");
     // dh 128: dQ of tile it-1 issued after tile it's softmax step, just before dV/dK (see above)
     constexpr bool DQ_LATE = PIPE && DH == 128 && MODE != BWD_SYNC_WG_PIPE_DQ_EARLY;
+    if constexpr (REGS_ONLY) {
+        if (warp >= NWARPS) {
+            setmaxnreg_dec<BWD_REGS_SYNC>();
+            return;
+        }
+        setmaxnreg_inc<BWD_REGS_COMPUTE>();
+    }
     if constexpr (LATE) {
         if (warp >= NWARPS) {  // the sync warp (see above); BWD_SYNC_WG: its warpgroup gives registers back
             if constexpr (REGS) setmaxnreg_dec<BWD_REGS_SYNC>();
@@ -438,7 +458,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         cp_async_wait_all();
         if constexpr (WG) fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
         // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
-        if constexpr (LATE) named_bar_sync(0, NTHREADS);  // the compute warps only
+        if constexpr (LATE || REGS_ONLY) named_bar_sync(0, NTHREADS);  // the compute warps only
         else __syncthreads();
         // BWD_BLOCK: every warp issued tile it-2's adds before this barrier (and long ago): release them
         if (MODE == BWD_BLOCK && tid == 0 && it >= 2) red_release_gpu_add(semh + qt_first + it - 2, 1);
@@ -588,7 +608,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
         if constexpr (PIPE) {
             if (it < ntiles) {
-                wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
+                if constexpr (ADDS_LAST) wg_wait<0>();  // dQ and dV/dK: P^T, dS^T fragments dead during the adds
+                else wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
             } else {  // after the last tile: its dQ product alone
                 wg_fence();
                 dq_mma_issue(it, dqp);
@@ -708,6 +729,10 @@ static const Version versions[] = {
      WG128(BWD_SYNC_WG_PIPE_DQ_EARLY), false},
     {18, "BWD_SYNC_WG_PIPE without the waits (timing control)", nullptr, nullptr, WG64(BWD_SYNC_WG_PIPE_NOWAIT),
      WG128(BWD_SYNC_WG_PIPE_NOWAIT), true},
+    {19, "atomics with pipelined MMAs under setmaxnreg 240 (timing control)", nullptr, nullptr,
+     WG64(BWD_ATOMIC_PIPE_REGS), WG128(BWD_ATOMIC_PIPE_REGS), true},
+    {20, "BWD_SYNC_WG_PIPE, dQ adds after the dV/dK products", nullptr, nullptr, WG64(BWD_SYNC_WG_PIPE_ADDS_LAST),
+     WG128(BWD_SYNC_WG_PIPE_ADDS_LAST), false},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).

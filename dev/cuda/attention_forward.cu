@@ -19,8 +19,10 @@
 //  4 2 at d_h 128 (Hopper): Q, K, V tiles stored as two 64-column halves (swz_halves), each a canonical
 //    128-byte-swizzle operand; S's k16 steps walk both halves, P V is an m64n64 product per half of V.
 //    1 block of 8 warps per SM (O alone is 64 registers per thread).
-//  5 3 at d_h 128: 4 with tile t-1's P V pipelined under tile t's softmax. The API's forward at d_h 128
-//    on Hopper.
+//  5 3 at d_h 128: 4 with tile t-1's P V pipelined under tile t's softmax.
+//  6 5 with key tiles of 128 (S = Q K^T one m64n128 product per k16 step; smem 197 KB): half the
+//    per-tile softmax bookkeeping and S's operand traffic per flop of 5 (K read once per 128 keys for 64
+//    query rows of a warpgroup instead of once per 64).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -46,12 +48,14 @@ using namespace fox_attn;  // the primitives and the tile constants
 // on O in the same order as without PIPE (the same output bit for bit). V is triple-buffered (V(t-1)
 // is still read while V(t+1) lands); the P V issue is unconditional (at t = 0 a zero P on a zeroed V
 // buffer): under a branch ptxas would serialize the kernel's warpgroup MMAs.
-template <int DH, bool WG = false, bool PIPE = false>
+template <int DH, bool WG = false, bool PIPE = false, int BN = FWD_BN>
 __global__ void __launch_bounds__(FwdCfg<DH, WG>::THREADS, FwdCfg<DH, WG>::MIN_BLOCKS)
 fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
            float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    constexpr int BM = FWD_BM, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    static_assert(BN == FWD_BN || (WG && BN == 128), "key tiles of 64, or 128 on the warpgroup path");
+    static_assert(BN <= NT && FOX_ACP_BLOCK % BN == 0, "one loader thread per key; tiles nest in the ACP grid");
     constexpr int NV = PIPE ? 3 : 2;  // V buffers
     static_assert(!WG || MT == 1, "warpgroup path: 16 rows per warp");
     static_assert(!PIPE || WG, "pipelined P V: warpgroup path");
@@ -161,7 +165,10 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < DH / 16; kk++)
-                wgmma_m64n64_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
+                if constexpr (BN == 128)
+                    wgmma_m64n128_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
+                else
+                    wgmma_m64n64_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
             if constexpr (PIPE) {  // then tile t-1's P V; only S is waited for here
                 wg_commit();
                 pv_issue(pprev, Vs + ((it + 2) % 3) * BN * DH);
@@ -290,13 +297,13 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
 }
 
-template <int DH, bool WG, bool PIPE>
+template <int DH, bool WG, bool PIPE, int BN = FWD_BN>
 void forward_cfg(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                  const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_smem_bytes<DH, PIPE>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = fwd_smem_bytes<DH, PIPE, BN>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG, PIPE, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_kernel<DH, WG, PIPE><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
+    fwd_kernel<DH, WG, PIPE, BN><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
@@ -315,6 +322,8 @@ static const Version versions[] = {
     {4, "wgmma at d_h 128 (two 64-column halves), P V not pipelined", nullptr, fox_attn_dev::forward_cfg<128, true, false>,
      true},
     {5, "wgmma at d_h 128 (two 64-column halves), P V pipelined", nullptr, fox_attn_dev::forward_cfg<128, true, true>,
+     true},
+    {6, "wgmma at d_h 128, P V pipelined, key tiles of 128", nullptr, fox_attn_dev::forward_cfg<128, true, true, 128>,
      true},
 };
 
