@@ -253,8 +253,9 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     }
 
     if constexpr (WG) {  // the last tile's P V
+        const __nv_bfloat16 *Vp = Vs + ((ntiles - 1) % 3) * BN * DH;
         wg_fence();
-        pv_issue(Vs + ((ntiles - 1) % 3) * BN * DH);
+        pv_issue(Vp);
         wg_commit_wait();
     }
     const size_t ld_o = (size_t)H * DH;

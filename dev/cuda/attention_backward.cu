@@ -38,17 +38,28 @@
 //                     The API's nondeterministic wgmma kernel at d_h 64.
 // 15 BWD_SYNC_WG_PIPE at d_h 128 on wgmma (session 7): tiles as two 64-column halves, BM 64, 128 keys per
 //                     block (64 per compute warpgroup), dQ of tile it-1 issued after tile it's softmax step
-//                     (DQ_LATE). The API's deterministic wgmma kernel at d_h 128.
-// 16 BWD_ATOMIC_PIPE at d_h 128 on wgmma (not deterministic, control). The API's nondeterministic wgmma
-//                     kernel at d_h 128.
+//                     (DQ_LATE); 4 bytes of spill (one loop-invariant register, one reload per tile). The API's
+//                     deterministic wgmma kernel at d_h 128: 349.5-356.7 at T 16384 B 2 H 8, 300.2-304.7 at
+//                     T 4096 B 8 H 8 (H100, session 7 runs 1-3; mma.sync version 3 in run 1: 207.4 / 184.6).
+// 16 BWD_ATOMIC_PIPE at d_h 128 on wgmma (not deterministic, control; 255 registers). The API's
+//                     nondeterministic wgmma kernel at d_h 128: 406.6-411.3 at T 16384, 343.3-348.3 at T 4096
+//                     (the same runs; mma.sync version 1 in run 1: 230.1 / 204.9).
 // 17 BWD_SYNC_WG_PIPE_DQ_EARLY: 15 with d_h 64's MMA order (dQ of tile it-1 beside S^T / dP^T of tile it):
-//                     control; ptxas spills 584 bytes under setmaxnreg 240.
+//                     control; ptxas spills 584 bytes under setmaxnreg 240 and serializes the warpgroup MMAs
+//                     (C7512): 217.2 at T 16384, 197.3 at T 4096 (run 1).
 // 18 BWD_SYNC_WG_PIPE_NOWAIT: 13 (d_h 64) / 15 (d_h 128) with a sync warp that does not wait (timing
-//                     control, not deterministic: the same kernel, the adds in arrival order).
+//                     control, not deterministic: the same kernel, the adds in arrival order). d_h 128: 354.0
+//                     beside 15's 349.6 at T 16384, 300.8 / 300.2 at T 4096; d_h 64: 317.7 beside 13's 320.3
+//                     (run 2). The waits cost nothing.
 // 19 BWD_ATOMIC_PIPE_REGS: 14 (d_h 64) / 16 (d_h 128) under 13's / 15's register budget (a 384-thread
-//                     block, setmaxnreg 240 for the compute warpgroups, the third exits; timing control).
+//                     block, setmaxnreg 240 for the compute warpgroups, the third exits; timing control; 60
+//                     bytes of spill at d_h 128, none at d_h 64). d_h 128: 362.5 beside 15's 355.6 at T 16384
+//                     (16: 409.2 in the same run), 314.5 / 300.4 at T 4096; d_h 64: 319.5 beside 13's 320.3
+//                     (run 3). The deterministic kernels' loss to the atomics ones is this block shape.
 // 20 BWD_SYNC_WG_PIPE_ADDS_LAST: 13 / 15 with the dQ adds after tile it's dV/dK products complete (the
 //                     adds no longer overlap them, but P^T / dS^T fragments are dead there: registers).
+//                     d_h 128: 352.5 beside 15's 349.5, 304.5 / 302.4 at T 4096; d_h 64: 310.0 beside 320.0
+//                     (run 3). Not taken.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -795,7 +806,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [version 1..%d] [check|bench|all]\n", argv[0], (int)(sizeof versions / sizeof versions[0]));
         return 2;
     }
-    printf("dh 64 kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
+    printf("attention kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok &= run_checks(only);
     if (strcmp(mode, "check") != 0) ok &= run_bench(only);

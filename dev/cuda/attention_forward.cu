@@ -1,6 +1,6 @@
 // dev/cuda/attention_forward.cu: the Forgetting Attention forward kernel in every version tried, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are versions 1, 3 and 5).
+// (fox/attention.cuh, whose kernels are versions 1, 3 and 6).
 //   make attention_forward
 //   ./attention_forward            every version: checks, then timings
 //   ./attention_forward 3          version 3 only (and the API)
@@ -8,8 +8,9 @@
 //
 // Versions (figures: forward TFLOP/s; NOTES.md has the full tables):
 //  1 mma.sync, d_h 64: 4 warps x 2 row tiles of 16, 2 blocks/SM; d_h 128: 8 warps x 1 row tile.
-//    284-285 at T 16384, 265 at T 4096 (H200, session 2 run 3); d_h 128 287 (H200, session 1).
-//    The API's forward at d_h 128, on sm_80, and with FOX_ATTN_NO_WGMMA=1.
+//    284-285 at T 16384, 265 at T 4096 (H200, session 2 run 3); d_h 128 287 (H200, session 1), 291.5-291.8
+//    at T 16384 B 2 H 8, 251.8-252.6 at T 4096 (H100, session 7 runs 2 and 3).
+//    The API's forward on sm_80 and with FOX_ATTN_NO_WGMMA=1.
 //  2 wgmma (d_h 64, Hopper), 8 warps of 16 rows, 2 blocks/SM, P V issued and waited for after each
 //    tile's softmax: 333-336 at T 16384, 307-308 at T 4096 (H200, session 2 run 3); 336.9 / 341.6 at
 //    T 16384 B 2 H 16, 334.0 / 335.3 at B 1 H 24, 307.2 at T 4096 (H100, session 5). d_h 64 only.
@@ -18,11 +19,15 @@
 //    session 5, the same runs as 2's figures). The API's forward at d_h 64 on Hopper.
 //  4 2 at d_h 128 (Hopper): Q, K, V tiles stored as two 64-column halves (swz_halves), each a canonical
 //    128-byte-swizzle operand; S's k16 steps walk both halves, P V is an m64n64 product per half of V.
-//    1 block of 8 warps per SM (O alone is 64 registers per thread).
-//  5 3 at d_h 128: 4 with tile t-1's P V pipelined under tile t's softmax.
-//  6 5 with key tiles of 128 (S = Q K^T one m64n128 product per k16 step; smem 197 KB): half the
-//    per-tile softmax bookkeeping and S's operand traffic per flop of 5 (K read once per 128 keys for 64
-//    query rows of a warpgroup instead of once per 64).
+//    1 block of 8 warps per SM (O alone is 64 registers per thread); 168 registers, ptxas injects a
+//    warpgroup.arrive (C7519). 389.8-390.2 at T 16384 B 2 H 8, 326.0-331.5 at T 4096 (H100, session 7
+//    runs 2 and 3).
+//  5 3 at d_h 128: 4 with tile t-1's P V pipelined under tile t's softmax; 167 registers. 405.6-405.8 at
+//    T 16384, 337.0-341.2 at T 4096 (the same runs).
+//  6 5 with key tiles of 128 (S = Q K^T one m64n128 product per k16 step; smem 197 KB; 254 registers, no
+//    spills): half the per-tile softmax bookkeeping and S's operand traffic per flop of 5 (K read once
+//    per 128 keys for 64 query rows of a warpgroup instead of once per 64). 422.7 at T 16384, 349.6 at
+//    T 4096 (H100, session 7 run 3, beside 5's 405.6 / 341.2). The API's forward at d_h 128 on Hopper.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -31,7 +36,8 @@ namespace fox_attn_dev {
 using namespace fox_attn;  // the primitives and the tile constants
 
 // Forward. Block = FWD_BM query rows of one (b, h); each warp owns MT row tiles of 16 (FwdCfg). Key
-// tiles are walked from the diagonal down to the first live one, double-buffered with cp.async.
+// tiles of BN (64, or 128 on the warpgroup path) are walked from the diagonal down to the first live one,
+// double-buffered with cp.async.
 //
 // Gate precision: c reaches -1e4 and beyond at long T, where an fp32 ulp is ~1e-3, so c_i - c_j must be
 // formed from differences, never from c*log2e products. Each key tile takes c_ref = c at its first
@@ -275,8 +281,9 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     }
 
     if constexpr (PIPE) {  // the last tile's P V
+        const __nv_bfloat16 *Vp = Vs + ((ntiles - 1) % 3) * BN * DH;
         wg_fence();
-        pv_issue(pprev, Vs + ((ntiles - 1) % 3) * BN * DH);
+        pv_issue(pprev, Vp);
         wg_commit_wait();
     }
     const size_t ld_o = (size_t)H * DH;
@@ -373,7 +380,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [version 1..%d] [check|bench|all]\n", argv[0], (int)(sizeof versions / sizeof versions[0]));
         return 2;
     }
-    printf("dh 64 kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
+    printf("attention kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok &= run_checks(only);
     if (strcmp(mode, "check") != 0) run_bench(only);
