@@ -79,7 +79,7 @@ template <int COLS> __device__ __forceinline__ void load_b_kn(uint32_t b[4], con
 // each half is a canonical 128-byte-swizzle operand whatever DH is. At DH 64 this is swz<64> itself.
 template <int DH, int ROWS> __device__ __forceinline__ int swz_halves(int row, int col) {
     static_assert(DH % 64 == 0, "whole 64-column halves");
-    if constexpr (DH == 64) return swz<64>(row, col);  // the same machine code as the dh 64 kernels had
+    if constexpr (DH == 64) return swz<64>(row, col);  // one half: the same offset in fewer instructions
     return (col >> 6) * ROWS * 64 + swz<64>(row, col & 63);
 }
 
