@@ -168,7 +168,7 @@ __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_re
 // warpgroup w4 syncs on 2 + w4. Each warpgroup adds only its own dQ columns (and warpgroup 0 the dc row
 // sums), so every address still sees this block's adds of a tile between the same acquire and release,
 // and the sync warp still waits (barrier 1) for all 8 compute warps' adds before it releases.
-// WG: the five products on Hopper warpgroup MMA (sm_90a; dh 64, BM 64): warpgroup w4 (warps 4w4..4w4+3)
+// WG: the five products on Hopper warpgroup MMA (sm_90a; BM 64; dh 128 below): warpgroup w4 (warps 4w4..4w4+3)
 // owns keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared.
 // PIPE (BWD_SYNC_WG_PIPE, BWD_ATOMIC_PIPE): per tile it a warpgroup commits three MMA groups, S^T/dP^T of
 // tile it, then dQ of tile it-1, then dV/dK of tile it, and waits for each only where its result is
