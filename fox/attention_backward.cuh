@@ -1,6 +1,6 @@
 // fox/attention_backward.cuh: the Forgetting Attention backward, in the four forms the public API
-// (fox/attention.cuh) selects: {Hopper warpgroup MMA at d_h 64 (sm_90a), mma.sync at any d_h} x
-// {deterministic, fp32 atomics in arrival order}. Step 1 forms D = rowsum(dO * o), step 2 (bwd_kernel)
+// (fox/attention.cuh) selects: {Hopper warpgroup MMA (sm_90a), mma.sync} x {deterministic, fp32 atomics in
+// arrival order}, each at d_h 64 and 128. Step 1 forms D = rowsum(dO * o), step 2 (bwd_kernel)
 // dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3 converts dQ to bf16; the last
 // step, dc and the reverse scan into d log f, is fox_attention_reverse_scan in fox/attention.cuh. Other
 // forms of step 2, with their measurements, are in dev/cuda/attention_backward.cu.
@@ -103,14 +103,21 @@ __device__ __forceinline__ void acp_order(int m, int nb, const int *qlh, int lan
 //   its adds of t), releases t, and moves on to t+1. Each warpgroup adds only its own dQ columns (and
 //   warpgroup 0 the dc row sums), so every address still sees this block's adds of a tile between the
 //   same acquire and release.
-// WG: the five products on Hopper warpgroup MMA (sm_90a; dh 64, BM 64): warpgroup w4 (warps 4w4..4w4+3)
-// owns keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared.
+// WG: the five products on Hopper warpgroup MMA (sm_90a; BM 64): warpgroup w4 (warps 4w4..4w4+3) owns
+// keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared. K, V,
+// Q and dO tiles are stored as 64-column halves (swz_halves: two at dh 128), each a canonical
+// 128-byte-swizzle operand: S^T and dP^T walk both halves in their k16 steps, dV and dK are one m64n64
+// product per half of dO / Q, and warpgroup w4's dQ columns are the DH / 2 from 32 w4 (dh 64, within
+// the one half) or K's half w4 (dh 128).
 // The MMAs are pipelined across the tile's steps: per tile it a warpgroup commits three MMA groups, S^T/dP^T
 // of tile it, then dQ of tile it-1, then dV/dK of tile it, and waits for each only where its result is
 // needed: S^T/dP^T before the softmax step (dQ keeps running), dQ before its adds (dV/dK keep running),
 // dV/dK before the next tile's barrier (their register operands, and the Q/dO buffer the next prefetch
-// overwrites). The dQ issue is unconditional (at it = 0 on a zeroed dS^T buffer, result unused): ptxas
-// serializes every warpgroup MMA of the kernel when the issue sits under a branch (C7514).
+// overwrites). At dh 128 (DQ_LATE) dQ of tile it-1 is issued after the softmax step instead, just before
+// dV/dK: dK and dV hold 128 registers per thread there, and S^T, dP^T (64) and the dQ product (32) do not
+// all fit beside them under the 240 of setmaxnreg. The dQ issue is unconditional (at it = 0 on a zeroed
+// dS^T buffer, result unused): ptxas serializes every warpgroup MMA of the kernel when the issue sits
+// under a branch (C7514).
 template <int DH, int BM, int MINB, bool DET, bool WG>
 __global__ void __launch_bounds__(bwd_threads(WG, DET), MINB)
 bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
@@ -121,7 +128,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
            int H, int T, const int *__restrict__ q_last) {
     constexpr int BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
     static_assert(FOX_ACP_BLOCK % BM == 0, "query tiles nest in the ACP grid");
-    static_assert(!WG || (DH == 64 && BM == 64), "warpgroup path: 128-byte smem rows");
+    static_assert(!WG || BM == 64, "warpgroup path: the dQ product's M is the tile's 64 queries");
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -158,6 +165,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 
     constexpr bool SYNCW = WG && DET;        // the sync warpgroup keeps the order (see above)
     constexpr bool WARP_ORDER = !WG && DET;  // every compute warp keeps the order itself (see above)
+    constexpr bool DQ_LATE = WG && DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
     if constexpr (SYNCW) {
         if (warp >= NWARPS) {  // the sync warp (see above); its warpgroup gives registers back
             setmaxnreg_dec<BWD_REGS_SYNC>();
@@ -209,10 +217,10 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
         for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
     }
-    load_tile_async<DH, BN, NTHREADS>(Ks, kh, DH, k0, T, tid);
-    load_tile_async<DH, BN, NTHREADS>(Vs, vh, DH, k0, T, tid);
-    load_tile_async<DH, BM, NTHREADS>(Qs, qh, DH, qt_first * BM, T, tid);
-    load_tile_async<DH, BM, NTHREADS>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
+    load_tile_async<DH, BN, NTHREADS, WG>(Ks, kh, DH, k0, T, tid);
+    load_tile_async<DH, BN, NTHREADS, WG>(Vs, vh, DH, k0, T, tid);
+    load_tile_async<DH, BM, NTHREADS, WG>(Qs, qh, DH, qt_first * BM, T, tid);
+    load_tile_async<DH, BM, NTHREADS, WG>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
     cp_async_commit();
     {
         float r = 0.f, d = 0.f;
@@ -249,13 +257,17 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     };
 
     // dQ of tile it-1 = dS K from its parked dS^T. WG: warpgroup w4 takes all 64 query rows and dh columns
-    // 32 w4..; A = dS (dS^T in smem: MN-major), B = K (MN-major); issued only (the caller fences, commits
-    // and waits).
+    // DQC w4..; A = dS (dS^T in smem: MN-major), B = K (MN-major: 32 columns from byte 64 w4 of the one
+    // half at dh 64, half w4 at dh 128); issued only (the caller fences, commits and waits).
     auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
         const __nv_bfloat16 *dSb = dSt + ((it - 1) & 1) * BN * BM;
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-            wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
+        for (int kk = 0; kk < BN / 16; kk++) {
+            if constexpr (DQC == 32)
+                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
+            else
+                wgmma_m64n64_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), desc_mnmajor<BN>(Ks, w4, kk), kk > 0);
+        }
     };
     // dQ (and dc row sums) of tile it-1 added to the fp32 accumulators (dqa: its dQ product, complete).
     auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
@@ -319,7 +331,17 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         if (SYNCW) named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
     };
 
-    float dqp[DQC / 8][4];  // dQ product of tile it-1 (WG: in flight during tile it's softmax work)
+    // this warp's dS row sums of a tile (rsum: this thread's part) reduced over its keys, to smem buffer buf
+    auto park_row_sums = [&](float (&rsum)[BM / 4], int buf) {
+        warp_column_sums<BM / 4>(rsum, lane);
+#pragma unroll
+        for (int i = 0; i < BM / 32; i++) {
+            const int cidx = g * (BM / 32) + i;
+            rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
+        }
+    };
+
+    float dqp[DQC / 8][4];  // dQ product of tile it-1 (WG: in flight during tile it's softmax or dV/dK work)
     for (int it = 0; it <= ntiles; it++) {
         const int buf = it & 1;
         cp_async_wait_all();
@@ -332,8 +354,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         float r_next = 0.f, d_next = 0.f;
         if (more) {
             const int i1 = (qt_first + it + 1) * BM;
-            load_tile_async<DH, BM, NTHREADS>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
-            load_tile_async<DH, BM, NTHREADS>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
+            load_tile_async<DH, BM, NTHREADS, WG>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
+            load_tile_async<DH, BM, NTHREADS, WG>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
             cp_async_commit();
             fetch_rows(qt_first + it + 1, r_next, d_next);
         }
@@ -355,14 +377,18 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++)
-                    wgmma_m64n64_ss<0, 0>(st, gmma_desc(Ks + w4 * 64 * DH + kk * 16), gmma_desc(Qb + kk * 16), kk > 0);
+                    wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, 0, kk), kk > 0);
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++)
-                    wgmma_m64n64_ss<0, 0>(dpt, gmma_desc(Vs + w4 * 64 * DH + kk * 16), gmma_desc(dOb + kk * 16), kk > 0);
-                wg_commit();  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
-                dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                    wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, 0, kk), kk > 0);
                 wg_commit();
-                wg_wait<1>();
+                if constexpr (DQ_LATE) {
+                    wg_wait<0>();
+                } else {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
+                    dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                    wg_commit();
+                    wg_wait<1>();
+                }
             } else {
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++) {
@@ -407,6 +433,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     dpt[nt][2 + e] = ds1;
                 }
             }
+            if constexpr (DQ_LATE) park_row_sums(rsum, buf);  // its 16 registers free before the MMAs
             if constexpr (WG) {
                 // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
                 uint32_t pa[BM / 16][4], sa[BM / 16][4];
@@ -421,11 +448,17 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[kk][3];
                 }
                 wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < BM / 16; kk++) {
-                    wgmma_m64n64_rs<1>(dva, pa[kk], gmma_desc(dOb + kk * 16 * DH));
-                    wgmma_m64n64_rs<1>(dka, sa[kk], gmma_desc(Qb + kk * 16 * DH));
+                if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
+                    dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                    wg_commit();
                 }
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; kk++)
+#pragma unroll
+                    for (int hf = 0; hf < DH / 64; hf++) {
+                        wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, kk));
+                        wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, kk));
+                    }
                 wg_commit();  // waited for after tile it-1's dQ adds
             } else
 #pragma unroll
@@ -450,12 +483,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     mma16816(dka[2 * np + 1], sa, bq[2], bq[3]);
                 }
             }
-            warp_column_sums<BM / 4>(rsum, lane);
-#pragma unroll
-            for (int i = 0; i < BM / 32; i++) {
-                const int cidx = g * (BM / 32) + i;
-                rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
-            }
+            if constexpr (!DQ_LATE) park_row_sums(rsum, buf);
         }
         if constexpr (WG) {
             if (it < ntiles) {
@@ -545,23 +573,21 @@ float *backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_b
     return colsum;
 }
 
-// Steps 1 to 3 as the public API runs them. Deterministic: warpgroup MMA with the sync warpgroup's order at
-// dh 64 on Hopper (needs an sm_90a build), otherwise mma.sync with the staggered warp-level order.
-// Not deterministic: the same kernels with plain fp32 atomics.
+// Steps 1 to 3 as the public API runs them. Deterministic: warpgroup MMA with the sync warpgroup's order on
+// Hopper (needs an sm_90a build), otherwise mma.sync with the staggered warp-level order. Not
+// deterministic: the same kernels with plain fp32 atomics.
 template <int DH>
 float *backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                 const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dq,
                 __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last,
                 bool det, cudaStream_t s) {
-    constexpr int BM = BwdCfg<DH>::BM, MINB = BwdCfg<DH>::MINB;
-    if constexpr (DH == 64) {
-        if (use_wgmma()) {
-            if (det)
-                return backward_cfg<64, 64, 1, true, true>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
-                                                           q_last, s);
-            return backward_cfg<64, 64, 1, false, true>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
+    constexpr int BM = BwdCfg<DH>::BM, MINB = BwdCfg<DH>::MINB, WBM = BwdCfg<DH, true>::BM;
+    if (use_wgmma()) {
+        if (det)
+            return backward_cfg<DH, WBM, 1, true, true>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
                                                         q_last, s);
-        }
+        return backward_cfg<DH, WBM, 1, false, true>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
+                                                     q_last, s);
     }
     if (det)
         return backward_cfg<DH, BM, MINB, true, false>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,

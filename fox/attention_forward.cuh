@@ -1,6 +1,6 @@
 // fox/attention_forward.cuh: the Forgetting Attention forward kernel and its launcher, in the two forms
-// the public API (fox/attention.cuh) selects: mma.sync m16n8k16 at any d_h (64, 128; sm_80 and up), and
-// Hopper warpgroup MMA with the P V product pipelined at d_h 64 (sm_90a builds). Other forms, and their
+// the public API (fox/attention.cuh) selects: mma.sync m16n8k16 (sm_80 and up), and Hopper warpgroup MMA
+// with the P V product pipelined (sm_90a builds), each at d_h 64 and 128. Other forms, and their
 // measurements, are in dev/cuda/attention_forward.cu.
 #ifndef FOX_ATTENTION_FORWARD_CUH
 #define FOX_ATTENTION_FORWARD_CUH
@@ -20,15 +20,19 @@ namespace fox_attn {
 //   o_i = sum_{j <= i} exp(s_ij) v_j / sum_{j <= i} exp(s_ij),  s_ij = scale q_i.k_j + c_i - c_j,
 // and lse_i = log sum_{j <= i} exp(s_ij), which the backward uses to recompute P.
 // Block = FWD_BM query rows of one (b, h); each warp owns MT row tiles of 16 (so every K/V fragment read
-// from smem feeds MT mma). Key tiles are walked from the diagonal down to the first live one,
-// double-buffered with cp.async, with an online softmax (running max and sum per row).
+// from smem feeds MT mma). Key tiles of BN (FwdCfg: 64, or 128 on the warpgroup path at dh 128) are
+// walked from the diagonal down to the first live one, double-buffered with cp.async, with an online
+// softmax (running max and sum per row).
 //
 // Gate precision: c reaches -1e4 and beyond at long T, where an fp32 ulp is ~1e-3, so c_i - c_j must be
 // formed from differences, never from c*log2e products. Each key tile takes c_ref = c at its first
 // key; a_i = (c_i - c_ref) log2e per row and nb_j = -(c_j - c_ref) log2e per key are small for every
 // tile that matters, and s_ij log2e = a_i + fma(qk, scale log2e, nb_j).
-// WG: S = Q K^T and O += P V on Hopper warpgroup MMA (sm_90a, dh 64): 8 warps of 16 rows, warpgroup w4
-// owning rows 64 w4.., operands straight from the swizzled smem tiles; the rest of the kernel is shared.
+// WG: S = Q K^T and O += P V on Hopper warpgroup MMA (sm_90a): 8 warps of 16 rows, warpgroup w4 owning
+// rows 64 w4.., operands straight from the swizzled smem tiles; the rest of the kernel is shared. Tiles
+// are stored as 64-column halves (swz_halves: one half at dh 64, two at dh 128), each a canonical
+// 128-byte-swizzle operand: S's k16 steps walk Q's and K's halves in turn, and P V is one m64n64 product
+// per half of V (MN-major), giving O's columns 64 hf.. (acc_half).
 // Tile t-1's P V runs on the tensor cores during tile t's softmax. Per tile a warpgroup commits
 // S(t) = Q K(t)^T, then P(t-1) V(t-1) (P kept in registers as bf16 fragments), waits for S(t) only,
 // forms tile t's exponentials and row sums, then waits for P V and rescales O: the same operations on O
@@ -40,9 +44,10 @@ __global__ void __launch_bounds__(FwdCfg<DH, WG>::THREADS, FwdCfg<DH, WG>::MIN_B
 fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
            float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    constexpr int BM = FWD_BM, BN = FwdCfg<DH, WG>::BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    static_assert(BN <= NT, "one loader thread per key");
     constexpr int NV = WG ? 3 : 2;  // V buffers
-    static_assert(!WG || (DH == 64 && MT == 1), "warpgroup path: 128-byte smem rows, 16 rows per warp");
+    static_assert(!WG || MT == 1, "warpgroup path: 16 rows per warp");
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
     __nv_bfloat16 *Ks = Qs + BM * DH;          // [2][BN][DH]
@@ -79,9 +84,9 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         uint4 *z = reinterpret_cast<uint4 *>(Vs + 2 * BN * DH);
         for (int i = tid; i < BN * DH / 8; i += NT) z[i] = make_uint4(0u, 0u, 0u, 0u);
     }
-    load_tile_async<DH, BM, NT>(Qs, qh, DH, q0, T, tid);
-    load_tile_async<DH, BN, NT>(Ks, kh, DH, n_last * BN, T, tid);
-    load_tile_async<DH, BN, NT>(Vs, vh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BM, NT, WG>(Qs, qh, DH, q0, T, tid);
+    load_tile_async<DH, BN, NT, WG>(Ks, kh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BN, NT, WG>(Vs, vh, DH, n_last * BN, T, tid);
     cp_async_commit();
     {
         float cj, cref;
@@ -112,6 +117,14 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int i = 0; i < DH / 8; i++) oacc[mt][i][0] = oacc[mt][i][1] = oacc[mt][i][2] = oacc[mt][i][3] = 0.f;
+    // WG: O += P V for the previous tile's P (pprev) and V tile Vp, one m64n64 product per half of V
+    auto pv_issue = [&](const __nv_bfloat16 *Vp) {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+            for (int hf = 0; hf < DH / 64; hf++)
+                wgmma_m64n64_rs<1>(acc_half(oacc[0], hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
+    };
 
     for (int it = 0; it < ntiles; it++) {
         const int n = n_last - it, buf = it & 1, vbuf = WG ? it % 3 : buf;
@@ -121,8 +134,8 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         const bool more = it + 1 < ntiles;
         float cj_next = 0.f, cref_next = 0.f;
         if (more) {
-            load_tile_async<DH, BN, NT>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
-            load_tile_async<DH, BN, NT>(Vs + (WG ? (it + 1) % 3 : buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT, WG>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT, WG>(Vs + (WG ? (it + 1) % 3 : buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
             cp_async_commit();
             fetch_c(n - 1, cj_next, cref_next);
         }
@@ -141,11 +154,12 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < DH / 16; kk++)
-                wgmma_m64n64_ss<0, 0>(s[0], gmma_desc(Qs + w4 * 64 * DH + kk * 16), gmma_desc(Kb + kk * 16), kk > 0);
+                if constexpr (BN == 128)
+                    wgmma_m64n128_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
+                else
+                    wgmma_m64n64_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
             wg_commit();  // then tile t-1's P V; only S is waited for here
-            const __nv_bfloat16 *Vp = Vs + ((it + 2) % 3) * BN * DH;
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pprev[kk], gmma_desc(Vp + kk * 16 * DH));
+            pv_issue(Vs + ((it + 2) % 3) * BN * DH);
             wg_commit();
             wg_wait<1>();
         } else {
@@ -241,8 +255,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     if constexpr (WG) {  // the last tile's P V
         const __nv_bfloat16 *Vp = Vs + ((ntiles - 1) % 3) * BN * DH;
         wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pprev[kk], gmma_desc(Vp + kk * 16 * DH));
+        pv_issue(Vp);
         wg_commit_wait();
     }
     const size_t ld_o = (size_t)H * DH;
@@ -266,25 +279,20 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 template <int DH, bool WG>
 void forward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                  __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_smem_bytes<DH, WG>();
+    const size_t smem = fwd_smem_bytes<DH, WG, FwdCfg<DH, WG>::BN>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
     fwd_kernel<DH, WG><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
-// The forward the public API runs: warpgroup MMA with the pipelined P V at dh 64 on Hopper (needs an
-// sm_90a build), mma.sync otherwise.
+// The forward the public API runs: warpgroup MMA with the pipelined P V on Hopper (needs an sm_90a build),
+// mma.sync otherwise.
 template <int DH>
 void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
              __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    if constexpr (DH == 64) {
-        if (use_wgmma()) {
-            forward_cfg<64, true>(q, k, v, c, o, lse, B, H, T, kv_first, s);
-            return;
-        }
-    }
-    forward_cfg<DH, false>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    if (use_wgmma()) forward_cfg<DH, true>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    else forward_cfg<DH, false>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 
 }  // namespace fox_attn

@@ -75,9 +75,18 @@ template <int COLS> __device__ __forceinline__ void load_b_kn(uint32_t b[4], con
     ldmatrix_x4_trans(b, s + swz<COLS>(k0 + (lane & 7) + (((lane >> 3) & 1) << 3), n0 + ((lane >> 4) << 3)));
 }
 
+// Warpgroup-MMA tiles: ROWS x DH stored as DH / 64 halves of ROWS x 64 (rows of 128 bytes, swz<64>), so
+// each half is a canonical 128-byte-swizzle operand whatever DH is. At DH 64 this is swz<64> itself.
+template <int DH, int ROWS> __device__ __forceinline__ int swz_halves(int row, int col) {
+    static_assert(DH % 64 == 0, "whole 64-column halves");
+    if constexpr (DH == 64) return swz<64>(row, col);  // one half: the same offset in fewer instructions
+    return (col >> 6) * ROWS * 64 + swz<64>(row, col & 63);
+}
+
 // Async copy of `rows` rows of DH bf16 starting at global row `row0` (row stride `ld` elements) into a
-// swizzled smem tile by NT threads; rows at or past T are zero-filled.
-template <int DH, int ROWS, int NT>
+// swizzled smem tile by NT threads; rows at or past T are zero-filled. HALVES: the warpgroup-MMA layout
+// (swz_halves), otherwise swz<DH> (rows of DH * 2 bytes, for ldmatrix).
+template <int DH, int ROWS, int NT, bool HALVES = false>
 __device__ __forceinline__ void load_tile_async(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int ld, int row0, int T, int tid) {
     constexpr int CHUNKS = ROWS * DH / 8;
     static_assert(CHUNKS % NT == 0, "whole chunks per thread");
@@ -87,7 +96,7 @@ __device__ __forceinline__ void load_tile_async(__nv_bfloat16 *dst, const __nv_b
         const int r = idx / (DH / 8), col = (idx % (DH / 8)) * 8;
         const bool valid = row0 + r < T;
         const __nv_bfloat16 *g = src + (size_t)(valid ? row0 + r : 0) * ld + col;
-        cp_async16(dst + swz<DH>(r, col), g, valid);
+        cp_async16(dst + (HALVES ? swz_halves<DH, ROWS>(r, col) : swz<DH>(r, col)), g, valid);
     }
 }
 
@@ -99,6 +108,15 @@ __device__ __forceinline__ void load_tile_async(__nv_bfloat16 *dst, const __nv_b
 __device__ __forceinline__ uint64_t gmma_desc(const void *p) {
     const uint32_t a = smem_u32(p);
     return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+// Operand starts in a swz_halves tile of ROWS rows. K-major (the contraction runs along the row, e.g. Q
+// and K for Q K^T): k16 step kk of the rows from row0, walking half kk / 4 at 32 bytes a step.
+template <int ROWS> __device__ __forceinline__ uint64_t desc_kmajor(const __nv_bfloat16 *tile, int row0, int kk) {
+    return gmma_desc(tile + (kk >> 2) * ROWS * 64 + row0 * 64 + (kk & 3) * 16);
+}
+// MN-major (the contraction runs down the rows, e.g. V for P V): rows 16 kk.. of half hf (64 columns).
+template <int ROWS> __device__ __forceinline__ uint64_t desc_mnmajor(const __nv_bfloat16 *tile, int hf, int kk) {
+    return gmma_desc(tile + hf * ROWS * 64 + kk * 16 * 64);
 }
 __device__ __forceinline__ void wg_fence() {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
@@ -179,6 +197,42 @@ __device__ __forceinline__ void wgmma_m64n32_ss(float (&d)[4][4], uint64_t da, u
 #else
     __trap();
 #endif
+}
+
+// D (64 x 128) += A (64 x 16) B (16 x 128), both from smem descriptors (scale_d = 0: D = A B).
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n128_ss(float (&d)[16][4], uint64_t da, uint64_t db, int scale_d) {
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %68, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, %66, %67;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+          "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),
+          "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),
+          "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+          "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),
+          "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]),
+          "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "l"(da), "l"(db), "n"(TA), "n"(TB), "r"(scale_d));
+#else
+    __trap();
+#endif
+}
+
+// Columns 64 hf.. of an accumulator of n8 tiles (float [N][4], N = DH / 8) as one m64n64 warpgroup-MMA
+// accumulator (the product of an MN-major operand's half hf).
+typedef float AccN64[8][4];
+template <int N> __device__ __forceinline__ AccN64 &acc_half(float (&d)[N][4], int hf) {
+    static_assert(N % 8 == 0, "whole 64-column halves");
+    return *reinterpret_cast<AccN64 *>(&d[8 * hf]);
 }
 
 // Convert two n8 accumulator tiles (16 x 16 of one row block) to an A fragment, as bf16.

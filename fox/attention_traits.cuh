@@ -16,27 +16,34 @@ inline constexpr float LOG2E = 1.4426950408889634f;
 inline constexpr int NWARPS = 8;              // backward warps per block (the compute warps)
 inline constexpr int NTHREADS = NWARPS * 32;
 inline constexpr int FWD_BM = 128;            // forward: query rows per block
-inline constexpr int FWD_BN = 64;             // forward: keys per pipelined tile
+inline constexpr int FWD_BN = 64;             // forward: keys per pipelined tile (FwdCfg: 128 at WG dh 128)
 inline constexpr int BWD_BN = 128;            // backward: keys per block (16 per warp)
 static_assert(FWD_BM == FOX_ACP_BLOCK && BWD_BN == FOX_ACP_BLOCK, "tiles must nest in the ACP grid");
 
-// Forward block shape. WG: the Hopper warpgroup-MMA path (dh 64), 8 warps of 16 rows; mma.sync: each warp
-// owns MT row tiles of 16, so every K/V fragment read from smem feeds MT mma.
+// Forward block shape. WG: the Hopper warpgroup-MMA path, 8 warps of 16 rows; mma.sync: each warp owns MT
+// row tiles of 16, so every K/V fragment read from smem feeds MT mma.
 template <int DH, bool WG = false> struct FwdCfg {
     static constexpr int MT = DH == 64 && !WG ? 2 : 1;  // dh 128 has no registers for a second row tile
     static constexpr int THREADS = FWD_BM / (16 * MT) * 32;
-    // dh 64: 3 would cap mma.sync at 168 registers (spills); the warpgroup path needs ~126 at 256 threads
+    // dh 64: 3 would cap mma.sync at 168 registers (spills); the warpgroup path needs ~126 at 256 threads.
+    // dh 128: O alone is 64 registers per thread.
     static constexpr int MIN_BLOCKS = DH == 64 ? 2 : 1;
+    // keys per tile: warpgroup dh 128 takes 128 (S one m64n128 product per k16 step, half the softmax
+    // bookkeeping per flop; 1 block per SM either way)
+    static constexpr int BN = WG && DH == 128 ? 128 : FWD_BN;
 };
 
-// Forward smem: the Q tile, K double-buffered, V double- (or, PIPE, triple-) buffered, the gate terms.
-template <int DH, bool PIPE = false> size_t fwd_smem_bytes() {
-    return (size_t)(FWD_BM + (PIPE ? 5 : 4) * FWD_BN) * DH * 2 + (2 * FWD_BN + 2) * 4;
+// Forward smem: the Q tile, K double-buffered, V double- (or, PIPE, triple-) buffered, the gate terms;
+// key tiles of BN.
+template <int DH, bool PIPE = false, int BN = FWD_BN> size_t fwd_smem_bytes() {
+    static_assert(FOX_ACP_BLOCK % BN == 0, "key tiles nest in the ACP grid");
+    return (size_t)(FWD_BM + (PIPE ? 5 : 4) * BN) * DH * 2 + (2 * BN + 2) * 4;
 }
 
-// Backward tile configuration: BM query rows per tile, MINB blocks per SM (register cap).
-template <int DH> struct BwdCfg {
-    static constexpr int BM = DH == 64 ? 64 : 32;  // dh 128: 32 keeps dK, dV and S^T in registers
+// Backward tile configuration: BM query rows per tile, MINB blocks per SM (register cap). WG: the
+// warpgroup-MMA path, whose M is 64 (dQ = dS K has the tile's queries as rows).
+template <int DH, bool WG = false> struct BwdCfg {
+    static constexpr int BM = DH == 64 || WG ? 64 : 32;  // mma.sync dh 128: 32 keeps dK, dV and S^T in registers
     static constexpr int MINB = 1;
 };
 
@@ -53,7 +60,7 @@ constexpr int bwd_threads(bool wg, bool det) { return wg && det ? NTHREADS + 128
 // = 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).
 inline constexpr int BWD_REGS_COMPUTE = 240, BWD_REGS_SYNC = 24;
 
-// Whether the dh 64 kernels take the warpgroup-MMA path: the current device (queried once) is a Hopper
+// Whether the kernels take the warpgroup-MMA path: the current device (queried once) is a Hopper
 // (compute capability 9.x; the build must then be sm_90a), and FOX_ATTN_NO_WGMMA is unset or "0"
 // (set it to fall back to the mma.sync kernels, e.g. to compare).
 inline bool use_wgmma() {

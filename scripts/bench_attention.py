@@ -10,7 +10,7 @@
    in arrival order), timed beside it.
 
     cd dev/cuda && make libfoxattn.so && cd ../.. && python3 scripts/bench_attention.py
-(FOX_ATTN_NO_WGMMA=1 times the mma.sync kernels instead of the Hopper wgmma ones at d_h = 64.)
+(FOX_ATTN_NO_WGMMA=1 times the mma.sync kernels instead of the Hopper wgmma ones.)
 """
 import ctypes
 import math

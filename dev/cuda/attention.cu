@@ -42,7 +42,7 @@ static bool run_bench() {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
-    printf("dh 64 kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
+    printf("attention kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok &= run_checks();
     if (strcmp(mode, "check") != 0) ok &= run_bench();

@@ -1,13 +1,15 @@
 // dev/cuda/attention_backward.cu: the Forgetting Attention backward (step 2, the dK / dV / dQ / dS-sums
 // kernel) in every version tried, numbered by the order of the dQ / dc adds across key blocks, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose four kernels are versions 1 and 3 on mma.sync and 13 and 14 on warpgroup MMA).
+// (fox/attention.cuh, whose kernels are versions 1 and 3 on mma.sync, 13 and 14 on warpgroup MMA at d_h 64,
+// 15 and 16 at d_h 128).
 //   make attention_backward
 //   ./attention_backward            every version: checks, then timings
 //   ./attention_backward 13         version 13 only (and the API)
 //   ./attention_backward 13 check   (or bench) one half
 // Each version runs on the paths it was built for: mma.sync (d_h 64 with 64-row query tiles, d_h 128 with
-// 32) and / or warpgroup MMA (d_h 64, Hopper; skipped where fox_attn::use_wgmma() is false).
+// 32) and / or warpgroup MMA (d_h 64 or 128 with 64-row tiles, Hopper; skipped where fox_attn::use_wgmma()
+// is false).
 //
 // Versions (figures: backward TFLOP/s, T 16384, d_h 64 unless noted; NOTES.md has the full tables):
 //  1 BWD_ATOMIC       fp32 atomics in arrival order, dQ step after the tile's other work (not
@@ -33,7 +35,31 @@
 // 13 BWD_SYNC_WG_PIPE 10 with the warpgroup MMAs pipelined across the tile's steps: wgmma 327 (H100,
 //                     session 5). The API's deterministic wgmma kernel.
 // 14 BWD_ATOMIC_PIPE  1 on wgmma with the pipelined MMAs (not deterministic): 338-340 (H100, session 5).
-//                     The API's nondeterministic wgmma kernel.
+//                     The API's nondeterministic wgmma kernel at d_h 64.
+// 15 BWD_SYNC_WG_PIPE at d_h 128 on wgmma (session 7): tiles as two 64-column halves, BM 64, 128 keys per
+//                     block (64 per compute warpgroup), dQ of tile it-1 issued after tile it's softmax step
+//                     (DQ_LATE); 4 bytes of spill (one loop-invariant register, one reload per tile). The API's
+//                     deterministic wgmma kernel at d_h 128: 349.5-356.7 at T 16384 B 2 H 8, 300.2-304.7 at
+//                     T 4096 B 8 H 8 (H100, session 7 runs 1-3; mma.sync version 3 in run 1: 207.4 / 184.6).
+// 16 BWD_ATOMIC_PIPE at d_h 128 on wgmma (not deterministic, control; 255 registers). The API's
+//                     nondeterministic wgmma kernel at d_h 128: 406.6-411.3 at T 16384, 343.3-348.3 at T 4096
+//                     (the same runs; mma.sync version 1 in run 1: 230.1 / 204.9).
+// 17 BWD_SYNC_WG_PIPE_DQ_EARLY: 15 with d_h 64's MMA order (dQ of tile it-1 beside S^T / dP^T of tile it):
+//                     control; ptxas spills 584 bytes under setmaxnreg 240 and serializes the warpgroup MMAs
+//                     (C7512): 217.2 at T 16384, 197.3 at T 4096 (run 1).
+// 18 BWD_SYNC_WG_PIPE_NOWAIT: 13 (d_h 64) / 15 (d_h 128) with a sync warp that does not wait (timing
+//                     control, not deterministic: the same kernel, the adds in arrival order). d_h 128: 354.0
+//                     beside 15's 349.6 at T 16384, 300.8 / 300.2 at T 4096; d_h 64: 317.7 beside 13's 320.3
+//                     (run 2). The waits cost nothing.
+// 19 BWD_ATOMIC_PIPE_REGS: 14 (d_h 64) / 16 (d_h 128) under 13's / 15's register budget (a 384-thread
+//                     block, setmaxnreg 240 for the compute warpgroups, the third exits; timing control; 60
+//                     bytes of spill at d_h 128, none at d_h 64). d_h 128: 362.5 beside 15's 355.6 at T 16384
+//                     (16: 409.2 in the same run), 314.5 / 300.4 at T 4096; d_h 64: 319.5 beside 13's 320.3
+//                     (run 3). The deterministic kernels' loss to the atomics ones is this block shape.
+// 20 BWD_SYNC_WG_PIPE_ADDS_LAST: 13 / 15 with the dQ adds after tile it's dV/dK products complete (the
+//                     adds no longer overlap them, but P^T / dS^T fragments are dead there: registers).
+//                     d_h 128: 352.5 beside 15's 349.5, 304.5 / 302.4 at T 4096; d_h 64: 310.0 beside 320.0
+//                     (run 3). Not taken.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -61,18 +87,30 @@ using namespace fox_attn;  // the primitives, the tile constants, steps 1 and 3 
 // BWD_SYNC_WG_PIPE / BWD_ATOMIC_PIPE: BWD_SYNC_WG / BWD_ATOMIC with the warpgroup MMAs pipelined across
 // the tile's steps (see bwd_kernel): tile it-1's dQ product runs on the tensor cores during tile it's
 // softmax work, and tile it's dV/dK products during tile it-1's dQ adds. The public defaults at dh 64 on
-// Hopper (deterministic / not). Same results bit for bit as without the pipelining.
+// Hopper (deterministic / not). Same results bit for bit as without the pipelining. At dh 128 they issue
+// tile it-1's dQ product after tile it's softmax step (DQ_LATE, see bwd_kernel); BWD_SYNC_WG_PIPE_DQ_EARLY
+// is BWD_SYNC_WG_PIPE at dh 128 with the dh 64 order instead (a control: it spills). BWD_SYNC_WG_PIPE_NOWAIT:
+// BWD_SYNC_WG_PIPE whose sync warp does not wait for the blocks above (a timing control, not deterministic:
+// the same kernel and barriers, the adds in arrival order). BWD_ATOMIC_PIPE_REGS: BWD_ATOMIC_PIPE in
+// BWD_SYNC_WG_PIPE's 384-thread block, whose third warpgroup only gives its registers back (setmaxnreg
+// 240 / 24) and exits: a control for what the compute warps' register budget costs.
+// BWD_SYNC_WG_PIPE_ADDS_LAST: BWD_SYNC_WG_PIPE whose dQ adds wait for tile it's dV/dK products too, so
+// the P^T and dS^T fragments (32 registers at dh 128) are dead during the adds.
 enum {
     BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3, BWD_SYNC = 4, BWD_SYNC2 = 5, BWD_SYNC_NOWAIT = 6,
     BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9, BWD_SYNC_WG_FULLBAR = 10, BWD_SYNC_LATE_WGBAR = 11,
-    BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13
+    BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13, BWD_SYNC_WG_PIPE_DQ_EARLY = 14, BWD_SYNC_WG_PIPE_NOWAIT = 15,
+    BWD_ATOMIC_PIPE_REGS = 16, BWD_SYNC_WG_PIPE_ADDS_LAST = 17
 };
 // threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
 constexpr int bwd_threads(int mode) {
     return mode == BWD_SYNC || mode == BWD_SYNC_NOWAIT || mode == BWD_SYNC_LATE || mode == BWD_SYNC_LATE_WGBAR
                ? NTHREADS + 32
            : mode == BWD_SYNC2                                                   ? NTHREADS + 64
-           : mode == BWD_SYNC_WG || mode == BWD_SYNC_WG_FULLBAR || mode == BWD_SYNC_WG_PIPE ? NTHREADS + 128
+           : mode == BWD_SYNC_WG || mode == BWD_SYNC_WG_FULLBAR || mode == BWD_SYNC_WG_PIPE ||
+                   mode == BWD_SYNC_WG_PIPE_DQ_EARLY || mode == BWD_SYNC_WG_PIPE_NOWAIT || mode == BWD_ATOMIC_PIPE_REGS ||
+                   mode == BWD_SYNC_WG_PIPE_ADDS_LAST
+               ? NTHREADS + 128
                                                                                  : NTHREADS;
 }
 
@@ -130,7 +168,7 @@ __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_re
 // warpgroup w4 syncs on 2 + w4. Each warpgroup adds only its own dQ columns (and warpgroup 0 the dc row
 // sums), so every address still sees this block's adds of a tile between the same acquire and release,
 // and the sync warp still waits (barrier 1) for all 8 compute warps' adds before it releases.
-// WG: the five products on Hopper warpgroup MMA (sm_90a; dh 64, BM 64): warpgroup w4 (warps 4w4..4w4+3)
+// WG: the five products on Hopper warpgroup MMA (sm_90a; BM 64; dh 128 below): warpgroup w4 (warps 4w4..4w4+3)
 // owns keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared.
 // PIPE (BWD_SYNC_WG_PIPE, BWD_ATOMIC_PIPE): per tile it a warpgroup commits three MMA groups, S^T/dP^T of
 // tile it, then dQ of tile it-1, then dV/dK of tile it, and waits for each only where its result is
@@ -138,6 +176,12 @@ __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_re
 // dV/dK before the next tile's barrier (their register operands, and the Q/dO buffer the next prefetch
 // overwrites). The dQ issue is unconditional (at it = 0 on a zeroed dS^T buffer, result unused): ptxas
 // serializes every warpgroup MMA of the kernel when the issue sits under a branch (C7514).
+// WG at dh 128: K, V, Q and dO tiles are stored as 64-column halves (swz_halves), each a canonical
+// 128-byte-swizzle operand: S^T and dP^T walk both halves in their k16 steps, dV and dK are one m64n64
+// product per half of dO / Q, and warpgroup w4's dQ columns are K's half w4 (m64n64). dK and dV hold
+// 128 registers per thread, so with PIPE the dQ product of tile it-1 is issued after tile it's softmax
+// step, just before dV/dK (DQ_LATE: S^T, dP^T (64) and the dQ product (32) are never live together), and
+// the dS row sums are reduced before the MMAs (their 16 registers freed).
 template <int DH, int BM, int MINB, int MODE, bool WG>
 __global__ void __launch_bounds__(bwd_threads(MODE), MINB)
 bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
@@ -148,7 +192,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
            int H, int T, const int *__restrict__ q_last) {
     constexpr int BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
     static_assert(FOX_ACP_BLOCK % BM == 0, "query tiles nest in the ACP grid");
-    static_assert(!WG || (DH == 64 && BM == 64), "warpgroup path: 128-byte smem rows");
+    static_assert(!WG || BM == 64, "warpgroup path: the dQ product's M is the tile's 64 queries");
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -183,14 +227,27 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const int ntiles = qt_last - qt_first + 1;
     int *semh = sem + (size_t)bh * nqt;
 
-    constexpr bool PIPE = MODE == BWD_SYNC_WG_PIPE || MODE == BWD_ATOMIC_PIPE;  // pipelined warpgroup MMAs
-    constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR || MODE == BWD_SYNC_WG_PIPE;  // setmaxnreg
-    constexpr bool WGBAR = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_LATE_WGBAR || MODE == BWD_SYNC_WG_PIPE;  // barrier 2 per wg
+    constexpr bool SYNC_PIPE = MODE == BWD_SYNC_WG_PIPE || MODE == BWD_SYNC_WG_PIPE_DQ_EARLY ||
+                               MODE == BWD_SYNC_WG_PIPE_NOWAIT || MODE == BWD_SYNC_WG_PIPE_ADDS_LAST;
+    constexpr bool ADDS_LAST = MODE == BWD_SYNC_WG_PIPE_ADDS_LAST;  // dQ adds after dV/dK complete
+    constexpr bool REGS_ONLY = MODE == BWD_ATOMIC_PIPE_REGS;  // the sync warpgroup's registers, no sync warp
+    constexpr bool PIPE = SYNC_PIPE || MODE == BWD_ATOMIC_PIPE || REGS_ONLY;  // pipelined warpgroup MMAs
+    constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR || SYNC_PIPE;  // setmaxnreg
+    constexpr bool WGBAR = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_LATE_WGBAR || SYNC_PIPE;  // barrier 2 per wg
     constexpr bool LATE = MODE == BWD_SYNC_LATE || REGS || MODE == BWD_SYNC_LATE_WGBAR;
     constexpr bool SYNCW = MODE == BWD_SYNC || MODE == BWD_SYNC2 || MODE == BWD_SYNC_NOWAIT || LATE;
     static_assert(!REGS || WG, "BWD_SYNC_WG: setmaxnreg needs the sm_90a warpgroup path");
     static_assert(!WGBAR || WG, "per-warpgroup barriers: a warpgroup adds its own dQ columns (warpgroup path)");
     static_assert(!PIPE || WG, "pipelined MMAs: warpgroup path");
+    // dh 128: dQ of tile it-1 issued after tile it's softmax step, just before dV/dK (see above)
+    constexpr bool DQ_LATE = PIPE && DH == 128 && MODE != BWD_SYNC_WG_PIPE_DQ_EARLY;
+    if constexpr (REGS_ONLY) {
+        if (warp >= NWARPS) {
+            setmaxnreg_dec<BWD_REGS_SYNC>();
+            return;
+        }
+        setmaxnreg_inc<BWD_REGS_COMPUTE>();
+    }
     if constexpr (LATE) {
         if (warp >= NWARPS) {  // the sync warp (see above); BWD_SYNC_WG: its warpgroup gives registers back
             if constexpr (REGS) setmaxnreg_dec<BWD_REGS_SYNC>();
@@ -203,7 +260,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     ord_row = m;
                     acp_order(m, nb, qlh, lane, before, last);
                 }
-                if (lane == 0 && before > 0) {
+                if (MODE != BWD_SYNC_WG_PIPE_NOWAIT && lane == 0 && before > 0) {
                     unsigned spins = 0;
                     while (ld_acquire_gpu(semh + t) < before) {
                         __nanosleep(32);
@@ -277,10 +334,10 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
         for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
     }
-    load_tile_async<DH, BN, NTHREADS>(Ks, kh, DH, k0, T, tid);
-    load_tile_async<DH, BN, NTHREADS>(Vs, vh, DH, k0, T, tid);
-    load_tile_async<DH, BM, NTHREADS>(Qs, qh, DH, qt_first * BM, T, tid);
-    load_tile_async<DH, BM, NTHREADS>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
+    load_tile_async<DH, BN, NTHREADS, WG>(Ks, kh, DH, k0, T, tid);
+    load_tile_async<DH, BN, NTHREADS, WG>(Vs, vh, DH, k0, T, tid);
+    load_tile_async<DH, BM, NTHREADS, WG>(Qs, qh, DH, qt_first * BM, T, tid);
+    load_tile_async<DH, BM, NTHREADS, WG>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
     cp_async_commit();
     {
         float r = 0.f, d = 0.f;
@@ -318,13 +375,26 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     };
 
     // dQ of tile it-1 = dS K from its parked dS^T. WG: warpgroup w4 takes all 64 query rows and dh columns
-    // 32 w4..; A = dS (dS^T in smem: MN-major), B = K (MN-major); issued only (the caller fences, commits
-    // and waits).
+    // DQC w4..; A = dS (dS^T in smem: MN-major), B = K (MN-major: 32 columns from byte 64 w4 of the one
+    // half at dh 64, half w4 at dh 128); issued only (the caller fences, commits and waits).
     auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
         const __nv_bfloat16 *dSb = dSt + ((it - 1) & 1) * BN * BM;
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-            wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
+        for (int kk = 0; kk < BN / 16; kk++) {
+            if constexpr (DQC == 32)
+                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
+            else
+                wgmma_m64n64_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), desc_mnmajor<BN>(Ks, w4, kk), kk > 0);
+        }
+    };
+    // this warp's dS row sums of a tile (rsum: this thread's part) reduced over its keys, to smem buffer buf
+    auto park_row_sums = [&](float (&rsum)[BM / 4], int buf) {
+        warp_column_sums<BM / 4>(rsum, lane);
+#pragma unroll
+        for (int i = 0; i < BM / 32; i++) {
+            const int cidx = g * (BM / 32) + i;
+            rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
+        }
     };
     // dQ (and dc row sums) of tile it-1 added to the fp32 accumulators (dqa: its dQ product, complete).
     auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
@@ -393,13 +463,13 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         if (SYNCW) named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
     };
 
-    float dqp[DQC / 8][4];  // dQ product of tile it-1 (PIPE: in flight during tile it's softmax work)
+    float dqp[DQC / 8][4];  // dQ product of tile it-1 (PIPE: in flight during tile it's softmax or dV/dK work)
     for (int it = 0; it <= ntiles; it++) {
         const int buf = it & 1;
         cp_async_wait_all();
         if constexpr (WG) fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
         // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
-        if constexpr (LATE) named_bar_sync(0, NTHREADS);  // the compute warps only
+        if constexpr (LATE || REGS_ONLY) named_bar_sync(0, NTHREADS);  // the compute warps only
         else __syncthreads();
         // BWD_BLOCK: every warp issued tile it-2's adds before this barrier (and long ago): release them
         if (MODE == BWD_BLOCK && tid == 0 && it >= 2) red_release_gpu_add(semh + qt_first + it - 2, 1);
@@ -408,8 +478,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         float r_next = 0.f, d_next = 0.f;
         if (more) {
             const int i1 = (qt_first + it + 1) * BM;
-            load_tile_async<DH, BM, NTHREADS>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
-            load_tile_async<DH, BM, NTHREADS>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
+            load_tile_async<DH, BM, NTHREADS, WG>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
+            load_tile_async<DH, BM, NTHREADS, WG>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
             cp_async_commit();
             fetch_rows(qt_first + it + 1, r_next, d_next);
         }
@@ -438,11 +508,11 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++)
-                    wgmma_m64n64_ss<0, 0>(st, gmma_desc(Ks + w4 * 64 * DH + kk * 16), gmma_desc(Qb + kk * 16), kk > 0);
+                    wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, 0, kk), kk > 0);
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++)
-                    wgmma_m64n64_ss<0, 0>(dpt, gmma_desc(Vs + w4 * 64 * DH + kk * 16), gmma_desc(dOb + kk * 16), kk > 0);
-                if constexpr (PIPE) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
+                    wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, 0, kk), kk > 0);
+                if constexpr (PIPE && !DQ_LATE) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
                     wg_commit();
                     dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
                     wg_commit();
@@ -494,6 +564,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     dpt[nt][2 + e] = ds1;
                 }
             }
+            if constexpr (DQ_LATE) park_row_sums(rsum, buf);  // its 16 registers free before the MMAs
             if constexpr (WG) {
                 // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
                 uint32_t pa[BM / 16][4], sa[BM / 16][4];
@@ -508,11 +579,17 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[kk][3];
                 }
                 wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < BM / 16; kk++) {
-                    wgmma_m64n64_rs<1>(dva, pa[kk], gmma_desc(dOb + kk * 16 * DH));
-                    wgmma_m64n64_rs<1>(dka, sa[kk], gmma_desc(Qb + kk * 16 * DH));
+                if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
+                    dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                    wg_commit();
                 }
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; kk++)
+#pragma unroll
+                    for (int hf = 0; hf < DH / 64; hf++) {
+                        wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, kk));
+                        wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, kk));
+                    }
                 if constexpr (PIPE) wg_commit();  // waited for after tile it-1's dQ adds
                 else wg_commit_wait();
             } else
@@ -538,16 +615,12 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     mma16816(dka[2 * np + 1], sa, bq[2], bq[3]);
                 }
             }
-            warp_column_sums<BM / 4>(rsum, lane);
-#pragma unroll
-            for (int i = 0; i < BM / 32; i++) {
-                const int cidx = g * (BM / 32) + i;
-                rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
-            }
+            if constexpr (!DQ_LATE) park_row_sums(rsum, buf);
         }
         if constexpr (PIPE) {
             if (it < ntiles) {
-                wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
+                if constexpr (ADDS_LAST) wg_wait<0>();  // dQ and dV/dK: P^T, dS^T fragments dead during the adds
+                else wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
             } else {  // after the last tile: its dQ product alone
                 wg_fence();
                 dq_mma_issue(it, dqp);
@@ -635,29 +708,42 @@ using fox_attn_dev::backward_cfg;
 struct Version {
     int number;
     const char *name;
-    BwdFn mma64, mma128, wg64;  // the paths this version runs on (NULL: not built for it)
+    BwdFn mma64, mma128, wg64, wg128;  // the paths this version runs on (NULL: not built for it)
     bool nondet;                // not deterministic: accuracy checked, bitwise repeat reported, not required
 };
 #define MMA64(M) backward_cfg<64, 64, 1, fox_attn_dev::M, false>
 #define MMA128(M) backward_cfg<128, 32, 1, fox_attn_dev::M, false>
 #define WG64(M) backward_cfg<64, 64, 1, fox_attn_dev::M, true>
+#define WG128(M) backward_cfg<128, 64, 1, fox_attn_dev::M, true>
 static const Version versions[] = {
-    {1, "atomics (BWD_ATOMIC)", MMA64(BWD_ATOMIC), MMA128(BWD_ATOMIC), WG64(BWD_ATOMIC), true},
-    {2, "warp-ordered (BWD_ORDERED)", MMA64(BWD_ORDERED), MMA128(BWD_ORDERED), nullptr, false},
-    {3, "warp-ordered, staggered (BWD_STAGGER)", MMA64(BWD_STAGGER), MMA128(BWD_STAGGER), nullptr, false},
-    {4, "block-ordered, thread 0 (BWD_BLOCK)", MMA64(BWD_BLOCK), MMA128(BWD_BLOCK), WG64(BWD_BLOCK), false},
-    {5, "sync warp, dQ step first (BWD_SYNC)", nullptr, nullptr, WG64(BWD_SYNC), false},
-    {6, "two sync warps, release / acquire (BWD_SYNC2)", nullptr, nullptr, WG64(BWD_SYNC2), false},
-    {7, "sync warp without the waits (BWD_SYNC_NOWAIT, timing control)", nullptr, nullptr, WG64(BWD_SYNC_NOWAIT), true},
-    {8, "sync warp, dQ step last, 168 registers (BWD_SYNC_LATE)", nullptr, nullptr, WG64(BWD_SYNC_LATE), false},
-    {9, "atomics, dQ step first (BWD_ATOMIC_EARLY, timing control)", nullptr, nullptr, WG64(BWD_ATOMIC_EARLY), true},
-    {10, "sync warpgroup + setmaxnreg, barrier per warpgroup (BWD_SYNC_WG)", nullptr, nullptr, WG64(BWD_SYNC_WG), false},
+    {1, "atomics (BWD_ATOMIC)", MMA64(BWD_ATOMIC), MMA128(BWD_ATOMIC), WG64(BWD_ATOMIC), nullptr, true},
+    {2, "warp-ordered (BWD_ORDERED)", MMA64(BWD_ORDERED), MMA128(BWD_ORDERED), nullptr, nullptr, false},
+    {3, "warp-ordered, staggered (BWD_STAGGER)", MMA64(BWD_STAGGER), MMA128(BWD_STAGGER), nullptr, nullptr, false},
+    {4, "block-ordered, thread 0 (BWD_BLOCK)", MMA64(BWD_BLOCK), MMA128(BWD_BLOCK), WG64(BWD_BLOCK), nullptr, false},
+    {5, "sync warp, dQ step first (BWD_SYNC)", nullptr, nullptr, WG64(BWD_SYNC), nullptr, false},
+    {6, "two sync warps, release / acquire (BWD_SYNC2)", nullptr, nullptr, WG64(BWD_SYNC2), nullptr, false},
+    {7, "sync warp without the waits (BWD_SYNC_NOWAIT, timing control)", nullptr, nullptr, WG64(BWD_SYNC_NOWAIT), nullptr, true},
+    {8, "sync warp, dQ step last, 168 registers (BWD_SYNC_LATE)", nullptr, nullptr, WG64(BWD_SYNC_LATE), nullptr, false},
+    {9, "atomics, dQ step first (BWD_ATOMIC_EARLY, timing control)", nullptr, nullptr, WG64(BWD_ATOMIC_EARLY), nullptr, true},
+    {10, "sync warpgroup + setmaxnreg, barrier per warpgroup (BWD_SYNC_WG)", nullptr, nullptr, WG64(BWD_SYNC_WG), nullptr, false},
     {11, "sync warpgroup + setmaxnreg, one barrier (BWD_SYNC_WG_FULLBAR)", nullptr, nullptr, WG64(BWD_SYNC_WG_FULLBAR),
-     false},
+     nullptr, false},
     {12, "sync warp, 168 registers, barrier per warpgroup (BWD_SYNC_LATE_WGBAR)", nullptr, nullptr,
-     WG64(BWD_SYNC_LATE_WGBAR), false},
-    {13, "BWD_SYNC_WG with pipelined MMAs (BWD_SYNC_WG_PIPE)", nullptr, nullptr, WG64(BWD_SYNC_WG_PIPE), false},
-    {14, "atomics with pipelined MMAs (BWD_ATOMIC_PIPE)", nullptr, nullptr, WG64(BWD_ATOMIC_PIPE), true},
+     WG64(BWD_SYNC_LATE_WGBAR), nullptr, false},
+    {13, "BWD_SYNC_WG with pipelined MMAs (BWD_SYNC_WG_PIPE)", nullptr, nullptr, WG64(BWD_SYNC_WG_PIPE), nullptr, false},
+    {14, "atomics with pipelined MMAs (BWD_ATOMIC_PIPE)", nullptr, nullptr, WG64(BWD_ATOMIC_PIPE), nullptr, true},
+    {15, "BWD_SYNC_WG_PIPE at d_h 128, dQ after the softmax step", nullptr, nullptr, nullptr, WG128(BWD_SYNC_WG_PIPE),
+     false},
+    {16, "BWD_ATOMIC_PIPE at d_h 128, dQ after the softmax step", nullptr, nullptr, nullptr, WG128(BWD_ATOMIC_PIPE),
+     true},
+    {17, "BWD_SYNC_WG_PIPE at d_h 128, dQ beside S^T / dP^T (spills; control)", nullptr, nullptr, nullptr,
+     WG128(BWD_SYNC_WG_PIPE_DQ_EARLY), false},
+    {18, "BWD_SYNC_WG_PIPE without the waits (timing control)", nullptr, nullptr, WG64(BWD_SYNC_WG_PIPE_NOWAIT),
+     WG128(BWD_SYNC_WG_PIPE_NOWAIT), true},
+    {19, "atomics with pipelined MMAs under setmaxnreg 240 (timing control)", nullptr, nullptr,
+     WG64(BWD_ATOMIC_PIPE_REGS), WG128(BWD_ATOMIC_PIPE_REGS), true},
+    {20, "BWD_SYNC_WG_PIPE, dQ adds after the dV/dK products", nullptr, nullptr, WG64(BWD_SYNC_WG_PIPE_ADDS_LAST),
+     WG128(BWD_SYNC_WG_PIPE_ADDS_LAST), false},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
@@ -665,7 +751,8 @@ static int paths(const Version &v, int dh, BwdFn fn[2], const char *path[2]) {
     int n = 0;
     BwdFn mma = dh == 64 ? v.mma64 : v.mma128;
     if (mma) fn[n] = mma, path[n++] = "mma.sync";
-    if (dh == 64 && v.wg64 && fox_attn::use_wgmma()) fn[n] = v.wg64, path[n++] = "wgmma";
+    BwdFn wg = dh == 64 ? v.wg64 : v.wg128;
+    if (wg && fox_attn::use_wgmma()) fn[n] = wg, path[n++] = "wgmma";
     return n;
 }
 
@@ -719,7 +806,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [version 1..%d] [check|bench|all]\n", argv[0], (int)(sizeof versions / sizeof versions[0]));
         return 2;
     }
-    printf("dh 64 kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
+    printf("attention kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok &= run_checks(only);
     if (strcmp(mode, "check") != 0) ok &= run_bench(only);

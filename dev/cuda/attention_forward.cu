@@ -1,6 +1,6 @@
 // dev/cuda/attention_forward.cu: the Forgetting Attention forward kernel in every version tried, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose two kernels are versions 1 and 3).
+// (fox/attention.cuh, whose kernels are versions 1, 3 and 6).
 //   make attention_forward
 //   ./attention_forward            every version: checks, then timings
 //   ./attention_forward 3          version 3 only (and the API)
@@ -8,14 +8,26 @@
 //
 // Versions (figures: forward TFLOP/s; NOTES.md has the full tables):
 //  1 mma.sync, d_h 64: 4 warps x 2 row tiles of 16, 2 blocks/SM; d_h 128: 8 warps x 1 row tile.
-//    284-285 at T 16384, 265 at T 4096 (H200, session 2 run 3); d_h 128 287 (H200, session 1).
-//    The API's forward at d_h 128, on sm_80, and with FOX_ATTN_NO_WGMMA=1.
+//    284-285 at T 16384, 265 at T 4096 (H200, session 2 run 3); d_h 128 287 (H200, session 1), 291.5-291.8
+//    at T 16384 B 2 H 8, 251.8-252.6 at T 4096 (H100, session 7 runs 2 and 3).
+//    The API's forward on sm_80 and with FOX_ATTN_NO_WGMMA=1.
 //  2 wgmma (d_h 64, Hopper), 8 warps of 16 rows, 2 blocks/SM, P V issued and waited for after each
 //    tile's softmax: 333-336 at T 16384, 307-308 at T 4096 (H200, session 2 run 3); 336.9 / 341.6 at
-//    T 16384 B 2 H 16, 334.0 / 335.3 at B 1 H 24, 307.2 at T 4096 (H100, session 5).
+//    T 16384 B 2 H 16, 334.0 / 335.3 at B 1 H 24, 307.2 at T 4096 (H100, session 5). d_h 64 only.
 //  3 wgmma with tile t-1's P V pipelined under tile t's softmax (V triple-buffered): the same output bit
 //    for bit as 2. 348.3 / 344.9 at T 16384 B 2 H 16, 340.9 / 337.5 at B 1 H 24, 309.8 at T 4096 (H100,
 //    session 5, the same runs as 2's figures). The API's forward at d_h 64 on Hopper.
+//  4 2 at d_h 128 (Hopper): Q, K, V tiles stored as two 64-column halves (swz_halves), each a canonical
+//    128-byte-swizzle operand; S's k16 steps walk both halves, P V is an m64n64 product per half of V.
+//    1 block of 8 warps per SM (O alone is 64 registers per thread); 168 registers, ptxas injects a
+//    warpgroup.arrive (C7519). 389.8-390.2 at T 16384 B 2 H 8, 326.0-331.5 at T 4096 (H100, session 7
+//    runs 2 and 3).
+//  5 3 at d_h 128: 4 with tile t-1's P V pipelined under tile t's softmax; 167 registers. 405.6-405.8 at
+//    T 16384, 337.0-341.2 at T 4096 (the same runs).
+//  6 5 with key tiles of 128 (S = Q K^T one m64n128 product per k16 step; smem 197 KB; 254 registers, no
+//    spills): half the per-tile softmax bookkeeping and S's operand traffic per flop of 5 (K read once
+//    per 128 keys for 64 query rows of a warpgroup instead of once per 64). 422.7 at T 16384, 349.6 at
+//    T 4096 (H100, session 7 run 3, beside 5's 405.6 / 341.2). The API's forward at d_h 128 on Hopper.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -24,28 +36,34 @@ namespace fox_attn_dev {
 using namespace fox_attn;  // the primitives and the tile constants
 
 // Forward. Block = FWD_BM query rows of one (b, h); each warp owns MT row tiles of 16 (FwdCfg). Key
-// tiles are walked from the diagonal down to the first live one, double-buffered with cp.async.
+// tiles of BN (64, or 128 on the warpgroup path) are walked from the diagonal down to the first live one,
+// double-buffered with cp.async.
 //
 // Gate precision: c reaches -1e4 and beyond at long T, where an fp32 ulp is ~1e-3, so c_i - c_j must be
 // formed from differences, never from c*log2e products. Each key tile takes c_ref = c at its first
 // key; a_i = (c_i - c_ref) log2e per row and nb_j = -(c_j - c_ref) log2e per key are small for every
 // tile that matters, and s_ij log2e = a_i + fma(qk, scale log2e, nb_j).
-// WG: S = Q K^T and O += P V on Hopper warpgroup MMA (sm_90a, dh 64): 8 warps of 16 rows, warpgroup w4
-// owning rows 64 w4.., operands straight from the swizzled smem tiles; the rest of the kernel is shared.
+// WG: S = Q K^T and O += P V on Hopper warpgroup MMA (sm_90a): 8 warps of 16 rows, warpgroup w4 owning
+// rows 64 w4.., operands straight from the swizzled smem tiles; the rest of the kernel is shared. Tiles
+// are stored as 64-column halves (swz_halves: one half at dh 64, two at dh 128), each a canonical
+// 128-byte-swizzle operand: S's k16 steps walk Q's and K's halves in turn, and P V is one m64n64 product
+// per half of V (MN-major), giving O's columns 64 hf.. (acc_half).
 // PIPE (with WG): tile t-1's P V runs on the tensor cores during tile t's softmax. Per tile a warpgroup
 // commits S(t) = Q K(t)^T, then P(t-1) V(t-1) (P kept in registers as bf16 fragments), waits for S(t)
 // only, forms tile t's exponentials and row sums, then waits for P V and rescales O: the same operations
 // on O in the same order as without PIPE (the same output bit for bit). V is triple-buffered (V(t-1)
 // is still read while V(t+1) lands); the P V issue is unconditional (at t = 0 a zero P on a zeroed V
 // buffer): under a branch ptxas would serialize the kernel's warpgroup MMAs.
-template <int DH, bool WG = false, bool PIPE = false>
+template <int DH, bool WG = false, bool PIPE = false, int BN = FWD_BN>
 __global__ void __launch_bounds__(FwdCfg<DH, WG>::THREADS, FwdCfg<DH, WG>::MIN_BLOCKS)
 fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
            float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    constexpr int BM = FWD_BM, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    static_assert(BN == FWD_BN || (WG && BN == 128), "key tiles of 64, or 128 on the warpgroup path");
+    static_assert(BN <= NT && FOX_ACP_BLOCK % BN == 0, "one loader thread per key; tiles nest in the ACP grid");
     constexpr int NV = PIPE ? 3 : 2;  // V buffers
-    static_assert(!WG || (DH == 64 && MT == 1), "warpgroup path: 128-byte smem rows, 16 rows per warp");
+    static_assert(!WG || MT == 1, "warpgroup path: 16 rows per warp");
     static_assert(!PIPE || WG, "pipelined P V: warpgroup path");
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
@@ -83,9 +101,9 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         uint4 *z = reinterpret_cast<uint4 *>(Vs + 2 * BN * DH);
         for (int i = tid; i < BN * DH / 8; i += NT) z[i] = make_uint4(0u, 0u, 0u, 0u);
     }
-    load_tile_async<DH, BM, NT>(Qs, qh, DH, q0, T, tid);
-    load_tile_async<DH, BN, NT>(Ks, kh, DH, n_last * BN, T, tid);
-    load_tile_async<DH, BN, NT>(Vs, vh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BM, NT, WG>(Qs, qh, DH, q0, T, tid);
+    load_tile_async<DH, BN, NT, WG>(Ks, kh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BN, NT, WG>(Vs, vh, DH, n_last * BN, T, tid);
     cp_async_commit();
     {
         float cj, cref;
@@ -116,6 +134,14 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int i = 0; i < DH / 8; i++) oacc[mt][i][0] = oacc[mt][i][1] = oacc[mt][i][2] = oacc[mt][i][3] = 0.f;
+    // WG: O += P V for P as bf16 A fragments and V tile Vb, one m64n64 product per half of V
+    auto pv_issue = [&](const uint32_t (&p)[BN / 16][4], const __nv_bfloat16 *Vb) {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+            for (int hf = 0; hf < DH / 64; hf++)
+                wgmma_m64n64_rs<1>(acc_half(oacc[0], hf), p[kk], desc_mnmajor<BN>(Vb, hf, kk));
+    };
 
     for (int it = 0; it < ntiles; it++) {
         const int n = n_last - it, buf = it & 1, vbuf = PIPE ? it % 3 : buf;
@@ -125,8 +151,8 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         const bool more = it + 1 < ntiles;
         float cj_next = 0.f, cref_next = 0.f;
         if (more) {
-            load_tile_async<DH, BN, NT>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
-            load_tile_async<DH, BN, NT>(Vs + (PIPE ? (it + 1) % 3 : buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT, WG>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT, WG>(Vs + (PIPE ? (it + 1) % 3 : buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
             cp_async_commit();
             fetch_c(n - 1, cj_next, cref_next);
         }
@@ -145,12 +171,13 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < DH / 16; kk++)
-                wgmma_m64n64_ss<0, 0>(s[0], gmma_desc(Qs + w4 * 64 * DH + kk * 16), gmma_desc(Kb + kk * 16), kk > 0);
+                if constexpr (BN == 128)
+                    wgmma_m64n128_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
+                else
+                    wgmma_m64n64_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
             if constexpr (PIPE) {  // then tile t-1's P V; only S is waited for here
                 wg_commit();
-                const __nv_bfloat16 *Vp = Vs + ((it + 2) % 3) * BN * DH;
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pprev[kk], gmma_desc(Vp + kk * 16 * DH));
+                pv_issue(pprev, Vs + ((it + 2) % 3) * BN * DH);
                 wg_commit();
                 wg_wait<1>();
             } else {
@@ -231,8 +258,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[0][2 * kk], s[0][2 * kk + 1]);
             wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pa[kk], gmma_desc(Vb + kk * 16 * DH));
+            pv_issue(pa, Vb);
             wg_commit_wait();
         } else
 #pragma unroll
@@ -257,8 +283,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     if constexpr (PIPE) {  // the last tile's P V
         const __nv_bfloat16 *Vp = Vs + ((ntiles - 1) % 3) * BN * DH;
         wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(oacc[0], pprev[kk], gmma_desc(Vp + kk * 16 * DH));
+        pv_issue(pprev, Vp);
         wg_commit_wait();
     }
     const size_t ld_o = (size_t)H * DH;
@@ -279,13 +304,13 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
 }
 
-template <int DH, bool WG, bool PIPE>
+template <int DH, bool WG, bool PIPE, int BN = FWD_BN>
 void forward_cfg(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                  const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_smem_bytes<DH, PIPE>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = fwd_smem_bytes<DH, PIPE, BN>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG, PIPE, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_kernel<DH, WG, PIPE><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
+    fwd_kernel<DH, WG, PIPE, BN><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
@@ -301,6 +326,12 @@ static const Version versions[] = {
     {1, "mma.sync", fox_attn_dev::forward_cfg<64, false, false>, fox_attn_dev::forward_cfg<128, false, false>, false},
     {2, "wgmma, P V not pipelined", fox_attn_dev::forward_cfg<64, true, false>, nullptr, true},
     {3, "wgmma, P V pipelined", fox_attn_dev::forward_cfg<64, true, true>, nullptr, true},
+    {4, "wgmma at d_h 128 (two 64-column halves), P V not pipelined", nullptr, fox_attn_dev::forward_cfg<128, true, false>,
+     true},
+    {5, "wgmma at d_h 128 (two 64-column halves), P V pipelined", nullptr, fox_attn_dev::forward_cfg<128, true, true>,
+     true},
+    {6, "wgmma at d_h 128, P V pipelined, key tiles of 128", nullptr, fox_attn_dev::forward_cfg<128, true, true, 128>,
+     true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
@@ -349,7 +380,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [version 1..%d] [check|bench|all]\n", argv[0], (int)(sizeof versions / sizeof versions[0]));
         return 2;
     }
-    printf("dh 64 kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
+    printf("attention kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok &= run_checks(only);
     if (strcmp(mode, "check") != 0) run_bench(only);
