@@ -50,7 +50,8 @@ static bool run_bench() {
 // warm-up) of the trainers' scan (fox_acp_tables), the forward with kv_first and the deterministic backward
 // with q_last, and of both without ACP on the same inputs; "ideal" is the time without ACP × the fraction of
 // tiles computed. The outputs with ACP must equal those without to bf16 rounding: the pruned weights are
-// below e^-10/T of their row's largest (a live tile skipped would move them by whole weights).
+// below e^-10/T of their row's largest (a live tile skipped would move them by whole weights); two more
+// backward runs with ACP must repeat the timed one bit for bit (the add order of the pruned staircase).
 
 static const double acp_targets[] = {0.0, 0.25, 0.50, 0.75, 0.90, 0.97};
 
@@ -137,18 +138,29 @@ static bool acp_point(BenchInputs &b, AcpOut &a, const float *w, int *kvf, int *
         tb0.push_back(t[4]);
     }
     for (cudaEvent_t &x : e) FOX_CUDA_CHECK(cudaEventDestroy(x));
+    std::vector<bf16> q1 = to_host(a.gq, b.nqkv), k1 = to_host(a.gk, b.nqkv);
+    std::vector<float> c1 = to_host(a.dlogf, b.nvec);
+    bool same = true;
+    for (int rep = 0; rep < 2; rep++) {
+        fox_attention_backward(b.q, b.k, b.v, b.c, a.o, a.lse, b.dout, a.dc, a.dlogf, a.gq, a.gk, a.gv, b.scratch, b.B, b.H,
+                               b.T, b.dh, ql, 1, 0);
+        same &= memcmp(to_host(a.gq, b.nqkv).data(), q1.data(), b.nqkv * sizeof(bf16)) == 0;
+        same &= memcmp(to_host(a.gk, b.nqkv).data(), k1.data(), b.nqkv * sizeof(bf16)) == 0;
+        same &= memcmp(to_host(a.dlogf, b.nvec).data(), c1.data(), b.nvec * sizeof(float)) == 0;
+    }
     const double err_o = rel_max_diff(a.o, b.o, b.nqkv), err_lse = rel_max_diff(a.lse, b.lse, b.nvec);
     const double err_g = std::max({rel_max_diff(a.gq, b.gq, b.nqkv), rel_max_diff(a.gk, b.gk, b.nqkv),
                                    rel_max_diff(a.gv, b.gv, b.nqkv)});
     const double err_c = std::max(rel_max_diff(a.dc, b.dc, b.nvec), rel_max_diff(a.dlogf, b.dlogf, b.nvec));
-    const bool ok = err_o <= 1e-2 && err_lse <= 1e-4 && err_g <= 1e-2 && err_c <= 1e-2 && fabs(frac - (1.0 - host_pruned)) < 1e-12;
+    const bool ok = err_o <= 1e-2 && err_lse <= 1e-4 && err_g <= 1e-2 && err_c <= 1e-2 && same &&
+                    fabs(frac - (1.0 - host_pruned)) < 1e-12;
     const float s = median(ts), f = median(tf), bw = median(tb), f0 = median(tf0), b0 = median(tb0);
     bench_header(b);
     printf("target %2.0f%% r %.4f | pruned %5.1f%% (computed %.4f) | scan %.3f ms | fwd %7.3f ms vs %7.3f (ideal %7.3f) | "
            "bwd %7.3f vs %7.3f (ideal %7.3f) | scan+fwd+bwd %7.3f vs %7.3f: %5.2fx (ideal %5.2fx) | rel err o %.1e lse "
-           "%.1e dq,dk,dv %.1e dc,dlogf %.1e %s\n",
+           "%.1e dq,dk,dv %.1e dc,dlogf %.1e | bwd bitwise repeat %s | %s\n",
            100 * target, r, 100 * (1.0 - frac), frac, s, f, f0, f0 * frac, bw, b0, b0 * frac, s + f + bw, f0 + b0,
-           (f0 + b0) / (s + f + bw), 1.0 / frac, err_o, err_lse, err_g, err_c, ok ? "PASS" : "FAIL");
+           (f0 + b0) / (s + f + bw), 1.0 / frac, err_o, err_lse, err_g, err_c, same ? "yes" : "NO", ok ? "PASS" : "FAIL");
     return ok;
 }
 
