@@ -122,7 +122,8 @@ struct Model {
     int doc_sep;     // --doc-mask: the separator token (docs/model.md §1.8); -1: no mask
     int *tokens;     // (B, T): the last forward's inputs (the document mask reads them)
     int *doc_first;  // (B, ceil(T / FOX_ACP_BLOCK)): fox_doc_first_blocks of the last forward
-    long long acp_live, acp_tiles;  // attention tiles computed / in the causal grid, last forward
+    long long *acp_live;  // (L, H): attention tiles the last forward computed, summed over the batch (ACP)
+    long long acp_tiles;  // tiles in one (layer, head)'s causal grids, B·fox_acp_tiles(T); 0: ACP did not run
     Acts a;
     Scratch s;
     FamScratch fs;
@@ -262,6 +263,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     sc->du = fox_calloc(N * 2 * I, sizeof(real));
     sc->dh = fox_calloc(N * I, sizeof(real));
     m->acp_first = fox_calloc((size_t)B * H * fox_acp_blocks(T), sizeof(int));
+    m->acp_live = fox_calloc(L * H, sizeof(long long));
     m->tokens = fox_calloc(N, sizeof(int));
     m->doc_first = fox_calloc((size_t)B * fox_acp_blocks(T), sizeof(int));
     m->B = B;
@@ -300,10 +302,12 @@ static void model_free(Model *m) {
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { free(*bufs[i]); *bufs[i] = NULL; }
     free(m->a.c);
     free(m->acp_first);
+    free(m->acp_live);
     free(m->tokens);
     free(m->doc_first);
     m->a.c = NULL;
     m->acp_first = m->tokens = m->doc_first = NULL;
+    m->acp_live = NULL;
     fam_free(m);
     model_cache_free(m);
 }
@@ -1115,7 +1119,7 @@ static double acp_threshold_bh(Model *m, int l, int b, int h, const real *q, con
 // Block l's ACP staircase (into m->acp_first), or NULL when ACP is off or attention has no bias. A query
 // block's first live key block is the larger of the threshold's (forget-gate presets) and the first block
 // of its first row's document (document mask: the blocks before are dead by construction, docs/model.md
-// §1.8). count: add the live tiles to m->acp_live (the forward pass).
+// §1.8). count: add each head's live tiles to m->acp_live[l·H + h] (the forward pass).
 static const int *acp_tables(Model *m, int l, const creal *gate_c, const real *q, const real *k, SeqShape s, int count) {
     if (!m->acp || !model_has_c(m)) return NULL;
     int nblk = fox_acp_blocks(s.T), gated = m->cfg.forget_gate != FOX_FG_NONE;
@@ -1134,8 +1138,10 @@ static const int *acp_tables(Model *m, int l, const creal *gate_c, const real *q
         }
     }
     if (count) {
-        for (size_t i = 0; i < (size_t)s.B * s.H * nblk; i++) m->acp_live += (long long)(i % nblk) - m->acp_first[i] + 1;
-        m->acp_tiles += (long long)s.B * s.H * fox_acp_tiles(s.T);
+        for (int b = 0; b < s.B; b++)
+            for (int h = 0; h < s.H; h++)
+                m->acp_live[(size_t)l * s.H + h] += fox_acp_live_tiles(m->acp_first + ((size_t)b * s.H + h) * nblk, nblk);
+        m->acp_tiles = (long long)s.B * fox_acp_tiles(s.T);
     }
     return m->acp_first;
 }
@@ -1441,7 +1447,8 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
-    m->acp_live = m->acp_tiles = 0;
+    memset(m->acp_live, 0, (size_t)L * c->n_head * sizeof(long long));
+    m->acp_tiles = 0;
     memcpy(m->tokens, inputs, (size_t)N * sizeof(int));
     if (m->doc_sep >= 0 && m->acp) fox_doc_first_blocks(m->doc_first, inputs, B, T, m->doc_sep);  // ACP's dead blocks
     embedding_forward(a->resid, inputs, param(m, FOX_P_wte, 0), N, D);
@@ -2185,7 +2192,12 @@ static void run_model_average_grads(Model *m, const Dist *d) {
 
 static void copy_out(float *dst, const float *src, size_t n) { if (dst) memcpy(dst, src, n * sizeof(float)); }
 
-static double run_model_acp_live(Model *m) { return m->acp_tiles ? (double)m->acp_live / m->acp_tiles : -1.0; }
+static int run_model_acp_tiles(Model *m, long long *live, long long *tiles) {
+    if (!m->acp_tiles) return 0;
+    memcpy(live, m->acp_live, (size_t)m->cfg.n_layer * m->cfg.n_head * sizeof(long long));
+    *tiles = m->acp_tiles;
+    return 1;
+}
 
 // Every rank holds all of the AdamW moments (no ZeRO on the CPU).
 static void run_model_shard(const Model *m, size_t *offset, size_t *count) {

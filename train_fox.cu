@@ -69,7 +69,7 @@ typedef struct {
     int *acp_kv_first, *acp_q_last;  // (B, H, ceil(T / FOX_ACP_BLOCK)): the ACP staircase of one block
     int *doc_first;  // (B, ceil(T / FOX_ACP_BLOCK)): ACP's first key block of each query block's document
                      // (fox_doc_first_blocks of the forward's inputs; ACP with the document mask)
-    unsigned long long *acp_live;    // attention tiles the forward pass computes (ACP)
+    unsigned long long *acp_live;    // (L, H): attention tiles the forward pass computes, over the batch (ACP)
     int *inputs, *targets;   // (N)
 } Acts;
 
@@ -125,7 +125,8 @@ struct Model {
     int planning;                   // the buffers are only counted (device_bytes_needed), not allocated
     int acp;                        // Adaptive Computation Pruning (--acp)
     int doc_sep;                    // --doc-mask: the separator token (docs/model.md §1.8); -1: no mask
-    long long acp_live, acp_tiles;  // attention tiles computed / in the causal grid, last forward (ACP)
+    unsigned long long *acp_live;   // (L, H): a->acp_live of the last forward on the host (ACP)
+    long long acp_tiles;            // tiles in one (layer, head)'s causal grids, B·fox_acp_tiles(T); 0: no ACP
     int deterministic;              // bitwise reproducible attention backward (--deterministic)
     size_t logits_bytes;            // largest bf16 logits buffer; longer batches run the lm_head and
                                     // cross entropy in chunks, recomputing each chunk's logits in the backward
@@ -276,7 +277,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->acp_kv_first = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
     a->acp_q_last = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
     a->doc_first = (int *)dev_alloc(m, (size_t)B * fox_acp_blocks(T) * sizeof(int), cnt);
-    a->acp_live = (unsigned long long *)dev_alloc(m, sizeof(unsigned long long), cnt);
+    a->acp_live = (unsigned long long *)dev_alloc(m, L * H * sizeof(unsigned long long), cnt);
     a->inputs = (int *)dev_alloc(m, N * sizeof(int), cnt);
     a->targets = (int *)dev_alloc(m, N * sizeof(int), cnt);
     if (c->rope) {
@@ -349,6 +350,7 @@ static void model_alloc_host(Model *m, int B, int T) {
     m->h_bucket_start = (int *)fox_calloc(N + 1, sizeof(int));
     m->h_bucket_pos = (int *)fox_calloc(N, sizeof(int));
     m->h_doc_first = (int *)fox_calloc((size_t)B * fox_acp_blocks(T), sizeof(int));
+    m->acp_live = (unsigned long long *)fox_calloc((size_t)m->cfg.n_layer * m->cfg.n_head, sizeof(unsigned long long));
 }
 
 // The RoPE angle tables of positions [0, T), the CPU trainer's angles in double: t·θ^(−2i/dh).
@@ -469,6 +471,7 @@ static void model_free(Model *m) {
     free(m->h_bucket_start);
     free(m->h_bucket_pos);
     free(m->h_doc_first);
+    free(m->acp_live);
     memset(m, 0, sizeof(*m));
 }
 
@@ -515,12 +518,12 @@ static float *resid_at(Model *m, int l, int B, int T) { return m->a.resid + (siz
 // Block l's ACP staircase (fox/acp.h) into a->acp_kv_first / acp_q_last; 0 when ACP is off or attention has
 // no bias (the kernels then take every tile). A query block's first live key block is the larger of the
 // threshold's (forget-gate presets) and its document's first (the document mask: a->doc_first, which
-// model_forward filled). count: add the live tiles to a->acp_live (the forward).
+// model_forward filled). count: add each head's live tiles to a->acp_live[l·H + h] (the forward).
 static int acp_tables(Model *m, int l, int B, int T, int count) {
     const FoxConfig *c = &m->cfg;
     if (!m->acp || !model_has_c(m)) return 0;
     Acts *a = &m->a;
-    fox_acp_tables(a->acp_kv_first, a->acp_q_last, count ? a->acp_live : NULL,
+    fox_acp_tables(a->acp_kv_first, a->acp_q_last, count ? a->acp_live + (size_t)l * c->n_head : NULL,
                    c->forget_gate != FOX_FG_NONE ? a->c[l] : NULL, a->q, a->k,
                    c->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL,
                    c->qk_norm_shared ? 0 : m->Dh, m->doc_sep >= 0 ? a->doc_first : NULL, B, c->n_head, T, m->Dh,
@@ -725,7 +728,7 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
     FOX_CUDA_CHECK(cudaMemcpy(a->inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
-    FOX_CUDA_CHECK(cudaMemsetAsync(a->acp_live, 0, sizeof(unsigned long long), m->stream));
+    FOX_CUDA_CHECK(cudaMemsetAsync(a->acp_live, 0, (size_t)L * c->n_head * sizeof(unsigned long long), m->stream));
     const int acp_on = m->acp && model_has_c(m);
     if (acp_on && m->doc_sep >= 0) {  // ACP's document blocks (acp_tables), for this forward and its backward
         fox_doc_first_blocks(m->h_doc_first, inputs, B, T, m->doc_sep);
@@ -754,12 +757,11 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     }
     m->dlogits_kept = fused;
     FOX_CUDA_CHECK(cudaMemcpy(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
-    m->acp_live = m->acp_tiles = 0;
+    m->acp_tiles = 0;
     if (acp_on) {
-        unsigned long long live;
-        FOX_CUDA_CHECK(cudaMemcpy(&live, a->acp_live, sizeof(live), cudaMemcpyDeviceToHost));
-        m->acp_live = (long long)live;
-        m->acp_tiles = (long long)L * B * c->n_head * fox_acp_tiles(T);
+        FOX_CUDA_CHECK(cudaMemcpy(m->acp_live, a->acp_live, (size_t)L * c->n_head * sizeof(unsigned long long),
+                                  cudaMemcpyDeviceToHost));
+        m->acp_tiles = (long long)B * fox_acp_tiles(T);
     }
     double total = 0.0;
     for (int n = 0; n < N; n++) total += m->h_losses[n];
@@ -1396,7 +1398,12 @@ static void run_model_shard(const Model *m, size_t *offset, size_t *count) {
     *count = m->shard_hi - m->shard_lo;
 }
 
-static double run_model_acp_live(Model *m) { return m->acp_tiles ? (double)m->acp_live / m->acp_tiles : -1.0; }
+static int run_model_acp_tiles(Model *m, long long *live, long long *tiles) {
+    if (!m->acp_tiles) return 0;
+    for (int i = 0; i < m->cfg.n_layer * m->cfg.n_head; i++) live[i] = (long long)m->acp_live[i];
+    *tiles = m->acp_tiles;
+    return 1;
+}
 
 static void run_model_cache_init(Model *m, int max_len) { model_cache_init(m, max_len); }
 

@@ -55,6 +55,14 @@ static inline FOX_ACP_HD int fox_acp_first_live(const FOX_ACP_REAL *c, int T, in
     return lo;
 }
 
+// The tiles one (sequence, head)'s staircase computes: query block m takes key blocks kv_first[m]..m. Both
+// trainers count ACP's live tiles per (layer, head) with it (the step log's per-head pruned fractions).
+static inline FOX_ACP_HD long long fox_acp_live_tiles(const int *kv_first, int nblk) {
+    long long n = 0;
+    for (int m = 0; m < nblk; m++) n += m - kv_first[m] + 1;
+    return n;
+}
+
 // Decoding (docs/model.md §7): the first cached key a query at position t reads. Keys j < t+1 with
 // c_t - c_j < delta weigh less than eps/(t+1) of the largest (delta from fox_acp_threshold with T = t+1
 // and U from the QK-norm weights or from |q_t| and the largest cached |k_j|); c never increases, so they

@@ -14,7 +14,9 @@
 //
 // Adaptive Computation Pruning hooks work on a grid of FOX_ACP_BLOCK x FOX_ACP_BLOCK tiles (fox/acp.h):
 // kv_first[(b*H + h)*nblk + m] is the first live key block of query block m, q_last[(b*H + h)*nblk + n]
-// the last live query block of key block n (nblk = ceil(T / FOX_ACP_BLOCK)); NULL means no pruning.
+// the last live query block of key block n (nblk = ceil(T / FOX_ACP_BLOCK)); NULL means no pruning. They
+// describe a staircase (fox/acp.h): kv_first never decreases, so query block m's live key blocks are
+// [kv_first[m], m] (the backward's add order counts on it).
 // Every kernel's tiles nest inside that grid, so a pruned ACP tile is skipped exactly, forward and backward.
 //
 // Determinism: the forward is deterministic. The backward is deterministic when asked (deterministic = 1:

@@ -39,27 +39,15 @@ __global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __
     }
 }
 
-// Key block nb's place in the add order of ACP row m (the same for every query tile of the row), computed
-// by one whole warp: `before` = live key blocks above nb in the row (its adds wait for all of theirs),
-// `last` = no live key block below nb. Warp-uniform results.
-__device__ __forceinline__ void acp_order(int m, int nb, const int *qlh, int lane, int &before, bool &last) {
-    if (!qlh) {
-        before = m - nb;
-        last = nb == 0;
-        return;
-    }
-    int above = 0, below = 0;
-    for (int base = 0; base <= m; base += 32) {
-        const int n2 = base + lane;
-        if (n2 <= m && n2 != nb && max(qlh[n2], n2) >= m) {
-            above += n2 > nb;
-            below += n2 < nb;
-        }
-    }
-    before = __reduce_add_sync(0xffffffffu, above);
-    last = __reduce_add_sync(0xffffffffu, below) == 0;
+// Key block nb's place in the add order of ACP row m (the same for every query tile of the row): `before` =
+// live key blocks above nb in the row (its adds wait for all of theirs), `last` = no live key block below nb.
+// A row's live key blocks are contiguous, [kv_first[m], m] (fox/acp.h's staircase), and nb is one of them,
+// so every block above it is live, and one below is live iff block nb - 1 is (q_last[nb - 1] >= m): O(1),
+// no scan of the row on the path between two tiles' adds. Warp-uniform results.
+__device__ __forceinline__ void acp_order(int m, int nb, const int *qlh, int &before, bool &last) {
+    before = m - nb;
+    last = nb == 0 || (qlh && qlh[nb - 1] < m);
 }
-
 
 // Backward, step 2: the gradients of Forgetting Attention, FoX paper Appendix E Algorithm 2 (docs/model.md
 // §1.1; the CPU reference is attention_backward in train_fox.c): with P_ij = exp(s_ij - lse_i),
@@ -176,7 +164,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 const int m = t / TPB;
                 if (m != ord_row) {
                     ord_row = m;
-                    acp_order(m, nb, qlh, lane, before, last);
+                    acp_order(m, nb, qlh, before, last);
                 }
                 if (lane == 0 && before > 0) {
                     unsigned spins = 0;
@@ -253,7 +241,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     auto ord_update = [&](int m) {
         if (m == ord_m) return;
         ord_m = m;
-        acp_order(m, nb, qlh, lane, ord_before, ord_last);
+        acp_order(m, nb, qlh, ord_before, ord_last);
     };
 
     // dQ of tile it-1 = dS K from its parked dS^T. WG: warpgroup w4 takes all 64 query rows and dh columns

@@ -694,12 +694,8 @@ __global__ void __launch_bounds__(ACP_THREADS) acp_tables_kernel(int *kv_first, 
         for (int m = tid; m < nblk; m += ACP_THREADS) kf[m] = max(kf[m], doc_first[(size_t)b * nblk + m]);
     __syncthreads();
     if (tid == 0) {
-        unsigned long long n = 1;  // query block 0 keeps its diagonal tile
-        for (int m = 1; m < nblk; m++) {
-            kf[m] = max(kf[m], kf[m - 1]);
-            n += (unsigned long long)(m - kf[m] + 1);
-        }
-        if (live) atomicAdd(live, n);
+        for (int m = 1; m < nblk; m++) kf[m] = max(kf[m], kf[m - 1]);
+        if (live) atomicAdd(live + h, (unsigned long long)fox_acp_live_tiles(kf, nblk));
     }
     __syncthreads();
     for (int m = tid; m < nblk; m += ACP_THREADS) {
@@ -715,7 +711,8 @@ __global__ void __launch_bounds__(ACP_THREADS) acp_tables_kernel(int *kv_first, 
 }
 
 // The ACP tables of B·H (b, h) rows of T positions (above): c NULL for no forget gate, doc_first (B, nblk) or
-// NULL for no document mask; at least one of the two.
+// NULL for no document mask; at least one of the two. live: NULL, or H counters, live[h] += head h's live
+// tiles summed over the batch (fox_acp_live_tiles).
 static inline void fox_acp_tables(int *kv_first, int *q_last, unsigned long long *live, const float *c, const bf16 *q,
                                   const bf16 *k, const float *qw, const float *kw, int wstride, const int *doc_first, int B,
                                   int H, int T, int dh, cudaStream_t s) {

@@ -805,8 +805,6 @@ static void run_free(Run *r) {
     if (r->lock_fd >= 0) close(r->lock_fd);
 }
 
-// The step's line on stdout and in log.jsonl: tokens/s and MFU by docs/model.md §6 (or achieved GFLOP/s where
-// the device's peak is unknown), and ACP's fraction of computed tiles.
 // " | ETA ..." for the step line: the time the remaining steps take at this run's pace so far, when the
 // whole run takes longer than a minute; else "".
 static void format_eta(char *buf, size_t cap, double elapsed, int done, int left) {
@@ -819,24 +817,84 @@ static void format_eta(char *buf, size_t cap, double elapsed, int done, int left
     else snprintf(buf, cap, " | ETA %lds", s);
 }
 
+// ACP's per-(layer, head) detail, the log.jsonl matrix "acp_pruned", goes on every logged step while
+// L·H <= FOX_ACP_LOG_HEADS (125M's 12 × 12 included), else on the --eval-every steps and the last one (a
+// 760M's 24 × 24 matrix is ~4 KB a line); the step line's per-layer summary goes on those steps alone.
+#define FOX_ACP_LOG_HEADS 256
+
+static int acp_eval_step(const Run *r) {
+    return r->step == r->args.steps || (r->args.eval_every > 0 && r->step % r->args.eval_every == 0);
+}
+
+// ACP in the last forward: the fraction of the attention tiles computed (< 0 without ACP), and in
+// pruned[l·H + h] the fraction of (layer l, head h)'s tiles skipped.
+static double acp_fractions(Run *r, double *pruned) {
+    size_t LH = (size_t)r->cfg.n_layer * r->cfg.n_head;
+    long long *live = (long long *)fox_malloc(LH * sizeof(long long)), tiles = 0, sum = 0;
+    int on = run_model_acp_tiles(r->model, live, &tiles);
+    for (size_t i = 0; on && i < LH; i++) {
+        pruned[i] = 1.0 - (double)live[i] / (double)tiles;
+        sum += live[i];
+    }
+    free(live);
+    return on ? (double)sum / ((double)tiles * (double)LH) : -1.0;
+}
+
+// "\"acp_pruned\": [[l0h0, l0h1, ...], [l1h0, ...], ...], " (layer-major rows of heads), in a new string.
+static char *acp_pruned_json(const double *pruned, int L, int H) {
+    size_t cap = (size_t)L * (H * 10 + 4) + 32, n = 0;
+    char *j = (char *)fox_malloc(cap);
+    n += (size_t)snprintf(j + n, cap - n, "\"acp_pruned\": [");
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++)
+            n += (size_t)snprintf(j + n, cap - n, "%s%.4f%s", h ? "" : (l ? ", [" : "["), pruned[(size_t)l * H + h],
+                                  h == H - 1 ? "]" : ", ");
+    snprintf(j + n, cap - n, "], ");
+    return j;
+}
+
+// One line: each layer's pruned fraction (the mean over its heads, in %), and the least and most pruned heads.
+static void print_acp_layers(const Run *r, const double *pruned) {
+    int L = r->cfg.n_layer, H = r->cfg.n_head, lo = 0, hi = 0;
+    printf("step %5d | ACP pruned by layer (%%):", r->step);
+    for (int l = 0; l < L; l++) {
+        double mean = 0.0;
+        for (int h = 0; h < H; h++) mean += pruned[(size_t)l * H + h] / H;
+        printf(" %.0f", 100.0 * mean);
+    }
+    for (int i = 0; i < L * H; i++) {
+        if (pruned[i] < pruned[lo]) lo = i;
+        if (pruned[i] > pruned[hi]) hi = i;
+    }
+    printf(" | heads: least %.1f%% (layer %d head %d), most %.1f%% (layer %d head %d)\n", 100.0 * pruned[lo], lo / H,
+           lo % H, 100.0 * pruned[hi], hi / H, hi % H);
+}
+
+// The step's line on stdout and in log.jsonl: tokens/s and MFU by docs/model.md §6 (or achieved GFLOP/s where
+// the device's peak is unknown), and ACP's fraction of computed tiles (and its detail, above).
 static void log_step(Run *r, double loss, double lr, double norm, double dt, double peak, const char *eta) {
     FoxArgs *a = &r->args;
     long long step_tokens = (long long)r->grad_accum * a->batch * a->seq_len * r->dist.world;
     double tps = step_tokens / dt, flops = tps * fox_flops_per_token(&r->cfg, a->seq_len);
-    char rate[64], acp_txt[48] = "", acp_json[48] = "", mfu[48] = "";
+    char rate[64], acp_txt[48] = "", acp_json[48] = "", mfu[48] = "", *pruned_json = NULL;
     if (peak > 0) snprintf(rate, sizeof(rate), "MFU %.1f%%", 100.0 * flops / peak);
     else snprintf(rate, sizeof(rate), "%.2f GFLOP/s", flops / 1e9);
-    double acp = run_model_acp_live(r->model);
+    int L = r->cfg.n_layer, H = r->cfg.n_head;
+    double *pruned = (double *)fox_malloc((size_t)L * H * sizeof(double)), acp = acp_fractions(r, pruned);
     if (acp >= 0.0) {
         snprintf(acp_txt, sizeof(acp_txt), " | ACP %.1f%% of tiles", 100.0 * acp);
         snprintf(acp_json, sizeof(acp_json), "\"acp_live\": %.4f, ", acp);
+        if (L * H <= FOX_ACP_LOG_HEADS || acp_eval_step(r)) pruned_json = acp_pruned_json(pruned, L, H);
     }
     printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %s%s%s\n", r->step, a->steps, loss, lr,
            norm, dt * 1e3, tps, rate, acp_txt, eta);
+    if (acp >= 0.0 && acp_eval_step(r)) print_acp_layers(r, pruned);
     if (peak > 0) snprintf(mfu, sizeof(mfu), "\"mfu\": %.4f, ", flops / peak);
     log_json(r, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.7g, \"grad_norm\": %.17g, \"ms\": %.3f, "
-                "\"tokens_per_s\": %.1f, %s%s\"tokens\": %lld, \"skipped_steps\": %lld}",
-             r->step, loss, lr, norm, dt * 1e3, tps, mfu, acp_json, r->tokens, r->skipped);
+                "\"tokens_per_s\": %.1f, %s%s%s\"tokens\": %lld, \"skipped_steps\": %lld}",
+             r->step, loss, lr, norm, dt * 1e3, tps, mfu, acp_json, pruned_json ? pruned_json : "", r->tokens, r->skipped);
+    free(pruned_json);
+    free(pruned);
 }
 
 // Why a step is not applied: a non-finite loss or gradient norm, or (--spike-z Z, once

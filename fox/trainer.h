@@ -59,8 +59,10 @@ static void run_model_get(Model *m, float *params, float *m1, float *m2);
 static void run_model_set(Model *m, const float *params, const float *m1, const float *m2);
 // The AdamW moments this rank holds: elements [offset, offset + count) of the flat vector.
 static void run_model_shard(const Model *m, size_t *offset, size_t *count);
-// ACP: the fraction of the attention tiles the last forward computed (this rank's); < 0 without ACP.
-static double run_model_acp_live(Model *m);
+// ACP: the attention tiles the last forward computed (this rank's), per layer and head summed over the
+// batch (live[l·H + h], fox_acp_live_tiles of each sequence's staircase), each out of *tiles (the causal
+// grids of one (layer, head), B·fox_acp_tiles(T)); returns 0, writing nothing, without ACP.
+static int run_model_acp_tiles(Model *m, long long *live, long long *tiles);
 // Waits for queued work (step timing).
 static void run_model_sync(Model *m);
 // The device's dense bf16 peak for MFU (docs/model.md §6); 0 when unknown.

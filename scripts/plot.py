@@ -25,20 +25,28 @@ curves
     from the JSON-lines log ``log.jsonl`` (training lines carry ``loss``,
     validation lines ``val_loss``; other lines are ignored).
 
+acp
+    For each run (one panel each), the fraction of attention tiles that
+    Adaptive Computation Pruning skips in each layer (the mean over its
+    heads) vs step, from the ``acp_pruned`` matrices (layers x heads) of the
+    step lines of ``log.jsonl`` (``--acp 1``; README: when they are written),
+    with the whole model's fraction (1 - ``acp_live``) as a thick black line.
+
 Usage (needs only numpy and matplotlib; Debian's /usr/bin/python3 has both):
 
     plot.py per-token RUN_OR_NPY [...] --out FILE.png [--labels a,b]
                       [--train-ctx T] [--logx] [--window 101]
     plot.py doc-pos RUN_OR_NPY [...] --out FILE.png [--labels a,b] [--window 101]
     plot.py curves LOG_JSONL_OR_RUNDIR [...] --out FILE.png [--labels a,b]
+    plot.py acp LOG_JSONL_OR_RUNDIR [...] --out FILE.png [--labels a,b]
 
 A run directory stands for the file of the expected name inside it.  Legend
 labels default to the run's directory name.  On bad input the script prints
 one line ``plot.py: error: ...`` to stderr and exits with status 1.
 
 The building blocks (moving_average, perplexity_curve, read_log,
-load_per_token, load_doc_pos, load_curves, per_token_figure, doc_pos_figure,
-curves_figure) are importable;
+load_per_token, load_doc_pos, load_curves, load_acp, per_token_figure,
+doc_pos_figure, curves_figure, acp_figure) are importable;
 the figure builders return a matplotlib Figure without saving it.
 """
 
@@ -116,6 +124,13 @@ class CurvesRun:
     train_loss: np.ndarray
     val_step: np.ndarray
     val_loss: np.ndarray
+
+
+@dataclass
+class AcpRun:
+    label: str
+    step: np.ndarray            # (n,) the steps whose line carries acp_pruned
+    pruned: np.ndarray          # (n, layers, heads) fractions of tiles skipped
 
 
 def _resolve(path, default_name):
@@ -257,6 +272,27 @@ def load_curves(path, label=None):
     return CurvesRun(label or default_label, ts, tl, vs, vl)
 
 
+def load_acp(path, label=None):
+    """The acp_pruned matrices of a log.jsonl (or the one in a run directory) as an AcpRun."""
+    file, default_label = _resolve(path, LOG_JSONL)
+    steps, mats = [], []
+    for rec in read_log(file):
+        m = rec.get("acp_pruned")
+        if m is None or not _is_number(rec.get("step")):
+            continue
+        try:
+            a = np.asarray(m, dtype=np.float64)
+        except (TypeError, ValueError):
+            a = np.zeros(0)
+        if a.ndim != 2 or a.size == 0 or (mats and a.shape != mats[0].shape):
+            raise PlotError(f"{file}: step {rec['step']}: acp_pruned is not a layers x heads matrix like the others")
+        steps.append(rec["step"])
+        mats.append(a)
+    if not mats:
+        raise PlotError(f"{file}: no acp_pruned lines (a run with --acp 1 writes them)")
+    return AcpRun(label or default_label, np.asarray(steps, dtype=np.float64), np.stack(mats))
+
+
 # ---------------------------------------------------------------------------
 # Figures
 
@@ -343,6 +379,26 @@ def curves_figure(runs: List[CurvesRun]):
     return fig
 
 
+def acp_figure(runs: List[AcpRun]):
+    """One panel per run: each layer's pruned fraction (mean over heads, %) vs step, and the model's."""
+    fig = Figure(figsize=(9, 4 * len(runs) + 1), constrained_layout=True)
+    axes = fig.subplots(len(runs), 1, squeeze=False)[:, 0]
+    for ax, run in zip(axes, runs):
+        layers = run.pruned.mean(axis=2)
+        L = layers.shape[1]
+        cmap = matplotlib.colormaps["viridis"]
+        for l in range(L):
+            ax.plot(run.step, 100 * layers[:, l], lw=1, color=cmap(l / max(L - 1, 1)), label=f"layer {l}")
+        ax.plot(run.step, 100 * run.pruned.mean(axis=(1, 2)), lw=2.5, color="black", label="all layers")
+        ax.set_title(f"{run.label}: attention tiles pruned by ACP, per layer (mean over {run.pruned.shape[2]} heads)")
+        ax.set_xlabel("step")
+        ax.set_ylabel("tiles pruned (%)")
+        ax.set_ylim(0, 100)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small", ncol=max(1, (L + 1) // 12))
+    return fig
+
+
 # ---------------------------------------------------------------------------
 # Command line
 
@@ -365,7 +421,7 @@ def _save(fig, out):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="plot.py", description="Plot fox.c per-token loss or training curves.")
+        prog="plot.py", description="Plot fox.c per-token loss, training curves or ACP's pruning.")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     pt = sub.add_parser("per-token", help="per-token loss L(i) and perplexity P(l)")
@@ -390,6 +446,11 @@ def main(argv=None):
     cv.add_argument("--out", required=True, metavar="FILE.png")
     cv.add_argument("--labels", help="comma-separated legend labels, one per input")
 
+    ac = sub.add_parser("acp", help="ACP's pruned fraction of attention tiles per layer vs step")
+    ac.add_argument("inputs", nargs="+", metavar="LOG_JSONL_OR_RUNDIR")
+    ac.add_argument("--out", required=True, metavar="FILE.png")
+    ac.add_argument("--labels", help="comma-separated panel titles, one per input")
+
     args = parser.parse_args(argv)
     try:
         labels = _labels(args.labels, len(args.inputs))
@@ -403,6 +464,9 @@ def main(argv=None):
                 raise PlotError("--window must be >= 1")
             runs = [load_doc_pos(p, lab) for p, lab in zip(args.inputs, labels)]
             fig = doc_pos_figure(runs, args.window)
+        elif args.cmd == "acp":
+            runs = [load_acp(p, lab) for p, lab in zip(args.inputs, labels)]
+            fig = acp_figure(runs)
         else:
             runs = [load_curves(p, lab) for p, lab in zip(args.inputs, labels)]
             fig = curves_figure(runs)

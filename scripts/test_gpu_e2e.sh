@@ -22,10 +22,12 @@ st=$?
 [ "$st" -ne 0 ] && [ "$(wc -l < "$tmp/bad2.txt")" -eq 1 ] && grep -q '^error: ' "$tmp/bad2.txt"
 check $? "an unsupported head_dim: $(head -c 150 "$tmp/bad2.txt")"
 
-# ACP (--acp 1): fixed gates decaying by 1/16 a token at T = 1024, so the tiles 5 or more blocks below the
-# diagonal fall under the threshold. Pruning changes the losses by less than the e^-10 bound (plus bf16
-# rounding), and the GPU's pruned run agrees with the CPU's as any GPU run does.
-AARGS="--model fox-pro --forget-gate fixed --t-min 16 --t-max 16 --layers 2 --dim 128 --heads 2 --seq-len 1024 --batch 2 --steps 5 --lr 3e-3 --warmup-tokens 2K --eval-every 0 --sample-tokens 0"
+# ACP (--acp 1): fixed gates of timescales 3 and 10 tokens (heads 0 and 1) at T = 1024, so the tiles 2 and 4
+# or more blocks below the diagonal fall under the threshold (each tile's bias at least 5 from it, in log
+# space). Pruning changes the losses by less than the e^-10 bound (plus bf16 rounding), the GPU's pruned run
+# agrees with the CPU's as any GPU run does, and so do the per-(layer, head) pruned fractions of log.jsonl
+# ("acp_pruned"): within one tile of the 72 of a (layer, head) (the two c differ by rounding).
+AARGS="--model fox-pro --forget-gate fixed --t-min 3 --t-max 10 --layers 2 --dim 128 --heads 2 --seq-len 1024 --batch 2 --steps 5 --lr 3e-3 --warmup-tokens 2K --eval-every 0 --sample-tokens 0"
 $GPU $AARGS --acp 0 --out "$tmp/acp0" > "$tmp/acp0.txt" 2>&1 && $GPU $AARGS --acp 1 --out "$tmp/acp1" > "$tmp/acp1.txt" 2>&1 &&
     $CPU $AARGS --acp 1 --out "$tmp/acpc" > "$tmp/acpc.txt" 2>&1
 check $? "train_fox --acp 0, --acp 1 and train_fox_cpu --acp 1 train 5 steps at T = 1024"
@@ -36,6 +38,16 @@ d01=$(paste "$tmp/la0" "$tmp/la1" | awk '{ d = $2 - $4; if (d < 0) d = -d; d /= 
 d1c=$(paste "$tmp/la1" "$tmp/lac" | awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.1e", m + 0 }')
 [ "$(wc -l < "$tmp/la1")" -eq 5 ] && awk -v a="$d01" -v b="$d1c" 'BEGIN { exit !(a < 1e-4 && b < 1e-2) }'
 check $? "ACP: GPU losses with and without pruning within $d01 relative (tol 1e-4), GPU vs CPU with pruning within $d1c (tol 1e-2)"
+$PY -c "
+import json, sys
+def mats(path):
+    return [r['acp_pruned'] for r in map(json.loads, open(path)) if 'acp_pruned' in r]
+g, c = mats('$tmp/acp1/log.jsonl'), mats('$tmp/acpc/log.jsonl')
+d = max(abs(x - y) for a, b in zip(g, c) for ra, rb in zip(a, b) for x, y in zip(ra, rb))
+print('%d steps of 2 x 2; GPU %s, CPU %s; max |diff| %.4f' % (len(g), g[-1], c[-1], d))
+sys.exit(not (len(g) == len(c) == 5 and all(len(a) == 2 and len(r) == 2 for a in g + c for r in a) and d <= 1 / 72 + 1e-4
+              and g[0][0][0] > g[0][0][1] > 0))"
+check $? "ACP per (layer, head): the GPU's and the CPU's acp_pruned matrices agree within one tile (1/72)"
 
 # Device memory: a run that does not fit fails before allocating, in one line with the need and the remedy
 # (FOX_TEST_DEVICE_MEMORY caps the usable bytes); --eval-only allocates only what a forward needs.

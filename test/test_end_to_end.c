@@ -2,11 +2,12 @@
 // equals the uninterrupted run, --eval-only's per-token loss, data parallel under mpirun (when the MPI
 // build exists), one-line errors on bad input, and weights exchanged with the PyTorch reference
 // (train_fox.py init / loss); the document mask (--doc-mask: ACP's live tiles, --eval-doc-pos, the
-// reference's loss with --doc-sep); Gated Slot Attention (--model gsa) and TransformerFAM (--model fox-fam,
+// reference's loss with --doc-sep); ACP's live tiles per layer and head (the log's matrix); Gated Slot Attention (--model gsa) and TransformerFAM (--model fox-fam,
 // transformer-fam) end to end; a checkpoint written before the GSA config fields still loads. The model code of train_fox.c recomputes what the binary should have written.
 // Usage (repository root, after make): test_fox_e2e   (environment: PYTHON = an interpreter that can import
 // torch; FOX_MPI_BIN = the MPI build, if any)
 #define TESTING
+#include <ctype.h>           // isdigit: the log's numbers
 #include "train_fox.c"
 #include "fox/args.h"        // FoxArgs, fox_args_parse, fox_args_config: the trainer's command line
 #include "fox/checkpoint.h"  // fox_read_model_bin, fox_write_model_bin, fox_ckpt_list
@@ -284,6 +285,98 @@ static void test_doc_mask(void) {
     free(sum); free(cnt); free(got_loss); free(got_cnt); free(in); free(tg);
 }
 
+// ACP's live tiles by brute force: each (layer, head)'s, summed over the batch, from c (the model's last
+// forward) and the QK-norm weight bound U: each sequence's staircase from fox_acp_first_live, made monotone.
+static void acp_brute_live(Model *m, int B, int T, long long *live) {
+    const FoxConfig *c = &m->cfg;
+    int L = c->n_layer, H = c->n_head, dh = c->d_model / H, nb = fox_acp_blocks(T);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < H; h++) {
+            const real *gq = param(m, FOX_P_qnorm_w, l) + h * dh, *gk = param(m, FOX_P_knorm_w, l) + h * dh;
+            double mq = 0.0, mk = 0.0;
+            for (int i = 0; i < dh; i++) {
+                mq = fmax(mq, fabs((double)gq[i]));
+                mk = fmax(mk, fabs((double)gk[i]));
+            }
+            double delta = fox_acp_threshold(fox_acp_bound_qknorm(mq, mk, dh), T);
+            live[l * H + h] = 0;
+            for (int b = 0; b < B; b++) {
+                const creal *cs = m->a.c + (((size_t)l * B + b) * H + h) * T;
+                for (int mb = 0, prev = 0; mb < nb; mb++) {
+                    int f = fox_acp_first_live(cs, T, mb, delta);
+                    prev = f > prev ? f : prev;
+                    live[l * H + h] += mb - prev + 1;
+                }
+            }
+        }
+}
+
+// The per-(layer, head) fractions of tiles ACP prunes, in the log and on the step line: fox-pro with fixed
+// gates of timescales 4 and 16 tokens (heads 0 and 1) at T = 1024, batch 2, one step (the last step, which
+// prints the per-layer summary). This process runs the same forward (the init of --seed 1337, the first
+// training window) and counts the live tiles by brute force (acp_brute_live): the trainer's counts
+// (m.acp_live) equal them, and so does the log's "acp_pruned" matrix (4 decimals; each entry is a multiple of
+// 1/72), which the heads make non-trivial (one in two tiles pruned in head 0, one in six in head 1).
+static void test_acp_heads(void) {
+    const int B = 2, T = 1024;
+    char out[4200], path[4300];
+    snprintf(out, sizeof(out), "%s/acp_heads", tmpdir);
+    int st = sh("./train_fox_cpu --model fox-pro --forget-gate fixed --t-min 4 --t-max 16 --layers 2 --dim 32 --heads 2 "
+                "--mlp-hidden 64 --seq-len %d --batch %d --steps 1 --eval-every 0 --val '' --sample-tokens 0 --acp 1 --out %s",
+                T, B, out);
+    snprintf(path, sizeof(path), "%s/ckpt_00000001/model.bin", out);
+    FoxConfig c = fox_read_model_config(path);
+    const int L = c.n_layer, H = c.n_head, LH = L * H;
+    DataLoader train;
+    int *in = fox_malloc((size_t)B * T * sizeof(int)), *tg = fox_malloc((size_t)B * T * sizeof(int));
+    dataloader_init(&train, "data/train.bin", B, T, 0, 1, 1337, 1);
+    dataloader_next(&train, in, tg);
+    dataloader_free(&train);
+    Model m;
+    model_init(&m, &c, B, T, 1337);
+    m.acp = 1;
+    model_forward(&m, in, tg, B, T);
+    long long brute[16], tiles = (long long)B * fox_acp_tiles(T);
+    acp_brute_live(&m, B, T, brute);
+    int same = m.acp_tiles == tiles, lo = 0, hi = 0;
+    for (int i = 0; i < LH; i++) {
+        same &= m.acp_live[i] == brute[i];
+        lo = 1.0 - (double)brute[i] / tiles < 1.0 - (double)brute[lo] / tiles ? i : lo;
+        hi = 1.0 - (double)brute[i] / tiles > 1.0 - (double)brute[hi] / tiles ? i : hi;
+    }
+    check(st == 0 && LH == 4 && same && brute[0] < brute[1] && brute[1] < tiles,
+          "ACP per head: the trainer's live tiles of each (layer, head) = the brute-force count from c: "
+          "%lld %lld | %lld %lld of %lld", brute[0], brute[1], brute[2], brute[3], tiles);
+
+    snprintf(path, sizeof(path), "%s/log.jsonl", out);
+    size_t len;
+    char *log = fox_read_file(path, &len);
+    char *p = log ? strstr(log, "\"acp_pruned\": [") : NULL;
+    double worst = p ? 0.0 : INFINITY;
+    for (int i = 0; p && i < LH; i++) {
+        while (*p && !isdigit((unsigned char)*p)) p++;
+        char *end;
+        double got = strtod(p, &end);
+        worst = end == p ? INFINITY : fmax(worst, fabs(got - (1.0 - (double)brute[i] / tiles)));
+        p = end;
+    }
+    free(log);
+    check(worst <= 1e-4, "ACP per head: log.jsonl's acp_pruned matrix (%d x %d) = 1 - brute-force live / %lld "
+          "(max |diff| %.1e, tol 1e-4)", L, H, tiles, worst);
+    char want[160];
+    snprintf(want, sizeof(want), "heads: least %.1f%% (layer %d head %d), most %.1f%% (layer %d head %d)",
+             100.0 * (1.0 - (double)brute[lo] / tiles), lo / H, lo % H, 100.0 * (1.0 - (double)brute[hi] / tiles), hi / H,
+             hi % H);
+    snprintf(path, sizeof(path), "%s/stdout.txt", tmpdir);
+    char *stdout_txt = fox_read_file(path, &len);
+    check(stdout_txt && strstr(stdout_txt, "ACP pruned by layer (%):") && strstr(stdout_txt, want),
+          "ACP per layer: the step line's summary names the brute force's extremes (%s)", want);
+    free(stdout_txt);
+    model_free(&m);
+    free(in);
+    free(tg);
+}
+
 static void reference_loss_check(const char *run, const char *what);
 
 // `cmd` (6 steps, a checkpoint every 3) into run directory a, then into b resumed from a copy of a's step-3
@@ -541,6 +634,7 @@ int main(void) {
     test_checkpoint_resume();
     test_eval_only("run_a");
     test_doc_mask();
+    test_acp_heads();
     test_gsa();
     test_fam();
     test_old_checkpoint();

@@ -329,7 +329,8 @@ static void test_crossentropy_large_vocab(void) {
 // weights, or from the largest q and k norms (qw NULL); kv_first with its running max; q_last by its
 // definition (the last query block m with kv_first[m] <= n). Gates of different speeds per (b, h). With
 // the document mask (fox/docmask.h): kv_first at least doc_first (fox_doc_first_blocks of tokens with
-// separators, one at a block's first row), with the gate's threshold, and without a gate (c NULL).
+// separators, one at a block's first row), with the gate's threshold, and without a gate (c NULL). The live
+// tiles it counts per head (summed over the batch) = the host staircase's.
 static void test_acp_tables(void) {
     const int B = 2, H = 3, T = 1500, dh = 64, nblk = fox_acp_blocks(T), BH = B * H;
     size_t nqk = (size_t)BH * T * dh;
@@ -347,7 +348,7 @@ static void test_acp_tables(void) {
     bf16 *dqk;
     int *dkf, *dql;
     unsigned long long *dlive;
-    FOX_CUDA_CHECK(cudaMalloc(&dlive, sizeof(unsigned long long)));
+    FOX_CUDA_CHECK(cudaMalloc(&dlive, H * sizeof(unsigned long long)));
     FOX_CUDA_CHECK(cudaMalloc(&dc, (size_t)BH * T * sizeof(float)));
     FOX_CUDA_CHECK(cudaMalloc(&dw, (size_t)2 * H * dh * sizeof(float)));
     FOX_CUDA_CHECK(cudaMalloc(&dqk, 2 * nqk * sizeof(bf16)));
@@ -368,11 +369,12 @@ static void test_acp_tables(void) {
     const char *variant[] = {"QK-norm weight bound", "q/k norm bound", "QK-norm bound + docs", "docs, no gate"};
     for (int var = 0; var < 4; var++) {
         const int norms = var == 1, docs = var >= 2, gate = var != 3;
-        FOX_CUDA_CHECK(cudaMemset(dlive, 0, sizeof(unsigned long long)));
+        FOX_CUDA_CHECK(cudaMemset(dlive, 0, H * sizeof(unsigned long long)));
         fox_acp_tables(dkf, dql, dlive, gate ? dc : NULL, dqk, dqk + nqk, norms ? NULL : dw, norms ? NULL : dw + H * dh, dh,
                        docs ? ddf : NULL, B, H, T, dh, 0);
-        unsigned long long live = 0;
-        FOX_CUDA_CHECK(cudaMemcpy(&live, dlive, sizeof(live), cudaMemcpyDeviceToHost));
+        unsigned long long live[H];
+        long long want[H] = {0};
+        FOX_CUDA_CHECK(cudaMemcpy(live, dlive, sizeof(live), cudaMemcpyDeviceToHost));
         FOX_CUDA_CHECK(cudaMemcpy(kf, dkf, (size_t)BH * nblk * sizeof(int), cudaMemcpyDeviceToHost));
         FOX_CUDA_CHECK(cudaMemcpy(ql, dql, (size_t)BH * nblk * sizeof(int), cudaMemcpyDeviceToHost));
         int bad = 0, pruned = 0;
@@ -405,6 +407,7 @@ static void test_acp_tables(void) {
                 prev = f > prev ? f : prev;
                 bad += kf[bh * nblk + m] != prev;
                 pruned += prev;
+                want[bh % H] += m - prev + 1;
             }
             for (int n = 0; n < nblk; n++) {
                 int last = n;
@@ -414,9 +417,10 @@ static void test_acp_tables(void) {
             }
         }
         int tiles = BH * (int)fox_acp_tiles(T);
-        check(bad == 0 && pruned > 0 && live == (unsigned long long)(tiles - pruned),
-              "%-18s GPU tables = host staircase (%s; %d of %d tiles pruned, %d mismatches; %llu counted live)",
-              "ACP", variant[var], pruned, tiles, bad, live);
+        for (int h = 0; h < H; h++) bad += live[h] != (unsigned long long)want[h];
+        check(bad == 0 && pruned > 0 && want[0] + want[1] + want[2] == tiles - pruned,
+              "%-18s GPU tables = host staircase (%s; %d of %d tiles pruned, %d mismatches; live per head %llu %llu %llu)",
+              "ACP", variant[var], pruned, tiles, bad, live[0], live[1], live[2]);
     }
     FOX_CUDA_CHECK(cudaFree(ddf));
     free(tok);
@@ -432,6 +436,70 @@ static void test_acp_tables(void) {
     free(qk);
     free(kf);
     free(ql);
+}
+
+// ACP's live tiles per (layer, head) in a training forward (what the step log's "acp_pruned" matrix reports):
+// fox-pro with fixed gates of timescales 4 to 64 tokens log-spaced over 4 heads (head_dim 64), T = 2048,
+// B = 2, random tokens, the shared init with layer 1's query-norm weights tripled (U x3: a lower threshold,
+// fewer tiles pruned there; the slowest head prunes none at this T). The host counts each (layer, head)'s tiles from the c the forward left (a->c[l],
+// recompute 0) and the weights' bound U, with fox/acp.h's staircase: the same c and the same float search as
+// the GPU's, so the counts must be equal. (The CPU trainer's c, summed in double, differs by rounding: a
+// tile at the threshold could flip, so scripts/test_gpu_e2e.sh compares the two trainers' matrices within a
+// tolerance.)
+static void test_acp_heads(void) {
+    FoxConfig c = small_config("fox-pro", 128);
+    c.d_model = 256;
+    c.n_head = 4;
+    c.forget_gate = FOX_FG_FIXED;
+    c.t_min = 4.0f;
+    c.t_max = 64.0f;
+    const int B = 2, T = 2048, N = B * T, L = c.n_layer, H = c.n_head, dh = c.d_model / H, nblk = fox_acp_blocks(T);
+    int *in = (int *)fox_malloc((size_t)N * sizeof(int)), *tg = (int *)fox_malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) {
+        in[i] = (int)fox_rng_below(fox_rng_key(71, 0), (uint64_t)i, 128);
+        tg[i] = (int)fox_rng_below(fox_rng_key(71, 1), (uint64_t)i, 128);
+    }
+    Model m;
+    ModelOptions o = test_options(B, T, RECOMPUTE_NONE, 0, -1);
+    o.acp = 1;
+    model_init(&m, &c, &o);
+    float *p = device_copy(m.params, m.lay.total);
+    const size_t wq = fox_param_offset(&m.lay, FOX_P_qnorm_w, 1);
+    for (int i = 0; i < c.d_model; i++) p[wq + i] *= 3.0f;
+    model_set_params(&m, p);
+    model_forward(&m, in, tg, B, T);
+    long long want[8] = {0}, tiles = (long long)B * fox_acp_tiles(T);
+    float *cl = (float *)fox_malloc((size_t)N * H * sizeof(float));
+    int bad = 0;
+    for (int l = 0; l < L; l++) {
+        FOX_CUDA_CHECK(cudaMemcpy(cl, m.a.c[l], (size_t)N * H * sizeof(float), cudaMemcpyDeviceToHost));
+        const float *gq = p + fox_param_offset(&m.lay, FOX_P_qnorm_w, l), *gk = p + fox_param_offset(&m.lay, FOX_P_knorm_w, l);
+        for (int h = 0; h < H; h++) {
+            float mq = 0.0f, mk = 0.0f;
+            for (int i = 0; i < dh; i++) {
+                mq = fmaxf(mq, fabsf(gq[h * dh + i]));
+                mk = fmaxf(mk, fabsf(gk[h * dh + i]));
+            }
+            double delta = fox_acp_threshold(fox_acp_bound_qknorm(mq, mk, dh), T);
+            for (int b = 0; b < B; b++)
+                for (int mb = 0, prev = 0; mb < nblk; mb++) {
+                    int f = fox_acp_first_live(cl + ((size_t)b * H + h) * T, T, mb, delta);
+                    prev = f > prev ? f : prev;
+                    want[l * H + h] += mb - prev + 1;
+                }
+            bad += (long long)m.acp_live[l * H + h] != want[l * H + h];
+        }
+    }
+    int varied = want[0] < want[1] && want[1] < want[2] && want[2] < tiles && want[4] > want[0];
+    check(bad == 0 && varied && m.acp_tiles == tiles,
+          "%-18s live tiles per (layer, head) = the host staircase on the forward's c: layer 0 %lld %lld %lld %lld, "
+          "layer 1 %lld %lld %lld %lld of %lld (%d mismatches)", "ACP per head", want[0], want[1], want[2], want[3],
+          want[4], want[5], want[6], want[7], tiles, bad);
+    model_free(&m);
+    free(cl);
+    free(p);
+    free(in);
+    free(tg);
 }
 
 // ----------------------------------------------------------------------------
@@ -488,13 +556,14 @@ static void test_doc_acp_tiles(void) {
         losses[acp] = (float *)fox_malloc((size_t)N * sizeof(float));
         memcpy(losses[acp], m.h_losses, (size_t)N * sizeof(float));
         if (acp) {
-            live = m.acp_live;
-            tiles = m.acp_tiles;
+            live = 0;
+            for (int i = 0; i < L * H; i++) live += (long long)m.acp_live[i];
+            tiles = (long long)L * H * m.acp_tiles;
         }
         model_backward(&m, in, B, T, 1.0f, 0);
         grads[acp] = device_copy(m.grads, m.lay.total);
         if (acp) {
-            double frac = (double)live / tiles;  // run_model_acp_live's value
+            double frac = (double)live / tiles;  // the step line's "ACP x% of tiles"
             check(live == want && tiles == (long long)L * B * H * fox_acp_tiles(T),
                   "%-18s ACP live tiles = the cross-document tiles skipped: %lld of %lld (want %lld of %lld), live "
                   "fraction %.4f", "doc mask", live, tiles, want, (long long)L * B * H * fox_acp_tiles(T), frac);
@@ -591,6 +660,7 @@ int main(int argc, char **argv) {
     test_fixture(argv[1], first, (size_t)48 * 128 * sizeof(bf16));
     test_crossentropy_large_vocab();
     test_acp_tables();
+    test_acp_heads();
     test_doc_acp_tiles();
     test_doc_windows("fox-pro");
     test_doc_windows("transformer-pro");

@@ -121,6 +121,22 @@ def write_log(path, steps, val_every, rng):
         f.write(json.dumps({"event": "checkpoint", "step": steps}) + "\n")
 
 
+def write_acp_log(path, steps, L, H):
+    """Step lines with acp_pruned (L x H) on every other step, a val line and a skipped step between; returns
+    {step: matrix}."""
+    mats = {}
+    with open(path, "w") as f:
+        for s in range(1, steps + 1):
+            rec = {"step": s, "loss": 5.0 / s, "acp_live": 0.5}
+            if s % 2 == 0:
+                mats[s] = [[round(0.9 - 0.05 * l - 0.01 * h + 0.001 * s, 4) for h in range(H)] for l in range(L)]
+                rec["acp_pruned"] = mats[s]
+            f.write(json.dumps(rec) + "\n")
+            f.write(json.dumps({"step": s, "val_loss": 4.0}) + "\n")
+        f.write(json.dumps({"step": steps + 1, "skipped": "non-finite loss", "loss": None}) + "\n")
+    return mats
+
+
 def cli(*args):
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True,
                           text=True, timeout=60)
@@ -227,6 +243,23 @@ def main():
     run_check("curves figure: val data correct",
               lambda: list(ax.get_lines()[3].get_xdata()) == [40, 80, 120])
 
+    # --- ACP's pruned fractions per layer (log.jsonl's acp_pruned)
+    log_acp = os.path.join(tmp, "acp_log.jsonl")
+    mats = write_acp_log(log_acp, 10, 3, 4)
+    acp = plot.load_acp(log_acp, "acp")
+    run_check("load_acp: the steps with acp_pruned and their (steps, layers, heads) matrices",
+              lambda: (list(acp.step) == [2, 4, 6, 8, 10] and acp.pruned.shape == (5, 3, 4)
+                       and np.array_equal(acp.pruned[2], np.array(mats[6])), f"{list(acp.step)} {acp.pruned.shape}"))
+    afig = plot.acp_figure([acp, acp])
+    aax = afig.get_axes()
+    run_check("acp figure: one panel per run, a line per layer and one for the model",
+              lambda: (len(aax) == 2 and len(aax[0].get_lines()) == 4, f"{len(aax)} axes, {len(aax[0].get_lines())} lines"))
+    want = [100 * np.mean(mats[s][1]) for s in (2, 4, 6, 8, 10)]
+    run_check("acp figure: layer 1's line is the mean over its heads, in %",
+              lambda: (np.allclose(aax[0].get_lines()[1].get_ydata(), want), f"{aax[0].get_lines()[1].get_ydata()}"))
+    run_check("acp figure: the model's line is the mean over layers and heads",
+              lambda: np.allclose(aax[0].get_lines()[3].get_ydata(), [100 * np.mean(mats[s]) for s in (2, 4, 6, 8, 10)]))
+
     # --- loss by position within the document (--eval-doc-pos)
     def wma_loop(loss, count, w):
         h, out = w // 2, []
@@ -282,6 +315,9 @@ def main():
     out4 = os.path.join(tmp, "doc_pos.png")
     res = cli("doc-pos", run_d, "--out", out4, "--window", "21")
     run_check("CLI doc-pos (run dir) writes a valid PNG", lambda: png_ok(res, out4))
+    out5 = os.path.join(tmp, "acp.png")
+    res = cli("acp", log_acp, "--out", out5)
+    run_check("CLI acp (jsonl) writes a valid PNG", lambda: png_ok(res, out5))
 
     # --- CLI, error paths
     def err_ok(res, must_contain=""):
@@ -339,6 +375,14 @@ def main():
     np.save(os.path.join(lonely, "doc_pos_count.npy"), dc[:10])
     res = cli("doc-pos", lonely, "--out", out)
     run_check("CLI doc-pos with counts of another length -> one-line error", lambda: err_ok(res, "positions"))
+
+    res = cli("acp", log_a, "--out", out)
+    run_check("CLI acp on a log without acp_pruned -> one-line error", lambda: err_ok(res, "no acp_pruned"))
+    ragged = os.path.join(tmp, "ragged.jsonl")
+    with open(ragged, "w") as f:
+        f.write('{"step": 1, "acp_pruned": [[0.5, 0.5], [0.5, 0.5]]}\n{"step": 2, "acp_pruned": [[0.5, 0.5], [0.5]]}\n')
+    res = cli("acp", ragged, "--out", out)
+    run_check("CLI acp with a ragged matrix -> one-line error naming the step", lambda: err_ok(res, "step 2"))
 
     res = cli("per-token", run_a, run_b, "--out", out, "--labels", "only_one")
     run_check("CLI --labels count mismatch -> one-line error", lambda: err_ok(res, "--labels"))

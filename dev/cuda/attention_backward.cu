@@ -258,7 +258,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 const int m = t / TPB;
                 if (m != ord_row) {
                     ord_row = m;
-                    acp_order(m, nb, qlh, lane, before, last);
+                    acp_order(m, nb, qlh, before, last);
                 }
                 if (MODE != BWD_SYNC_WG_PIPE_NOWAIT && lane == 0 && before > 0) {
                     unsigned spins = 0;
@@ -296,7 +296,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     const int m = (qt_first + it) / TPB;
                     if (m != ord_row) {
                         ord_row = m;
-                        acp_order(m, nb, qlh, lane, before, last);
+                        acp_order(m, nb, qlh, before, last);
                     }
                     if (MODE == BWD_SYNC_NOWAIT && lane == 0 && before > 0) {
                         (void)ld_acquire_gpu(semh + qt_first + it);  // the load, without waiting on it
@@ -371,7 +371,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     auto ord_update = [&](int m) {
         if (m == ord_m) return;
         ord_m = m;
-        acp_order(m, nb, qlh, lane, ord_before, ord_last);
+        acp_order(m, nb, qlh, ord_before, ord_last);
     };
 
     // dQ of tile it-1 = dS K from its parked dS^T. WG: warpgroup w4 takes all 64 query rows and dh columns
