@@ -73,6 +73,23 @@ __device__ __forceinline__ void fam_stage(float *xs, const bf16 *row, int lane) 
     for (int e = 0; e < PL; e++) xs[lane + 32 * e] = __bfloat162float(row[lane + 32 * e]);
 }
 
+// acc[e] += Σ_{jj < cnt} w_jj · row jj's element lane + 32e (rows ld apart, w_jj lane jj's w): the weighted sum of a
+// chunk's rows, 8 rows' loads in flight at a time (a loop of dependent loads would wait for each).
+template <int PL>
+__device__ __forceinline__ void fam_accumulate_rows(float acc[PL], float w, const bf16 *rows, size_t ld, int cnt, int lane) {
+    for (int j0 = 0; j0 < cnt; j0 += 8) {
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int jj = j0 + u;
+            float wj = __shfl_sync(0xffffffffu, w, jj & 31);
+            if (jj < cnt) {
+#pragma unroll
+                for (int e = 0; e < PL; e++) acc[e] += wj * __bfloat162float(rows[(size_t)jj * ld + lane + 32 * e]);
+            }
+        }
+    }
+}
+
 // One query's online softmax over keys fed 32 at a time: the running maximum score, Σ exp(s − mx), and the lane's
 // PL dimensions of Σ exp(s − mx) v.
 template <int PL> struct FamRow {
@@ -102,12 +119,7 @@ __device__ __forceinline__ void fam_row_keys(FamRow<PL> &r, const float *qs, con
         r.l = r.l * rescale + warp_sum(p);
 #pragma unroll
         for (int e = 0; e < PL; e++) r.acc[e] *= rescale;
-        for (int jj = 0; jj < cnt; jj++) {
-            float pj = __shfl_sync(0xffffffffu, p, jj);
-            const bf16 *vj = v + (size_t)(j0 + jj) * dh;
-#pragma unroll
-            for (int e = 0; e < PL; e++) r.acc[e] += pj * __bfloat162float(vj[lane + 32 * e]);
-        }
+        fam_accumulate_rows<PL>(r.acc, p, v + (size_t)j0 * dh, dh, cnt, lane);
         r.mx = mn;
     }
 }
@@ -146,6 +158,27 @@ __global__ void fam_token_memory_forward_kernel(bf16 *o, float *lse, const bf16 
     if (lane == 0) lse[w] = mx + logf(tot);
 }
 
+// The backward of one query over keys 0..n−1 (rows dh apart), its q and dO in shared memory, lse li, D = dO·o:
+// dq += Σ_j ds_j k_j (unscaled), returns Σ_j ds_j; the bias as in fam_row_keys.
+template <int PL>
+__device__ __forceinline__ float fam_row_keys_backward(float dq[PL], const float *qs, const float *gs, const bf16 *k,
+                                                       const bf16 *v, int n, const float *ck, float cq, float bias,
+                                                       float li, float Di, float scale, int lane) {
+    const int dh = 32 * PL;
+    float sum = 0.0f;
+    for (int j0 = 0; j0 < n; j0 += 32) {
+        int j = j0 + lane, cnt = min(32, n - j0);
+        float ds = 0.0f;
+        if (j < n) {
+            float sc = fam_dot<PL>(qs, k + (size_t)j * dh) * scale + (ck ? cq - ck[j] : bias);
+            ds = expf(sc - li) * (fam_dot<PL>(gs, v + (size_t)j * dh) - Di);
+        }
+        sum += warp_sum(ds);
+        fam_accumulate_rows<PL>(dq, ds, k + (size_t)j0 * dh, dh, cnt, lane);
+    }
+    return sum;
+}
+
 // Backward, queries: with the merged lse and D_i = dO_i·o_i (the attention backward's), p_m = exp(s_m − lse_i),
 // ds_m = p_m (dO_i·v_m − D_i): dq_acc_i += Σ_m ds_m k_m (unscaled, as the attention backward's accumulator), and
 // with c: dc_i += Σ_m ds_m (a row sum), ds_rows_i = the same (for the memory's column term). CPU:
@@ -164,22 +197,10 @@ __global__ void fam_token_memory_backward_q_kernel(float *dq_acc, float *dc, flo
     fam_stage<PL>(gs[wid], d_o + (((size_t)b * d.T + i) * d.H + h) * dh, lane);
     __syncwarp();
     const float *ch = c ? c + bh * d.T : NULL;
-    float bias = ch ? ch[i] - fam_c_memory(ch, tau, d.K) : 0.0f, li = lse[w], Di = Dg[w], dsum = 0.0f, dq[PL] = {};
-    const bf16 *k = kF + (((size_t)tau * d.B + b) * d.H + h) * d.M * dh, *v = vF + (k - kF);
-    for (int j0 = 0; j0 < d.M; j0 += 32) {
-        int j = j0 + lane, cnt = min(32, d.M - j0);
-        float ds = 0.0f;
-        if (j < d.M) {
-            float p = expf(fam_dot<PL>(qs[wid], k + (size_t)j * dh) * d.scale + bias - li);
-            ds = p * (fam_dot<PL>(gs[wid], v + (size_t)j * dh) - Di);
-        }
-        dsum += warp_sum(ds);
-        for (int jj = 0; jj < cnt; jj++) {
-            float dj = __shfl_sync(0xffffffffu, ds, jj);
-#pragma unroll
-            for (int e = 0; e < PL; e++) dq[e] += dj * __bfloat162float(k[(size_t)(j0 + jj) * dh + lane + 32 * e]);
-        }
-    }
+    float bias = ch ? ch[i] - fam_c_memory(ch, tau, d.K) : 0.0f, dq[PL] = {};
+    size_t fo = (((size_t)tau * d.B + b) * d.H + h) * d.M * dh;
+    float dsum = fam_row_keys_backward<PL>(dq, qs[wid], gs[wid], kF + fo, vF + fo, d.M, NULL, 0.0f, bias, lse[w], Dg[w],
+                                           d.scale, lane);
 #pragma unroll
     for (int e = 0; e < PL; e++) dq_acc[w * dh + lane + 32 * e] += dq[e];
     if (lane == 0 && dc) {
@@ -188,48 +209,85 @@ __global__ void fam_token_memory_backward_q_kernel(float *dq_acc, float *dc, flo
     }
 }
 
-// Backward, keys: one block per (τ, b, h), a warp per memory key m of F_τ: dF_k = scale Σ_i ds_i q_i and
-// dF_v = Σ_i p_i dO_i over block τ's K queries (written, fp32); then with c the memory's c (that of token τK − 1)
-// pays the column term: colsum[τK − 1] −= Σ_i ds_rows_i.
+// Backward, keys: dF_k = scale Σ_i ds_i q_i and dF_v = Σ_i p_i dO_i over block τ's K queries (written, fp32), for
+// F_τ's memory keys m, FAM_KPW per warp, FOX_WARPS·FAM_KPW per block (grid (τ, b·h, key group)). The queries come
+// 32 at a time through shared memory, transposed (a lane reads its query's column, then every lane a row: both
+// without bank conflicts through the padding of 33). Then with c the memory's c (that of token τK − 1) pays the
+// column term: colsum[τK − 1] −= Σ_i ds_rows_i (the first warp of the first key group).
+#define FAM_KPW 2
+
 template <int PL>
 __global__ void fam_token_memory_backward_kv_kernel(float *dFk, float *dFv, float *colsum, const float *ds_rows,
                                                     const bf16 *q, const bf16 *kF, const bf16 *vF, const bf16 *d_o,
                                                     const float *lse, const float *Dg, const float *c, FamDims d) {
-    __shared__ float ks[FOX_WARPS][32 * PL], vs[FOX_WARPS][32 * PL];
-    const int dh = 32 * PL, lane = threadIdx.x % 32, wid = threadIdx.x / 32, tau = blockIdx.x;
+    constexpr int dh = 32 * PL;
+    __shared__ float qt[dh][33], gt[dh][33], tl[32], tD[32], tb[32];
+    __shared__ bf16 ks[FOX_WARPS][FAM_KPW][dh], vs[FOX_WARPS][FAM_KPW][dh];  // bf16: under 48 KiB in all at dh 128
+    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, tau = blockIdx.x;
     const size_t bh = blockIdx.y, b = bh / d.H, h = bh % d.H, t0 = (size_t)tau * d.K;
     const float *ch = c ? c + bh * d.T : NULL;
     const float cm = fam_c_memory(ch, tau, d.K);
-    size_t fo = (((size_t)tau * d.B + b) * d.H + h) * d.M * dh;
-    for (int m = wid; m < d.M; m += FOX_WARPS) {
-        fam_stage<PL>(ks[wid], kF + fo + (size_t)m * dh, lane);
-        fam_stage<PL>(vs[wid], vF + fo + (size_t)m * dh, lane);
-        __syncwarp();
-        float dk[PL] = {}, dv[PL] = {};
-        for (int i0 = 0; i0 < d.K; i0 += 32) {
-            size_t i = t0 + i0 + lane, row = bh * d.T + i;
-            const bf16 *gi = d_o + ((b * d.T + i) * d.H + h) * dh;
-            float s = fam_dot<PL>(ks[wid], q + row * dh) * d.scale + (ch ? ch[i] - cm : 0.0f);
-            float p = expf(s - lse[row]), ds = p * (fam_dot<PL>(vs[wid], gi) - Dg[row]);
-            for (int ii = 0; ii < 32; ii++) {
-                float di = __shfl_sync(0xffffffffu, ds, ii), pi = __shfl_sync(0xffffffffu, p, ii);
-                size_t r = t0 + i0 + ii;
-                const bf16 *qr = q + (bh * d.T + r) * dh, *gr = d_o + ((b * d.T + r) * d.H + h) * dh;
+    const size_t fo = (((size_t)tau * d.B + b) * d.H + h) * d.M * dh;
+    const int m0 = (blockIdx.z * FOX_WARPS + wid) * FAM_KPW;
+    for (int kk = 0; kk < FAM_KPW; kk++)
+#pragma unroll
+        for (int e = 0; e < PL; e++) {
+            bool ok = m0 + kk < d.M;
+            ks[wid][kk][lane + 32 * e] = ok ? kF[fo + (size_t)(m0 + kk) * dh + lane + 32 * e] : __float2bfloat16(0.0f);
+            vs[wid][kk][lane + 32 * e] = ok ? vF[fo + (size_t)(m0 + kk) * dh + lane + 32 * e] : __float2bfloat16(0.0f);
+        }
+    float dk[FAM_KPW][PL] = {}, dv[FAM_KPW][PL] = {};
+    for (int i0 = 0; i0 < d.K; i0 += 32) {
+        __syncthreads();  // the last tile is consumed
+        for (int x = threadIdx.x; x < 32 * dh; x += blockDim.x) {
+            int ii = x / dh, e = x % dh;
+            size_t r = t0 + i0 + ii;
+            qt[e][ii] = __bfloat162float(q[(bh * d.T + r) * dh + e]);
+            gt[e][ii] = __bfloat162float(d_o[((b * d.T + r) * d.H + h) * dh + e]);
+        }
+        if (threadIdx.x < 32) {
+            size_t r = t0 + i0 + threadIdx.x;
+            tl[threadIdx.x] = lse[bh * d.T + r];
+            tD[threadIdx.x] = Dg[bh * d.T + r];
+            tb[threadIdx.x] = ch ? ch[r] - cm : 0.0f;
+        }
+        __syncthreads();
+        float s[FAM_KPW] = {}, dp[FAM_KPW] = {};
+#pragma unroll 8
+        for (int e = 0; e < dh; e++) {
+            float qe = qt[e][lane], ge = gt[e][lane];
+#pragma unroll
+            for (int kk = 0; kk < FAM_KPW; kk++) {
+                s[kk] += qe * __bfloat162float(ks[wid][kk][e]);
+                dp[kk] += ge * __bfloat162float(vs[wid][kk][e]);
+            }
+        }
+        float p[FAM_KPW], ds[FAM_KPW];
+#pragma unroll
+        for (int kk = 0; kk < FAM_KPW; kk++) {
+            p[kk] = expf(s[kk] * d.scale + tb[lane] - tl[lane]);
+            ds[kk] = p[kk] * (dp[kk] - tD[lane]);
+        }
+        for (int ii = 0; ii < 32; ii++) {
+#pragma unroll
+            for (int kk = 0; kk < FAM_KPW; kk++) {
+                float di = __shfl_sync(0xffffffffu, ds[kk], ii), pi = __shfl_sync(0xffffffffu, p[kk], ii);
 #pragma unroll
                 for (int e = 0; e < PL; e++) {
-                    dk[e] += di * __bfloat162float(qr[lane + 32 * e]);
-                    dv[e] += pi * __bfloat162float(gr[lane + 32 * e]);
+                    dk[kk][e] += di * qt[lane + 32 * e][ii];
+                    dv[kk][e] += pi * gt[lane + 32 * e][ii];
                 }
             }
         }
-#pragma unroll
-        for (int e = 0; e < PL; e++) {
-            dFk[fo + (size_t)m * dh + lane + 32 * e] = d.scale * dk[e];
-            dFv[fo + (size_t)m * dh + lane + 32 * e] = dv[e];
-        }
-        __syncwarp();
     }
-    if (wid == 0 && ch && tau > 0) {
+    for (int kk = 0; kk < FAM_KPW; kk++)
+        if (m0 + kk < d.M)
+#pragma unroll
+            for (int e = 0; e < PL; e++) {
+                dFk[fo + (size_t)(m0 + kk) * dh + lane + 32 * e] = d.scale * dk[kk][e];
+                dFv[fo + (size_t)(m0 + kk) * dh + lane + 32 * e] = dv[kk][e];
+            }
+    if (blockIdx.z == 0 && wid == 0 && ch && tau > 0) {
         float tot = 0.0f;
         for (int i = lane; i < d.K; i += 32) tot += ds_rows[bh * d.T + t0 + i];
         tot = warp_sum(tot);
@@ -243,82 +301,102 @@ __global__ void fam_token_memory_backward_kv_kernel(float *dFk, float *dFv, floa
 // the block (docs/model.md §1.10); c NULL: no bias.
 
 // Forward: oF (B, M, H, dh) and lseF (B, H, M) of state τ's queries qF over kF, vF (that state's, (B, H, M, dh))
-// and block τ of the tokens' k, v. One warp per (b, h, query). CPU: fam_attend_head.
+// and block τ of the tokens' k, v. One block per (b, h, query): warp w takes the block's tokens [w·K/8, (w+1)·K/8)
+// (and warp 0 the memory's keys first), then warp 0 merges the warps' softmax states in order. CPU: fam_attend_head.
 template <int PL>
 __global__ void fam_update_forward_kernel(bf16 *oF, float *lseF, const bf16 *qF, const bf16 *kF, const bf16 *vF,
                                           const bf16 *k, const bf16 *v, const float *c, FamDims d, int tau) {
-    __shared__ float qs[FOX_WARPS][32 * PL];
+    __shared__ float qs[32 * PL], pmx[FOX_WARPS], pl[FOX_WARPS], pacc[FOX_WARPS][32 * PL];
     const int dh = 32 * PL, lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    size_t w = warp_index();
-    if (w >= (size_t)d.B * d.H * d.M) return;
-    size_t bh = w / d.M;
-    int mq = (int)(w % d.M), b = (int)(bh / d.H), h = (int)(bh % d.H);
-    fam_stage<PL>(qs[wid], qF + w * dh, lane);
-    __syncwarp();
+    const size_t w = blockIdx.x, bh = w / d.M;
+    const int mq = (int)(w % d.M), b = (int)(bh / d.H), h = (int)(bh % d.H);
+    for (int i = threadIdx.x; i < dh; i += blockDim.x) qs[i] = __bfloat162float(qF[w * dh + i]);
+    __syncthreads();
     const float *ch = c ? c + bh * d.T : NULL;
     float cq = ch ? ch[tau * d.K + d.K - 1] : 0.0f;
     FamRow<PL> r = fam_row_start<PL>();
-    fam_row_keys<PL>(r, qs[wid], kF + bh * d.M * dh, vF + bh * d.M * dh, d.M, NULL, 0.0f, cq - fam_c_memory(ch, tau, d.K),
-                     d.scale, lane);
+    if (wid == 0)
+        fam_row_keys<PL>(r, qs, kF + bh * d.M * dh, vF + bh * d.M * dh, d.M, NULL, 0.0f, cq - fam_c_memory(ch, tau, d.K),
+                         d.scale, lane);
     if (k) {
-        size_t t0 = bh * d.T + (size_t)tau * d.K;
-        fam_row_keys<PL>(r, qs[wid], k + t0 * dh, v + t0 * dh, d.K, ch ? ch + tau * d.K : NULL, cq, 0.0f, d.scale, lane);
+        int per = d.K / FOX_WARPS, t = tau * d.K + wid * per;
+        size_t t0 = bh * d.T + t;
+        fam_row_keys<PL>(r, qs, k + t0 * dh, v + t0 * dh, per, ch ? ch + t : NULL, cq, 0.0f, d.scale, lane);
+    }
+    if (lane == 0) {
+        pmx[wid] = r.mx;
+        pl[wid] = r.l;
+    }
+#pragma unroll
+    for (int e = 0; e < PL; e++) pacc[wid][lane + 32 * e] = r.acc[e];
+    __syncthreads();
+    if (wid) return;
+    float mx = pmx[0], l = 0.0f, acc[PL] = {};
+    for (int x = 1; x < FOX_WARPS; x++) mx = fmaxf(mx, pmx[x]);
+    for (int x = 0; x < FOX_WARPS; x++) {
+        float f = expf(pmx[x] - mx);  // 0 for a warp without keys (−inf)
+        l += pl[x] * f;
+#pragma unroll
+        for (int e = 0; e < PL; e++) acc[e] += pacc[x][lane + 32 * e] * f;
     }
     bf16 *orow = oF + (((size_t)b * d.M + mq) * d.H + h) * dh;
 #pragma unroll
-    for (int e = 0; e < PL; e++) orow[lane + 32 * e] = __float2bfloat16(r.acc[e] / r.l);
-    if (lane == 0) lseF[w] = r.mx + logf(r.l);
+    for (int e = 0; e < PL; e++) orow[lane + 32 * e] = __float2bfloat16(acc[e] / l);
+    if (lane == 0) lseF[w] = mx + logf(l);
 }
 
 // Backward, queries: dqF (bf16, (B, H, M, dh), scale included) and per query rows3 = (D, Σ ds over the memory's
-// keys, Σ ds over all keys), D = dO·o. One warp per (b, h, query). CPU: fam_attend_head_backward.
+// keys, Σ ds over all keys), D = dO·o. One block per (b, h, query), its keys split over the warps as in the
+// forward, the warps' sums added in order. CPU: fam_attend_head_backward.
 template <int PL>
 __global__ void fam_update_backward_q_kernel(bf16 *dqF, float *rows3, const bf16 *qF, const bf16 *kF, const bf16 *vF,
                                              const bf16 *oF, const bf16 *doF, const float *lseF, const bf16 *k,
                                              const bf16 *v, const float *c, FamDims d, int tau) {
-    __shared__ float qs[FOX_WARPS][32 * PL], gs[FOX_WARPS][32 * PL];
+    __shared__ float qs[32 * PL], gs[32 * PL], pdq[FOX_WARPS][32 * PL], psum[FOX_WARPS], Ds;
     const int dh = 32 * PL, lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    size_t w = warp_index();
-    if (w >= (size_t)d.B * d.H * d.M) return;
-    size_t bh = w / d.M;
-    int mq = (int)(w % d.M), b = (int)(bh / d.H), h = (int)(bh % d.H);
-    size_t orow = (((size_t)b * d.M + mq) * d.H + h) * dh;
-    fam_stage<PL>(qs[wid], qF + w * dh, lane);
-    fam_stage<PL>(gs[wid], doF + orow, lane);
-    float Di = 0.0f;
+    const size_t w = blockIdx.x, bh = w / d.M;
+    const int mq = (int)(w % d.M), b = (int)(bh / d.H), h = (int)(bh % d.H);
+    const size_t orow = (((size_t)b * d.M + mq) * d.H + h) * dh;
+    for (int i = threadIdx.x; i < dh; i += blockDim.x) {
+        qs[i] = __bfloat162float(qF[w * dh + i]);
+        gs[i] = __bfloat162float(doF[orow + i]);
+    }
+    if (wid == 0) {
+        float x = 0.0f;
 #pragma unroll
-    for (int e = 0; e < PL; e++) Di += __bfloat162float(doF[orow + lane + 32 * e]) * __bfloat162float(oF[orow + lane + 32 * e]);
-    Di = warp_sum(Di);
-    __syncwarp();
+        for (int e = 0; e < PL; e++) x += __bfloat162float(doF[orow + lane + 32 * e]) * __bfloat162float(oF[orow + lane + 32 * e]);
+        x = warp_sum(x);
+        if (lane == 0) Ds = x;
+    }
+    __syncthreads();
     const float *ch = c ? c + bh * d.T : NULL;
-    float cq = ch ? ch[tau * d.K + d.K - 1] : 0.0f, li = lseF[w], dq[PL] = {}, sums[2] = {0.0f, 0.0f};
-    size_t t0 = bh * d.T + (size_t)tau * d.K;
-    for (int seg = 0; seg < 2; seg++) {  // the memory's keys, then the block's
-        int n = seg ? (k ? d.K : 0) : d.M;
-        if (!n) continue;
-        const bf16 *ks = seg ? k + t0 * dh : kF + bh * d.M * dh, *vs = seg ? v + t0 * dh : vF + bh * d.M * dh;
-        float bias = cq - fam_c_memory(ch, tau, d.K);
-        for (int j0 = 0; j0 < n; j0 += 32) {
-            int j = j0 + lane, cnt = min(32, n - j0);
-            float ds = 0.0f;
-            if (j < n) {
-                float s = fam_dot<PL>(qs[wid], ks + (size_t)j * dh) * d.scale + (seg && ch ? cq - ch[tau * d.K + j] : seg ? 0.0f : bias);
-                ds = expf(s - li) * (fam_dot<PL>(gs[wid], vs + (size_t)j * dh) - Di);
-            }
-            sums[seg] += warp_sum(ds);
-            for (int jj = 0; jj < cnt; jj++) {
-                float dj = __shfl_sync(0xffffffffu, ds, jj);
-#pragma unroll
-                for (int e = 0; e < PL; e++) dq[e] += dj * __bfloat162float(ks[(size_t)(j0 + jj) * dh + lane + 32 * e]);
-            }
-        }
+    float cq = ch ? ch[tau * d.K + d.K - 1] : 0.0f, li = lseF[w], Di = Ds, dq[PL] = {}, smem = 0.0f, sblk = 0.0f;
+    if (wid == 0)
+        smem = fam_row_keys_backward<PL>(dq, qs, gs, kF + bh * d.M * dh, vF + bh * d.M * dh, d.M, NULL, 0.0f,
+                                         cq - fam_c_memory(ch, tau, d.K), li, Di, d.scale, lane);
+    if (k) {
+        int per = d.K / FOX_WARPS, t = tau * d.K + wid * per;
+        size_t t0 = bh * d.T + t;
+        sblk = fam_row_keys_backward<PL>(dq, qs, gs, k + t0 * dh, v + t0 * dh, per, ch ? ch + t : NULL, cq, 0.0f, li, Di,
+                                         d.scale, lane);
     }
 #pragma unroll
-    for (int e = 0; e < PL; e++) dqF[w * dh + lane + 32 * e] = __float2bfloat16(d.scale * dq[e]);
+    for (int e = 0; e < PL; e++) pdq[wid][lane + 32 * e] = dq[e];
+    if (lane == 0) psum[wid] = sblk;
+    __syncthreads();
+    if (wid) return;
+    float tot[PL] = {}, all = smem;
+    for (int x = 0; x < FOX_WARPS; x++) {
+        all += psum[x];
+#pragma unroll
+        for (int e = 0; e < PL; e++) tot[e] += pdq[x][lane + 32 * e];
+    }
+#pragma unroll
+    for (int e = 0; e < PL; e++) dqF[w * dh + lane + 32 * e] = __float2bfloat16(d.scale * tot[e]);
     if (lane == 0) {
         rows3[3 * w] = Di;
-        rows3[3 * w + 1] = sums[0];
-        rows3[3 * w + 2] = sums[0] + sums[1];
+        rows3[3 * w + 1] = smem;
+        rows3[3 * w + 2] = all;
     }
 }
 
@@ -355,15 +433,8 @@ __global__ void fam_update_backward_kv_kernel(float *dFk, float *dFv, bf16 *dk, 
             ds = p * (fam_dot<PL>(vs[wid], doF + ((b * d.M + mq) * d.H + h) * dh) - rows3[3 * qr]);
         }
         dsum += warp_sum(ds);
-        for (int ii = 0; ii < cnt; ii++) {
-            float di = __shfl_sync(0xffffffffu, ds, ii), pi = __shfl_sync(0xffffffffu, p, ii);
-            const bf16 *qr = qF + (bh * d.M + m0 + ii) * dh, *gr = doF + ((b * d.M + m0 + ii) * d.H + h) * dh;
-#pragma unroll
-            for (int e = 0; e < PL; e++) {
-                gk[e] += di * __bfloat162float(qr[lane + 32 * e]);
-                gv[e] += pi * __bfloat162float(gr[lane + 32 * e]);
-            }
-        }
+        fam_accumulate_rows<PL>(gk, ds, qF + (bh * d.M + m0) * dh, dh, cnt, lane);
+        fam_accumulate_rows<PL>(gv, p, doF + ((b * d.M + m0) * d.H + h) * dh, (size_t)d.H * dh, cnt, lane);
     }
 #pragma unroll
     for (int e = 0; e < PL; e++) {
@@ -435,14 +506,14 @@ static inline void fam_token_memory_backward(float *dq_acc, float *dc, float *co
                                              FamDims d, cudaStream_t s) {
     FAM_LAUNCH(fam_token_memory_backward_q_kernel, warp_blocks((size_t)d.B * d.H * d.T), d.dh, s, dq_acc, c ? dc : NULL,
                ds_rows, q, kF, vF, d_o, lse, Dg, c, d);
-    FAM_LAUNCH(fam_token_memory_backward_kv_kernel, dim3(d.T / d.K, d.B * d.H), d.dh, s, dFk, dFv, colsum, ds_rows, q, kF,
-               vF, d_o, lse, Dg, c, d);
+    dim3 keys(d.T / d.K, d.B * d.H, (d.M + FOX_WARPS * FAM_KPW - 1) / (FOX_WARPS * FAM_KPW));
+    FAM_LAUNCH(fam_token_memory_backward_kv_kernel, keys, d.dh, s, dFk, dFv, colsum, ds_rows, q, kF, vF, d_o, lse, Dg, c, d);
 }
 
 // The update of state τ (or the prompt: k, v, c NULL).
 static inline void fam_update_forward(bf16 *oF, float *lseF, const bf16 *qF, const bf16 *kF, const bf16 *vF,
                                       const bf16 *k, const bf16 *v, const float *c, FamDims d, int tau, cudaStream_t s) {
-    FAM_LAUNCH(fam_update_forward_kernel, warp_blocks((size_t)d.B * d.H * d.M), d.dh, s, oF, lseF, qF, kF, vF, k, v, c, d,
+    FAM_LAUNCH(fam_update_forward_kernel, (unsigned)(d.B * d.H * d.M), d.dh, s, oF, lseF, qF, kF, vF, k, v, c, d,
                tau);
 }
 
@@ -452,7 +523,7 @@ static inline void fam_update_backward(bf16 *dqF, float *dFk, float *dFv, bf16 *
                                        float *rows3, const bf16 *qF, const bf16 *kF, const bf16 *vF, const bf16 *oF,
                                        const bf16 *doF, const float *lseF, const bf16 *k, const bf16 *v, const float *c,
                                        FamDims d, int tau, cudaStream_t s) {
-    FAM_LAUNCH(fam_update_backward_q_kernel, warp_blocks((size_t)d.B * d.H * d.M), d.dh, s, dqF, rows3, qF, kF, vF, oF, doF,
+    FAM_LAUNCH(fam_update_backward_q_kernel, (unsigned)(d.B * d.H * d.M), d.dh, s, dqF, rows3, qF, kF, vF, oF, doF,
                lseF, k, v, c, d, tau);
     FAM_LAUNCH(fam_update_backward_kv_kernel, warp_blocks((size_t)d.B * d.H * (d.M + (k ? d.K : 0))), d.dh, s, dFk, dFv, dk,
                dv, dc, colsum, rows3, qF, kF, vF, doF, lseF, k, v, c, d, tau);
