@@ -6,8 +6,9 @@
 //   the dc terms into its row and column sums, before the reverse scan to d log f);
 // - the memory update: F_τ's M queries over [F_τ's M keys, block τ's K tokens] (bias c_{τK+K−1} − c_key), and the
 //   prompt's M queries over its own M keys (no bias), forward and backward.
-// One warp per query row (its lanes over 32 keys at a time, an online softmax) or, for the keys' gradients, one
-// warp per key row (its lanes over 32 queries at a time); every sum runs in a fixed order, no atomics.
+// One warp per query row (its lanes over 32 keys at a time, an online softmax; an update's query splits its keys
+// over a block's warps) or, for the keys' gradients, a warp per key (its lanes over 32 queries at a time, the
+// tokens' through shared memory); SIMT fp32 on bf16 operands. Every sum runs in a fixed order, no atomics.
 // Layouts: token q, k, v (B, H, T, dh), o and dO (B, T, H, dh), c and lse (B, H, T), as fox/attention.cuh; a memory
 // state's q, k, v (B, H, M, dh) and its o, dO (B, M, H, dh) (rows of D = H·dh), lse (B, H, M); the states of a
 // layer one after the other. dev/cuda/fam.cu checks the kernels against a double-precision loop and times them.
