@@ -144,7 +144,8 @@ GPU_ARCH ?= 90a
 NVCCFLAGS = -O3 -std=c++17 -gencode=arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp $(BLOSC_DEF)
 CUDA_LDLIBS = -lcublasLt -lcublas -lcudart -lgomp $(BLOSC_LIB) -lm
 CUDA_HEADERS = fox/cuda_common.cuh fox/attention.cuh fox/attention_primitives.cuh fox/attention_traits.cuh \
-               fox/attention_forward.cuh fox/attention_backward.cuh fox/gemm.cuh fox/kernels.cuh fox/decode.cuh $(FOX_HEADERS)
+               fox/attention_forward.cuh fox/attention_backward.cuh fox/gemm.cuh fox/kernels.cuh fox/decode.cuh fox/gsa.cuh \
+               fox/fam.cuh $(FOX_HEADERS)
 
 all: train_fox test_fox test_decode_gpu cuda-dev
 
@@ -184,11 +185,12 @@ endif
 
 # The reference's fixtures at the head dims the attention kernel runs (the standard fixtures have
 # head_dim 16): all presets at d_model 128 / 2 heads (64), fox-pro, transformer-pro (with and without the
-# document mask) and gsa at d_model 256 / 2 heads (128); then the GPU parity test on each set.
+# document mask), gsa and the two FAM fixtures of blocks of 128 at d_model 256 / 2 heads (128); then the GPU
+# parity test on each set.
 GPU_FIXTURES = build/fixtures_gpu
 test-gpu: train_fox test_fox test_decode_gpu train_fox_cpu
 	$(PYTHON) train_fox.py fixtures --dim 128 --heads 2 --out $(GPU_FIXTURES)
-	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro,fox-pro-docmask,transformer-pro-docmask,gsa --out $(GPU_FIXTURES)_dh128
+	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro,fox-pro-docmask,transformer-pro-docmask,gsa,transformer-fam-gpu,fox-fam-gpu --out $(GPU_FIXTURES)_dh128
 	PYTHON=$(PYTHON) sh scripts/run_tests.sh \
 	  "gpu parity, head_dim 64=./test_fox $(GPU_FIXTURES)" \
 	  "gpu parity, head_dim 128=./test_fox $(GPU_FIXTURES)_dh128" \
@@ -196,6 +198,7 @@ test-gpu: train_fox test_fox test_decode_gpu train_fox_cpu
 	  "gpu generation runs=sh scripts/test_generate.sh ./train_fox" \
 	  "gpu end to end=sh scripts/test_gpu_e2e.sh" \
 	  "gpu gsa end to end=sh scripts/test_gpu_gsa.sh" \
+	  "gpu fam end to end=sh scripts/test_gpu_fam.sh" \
 	  "gpu runs=sh scripts/test_runs.sh ./train_fox $(if $(TRAIN_FOX_MPI),./train_fox)" \
 	  "gpu data parallel=sh scripts/test_gpu_dp.sh"
 

@@ -3,7 +3,8 @@
 // sampling) with the precision of docs/model.md §2: bf16 GEMM and attention operands with fp32 accumulation;
 // fp32 master weights, AdamW moments, residual stream, gate/norm/softmax statistics and loss.
 // GEMMs: fox/gemm.cuh (cuBLASLt); attention: fox/attention.cuh; Gated Slot Attention (--model gsa): fox/gsa.cuh;
-// other kernels: fox/kernels.cuh; generation with a KV cache (prefill, decode steps): fox/decode.cuh (GSA: its
+// TransformerFAM (--model transformer-fam, fox-fam): fox/attention.cuh's window and fox/fam.cuh's memory; other
+// kernels: fox/kernels.cuh; generation with a KV cache (prefill, decode steps): fox/decode.cuh (GSA: its
 // recurrent state, fox/gsa.cuh).
 // Data parallel when built with FOX_MPI and started by mpirun: one rank per GPU, each block's gradients
 // averaged by NCCL during the step's last backward pass (reduce_final_grads), ZeRO-1 sharding of the
@@ -24,6 +25,8 @@
 #include "fox/kernels.cuh"     // every other kernel: norms, attention inputs, gates, SwiGLU, loss, AdamW, ACP
 #include "fox/decode.cuh"      // CacheLayer, decode_qkv_kernel, fox_decode_attention: a decode step over the KV cache
 #include "fox/gsa.cuh"         // fox_gsa_forward/backward: Gated Slot Attention's chunked kernels, its output norm, decode
+#include "fox/fam.cuh"         // TransformerFAM: the window's staircase, the memory's attention kernels and merges
+#include "fox/args.h"          // fox_usage_error: a model train_fox cannot run is a one-line error, exit 2
 #include "fox/docmask.h"       // fox_doc_start, fox_doc_first_blocks: the document mask (--doc-mask)
 #ifdef FOX_MPI
 #include <nccl.h>
@@ -42,6 +45,23 @@ enum { RECOMPUTE_NONE = 0, RECOMPUTE_NORM_MLP = 1, RECOMPUTE_BLOCK = 2 };
 
 // ----------------------------------------------------------------------------
 // Model state (all device memory unless named h_)
+
+// TransformerFAM (docs/model.md §1.10): the arrays of the memory rows' pass through a layer, its attention inputs
+// and then its update through the attention's output and the MLP, X(type, name, row width); q, k, v in the
+// attention's (B, H, M, dh) layout, the others by row. Kept at every recompute level.
+#define FAM_FIELDS(X) \
+    X(float, x, D) X(bf16, xn, D) X(float, proj, NINP) X(bf16, q, D) X(bf16, k, D) X(bf16, v, D) X(bf16, o, D) \
+    X(float, lse, H) X(bf16, z, D) X(float, mid, D) X(bf16, xn2, D) X(bf16, u, 2 * I) X(bf16, h, I)
+
+typedef struct {
+#define X(type, name, width) type *name;
+    FAM_FIELDS(X)
+#undef X
+} FamRows;
+
+// The row widths FAM_FIELDS names, for model m.
+#define FAM_WIDTHS(m) size_t D = (size_t)(m)->cfg.d_model, NINP = (size_t)(m)->NINP, H = (size_t)(m)->cfg.n_head, \
+                             I = (size_t)(m)->cfg.mlp_hidden
 
 // Per-layer activations: each ** entry points at its layer's slice, or, for what the recompute level
 // drops, at one slice shared by all layers that the backward pass refills. The * entries hold one block's
@@ -71,6 +91,9 @@ typedef struct {
                      // (fox_doc_first_blocks of the forward's inputs; ACP with the document mask)
     unsigned long long *acp_live;    // (L, H): attention tiles the forward pass computes, over the batch (ACP)
     int *inputs, *targets;   // (N)
+    FamRows fam;             // FAM: per layer, the memory states F_0 .. F_{T/K - 1} (B·M rows each), then the prompt
+                             // entering the layer (M rows)
+    int *fam_kv_first, *fam_q_last;  // FAM: (B, H, ceil(T / FOX_ACP_BLOCK)) the window as a staircase
 } Acts;
 
 // Gradient scratch for one block at a time.
@@ -93,6 +116,17 @@ typedef struct {
     float *gsa_dsr, *gsa_y;   // GSA: (B·G, T, GSA_SLOTS)
     bf16 *gsa_D1, *gsa_Pt;    // GSA: (B·G, nc, GSA_CHUNK, GSA_CHUNK)
 } Scratch;
+
+// TransformerFAM's backward scratch (R = B·M rows a state, nS = T/K states).
+typedef struct {
+    float *dx, *dk, *dv;  // (nS, R, D): dL/d each state's rows, and its keys' and values' ((B, H, M, dh) layout)
+    bf16 *dxbf;           // (R, D): a rows' gradient as a GEMM operand
+    float *dxn, *dh, *dks;  // (R, D), (R, I), (R, D)
+    bf16 *du, *dproj, *d_o, *dq, *dkb, *dvb;  // (R, 2I), (R, NINP), (R, D) each
+    float *rows3;         // (B, H, M, 3): fam_update_backward's per-query sums
+    float *ds_rows;       // (B, H, T): fam_token_memory_backward's
+    float *dprompt[2];    // (M, D): dL/d the prompt's rows entering layer l, at [l & 1]
+} FamScratch;
 
 // The KV cache of generation (docs/model.md §7) for the model's B sequences of up to max_len tokens; a
 // layer's slice is a CacheLayer (fox/decode.cuh).
@@ -134,11 +168,13 @@ struct Model {
     bf16 *wbf[FOX_NUM_PARAMS];      // bf16 copies of the GEMM weights, rows padded (NULL otherwise)
     size_t rows_pad[FOX_NUM_PARAMS];
     float *rope_cos, *rope_sin;     // (rope_len, dh/2), RoPE presets only
+    float *fam_rope_cos, *fam_rope_sin;  // FAM with RoPE: (T/K, M, dh/2), memory state τ's positions τK − M + i
     int rope_len;                   // positions the RoPE tables cover: T, or a longer cache's max_len
     int B, T, ce_rows;
     int dlogits_kept;               // a->logits holds the dlogits of the last forward's whole batch
     Acts a;
     Scratch s;
+    FamScratch fs;
     Gemm gemm;
     cudaStream_t stream;
     int world;                      // data-parallel ranks (1: no gradient averaging)
@@ -234,6 +270,78 @@ static GsaSizes gsa_sizes(const Model *m, int B, int T) {
     return z;
 }
 
+// TransformerFAM (docs/model.md §1.10): a layer's rows in a->fam, the states of the model's B x T capacity, then
+// the prompt's.
+static size_t fam_layer_rows(const Model *m) {
+    size_t M = (size_t)m->cfg.fam_memory;
+    return (size_t)(m->T / m->cfg.fam_block) * m->B * M + M;
+}
+
+// The rows of a->fam from row r on.
+static FamRows fam_rows_at(const Model *m, size_t r) {
+    FAM_WIDTHS(m);
+    FamRows f;
+#define X(type, name, width) f.name = m->a.fam.name + r * (width);
+    FAM_FIELDS(X)
+#undef X
+    return f;
+}
+
+// Memory state τ of layer l for B sequences (B·M rows), and the prompt's rows entering layer l (M rows).
+static FamRows fam_state(const Model *m, int l, int tau, int B) {
+    return fam_rows_at(m, (size_t)l * fam_layer_rows(m) + (size_t)tau * B * m->cfg.fam_memory);
+}
+
+static FamRows fam_prompt(const Model *m, int l) {
+    return fam_rows_at(m, (size_t)l * fam_layer_rows(m) + fam_layer_rows(m) - m->cfg.fam_memory);
+}
+
+// FAM's rows, window tables and RoPE tables, and unless forward_only its backward scratch.
+static void fam_alloc(Model *m, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    FAM_WIDTHS(m);
+    size_t rows = (size_t)c->n_layer * fam_layer_rows(m), M = (size_t)c->fam_memory, R = (size_t)B * M;
+    size_t nS = (size_t)(T / c->fam_block), f = sizeof(float), b = sizeof(bf16), *cnt = &m->bytes_acts;
+    Acts *a = &m->a;
+#define X(type, name, width) a->fam.name = (type *)dev_alloc(m, rows * (width) * sizeof(type), cnt);
+    FAM_FIELDS(X)
+#undef X
+    a->fam_kv_first = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
+    a->fam_q_last = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
+    if (c->rope) {
+        m->fam_rope_cos = (float *)dev_alloc(m, nS * M * (m->Dh / 2) * f, cnt);
+        m->fam_rope_sin = (float *)dev_alloc(m, nS * M * (m->Dh / 2) * f, cnt);
+    }
+    if (m->forward_only) return;
+    FamScratch *g = &m->fs;
+    cnt = &m->bytes_scratch;
+    g->dx = (float *)dev_alloc(m, nS * R * D * f, cnt);
+    g->dk = (float *)dev_alloc(m, nS * R * D * f, cnt);
+    g->dv = (float *)dev_alloc(m, nS * R * D * f, cnt);
+    g->dxbf = (bf16 *)dev_alloc(m, R * D * b, cnt);
+    g->dxn = (float *)dev_alloc(m, R * D * f, cnt);
+    g->dh = (float *)dev_alloc(m, R * I * f, cnt);
+    g->dks = (float *)dev_alloc(m, R * D * f, cnt);
+    g->du = (bf16 *)dev_alloc(m, R * 2 * I * b, cnt);
+    g->dproj = (bf16 *)dev_alloc(m, R * NINP * b, cnt);
+    bf16 **rows_bf[] = {&g->d_o, &g->dq, &g->dkb, &g->dvb};
+    for (int i = 0; i < 4; i++) *rows_bf[i] = (bf16 *)dev_alloc(m, R * D * b, cnt);
+    g->rows3 = (float *)dev_alloc(m, (size_t)B * H * M * 3 * f, cnt);
+    g->ds_rows = (float *)dev_alloc(m, (size_t)B * H * T * f, cnt);
+    for (int i = 0; i < 2; i++) g->dprompt[i] = (float *)dev_alloc(m, M * D * f, cnt);
+}
+
+static void fam_free(Model *m) {
+    FamScratch *g = &m->fs;
+#define X(type, name, width) FOX_CUDA_CHECK(cudaFree(m->a.fam.name));
+    FAM_FIELDS(X)
+#undef X
+    void *bufs[] = {m->a.fam_kv_first, m->a.fam_q_last, m->fam_rope_cos, m->fam_rope_sin, g->dx, g->dk, g->dv, g->dxbf,
+                    g->dxn, g->dh, g->dks, g->du, g->dproj, g->d_o, g->dq, g->dkb, g->dvb, g->rows3, g->ds_rows,
+                    g->dprompt[0], g->dprompt[1]};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
+}
+
 // The activations the forward keeps (by recompute level) and, unless forward_only, the backward's
 // scratch. GSA keeps its states and slot scores where attention keeps c (and reads q, k, v and d_o a chunk
 // past their last row), and needs none of attention's backward scratch.
@@ -284,6 +392,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
         m->rope_cos = (float *)dev_alloc(m, (size_t)T * (m->Dh / 2) * f, cnt);
         m->rope_sin = (float *)dev_alloc(m, (size_t)T * (m->Dh / 2) * f, cnt);
     }
+    if (c->arch == FOX_ARCH_FAM) fam_alloc(m, B, T);
     if (m->forward_only) return;
 
     Scratch *s = &m->s;
@@ -371,6 +480,25 @@ static void upload_rope_tables(Model *m, int T) {
     m->rope_len = T;
 }
 
+// FAM's RoPE tables (docs/model.md §1.10): memory state τ's rows i at positions τK − M + i (−M .. −1 for F_0 and
+// the prompt), the CPU trainer's angles in double.
+static void upload_fam_rope_tables(Model *m) {
+    int half = m->Dh / 2, M = m->cfg.fam_memory, K = m->cfg.fam_block, nS = m->T / K;
+    size_t n = (size_t)nS * M * half, bytes = n * sizeof(float);
+    float *cs = (float *)fox_malloc(bytes), *sn = (float *)fox_malloc(bytes);
+    for (int tau = 0; tau < nS; tau++)
+        for (int r = 0; r < M; r++)
+            for (int i = 0; i < half; i++) {
+                double ang = fox_rope_angle(tau * K - M + r, i, m->Dh, (double)m->cfg.rope_theta);
+                cs[((size_t)tau * M + r) * half + i] = (float)cos(ang);
+                sn[((size_t)tau * M + r) * half + i] = (float)sin(ang);
+            }
+    FOX_CUDA_CHECK(cudaMemcpy(m->fam_rope_cos, cs, bytes, cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(m->fam_rope_sin, sn, bytes, cudaMemcpyHostToDevice));
+    free(cs);
+    free(sn);
+}
+
 // The model's shape and options, nothing allocated: this rank's AdamW moments are elements
 // [shard_lo, shard_hi) of the flat vector.
 static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, size_t shard_lo, size_t shard_hi) {
@@ -385,6 +513,7 @@ static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, siz
     } else {
         fox_attn_check_dh(m->Dh);
     }
+    if (c->arch == FOX_ARCH_FAM && fam_unsupported(c)) fox_usage_error("%s (got --fam-block %d)", fam_unsupported(c), c->fam_block);
     m->NINP = (m->cols.width + 63) / 64 * 64;
     m->VP = (c->vocab_size + 63) / 64 * 64;
     m->recompute = o->recompute;
@@ -408,6 +537,7 @@ static void model_create(Model *m, uint64_t seed) {
     model_alloc(m, m->B, m->T);
     model_alloc_host(m, m->B, m->T);
     if (m->cfg.rope) upload_rope_tables(m, m->T);
+    if (m->cfg.rope && m->cfg.arch == FOX_ARCH_FAM) upload_fam_rope_tables(m);
     size_t n = m->lay.total;
     float *init = (float *)fox_malloc(n * sizeof(float));
     fox_init_params(&m->cfg, &m->lay, init, seed);
@@ -436,6 +566,7 @@ static void model_cache_free(Model *m) {
 
 static void model_free(Model *m) {
     model_cache_free(m);
+    if (m->cfg.arch == FOX_ARCH_FAM) fam_free(m);
     Acts *a = &m->a;
     Scratch *s = &m->s;
     void **layered[] = {(void **)a->mid, (void **)a->proj, (void **)a->c, (void **)a->lse, (void **)a->o, (void **)a->mlp_u,
@@ -550,27 +681,150 @@ static void mixer_input_backward(Model *m, int l, int B, int T) {
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn, N, D, m->cols.width, 1.0f);
 }
 
-// Forward of block l's attention: resid[l] → mid[l].
-static void attention_block_forward(Model *m, int l, int B, int T) {
+// Block l's attention inputs: xn, proj, the q, k, v of the attention and c (a forget gate, the document mask).
+static void attention_inputs_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
-    int N = B * T, D = c->d_model, H = c->n_head, Dh = m->Dh;
-    float *x = resid_at(m, l, B, T);
+    int N = B * T, H = c->n_head;
     mixer_input_forward(m, l, B, T);
-    QkvInputs qs = qkv_inputs(m, l, B, T);
-    LAUNCH_HEADS(qkv_forward_kernel, Dh, (size_t)N * H, m->stream, a->q, a->k, a->v, qs);
-    const int has_fg = c->forget_gate != FOX_FG_NONE, has_c = model_has_c(m);
-    if (has_c) {  // c from the gate (or 0 without one) and the document mask's separators
+    LAUNCH_HEADS(qkv_forward_kernel, m->Dh, (size_t)N * H, m->stream, a->q, a->k, a->v, qkv_inputs(m, l, B, T));
+    if (model_has_c(m)) {  // c from the gate (or 0 without one) and the document mask's separators
         int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
-        fox_forget_gate_forward(a->c[l], a->proj[l], m->NINP, cf, has_fg ? param(m, FOX_P_fgate_b, l) : NULL, a->inputs,
-                                m->doc_sep, B, H, T, m->stream);
+        fox_forget_gate_forward(a->c[l], a->proj[l], m->NINP, cf,
+                                c->forget_gate != FOX_FG_NONE ? param(m, FOX_P_fgate_b, l) : NULL, a->inputs, m->doc_sep,
+                                B, H, T, m->stream);
     }
+}
+
+// Block l's attention output from o (FoX eq. 21-23): z, then mid[l] = resid[l] + W_o z (the GEMM's epilogue).
+static void attention_output_forward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    int N = B * T, D = c->d_model, H = c->n_head;
+    LAUNCH_HEADS(output_forward_kernel, m->Dh, (size_t)N * H, m->stream, a->z, a->o[l], a->proj[l], m->NINP,
+                 c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, m->Dh);
+    linear_forward(&m->gemm, a->mid[l], resid_at(m, l, B, T), CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), N, D, D);
+}
+
+// Block l's c for the attention: the forget gate's or the document mask's, else zeros.
+static const float *attention_c(const Model *m, int l) { return model_has_c(m) ? m->a.c[l] : m->a.zero_c; }
+
+// Forward of block l's attention: resid[l] → mid[l].
+static void attention_block_forward(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    attention_inputs_forward(m, l, B, T);
     const int *kv_first = acp_tables(m, l, B, T, 1) ? a->acp_kv_first : NULL;
-    fox_attention_forward(a->q, a->k, a->v, has_c ? a->c[l] : a->zero_c, a->o[l], a->lse[l], B, H, T, Dh, kv_first, m->stream);
-    LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m->stream, a->z, a->o[l], a->proj[l], m->NINP,
-                 c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, Dh);
-    // The residual add is the GEMM's epilogue: mid = x + z W_oᵀ.
-    linear_forward(&m->gemm, a->mid[l], x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), N, D, D);
+    fox_attention_forward(a->q, a->k, a->v, attention_c(m, l), a->o[l], a->lse[l], B, m->cfg.n_head, T, m->Dh, kv_first,
+                          m->stream);
+    attention_output_forward(m, l, B, T);
+}
+
+// ----------------------------------------------------------------------------
+// TransformerFAM (docs/model.md §1.10; FAM paper Algorithm 2). Per layer, the tokens' window through the attention
+// kernel (fam_window_tables' staircase) merged with their reads of the memory F_τ (fox/fam.cuh); the memory states
+// one block after the other, each an M-row pass through the layer; F_0 the prompt (fam_init through the layers
+// below). CPU: the fam_* functions of train_fox.c, whose names these keep.
+
+static FamDims fam_dims(const Model *m, int B, int T) {
+    FamDims d = {B, m->cfg.n_head, T, m->Dh, m->cfg.fam_block, m->cfg.fam_memory, 1.0f / sqrtf((float)m->Dh)};
+    return d;
+}
+
+// The tokens' c for FAM's kernels: NULL without a forget gate (transformer-fam: no bias).
+static const float *fam_c(const Model *m, int l) { return m->cfg.forget_gate != FOX_FG_NONE ? m->a.c[l] : NULL; }
+
+// The attention inputs of memory state τ's rows (B sequences of M): no KV-shift (the rows are not a sequence in
+// time), no document mask, RoPE at the state's positions (docs/model.md §1.10).
+static QkvInputs fam_qkv_inputs(Model *m, int l, FamRows f, int B, int tau) {
+    QkvInputs s = qkv_inputs(m, l, B, m->cfg.fam_memory);
+    s.proj = f.proj;
+    s.cols.k_shift = s.cols.v_shift = -1;
+    if (m->cfg.rope) {
+        size_t at = (size_t)tau * m->cfg.fam_memory * (m->Dh / 2);
+        s.rope_cos = m->fam_rope_cos + at;
+        s.rope_sin = m->fam_rope_sin + at;
+    }
+    s.tokens = NULL;
+    s.sep = -1;
+    return s;
+}
+
+// The memory rows' attention inputs (FAM paper B.1: they pass through the layer as tokens do): RMSNorm, attn_in_w,
+// q, k, v at state τ's positions. CPU: fam_project.
+static void fam_project(Model *m, int l, FamRows f, int B, int tau) {
+    int R = B * m->cfg.fam_memory, D = m->cfg.d_model;
+    rmsnorm_forward(m, f.xn, f.x, param(m, FOX_P_ln1_w, l), R);
+    linear_forward(&m->gemm, f.proj, NULL, CUDA_R_32F, m->NINP, f.xn, wbf(m, FOX_P_attn_in_w, l), R, D, m->NINP);
+    LAUNCH_HEADS(qkv_forward_kernel, m->Dh, (size_t)R * m->cfg.n_head, m->stream, f.q, f.k, f.v,
+                 fam_qkv_inputs(m, l, f, B, tau));
+}
+
+// The memory rows' update after their attention (f.o): output norm and gate, W_o, the residual (none for the
+// first update of the initial memory: FAM paper B.1), the MLP with its residual; the new rows into out. CPU:
+// fam_update.
+static void fam_update(Model *m, int l, FamRows f, float *out, int R, int residual) {
+    const FoxConfig *c = &m->cfg;
+    int D = c->d_model, I = c->mlp_hidden;
+    LAUNCH_HEADS(output_forward_kernel, m->Dh, (size_t)R * c->n_head, m->stream, f.z, f.o, f.proj, m->NINP,
+                 c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, R, c->n_head, m->Dh);
+    linear_forward(&m->gemm, f.mid, residual ? f.x : NULL, CUDA_R_32F, D, f.z, wbf(m, FOX_P_attn_out_w, l), R, D, D);
+    rmsnorm_forward(m, f.xn2, f.mid, param(m, FOX_P_ln2_w, l), R);
+    linear_forward(&m->gemm, f.u, NULL, CUDA_R_16BF, 2 * I, f.xn2, wbf(m, FOX_P_mlp_in_w, l), R, D, 2 * I);
+    fox_swiglu_forward(f.h, f.u, R, I, m->stream);
+    linear_forward(&m->gemm, out, f.mid, CUDA_R_32F, D, f.h, wbf(m, FOX_P_mlp_out_w, l), R, I, D);
+}
+
+// The prompt at layer l (FAM paper B.1): its rows attend to each other alone (positions −M..−1, no bias) and leave
+// the layer as the rows entering layer l + 1. CPU: fam_prompt_forward.
+static void fam_prompt_forward(Model *m, int l) {
+    FamRows p = fam_prompt(m, l);
+    fam_project(m, l, p, 1, 0);
+    fam_update_forward(p.o, p.lse, p.q, p.k, p.v, NULL, NULL, NULL, fam_dims(m, 1, 0), 0, m->stream);
+    fam_update(m, l, p, fam_prompt(m, l + 1).x, m->cfg.fam_memory, 1);
+}
+
+// Layer l's memory states: F_0 = the prompt's rows entering layer l for every sequence; for each block τ, F_τ's
+// attention inputs and the update F_{τ+1} from F_τ and block τ's keys and values. The last block's update is read
+// by no token and not computed. CPU: fam_memory_forward.
+static void fam_memory_forward(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    int M = m->cfg.fam_memory, D = m->cfg.d_model, nb = T / m->cfg.fam_block;
+    FamRows f0 = fam_state(m, l, 0, B);
+    for (int b = 0; b < B; b++)
+        FOX_CUDA_CHECK(cudaMemcpyAsync(f0.x + (size_t)b * M * D, fam_prompt(m, l).x, (size_t)M * D * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, m->stream));
+    for (int tau = 0; tau < nb; tau++) {
+        FamRows f = fam_state(m, l, tau, B);
+        fam_project(m, l, f, B, tau);
+        if (tau + 1 == nb) break;
+        fam_update_forward(f.o, f.lse, f.q, f.k, f.v, a->k, a->v, fam_c(m, l), fam_dims(m, B, T), tau, m->stream);
+        fam_update(m, l, f, fam_state(m, l, tau + 1, B).x, B * M, tau > 0);
+    }
+}
+
+// The window of every query tile (fam_window_tables) for B x T tokens, on the device for the forward and backward.
+static void fam_upload_window(Model *m, int B, int T) {
+    size_t n = (size_t)B * m->cfg.n_head * fox_acp_blocks(T);
+    int *kv = (int *)fox_malloc(2 * n * sizeof(int));
+    fam_window_tables(kv, kv + n, B, m->cfg.n_head, T, m->cfg.fam_block, m->cfg.fam_window_blocks);
+    FOX_CUDA_CHECK(cudaMemcpy(m->a.fam_kv_first, kv, n * sizeof(int), cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(m->a.fam_q_last, kv + n, n * sizeof(int), cudaMemcpyHostToDevice));
+    free(kv);
+}
+
+// Forward of block l as TransformerFAM: resid[l] → mid[l], layer l's memory states and the prompt's rows entering
+// layer l + 1. The tokens' attention: the window through the attention kernel, then their memory's merged in
+// (FAM paper eq. 1 with the memory). CPU: fam_block_forward.
+static void fam_block_forward(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    attention_inputs_forward(m, l, B, T);
+    if (l < m->cfg.n_layer - 1) fam_prompt_forward(m, l);
+    fam_memory_forward(m, l, B, T);
+    fox_attention_forward(a->q, a->k, a->v, attention_c(m, l), a->o[l], a->lse[l], B, m->cfg.n_head, T, m->Dh,
+                          a->fam_kv_first, m->stream);
+    FamRows f0 = fam_state(m, l, 0, B);
+    fam_token_memory_forward(a->o[l], a->lse[l], a->q, f0.k, f0.v, fam_c(m, l), fam_dims(m, B, T), m->stream);
+    attention_output_forward(m, l, B, T);
 }
 
 // Block l's Gated Slot Attention (fox/gsa.cuh) over B x T tokens: the shapes and the forward's buffers and, unless
@@ -643,6 +897,7 @@ static void gsa_block_forward(Model *m, int l, int B, int T) {
 // Block l's token mixer: resid[l] → mid[l].
 static void mixer_forward(Model *m, int l, int B, int T) {
     if (m->cfg.arch == FOX_ARCH_GSA) gsa_block_forward(m, l, B, T);
+    else if (m->cfg.arch == FOX_ARCH_FAM) fam_block_forward(m, l, B, T);
     else attention_block_forward(m, l, B, T);
 }
 
@@ -738,6 +993,12 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     embedding_forward_kernel<<<fox_blocks((size_t)N * D, 256), 256, 0, m->stream>>>(a->resid, a->inputs,
                                                                                      param(m, FOX_P_wte, 0), N, D);
     FOX_LAUNCH_CHECK();
+    if (c->arch == FOX_ARCH_FAM) {  // the window's tiles; the prompt enters the first layer (FAM paper B.1)
+        if (T % c->fam_block) fox_fatal("a FAM forward of %d tokens: the context must be a multiple of the block %d", T, c->fam_block);
+        fam_upload_window(m, B, T);
+        FOX_CUDA_CHECK(cudaMemcpyAsync(fam_prompt(m, 0).x, param(m, FOX_P_fam_init, 0),
+                                       (size_t)c->fam_memory * D * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
+    }
     for (int l = 0; l < L; l++) {
         mixer_forward(m, l, B, T);
         if (m->cache.prefilling && c->arch != FOX_ARCH_GSA) cache_store(m, l, B, T);  // GSA's: in its forward
@@ -811,26 +1072,32 @@ static void mlp_block_backward(Model *m, int l, int B, int T) {
     linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn, N, D, 2 * I, 1.0f);
 }
 
-// Backward of block l's attention: s.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
-static void attention_block_backward(Model *m, int l, int B, int T) {
+// The first part of block l's attention backward: s.dres (dL/d mid[l]) back through W_o and the output norm and
+// gate into s.d_o (and the gate's columns of s.dproj), and W_o's gradient.
+static void attention_output_backward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    int N = B * T, D = c->d_model, H = c->n_head, Dh = m->Dh, NINP = m->NINP;
-    int has_fg = c->forget_gate != FOX_FG_NONE;
+    int N = B * T, D = c->d_model;
     linear_backward_input(&m->gemm, s->dxn, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
-    fox_output_backward(s->d_o, s->dproj, a->z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], NINP,
-                        c->output_gate ? m->cols.gate : -1, ow, N, H, Dh, s->colsum_rows, s->colsum_part, m->stream);
+    fox_output_backward(s->d_o, s->dproj, a->z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], m->NINP,
+                        c->output_gate ? m->cols.gate : -1, ow, N, c->n_head, m->Dh, s->colsum_rows, s->colsum_part,
+                        m->stream);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z, N, D, D, 1.0f);
-    const int *q_last = acp_tables(m, l, B, T, 0) ? a->acp_q_last : NULL;
-    fox_attention_backward(a->q, a->k, a->v, model_has_c(m) ? a->c[l] : a->zero_c, a->o[l], a->lse[l], s->d_o, s->dc,
-                           s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, q_last, m->deterministic,
-                           m->stream);
-    if (has_fg) {
+}
+
+// The last part, from s.dq, dk, dv and d log f: through the forget gate, RoPE, QK-norm, KV-shift, attn_in_w and
+// the norm into s.dres = dL/d resid[l] (the residual's term included).
+static void attention_inputs_backward(Model *m, int l, int B, int T) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    Scratch *s = &m->s;
+    int N = B * T, H = c->n_head;
+    if (c->forget_gate != FOX_FG_NONE) {
         int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
         forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m->stream>>>(
-            s->dproj, s->dfg, s->dlogf, a->proj[l], NINP, cf, param(m, FOX_P_fgate_b, l), a->inputs, m->doc_sep, B, H, T);
+            s->dproj, s->dfg, s->dlogf, a->proj[l], m->NINP, cf, param(m, FOX_P_fgate_b, l), a->inputs, m->doc_sep, B, H, T);
         FOX_LAUNCH_CHECK();
         if (c->forget_gate != FOX_FG_FIXED)
             colsum_accumulate(grad(m, FOX_P_fgate_b, l), s->dfg, N, H, H, s->colsum_part, m->stream);
@@ -839,6 +1106,130 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     fox_qkv_backward(s->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
                      s->dq, s->dk, s->dv, qs, s->dks, s->colsum_rows, s->colsum_part, m->stream);
     mixer_input_backward(m, l, B, T);
+}
+
+// Backward of block l's attention: s.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
+static void attention_block_backward(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    Scratch *s = &m->s;
+    attention_output_backward(m, l, B, T);
+    const int *q_last = acp_tables(m, l, B, T, 0) ? a->acp_q_last : NULL;
+    fox_attention_backward(a->q, a->k, a->v, attention_c(m, l), a->o[l], a->lse[l], s->d_o, s->dc, s->dlogf, s->dq, s->dk,
+                           s->dv, s->attn_scratch, B, m->cfg.n_head, T, m->Dh, q_last, m->deterministic, m->stream);
+    attention_inputs_backward(m, l, B, T);
+}
+
+// Backward of fam_update on R rows: dout = dL/d(the new rows) (fp32, overwritten: dL/d mid), back through the MLP,
+// W_o and the output norm and gate into fs.d_o (and the gate's columns of fs.dproj), with the weights' gradients;
+// with dx, the residual's term: dx = dL/d mid (or += when accumulate). CPU: fam_update_backward.
+static void fam_update_backward_rows(Model *m, int l, FamRows f, float *dout, float *dx, int R, int accumulate) {
+    const FoxConfig *c = &m->cfg;
+    FamScratch *g = &m->fs;
+    Scratch *s = &m->s;
+    int D = c->d_model, I = c->mlp_hidden;
+    size_t n = (size_t)R * D;
+    fam_to_bf16(g->dxbf, dout, n, m->stream);
+    linear_backward_input(&m->gemm, g->dh, g->dxbf, D, wbf(m, FOX_P_mlp_out_w, l), R, I, D, 1.0f);
+    fox_swiglu_backward(g->du, f.h, g->dh, f.u, R, I, m->stream);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_out_w, l), g->dxbf, D, f.h, R, I, D, 1.0f);
+    linear_backward_input(&m->gemm, g->dxn, g->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), R, D, 2 * I, 1.0f);
+    fox_rmsnorm_backward(dout, g->dxbf, NULL, grad(m, FOX_P_ln2_w, l), g->dxn, f.mid, param(m, FOX_P_ln2_w, l), R, D, 1,
+                         s->colsum_rows, s->colsum_part, m->stream);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_in_w, l), g->du, 2 * I, f.xn2, R, D, 2 * I, 1.0f);
+    linear_backward_input(&m->gemm, g->dxn, g->dxbf, D, wbf(m, FOX_P_attn_out_w, l), R, D, D, 1.0f);
+    const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
+    fox_output_backward(g->d_o, g->dproj, f.z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, g->dxn, f.o, f.proj, m->NINP,
+                        c->output_gate ? m->cols.gate : -1, ow, R, c->n_head, m->Dh, s->colsum_rows, s->colsum_part,
+                        m->stream);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), g->dxbf, D, f.z, R, D, D, 1.0f);
+    if (!dx) return;
+    if (accumulate) fam_sum_rows(dx, dout, 1, n, 1, m->stream);
+    else FOX_CUDA_CHECK(cudaMemcpyAsync(dx, dout, n * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
+}
+
+// Backward of fam_project for state τ's B sequences: from fs.dq (bf16) and the fp32 dFk, dFv of its keys and
+// values, with fs.dproj holding the output gate's columns already, into dx (= or += when accumulate) and the
+// weights' gradients. CPU: fam_project_backward.
+static void fam_project_backward(Model *m, int l, FamRows f, int B, int tau, const float *dFk, const float *dFv, float *dx,
+                                 int accumulate) {
+    const FoxConfig *c = &m->cfg;
+    FamScratch *g = &m->fs;
+    Scratch *s = &m->s;
+    int R = B * c->fam_memory, D = c->d_model;
+    fam_to_bf16(g->dkb, dFk, (size_t)R * D, m->stream);
+    fam_to_bf16(g->dvb, dFv, (size_t)R * D, m->stream);
+    fox_qkv_backward(g->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
+                     g->dq, g->dkb, g->dvb, fam_qkv_inputs(m, l, f, B, tau), g->dks, s->colsum_rows, s->colsum_part,
+                     m->stream);
+    linear_backward_input(&m->gemm, g->dxn, g->dproj, m->NINP, wbf(m, FOX_P_attn_in_w, l), R, D, m->NINP, 1.0f);
+    fox_rmsnorm_backward(dx, g->dxbf, NULL, grad(m, FOX_P_ln1_w, l), g->dxn, f.x, param(m, FOX_P_ln1_w, l), R, D, accumulate,
+                         s->colsum_rows, s->colsum_part, m->stream);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), g->dproj, m->NINP, f.xn, R, D, m->cols.width, 1.0f);
+}
+
+// Backward of fam_memory_forward: the states from the last down (F_{τ+1} depends on F_τ), each update's gradient
+// (from fs.dx[τ + 1], complete by then) before its rows' attention inputs'; the tokens' dk, dv (bf16) and the
+// attention backward's dc row sums and colsum column sums gain the updates' terms. fs.dk, dv hold the tokens'
+// reads of each state on entry. The gradient of F_0, summed over the sequences, starts the prompt's at layer l
+// (fs.dprompt[l & 1]). CPU: fam_memory_backward.
+static void fam_memory_backward(Model *m, int l, int B, int T, float *colsum) {
+    const FoxConfig *c = &m->cfg;
+    Acts *a = &m->a;
+    FamScratch *g = &m->fs;
+    int M = c->fam_memory, D = c->d_model, R = B * M, nb = T / c->fam_block;
+    size_t state = (size_t)R * D;
+    for (int tau = nb - 1; tau >= 0; tau--) {
+        FamRows f = fam_state(m, l, tau, B);
+        float *dx = g->dx + tau * state, *dFk = g->dk + tau * state, *dFv = g->dv + tau * state;
+        int residual = tau > 0 && tau + 1 < nb;  // dx's first term: the update's residual, else the projection's
+        if (tau + 1 < nb) {
+            fam_update_backward_rows(m, l, f, dx + state, residual ? dx : NULL, R, 0);
+            fam_update_backward(g->dq, dFk, dFv, m->s.dk, m->s.dv, m->s.dc, colsum, g->rows3, f.q, f.k, f.v, f.o, g->d_o,
+                                f.lse, a->k, a->v, fam_c(m, l), fam_dims(m, B, T), tau, m->stream);
+        } else {  // F_{nb−1} is read by the last block's tokens alone: no update, no output gate
+            FOX_CUDA_CHECK(cudaMemsetAsync(g->dq, 0, state * sizeof(bf16), m->stream));
+            FOX_CUDA_CHECK(cudaMemsetAsync(g->dproj, 0, (size_t)R * m->NINP * sizeof(bf16), m->stream));
+        }
+        fam_project_backward(m, l, f, B, tau, dFk, dFv, dx, residual);
+    }
+    fam_sum_rows(g->dprompt[l & 1], g->dx, B, (size_t)M * D, 0, m->stream);
+}
+
+// Backward of fam_prompt_forward: the gradient of the prompt's rows entering layer l + 1 (fs.dprompt[(l+1) & 1])
+// into that of the rows entering layer l (fs.dprompt[l & 1], +=). CPU: fam_prompt_backward.
+static void fam_prompt_backward(Model *m, int l) {
+    FamScratch *g = &m->fs;
+    FamRows p = fam_prompt(m, l);
+    int M = m->cfg.fam_memory;
+    size_t n = (size_t)M * m->cfg.d_model;
+    float *dx = g->dprompt[l & 1];
+    fam_update_backward_rows(m, l, p, g->dprompt[(l + 1) & 1], dx, M, 1);
+    FOX_CUDA_CHECK(cudaMemsetAsync(g->dk, 0, n * sizeof(float), m->stream));
+    FOX_CUDA_CHECK(cudaMemsetAsync(g->dv, 0, n * sizeof(float), m->stream));
+    fam_update_backward(g->dq, g->dk, g->dv, NULL, NULL, NULL, NULL, g->rows3, p.q, p.k, p.v, p.o, g->d_o, p.lse, NULL, NULL,
+                        NULL, fam_dims(m, 1, 0), 0, m->stream);
+    fam_project_backward(m, l, p, 1, 0, g->dk, g->dv, dx, 1);
+}
+
+// Backward of block l as TransformerFAM: s.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit; the prompt's
+// gradient moves down to layer l. The window's backward runs in its two halves around the memory's terms (the
+// tokens' reads of F_τ, then the updates'), so dq and d log f include them. CPU: fam_block_backward.
+static void fam_block_backward(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    Scratch *s = &m->s;
+    FamScratch *g = &m->fs;
+    int H = m->cfg.n_head;
+    attention_output_backward(m, l, B, T);
+    FoxAttnSums sums = fox_attention_backward_keys(a->q, a->k, a->v, attention_c(m, l), a->o[l], a->lse[l], s->d_o, s->dc,
+                                                   s->dk, s->dv, s->attn_scratch, B, H, T, m->Dh, a->fam_q_last,
+                                                   m->deterministic, m->stream);
+    FamRows f0 = fam_state(m, l, 0, B);
+    fam_token_memory_backward(sums.dq_acc, s->dc, sums.colsum, g->dk, g->dv, g->ds_rows, a->q, f0.k, f0.v, s->d_o,
+                              a->lse[l], sums.D, fam_c(m, l), fam_dims(m, B, T), m->stream);
+    fam_memory_backward(m, l, B, T, sums.colsum);
+    fox_attention_backward_finish(sums, s->dc, s->dlogf, s->dq, B, H, T, m->Dh, m->stream);
+    if (l < m->cfg.n_layer - 1) fam_prompt_backward(m, l);
+    attention_inputs_backward(m, l, B, T);
 }
 
 // Backward of block l's Gated Slot Attention: s.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
@@ -929,8 +1320,13 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
         if (l < L - 1) recompute_block(m, l, B, T);  // the forward left the last block's in the shared slices
         mlp_block_backward(m, l, B, T);
         if (c->arch == FOX_ARCH_GSA) gsa_block_backward(m, l, B, T);
+        else if (c->arch == FOX_ARCH_FAM) fam_block_backward(m, l, B, T);
         else attention_block_backward(m, l, B, T);
         reduce_final_grads(m, reduce, -1, l);
+    }
+    if (c->arch == FOX_ARCH_FAM) {  // the prompt's gradient at layer 0 is fam_init's
+        fam_sum_rows(grad(m, FOX_P_fam_init, 0), m->fs.dprompt[0], 1, (size_t)c->fam_memory * D, 1, m->stream);
+        reduce_final_grads(m, reduce, FOX_P_fam_init, 0);
     }
     int nb = embedding_buckets(m, inputs, N);
     embedding_backward_kernel<<<nb, 256, 0, m->stream>>>(grad(m, FOX_P_wte, 0), s->dres, s->bucket_token,
@@ -1079,6 +1475,7 @@ static void model_cache_init(Model *m, int max_len) {
     const FoxConfig *c = &m->cfg;
     char why[512];
     if (max_len < 1) fox_fatal("a KV cache of %d positions", max_len);
+    if (c->arch == FOX_ARCH_FAM) fox_fatal("train_fox has no KV cache for TransformerFAM");
     if (cache_does_not_fit(m, max_len, why, sizeof(why))) fox_fatal("%s", why);
     model_cache_free(m);
     Cache *kc = &m->cache;
@@ -1319,9 +1716,6 @@ static void check_device_memory(const Model *m, const Dist *d) {
 // communicator (rank 0 makes the id, MPI carries it to the others). ZeRO-1 (--zero 1, several ranks):
 // this rank keeps only its shard of the AdamW moments.
 static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Dist *d) {
-    if (c->arch == FOX_ARCH_FAM)
-        fox_fatal("TransformerFAM (--model transformer-fam, fox-fam) trains on the CPU (train_fox_cpu); train_fox has no FAM "
-                  "kernels yet");
     Model *m = (Model *)fox_calloc(1, sizeof(Model));
     int ngpu = 0;
     FOX_CUDA_CHECK(cudaGetDeviceCount(&ngpu));
@@ -1403,6 +1797,11 @@ static int run_model_acp_tiles(Model *m, long long *live, long long *tiles) {
     for (int i = 0; i < m->cfg.n_layer * m->cfg.n_head; i++) live[i] = (long long)m->acp_live[i];
     *tiles = m->acp_tiles;
     return 1;
+}
+
+static const char *run_model_cannot_generate(const FoxConfig *c) {
+    return c->arch == FOX_ARCH_FAM ? "train_fox does not generate from TransformerFAM yet (its memory updates have no decode "
+                                     "step on the GPU): train_fox_cpu --generate does" : NULL;
 }
 
 static void run_model_cache_init(Model *m, int max_len) { model_cache_init(m, max_len); }

@@ -17,11 +17,13 @@ a numpy loop form of one layer it is checked against (selfcheck). No document ma
 
 Subcommands:
   fixtures --out DIR     write DIR/<name>.fix (float64 reference tensors: init, weights, logits,
-                         losses, gradients, 10 AdamW steps) for 12 small configs, plus
+                         losses, gradients, 10 AdamW steps) for 16 small configs, plus
                          DIR/manifest.txt: the four attention presets, three switch variants,
                          the four presets again with the document mask (<preset>-docmask),
                          gsa (Gated Slot Attention, 8 slots), transformer-fam and fox-fam
-                         (TransformerFAM: blocks of 8 and 16, memories of 4 and 3, windows of 2 and 1).
+                         (TransformerFAM: blocks of 8 and 16, memories of 4 and 3, windows of 2 and 1),
+                         transformer-fam-gpu and fox-fam-gpu (blocks of 128, the GPU trainer's
+                         multiple, at T = 384 and 512: memories of 4 and 36, windows of 1 and 2).
   init ...               write reference-initialised weights as a fox.c model.bin.
   loss ...               load a fox.c model.bin, print `loss <value>` on a token file (.npy,
                          int array (B, T+1): inputs = [:, :-1], targets = [:, 1:]);
@@ -922,7 +924,13 @@ FIXTURES = [  # (name, preset, overrides)
     # TransformerFAM (docs/model.md §1.10): 8 blocks of 8 with 2 in the window, 4 blocks of 16 with 1.
     ("transformer-fam", "transformer-fam", dict(fam_block=8, fam_memory=4, fam_window_blocks=2)),
     ("fox-fam", "fox-fam", dict(fam_block=16, fam_memory=3, fam_window_blocks=1)),
+    # The same at the GPU trainer's blocks (multiples of 128): 3 blocks, memory 4, window 1; 4 blocks, memory 36
+    # (more than one warp of keys), window 2.
+    ("transformer-fam-gpu", "transformer-fam", dict(fam_block=128, fam_memory=4, fam_window_blocks=1)),
+    ("fox-fam-gpu", "fox-fam", dict(fam_block=128, fam_memory=36, fam_window_blocks=2)),
 ]
+# The fixtures whose context is not FIXTURE_T.
+FIXTURE_SEQ_LEN = {"transformer-fam-gpu": 384, "fox-fam-gpu": 512}
 # The separator id of the -docmask fixtures, and where their `inputs` hold it: row 0 at 0 (a
 # separator at the window's start), 17 and 18 (a one-token document), 40; row 1 at 5, 33 and 63 (the
 # last position). No other input token is FIXTURE_DOC_SEP. Their train.inputs hold it at each
@@ -987,7 +995,7 @@ def perturbed_params(c, init):
 def make_fixture(name, shape=FIXTURE_SHAPE):
     """All tensors of one fixture, computed in float64; returns ([(name, array)], grad norms)."""
     c = fixture_config(name, shape)
-    V, B, T = c["vocab_size"], FIXTURE_B, FIXTURE_T
+    V, B, T = c["vocab_size"], FIXTURE_B, FIXTURE_SEQ_LEN.get(name, FIXTURE_T)
     init = init_params(c, FIXTURE_SEED)
     params = perturbed_params(c, init)
     rng = np.random.default_rng(7)

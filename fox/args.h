@@ -15,7 +15,7 @@
 #define FOX_OPEN_LO 1e-300
 #define FOX_EXIT_USAGE 2  // the exit code of a bad command line (one line on stderr)
 #define FOX_FLAGS(F) \
-    F(STR, model, "model", "fox-pro", 0, 0, "preset: fox-pro | fox-llama | transformer-pro | transformer-llama | gsa (Gated Slot Attention) | transformer-fam | fox-fam (TransformerFAM, train_fox_cpu only)") \
+    F(STR, model, "model", "fox-pro", 0, 0, "preset: fox-pro | fox-llama | transformer-pro | transformer-llama | gsa (Gated Slot Attention) | transformer-fam | fox-fam (TransformerFAM)") \
     F(INT, layers, "layers", 12, 1, 4096, "number of blocks") \
     F(INT, dim, "dim", 768, 1, 1 << 20, "d_model") \
     F(INT, heads, "heads", 12, 1, 1 << 16, "attention heads (head_dim = dim/heads)") \

@@ -178,6 +178,32 @@ static inline size_t fox_attention_backward_scratch_bytes(int B, int H, int T, i
     return fox_attn::bwd_scratch_bytes(B, H, T, dh);
 }
 
+// The backward in two halves, for a caller whose queries also read keys the kernel does not see (TransformerFAM's
+// memory, fox/fam.cuh): fox_attention_backward_keys writes dk, dv (bf16) and leaves in the scratch the fp32 dq
+// accumulator (unscaled: Σ_j dS_ij k_j), D_i = dO_i·o_i, and the dS row sums in dc and minus column sums in colsum;
+// the caller adds its own keys' terms to dq_acc, dc and colsum; fox_attention_backward_finish then writes dq and
+// dc = dL/dc, dlogf = dL/dlog f. The sums' buffers are the scratch's (FoxAttnSums).
+typedef fox_attn::BwdSums FoxAttnSums;
+
+static inline FoxAttnSums fox_attention_backward_keys(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                                                      const __nv_bfloat16 *v, const float *c, const __nv_bfloat16 *o,
+                                                      const float *lse, const __nv_bfloat16 *dout, float *dc,
+                                                      __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H,
+                                                      int T, int dh, const int *q_last, int deterministic,
+                                                      cudaStream_t s) {
+    fox_attn_check_dh(dh);
+    const bool det = deterministic != 0;
+    if (dh == 64) fox_attn::backward<64>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, s);
+    else fox_attn::backward<128>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, s);
+    return fox_attn::bwd_sums(scratch, B, H, T, dh);
+}
+
+static inline void fox_attention_backward_finish(FoxAttnSums sums, float *dc, float *dlogf, __nv_bfloat16 *dq, int B,
+                                                 int H, int T, int dh, cudaStream_t s) {
+    fox_attn::bwd_dq(sums.dq_acc, dq, B, H, T, dh, s);
+    fox_attention_reverse_scan(dc, sums.colsum, dlogf, B * H, T, s);
+}
+
 // Backward: dq, dk, dv (B, H, T, dh) bf16; dc = dL/dc and dlogf = dL/dlog f (reverse cumsum of dc),
 // both fp32 (B, H, T). scratch: fox_attention_backward_scratch_bytes() bytes, 16-byte aligned.
 // q_last: ACP hook (see top), or NULL. deterministic: 1 for bitwise-repeatable outputs, 0 for arrival-order
@@ -187,12 +213,9 @@ static inline void fox_attention_backward(const __nv_bfloat16 *q, const __nv_bfl
                                           const __nv_bfloat16 *dout, float *dc, float *dlogf, __nv_bfloat16 *dq,
                                           __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                                           int dh, const int *q_last, int deterministic, cudaStream_t s) {
-    fox_attn_check_dh(dh);
-    const bool det = deterministic != 0;
-    const float *colsum =
-        dh == 64 ? fox_attn::backward<64>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T, q_last, det, s)
-                 : fox_attn::backward<128>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T, q_last, det, s);
-    fox_attention_reverse_scan(dc, colsum, dlogf, B * H, T, s);
+    FoxAttnSums sums = fox_attention_backward_keys(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, dh, q_last,
+                                                   deterministic, s);
+    fox_attention_backward_finish(sums, dc, dlogf, dq, B, H, T, dh, s);
 }
 
 #endif  // FOX_ATTENTION_CUH

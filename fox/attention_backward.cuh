@@ -530,16 +530,31 @@ inline size_t bwd_scratch_bytes(int B, int H, int T, int dh) {
     return (size_t)B * H * T * ((size_t)dh + 2) * sizeof(float) + bwd_sem_count(B, H, T) * sizeof(int);
 }
 
-// Steps 1 to 3 of the backward; leaves the dS row sums in dc and the minus column sums in the scratch's
-// colsum, returned for the final step (fox_attention_reverse_scan).
+// The scratch's parts: the fp32 dq accumulator (unscaled: Σ_j dS_ij k_j), D = rowsum(dO * o), the minus dS
+// column sums (fox_attention_reverse_scan's second operand).
+struct BwdSums {
+    float *dq_acc, *D, *colsum;
+};
+
+inline BwdSums bwd_sums(void *scratch, int B, int H, int T, int dh) {
+    const size_t nvec = (size_t)B * H * T;
+    BwdSums p;
+    p.dq_acc = static_cast<float *>(scratch);
+    p.D = p.dq_acc + nvec * dh;
+    p.colsum = p.D + nvec;
+    return p;
+}
+
+// Steps 1 and 2 of the backward; leaves the dS row sums in dc, the minus column sums and the unscaled dq in the
+// scratch (bwd_sums), for step 3 (bwd_dq) and the final step (fox_attention_reverse_scan).
 template <int DH, int BM, int MINB, bool DET, bool WG>
-float *backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
-                    const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc,
-                    __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
-                    const int *q_last, cudaStream_t s) {
+void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                  const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc,
+                  __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
+                  const int *q_last, cudaStream_t s) {
     const size_t nvec = (size_t)B * H * T, nq = nvec * DH;
-    float *dq_acc = static_cast<float *>(scratch);
-    float *D = dq_acc + nq, *colsum = D + nvec;
+    const BwdSums p = bwd_sums(scratch, B, H, T, DH);
+    float *dq_acc = p.dq_acc, *D = p.D, *colsum = p.colsum;
     int *sem = reinterpret_cast<int *>(colsum + nvec);
     const int rows = B * T * H;
     dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, D, H, T, rows);
@@ -554,34 +569,31 @@ float *backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_b
     bwd_kernel<DH, BM, MINB, DET, WG><<<grid, bwd_threads(WG, DET), smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dk,
                                                                               dv, dc, colsum, sem, H, T, q_last);
     FOX_LAUNCH_CHECK();
-    const size_t conv_blocks = (nq / 4 + 255) / 256;
-    dq_convert_kernel<<<(unsigned)(conv_blocks < 4096 ? conv_blocks : 4096), 256, 0, s>>>(
-        reinterpret_cast<const float4 *>(dq_acc), dq, 1.f / sqrtf((float)DH), nq / 4);
-    FOX_LAUNCH_CHECK();
-    return colsum;
 }
 
-// Steps 1 to 3 as the public API runs them. Deterministic: warpgroup MMA with the sync warpgroup's order on
+// Step 3: dq = scale · the accumulator, in bf16.
+inline void bwd_dq(const float *dq_acc, __nv_bfloat16 *dq, int B, int H, int T, int dh, cudaStream_t s) {
+    const size_t nq = (size_t)B * H * T * dh, conv_blocks = (nq / 4 + 255) / 256;
+    dq_convert_kernel<<<(unsigned)(conv_blocks < 4096 ? conv_blocks : 4096), 256, 0, s>>>(
+        reinterpret_cast<const float4 *>(dq_acc), dq, 1.f / sqrtf((float)dh), nq / 4);
+    FOX_LAUNCH_CHECK();
+}
+
+// Steps 1 and 2 as the public API runs them. Deterministic: warpgroup MMA with the sync warpgroup's order on
 // Hopper (needs an sm_90a build), otherwise mma.sync with the staggered warp-level order. Not
 // deterministic: the same kernels with plain fp32 atomics.
 template <int DH>
-float *backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
-                const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dq,
-                __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last,
-                bool det, cudaStream_t s) {
+void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+              const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
+              __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, bool det, cudaStream_t s) {
     constexpr int BM = BwdCfg<DH>::BM, MINB = BwdCfg<DH>::MINB, WBM = BwdCfg<DH, true>::BM;
     if (use_wgmma()) {
         if (det)
-            return backward_cfg<DH, WBM, 1, true, true>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
-                                                        q_last, s);
-        return backward_cfg<DH, WBM, 1, false, true>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
-                                                     q_last, s);
+            return backward_cfg<DH, WBM, 1, true, true>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
+        return backward_cfg<DH, WBM, 1, false, true>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
     }
-    if (det)
-        return backward_cfg<DH, BM, MINB, true, false>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
-                                                       q_last, s);
-    return backward_cfg<DH, BM, MINB, false, false>(q, k, v, c, o, lse, dout, dc, dq, dk, dv, scratch, B, H, T,
-                                                    q_last, s);
+    if (det) return backward_cfg<DH, BM, MINB, true, false>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
+    return backward_cfg<DH, BM, MINB, false, false>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
 }
 
 }  // namespace fox_attn

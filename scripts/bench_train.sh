@@ -7,8 +7,9 @@
 # LEVELS="0" (default "0 1 2") picks the recompute levels, NONDET=0 skips the --deterministic 0 runs,
 # RANKS=N runs data parallel on N GPUs (mpirun; tokens/s counts all ranks' tokens, batch 1 per rank), LOGS=DIR keeps
 # each run's whole log there (its step lines: losses and gradient norms to compare builds bit for bit),
-# MODEL=gsa trains another preset (Gated Slot Attention: its 4 heads, not --heads), SIZES="125M" (default
-# "125M 760M") picks the sizes.
+# MODEL=gsa trains another preset (Gated Slot Attention: its 4 heads, not --heads; several, one after the other:
+# MODEL="fox-pro fox-fam transformer-fam", TransformerFAM at its defaults: blocks of 1024, memory 64, window 3),
+# SIZES="125M" (default "125M 760M") picks the sizes.
 set -e
 STEPS=${1:-8}
 LEVELS=${LEVELS:-0 1 2}
@@ -26,9 +27,9 @@ test -x ./train_fox || { echo "error: build ./train_fox first (make train_fox)";
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 MODEL=${MODEL:-fox-pro}
 SIZES=${SIZES:-125M 760M}
-COMMON="--model $MODEL --seq-len 16384 --batch 1 --steps $STEPS --val '' --eval-every 0 --sample-tokens 0 --warmup-tokens 1M"
-run() {  # name, recompute level, size flags
-    log=$(eval $LAUNCH ./train_fox $COMMON --recompute "$2" $3 2>&1) || { echo "$log" | tail -5; echo "$1 recompute $2: FAILED"; return 0; }
+COMMON="--seq-len 16384 --batch 1 --steps $STEPS --val '' --eval-every 0 --sample-tokens 0 --warmup-tokens 1M"
+run() {  # name (the preset first), recompute level, size flags
+    log=$(eval $LAUNCH ./train_fox --model ${1%% *} $COMMON --recompute "$2" $3 2>&1) || { echo "$log" | tail -5; echo "$1 recompute $2: FAILED"; return 0; }
     [ -z "$LOGS" ] || { mkdir -p "$LOGS" && echo "$log" > "$LOGS/$(echo "$1" | tr -c 'A-Za-z0-9\n' _)_r$2.log"; }
     echo "$log" | awk -v name="$1$TAG" -v rc="$2" '
         /^step / && /tok\/s/ { n++; for (i = 1; i <= NF; i++) { if ($i == "tok/s") tps = $(i-1); if ($i == "MFU") mfu = $(i+1) }
@@ -42,6 +43,8 @@ for size in $SIZES; do
     760M) flags="--layers 24 --dim 1536 --heads 24 --lr 1e-3" ;;
     *) echo "error: SIZES takes 125M and 760M"; exit 2 ;;
     esac
-    for level in $LEVELS; do run "$MODEL $size" "$level" "$flags"; done
-    [ "$NONDET" = 0 ] || run "$MODEL $size --deterministic 0" 0 "$flags --deterministic 0"
+    for model in $MODEL; do
+        for level in $LEVELS; do run "$model $size" "$level" "$flags"; done
+        [ "$NONDET" = 0 ] || run "$model $size --deterministic 0" 0 "$flags --deterministic 0"
+    done
 done

@@ -1,0 +1,48 @@
+#!/bin/sh
+# TransformerFAM (--model fox-fam / transformer-fam, docs/model.md §1.10) end to end on a GPU machine (part of
+# `make test-gpu`): ./train_fox trains fox-fam (the loss falls; no sample: train_fox does not generate from FAM yet,
+# and says so), a resume gives bitwise the same losses and weights, the GPU checkpoint trains on in train_fox_cpu,
+# --eval-only's L(i) agrees with the CPU's on the same checkpoint; transformer-fam trains; --generate, a fox-pro
+# checkpoint resumed as fox-fam (and the reverse) and a --fam-block the GPU does not run are one-line errors.
+# Binaries: $TRAIN_FOX (default ./train_fox) and $TRAIN_FOX_CPU (default ./train_fox_cpu).
+set -u
+GPU=${TRAIN_FOX:-./train_fox}
+CPU=${TRAIN_FOX_CPU:-./train_fox_cpu}
+PY=${PYTHON:-python3}
+. "$(dirname "$0")/test_lib.sh"
+SHAPE="--layers 2 --dim 128 --heads 2 --seq-len 256 --batch 4 --lr 3e-3 --warmup-tokens 10K --val-steps 2"
+ARGS="--model fox-fam --fam-block 128 --fam-memory 16 --fam-window-blocks 1 $SHAPE --steps 20 --eval-every 10 --ckpt-every 10 --keep 5"
+
+train_resume_eval_checks fox-fam nosample
+
+one_line_error() {  # log, exit status, expected exit status, pattern, label
+    [ "$2" -eq "$3" ] && [ "$(wc -l < "$1")" -eq 1 ] && grep -q "$4" "$1"
+    check $? "$5: $(head -c 200 "$1")"
+}
+
+$GPU --generate 8 --prompt "Once upon a time" --out "$tmp/a" > "$tmp/gen.txt" 2>&1
+one_line_error "$tmp/gen.txt" $? 2 '^error: train_fox does not generate from TransformerFAM' "--generate from a FAM checkpoint, exit 2"
+
+$GPU --model fox-pro $SHAPE --steps 4 --sample-tokens 0 --resume --out "$tmp/a" > "$tmp/arch1.txt" 2>&1
+st=$?
+[ "$st" -ne 0 ] && grep -q 'arch' "$tmp/arch1.txt"
+check $? "a fox-fam checkpoint resumed as fox-pro is refused: $(head -c 200 "$tmp/arch1.txt")"
+$GPU --model fox-pro $SHAPE --steps 2 --eval-every 0 --sample-tokens 0 --out "$tmp/p" > /dev/null 2>&1 &&
+    $GPU $ARGS --steps 4 --sample-tokens 0 --resume --out "$tmp/p" > "$tmp/arch2.txt" 2>&1
+st=$?
+[ "$st" -ne 0 ] && grep -q 'arch' "$tmp/arch2.txt"
+check $? "a fox-pro checkpoint resumed as fox-fam is refused: $(head -c 200 "$tmp/arch2.txt")"
+
+$GPU --model transformer-fam --fam-block 128 --fam-memory 8 --fam-window-blocks 0 $SHAPE --steps 6 --eval-every 0 \
+    --sample-tokens 0 --out "$tmp/t" > "$tmp/t.txt" 2>&1
+st=$?
+first=$(losses_after "$tmp/t/log.jsonl" 0 | head -n 1 | cut -d' ' -f2)
+last=$(losses_after "$tmp/t/log.jsonl" 0 | tail -n 1 | cut -d' ' -f2)
+[ "$st" -eq 0 ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'
+check $? "transformer-fam --fam-window-blocks 0 trains 6 steps (loss $first to $last)"
+
+$GPU --model fox-fam --fam-block 64 --fam-memory 16 $SHAPE --warmup-tokens 1K --steps 2 --out "$tmp/k" > "$tmp/k.txt" 2>&1
+one_line_error "$tmp/k.txt" $? 2 '^error: train_fox runs TransformerFAM with --fam-block a multiple of 128' \
+    "--fam-block 64 (the CPU trainer's, not the GPU's), exit 2"
+
+finish
