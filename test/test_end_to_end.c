@@ -375,6 +375,24 @@ static void test_acp_heads(void) {
     model_free(&m);
     free(in);
     free(tg);
+
+    // Past 256 (layer, head)s the matrix is only on the --eval-every steps and the last (README).
+    snprintf(out, sizeof(out), "%s/acp_many_heads", tmpdir);
+    st = sh("./train_fox_cpu --model fox-pro --layers 9 --dim 64 --heads 32 --mlp-hidden 64 --seq-len 128 --batch 1 "
+            "--steps 3 --eval-every 2 --val '' --sample-tokens 0 --acp 1 --out %s", out);
+    snprintf(path, sizeof(path), "%s/log.jsonl", out);
+    log = fox_read_file(path, &len);
+    int with[4] = {0};
+    for (char *line = log; line && *line;) {
+        char *nl = strchr(line, '\n'), *st_at = strstr(line, "{\"step\": ");
+        if (nl) *nl = 0;
+        int step = st_at ? atoi(st_at + 9) : 0;
+        if (step >= 1 && step <= 3 && strstr(line, "\"loss\"")) with[step] = strstr(line, "\"acp_pruned\": [[") != NULL;
+        line = nl ? nl + 1 : line + strlen(line);
+    }
+    free(log);
+    check(st == 0 && !with[1] && with[2] && with[3], "ACP per head, 9 layers x 32 heads (288 > 256): acp_pruned on the "
+          "--eval-every step 2 and the last step 3, not on step 1 (%d %d %d)", with[1], with[2], with[3]);
 }
 
 static void reference_loss_check(const char *run, const char *what);
