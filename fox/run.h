@@ -50,7 +50,7 @@ typedef struct {
     float *h_params, *h_m, *h_v;  // host staging of weights and AdamW moments (checkpoints)
     FILE *log;
     int lock_fd;                  // OUT/.lock, held by rank 0 for the run's life (-1: none)
-    int test_nan_step, test_nan_attempts, test_discard_step;  // test-only hooks (run_test_hooks)
+    int test_nan_step, test_nan_attempts, test_discard_step, test_ckpt_stall_ms;  // test-only hooks (run_test_hooks)
 } Run;
 
 // The stop signal received (0: none). The handler only records it: the step loop acts on it at the
@@ -87,12 +87,16 @@ static const char *run_signal_name(int sig) {
 
 // Test-only hooks, read from the environment: FOX_TEST_NONFINITE="S[:N]" gives the first N (default 1)
 // attempts at step S a NaN gradient; FOX_TEST_DISCARD_BATCH=S throws away one step's batches before
-// step S (what a skipped step must be equivalent to).
+// step S (what a skipped step must be equivalent to); FOX_TEST_CKPT_STALL_MS=N pauses every checkpoint
+// write for N ms between its state and weights files, so that a test's kill -9 lands inside writes.
 static void run_test_hooks(Run *r) {
     const char *nan = getenv("FOX_TEST_NONFINITE"), *discard = getenv("FOX_TEST_DISCARD_BATCH");
+    const char *stall = getenv("FOX_TEST_CKPT_STALL_MS");
     r->test_nan_attempts = 1;
     if (nan && sscanf(nan, "%d:%d", &r->test_nan_step, &r->test_nan_attempts) < 1) fox_fatal("FOX_TEST_NONFINITE=%s: expected S[:N]", nan);
     if (discard && sscanf(discard, "%d", &r->test_discard_step) != 1) fox_fatal("FOX_TEST_DISCARD_BATCH=%s: expected a step", discard);
+    if (stall && (sscanf(stall, "%d", &r->test_ckpt_stall_ms) != 1 || r->test_ckpt_stall_ms < 0))
+        fox_fatal("FOX_TEST_CKPT_STALL_MS=%s: expected milliseconds", stall);
 }
 
 static double now_seconds(void) {
@@ -263,6 +267,10 @@ static void save_checkpoint(Run *r) {
     state_path(path, sizeof(path), tmp, r->dist.rank);
     fox_write_state(path, &s, r->h_m, r->h_v, loader);
     free(loader);
+    if (r->test_ckpt_stall_ms > 0) {
+        struct timespec pause = {r->test_ckpt_stall_ms / 1000, (long)(r->test_ckpt_stall_ms % 1000) * 1000000L};
+        nanosleep(&pause, NULL);
+    }
     dist_barrier(&r->dist);
     if (r->dist.rank == 0) {
         snprintf(path, sizeof(path), "%s/model.bin", tmp);

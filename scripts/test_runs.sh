@@ -2,7 +2,8 @@
 # Runs that survive (issue 9), end to end through a trainer binary: `sh scripts/test_runs.sh BIN [MPI_BIN]`,
 # with ./train_fox_cpu (and ./train_fox_cpu_mpi) in `make test`, ./train_fox (twice with 2 GPUs) in
 # `make test-gpu`.
-#   - kill -9 at random moments, several inside checkpoint writes: every resume ends bitwise equal to an
+#   - kill -9 at random moments, several inside checkpoint writes (test hook FOX_TEST_CKPT_STALL_MS holds each
+#     write open 100 ms between its state and weights files): every resume ends bitwise equal to an
 #     uninterrupted run, each step logged once;
 #   - SIGTERM / SIGUSR1: the current step finishes, a checkpoint is written, exit 75, the resume is bitwise
 #     the uninterrupted run; a second SIGINT exits at once;
@@ -71,7 +72,7 @@ in_write=0
 tries=0
 while [ $tries -lt 200 ] && { [ $kills -lt 10 ] || [ $in_write -lt 3 ]; }; do
     tries=$((tries + 1))
-    $BIN $ARGS --steps 12 --ckpt-every 1 --keep 2 --eval-every 4 --resume --out "$tmp/kill" > "$tmp/kill.txt" 2>&1 &
+    FOX_TEST_CKPT_STALL_MS=100 $BIN $ARGS --steps 12 --ckpt-every 1 --keep 2 --eval-every 4 --resume --out "$tmp/kill" > "$tmp/kill.txt" 2>&1 &
     pid=$!
     sleep "$(awk -v s="$tries" -v a="$t0" -v b="$t1" 'BEGIN { srand(s); printf "%.2f", (b - a) * (0.1 + 0.9 * rand()) }')"
     if kill -9 $pid 2> /dev/null; then
