@@ -5,7 +5,8 @@
 //   log-sum-exp (fam_token_memory_forward), and its backward (dq into the attention backward's fp32 accumulator,
 //   the dc terms into its row and column sums, before the reverse scan to d log f);
 // - the memory update: F_τ's M queries over [F_τ's M keys, block τ's K tokens] (bias c_{τK+K−1} − c_key), and the
-//   prompt's M queries over its own M keys (no bias), forward and backward.
+//   prompt's M queries over its own M keys (no bias), forward and backward;
+// - generation's decode step: a query over its window of the KV cache and its memory (fam_decode_attention).
 // One warp per query row (its lanes over 32 keys at a time, an online softmax; an update's query splits its keys
 // over a block's warps) or, for the keys' gradients, a warp per key (its lanes over 32 queries at a time, the
 // tokens' through shared memory); SIMT fp32 on bf16 operands. Every sum runs in a fixed order, no atomics.
