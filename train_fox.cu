@@ -1738,9 +1738,9 @@ static void model_decode(Model *m, const int *tokens, float *logits) {
     FOX_CUDA_CHECK(cudaMemcpy(m->a.inputs, tokens, (size_t)B * sizeof(int), cudaMemcpyHostToDevice));
     if (!kc->step || kc->step_acp != m->acp) decode_step_capture(m);
     FOX_CUDA_CHECK(cudaGraphLaunch(kc->step, m->stream));
-    if (c->arch == FOX_ARCH_FAM && (t + 1) % c->fam_block == 0)  // a block's last token: outside the graph, which
-        for (int l = 0; l < c->n_layer; l++) fam_decode_update(m, l, t / c->fam_block);  // serves every position
-
+    // FAM after a block's last token: every layer's memory update, outside the graph (which serves every position).
+    if (c->arch == FOX_ARCH_FAM && (t + 1) % c->fam_block == 0)
+        for (int l = 0; l < c->n_layer; l++) fam_decode_update(m, l, t / c->fam_block);
     if (B > m->ce_rows) {
         model_logits_rows(m, 0, B, logits);
     } else {
