@@ -2217,11 +2217,6 @@ static void run_model_set(Model *m, const float *params, const float *m1, const 
     if (m2) copy_out(m->v, m2, m->lay.total);
 }
 
-static const char *run_model_cannot_generate(const FoxConfig *c) {
-    (void)c;  // every model generates on the CPU
-    return NULL;
-}
-
 static void run_model_cache_init(Model *m, int max_len) { model_cache_init(m, max_len); }
 static void run_model_prefill(Model *m, const int *tokens, int T, float *logits) { model_prefill(m, tokens, T, logits); }
 static void run_model_decode(Model *m, const int *tokens, float *logits) { model_decode(m, tokens, logits); }

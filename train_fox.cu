@@ -148,6 +148,7 @@ typedef struct {
     cudaGraphExec_t step;           // the decode step's kernels as one graph (NULL until the first step)
     int step_acp;                   // the ACP switch the graph was captured with
     float *gsa_S, *gsa_U;           // GSA instead of keys and values: (L, B·G, GSA_SLOTS, dh) the recurrent states
+    FamRows fam;                    // FAM: per layer, the current memory's B·M rows (x and its attention inputs)
 } Cache;
 
 struct Model {
@@ -168,7 +169,8 @@ struct Model {
     bf16 *wbf[FOX_NUM_PARAMS];      // bf16 copies of the GEMM weights, rows padded (NULL otherwise)
     size_t rows_pad[FOX_NUM_PARAMS];
     float *rope_cos, *rope_sin;     // (rope_len, dh/2), RoPE presets only
-    float *fam_rope_cos, *fam_rope_sin;  // FAM with RoPE: (T/K, M, dh/2), memory state τ's positions τK − M + i
+    float *fam_rope_cos, *fam_rope_sin;  // FAM with RoPE: (fam_rope_states, M, dh/2), state τ's positions τK − M + i
+    int fam_rope_states;            // memory states the FAM RoPE tables cover: fam_states(T), or a longer cache's
     int rope_len;                   // positions the RoPE tables cover: T, or a longer cache's max_len
     int B, T, ce_rows;
     int dlogits_kept;               // a->logits holds the dlogits of the last forward's whole batch
@@ -270,11 +272,15 @@ static GsaSizes gsa_sizes(const Model *m, int B, int T) {
     return z;
 }
 
+// TransformerFAM's memory states read by T tokens: one a block, the last block partial in a generation's prompt
+// (docs/model.md §1.10).
+static int fam_states(const Model *m, int T) { return (T + m->cfg.fam_block - 1) / m->cfg.fam_block; }
+
 // TransformerFAM (docs/model.md §1.10): a layer's rows in a->fam, the states of the model's B x T capacity, then
 // the prompt's.
 static size_t fam_layer_rows(const Model *m) {
     size_t M = (size_t)m->cfg.fam_memory;
-    return (size_t)(m->T / m->cfg.fam_block) * m->B * M + M;
+    return (size_t)fam_states(m, m->T) * m->B * M + M;
 }
 
 // The rows of a->fam from row r on.
@@ -301,7 +307,7 @@ static void fam_alloc(Model *m, int B, int T) {
     const FoxConfig *c = &m->cfg;
     FAM_WIDTHS(m);
     size_t rows = (size_t)c->n_layer * fam_layer_rows(m), M = (size_t)c->fam_memory, R = (size_t)B * M;
-    size_t nS = (size_t)(T / c->fam_block), f = sizeof(float), b = sizeof(bf16), *cnt = &m->bytes_acts;
+    size_t nS = (size_t)fam_states(m, T), f = sizeof(float), b = sizeof(bf16), *cnt = &m->bytes_acts;
     Acts *a = &m->a;
 #define X(type, name, width) a->fam.name = (type *)dev_alloc(m, rows * (width) * sizeof(type), cnt);
     FAM_FIELDS(X)
@@ -311,6 +317,7 @@ static void fam_alloc(Model *m, int B, int T) {
     if (c->rope) {
         m->fam_rope_cos = (float *)dev_alloc(m, nS * M * (m->Dh / 2) * f, cnt);
         m->fam_rope_sin = (float *)dev_alloc(m, nS * M * (m->Dh / 2) * f, cnt);
+        m->fam_rope_states = (int)nS;
     }
     if (m->forward_only) return;
     FamScratch *g = &m->fs;
@@ -481,9 +488,9 @@ static void upload_rope_tables(Model *m, int T) {
 }
 
 // FAM's RoPE tables (docs/model.md §1.10): memory state τ's rows i at positions τK − M + i (−M .. −1 for F_0 and
-// the prompt), the CPU trainer's angles in double.
+// the prompt), for the states τ < fam_rope_states, the CPU trainer's angles in double.
 static void upload_fam_rope_tables(Model *m) {
-    int half = m->Dh / 2, M = m->cfg.fam_memory, K = m->cfg.fam_block, nS = m->T / K;
+    int half = m->Dh / 2, M = m->cfg.fam_memory, K = m->cfg.fam_block, nS = m->fam_rope_states;
     size_t n = (size_t)nS * M * half, bytes = n * sizeof(float);
     float *cs = (float *)fox_malloc(bytes), *sn = (float *)fox_malloc(bytes);
     for (int tau = 0; tau < nS; tau++)
@@ -560,6 +567,9 @@ static void model_cache_free(Model *m) {
     void *bufs[] = {kc->k, kc->v, kc->c, kc->doc_start, kc->k_prev, kc->v_prev, kc->k_max2, kc->q, kc->first, kc->part,
                     kc->keys_read, kc->pos, kc->gsa_S, kc->gsa_U};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
+#define X(type, name, width) FOX_CUDA_CHECK(cudaFree(kc->fam.name));
+    FAM_FIELDS(X)
+#undef X
     if (kc->step) FOX_CUDA_CHECK(cudaGraphExecDestroy(kc->step));
     memset(kc, 0, sizeof(*kc));
 }
@@ -785,10 +795,12 @@ static void fam_prompt_forward(Model *m, int l) {
 
 // Layer l's memory states: F_0 = the prompt's rows entering layer l for every sequence; for each block τ, F_τ's
 // attention inputs and the update F_{τ+1} from F_τ and block τ's keys and values. The last block's update is read
-// by no token and not computed. CPU: fam_memory_forward.
+// by no token and not computed (a generation's prefill computes it from the cache: fam_prefill_memory); a prompt
+// ending inside a block ends with that partial block, whose tokens read the state its full blocks leave. CPU:
+// fam_memory_forward.
 static void fam_memory_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
-    int M = m->cfg.fam_memory, D = m->cfg.d_model, nb = T / m->cfg.fam_block;
+    int M = m->cfg.fam_memory, D = m->cfg.d_model, nb = fam_states(m, T);
     FamRows f0 = fam_state(m, l, 0, B);
     for (int b = 0; b < B; b++)
         FOX_CUDA_CHECK(cudaMemcpyAsync(f0.x + (size_t)b * M * D, fam_prompt(m, l).x, (size_t)M * D * sizeof(float),
@@ -994,7 +1006,8 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
                                                                                      param(m, FOX_P_wte, 0), N, D);
     FOX_LAUNCH_CHECK();
     if (c->arch == FOX_ARCH_FAM) {  // the window's tiles; the prompt enters the first layer (FAM paper B.1)
-        if (T % c->fam_block) fox_fatal("a FAM forward of %d tokens: the context must be a multiple of the block %d", T, c->fam_block);
+        if (T % c->fam_block && !m->cache.prefilling)
+            fox_fatal("a FAM forward of %d tokens: the context must be a multiple of the block %d", T, c->fam_block);
         fam_upload_window(m, B, T);
         FOX_CUDA_CHECK(cudaMemcpyAsync(fam_prompt(m, 0).x, param(m, FOX_P_fam_init, 0),
                                        (size_t)c->fam_memory * D * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
@@ -1436,6 +1449,9 @@ static size_t device_free_bytes(void) {
     return free_b;
 }
 
+// The memory states a FAM generation of max_len positions projects: up to the one after a block ending at max_len.
+static int fam_cache_states(const Model *m, int max_len) { return max_len / m->cfg.fam_block + 1; }
+
 // Bytes of device memory a cache of max_len positions takes, with the step's buffers and, when they
 // must grow, the RoPE tables (in double: an absurd request must not wrap around).
 static double cache_bytes_needed(const Model *m, int max_len) {
@@ -1451,6 +1467,15 @@ static double cache_bytes_needed(const Model *m, int max_len) {
     bytes += BH * Dh * sizeof(bf16) + BH * sizeof(int) + sizeof(unsigned long long) + sizeof(int);
     bytes += (double)fox_decode_scratch_floats((int)BH, fox_decode_max_splits((int)BH, m->Dh), m->Dh) * f;
     if (c->rope && max_len > m->rope_len) bytes += 2.0 * max_len * (Dh / 2) * f;
+    if (c->arch == FOX_ARCH_FAM) {  // the current memory's rows, and RoPE tables for its states
+        FAM_WIDTHS(m);
+        double M = c->fam_memory, row = 0.0;
+#define X(type, name, width) row += (double)(width) * sizeof(type);
+        FAM_FIELDS(X)
+#undef X
+        bytes += L * B * M * row;
+        if (c->rope && fam_cache_states(m, max_len) > m->fam_rope_states) bytes += 2.0 * fam_cache_states(m, max_len) * M * (Dh / 2) * f;
+    }
     return bytes;
 }
 
@@ -1469,13 +1494,32 @@ static int cache_does_not_fit(const Model *m, int max_len, char *why, size_t n) 
     return 1;
 }
 
+// FAM's part of a cache of max_len positions: the current memory's rows of every layer and, with RoPE, tables
+// for the memory states the generation reaches (fam_cache_states).
+static void fam_cache_alloc(Model *m, int max_len, size_t *counted) {
+    const FoxConfig *c = &m->cfg;
+    FAM_WIDTHS(m);
+    size_t rows = (size_t)c->n_layer * m->B * c->fam_memory, M = (size_t)c->fam_memory, f = sizeof(float);
+    Cache *kc = &m->cache;
+#define X(type, name, width) kc->fam.name = (type *)dev_alloc(m, rows * (width) * sizeof(type), counted);
+    FAM_FIELDS(X)
+#undef X
+    int nS = fam_cache_states(m, max_len);
+    if (!c->rope || nS <= m->fam_rope_states) return;
+    FOX_CUDA_CHECK(cudaFree(m->fam_rope_cos));
+    FOX_CUDA_CHECK(cudaFree(m->fam_rope_sin));
+    m->fam_rope_cos = (float *)dev_alloc(m, (size_t)nS * M * (m->Dh / 2) * f, counted);
+    m->fam_rope_sin = (float *)dev_alloc(m, (size_t)nS * M * (m->Dh / 2) * f, counted);
+    m->fam_rope_states = nS;
+    upload_fam_rope_tables(m);
+}
+
 // A cache for the model's B sequences of up to max_len positions (checked against free memory before
 // anything is allocated), and RoPE tables that cover them.
 static void model_cache_init(Model *m, int max_len) {
     const FoxConfig *c = &m->cfg;
     char why[512];
     if (max_len < 1) fox_fatal("a KV cache of %d positions", max_len);
-    if (c->arch == FOX_ARCH_FAM) fox_fatal("train_fox has no KV cache for TransformerFAM");
     if (cache_does_not_fit(m, max_len, why, sizeof(why))) fox_fatal("%s", why);
     model_cache_free(m);
     Cache *kc = &m->cache;
@@ -1510,6 +1554,48 @@ static void model_cache_init(Model *m, int max_len) {
         m->rope_sin = (float *)dev_alloc(m, (size_t)max_len * (Dh / 2) * f, &counted);
         upload_rope_tables(m, max_len);
     }
+    if (c->arch == FOX_ARCH_FAM) fam_cache_alloc(m, max_len, &counted);
+}
+
+// Layer l's current memory in the cache (B·M rows).
+static FamRows fam_cache_rows(const Model *m, int l) {
+    FAM_WIDTHS(m);
+    size_t r = (size_t)l * m->B * m->cfg.fam_memory;
+    FamRows f;
+#define X(type, name, width) f.name = m->cache.fam.name + r * (width);
+    FAM_FIELDS(X)
+#undef X
+    return f;
+}
+
+// After block τ's last token, layer l's memory moves on as fam_memory_forward's update: F_{τ+1} from F_τ and the
+// block's cached keys and values (the cache's (B, H, max_len) rows are the update kernel's (B, H, T) at T =
+// max_len), then F_{τ+1}'s attention inputs. The new rows overwrite x, which the update reads only before its MLP.
+// CPU: fam_decode_update.
+static void fam_decode_update(Model *m, int l, int tau) {
+    Cache *kc = &m->cache;
+    FamRows f = fam_cache_rows(m, l);
+    CacheLayer cl = cache_layer(m, l);
+    int R = m->B * m->cfg.fam_memory;
+    fam_update_forward(f.o, f.lse, f.q, f.k, f.v, cl.k, cl.v, cl.c, fam_dims(m, m->B, kc->max_len), tau, m->stream);
+    fam_update(m, l, f, f.x, R, tau > 0);
+    fam_project(m, l, f, m->B, tau + 1);
+}
+
+// After a prefill of T tokens, each layer's memory for the next token (docs/model.md §1.10): the last state the
+// forward computed, F_{⌈T/K⌉−1}, and when the prompt ends at a block's end the update from it.
+static void fam_prefill_memory(Model *m, int T) {
+    FAM_WIDTHS(m);
+    size_t R = (size_t)m->B * m->cfg.fam_memory;
+    int last = fam_states(m, T) - 1;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        FamRows dst = fam_cache_rows(m, l), src = fam_state(m, l, last, m->B);
+#define X(type, name, width) \
+    FOX_CUDA_CHECK(cudaMemcpyAsync(dst.name, src.name, R * (width) * sizeof(type), cudaMemcpyDeviceToDevice, m->stream));
+        FAM_FIELDS(X)
+#undef X
+        if (T % m->cfg.fam_block == 0) fam_decode_update(m, l, last);
+    }
 }
 
 // The normal forward over the prompts (B x T tokens), filling the cache's first T positions; logits: each
@@ -1522,6 +1608,7 @@ static void model_prefill(Model *m, const int *tokens, int T, float *logits) {
     kc->prefilling = 1;
     model_forward(m, tokens, NULL, m->B, T);
     kc->prefilling = 0;
+    if (m->cfg.arch == FOX_ARCH_FAM) fam_prefill_memory(m, T);
     for (int b = 0; b < m->B; b++) model_logits_rows(m, b * T + T - 1, 1, logits + (size_t)b * V);
     if (kc->doc_start) {  // each sequence's latest separator in the prompt (0: none), for ACP's first key
         int *start = (int *)fox_calloc((size_t)m->B, sizeof(int));
@@ -1551,7 +1638,7 @@ static void decode_linear(Model *m, void *out, const float *C, cudaDataType_t dt
 }
 
 // Block l's attention for the new token of each sequence at position *kc->pos, over the cache: mid = x + W_o z
-// (FoX eq. 11-13 and 15-23). CPU: decode_attention_block.
+// (FoX eq. 11-13 and 15-23; FAM: over its window of the cache and its memory). CPU: decode_attention_block.
 static void decode_attention_block(Model *m, int l, const float *x, float *mid) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
@@ -1565,8 +1652,14 @@ static void decode_attention_block(Model *m, int l, const float *x, float *mid) 
     CacheLayer cl = cache_layer(m, l);
     LAUNCH_HEADS(decode_qkv_kernel, Dh, (size_t)B * H, m->stream, kc->q, kc->first, kc->keys_read, cl, s, cf,
                  has_fg ? param(m, FOX_P_fgate_b, l) : NULL, acp, kc->doc_start, kc->pos);
-    fox_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, acp ? kc->first : NULL, kc->part, B * H, Dh, kc->max_len,
-                         kc->pos, kc->max_splits, m->stream, 1);
+    if (c->arch == FOX_ARCH_FAM) {
+        FamRows f = fam_cache_rows(m, l);
+        fam_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, f.k, f.v, fam_dims(m, B, kc->max_len), c->fam_window_blocks,
+                             kc->pos, m->stream);
+    } else {
+        fox_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, acp ? kc->first : NULL, kc->part, B * H, Dh, kc->max_len,
+                             kc->pos, kc->max_splits, m->stream, 1);
+    }
     LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)B * H, m->stream, a->z, a->o[0], a->proj[0], m->NINP,
                  c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, B, H, Dh);
     decode_linear(m, mid, x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), D, D, 1);
@@ -1645,6 +1738,9 @@ static void model_decode(Model *m, const int *tokens, float *logits) {
     FOX_CUDA_CHECK(cudaMemcpy(m->a.inputs, tokens, (size_t)B * sizeof(int), cudaMemcpyHostToDevice));
     if (!kc->step || kc->step_acp != m->acp) decode_step_capture(m);
     FOX_CUDA_CHECK(cudaGraphLaunch(kc->step, m->stream));
+    // FAM after a block's last token: every layer's memory update, outside the graph (which serves every position).
+    if (c->arch == FOX_ARCH_FAM && (t + 1) % c->fam_block == 0)
+        for (int l = 0; l < c->n_layer; l++) fam_decode_update(m, l, t / c->fam_block);
     if (B > m->ce_rows) {
         model_logits_rows(m, 0, B, logits);
     } else {
@@ -1797,11 +1893,6 @@ static int run_model_acp_tiles(Model *m, long long *live, long long *tiles) {
     for (int i = 0; i < m->cfg.n_layer * m->cfg.n_head; i++) live[i] = (long long)m->acp_live[i];
     *tiles = m->acp_tiles;
     return 1;
-}
-
-static const char *run_model_cannot_generate(const FoxConfig *c) {
-    return c->arch == FOX_ARCH_FAM ? "train_fox does not generate from TransformerFAM yet (its memory updates have no decode "
-                                     "step on the GPU): train_fox_cpu --generate does" : NULL;
 }
 
 static void run_model_cache_init(Model *m, int max_len) { model_cache_init(m, max_len); }

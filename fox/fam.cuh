@@ -5,7 +5,8 @@
 //   log-sum-exp (fam_token_memory_forward), and its backward (dq into the attention backward's fp32 accumulator,
 //   the dc terms into its row and column sums, before the reverse scan to d log f);
 // - the memory update: F_τ's M queries over [F_τ's M keys, block τ's K tokens] (bias c_{τK+K−1} − c_key), and the
-//   prompt's M queries over its own M keys (no bias), forward and backward.
+//   prompt's M queries over its own M keys (no bias), forward and backward;
+// - generation's decode step: a query over its window of the KV cache and its memory (fam_decode_attention).
 // One warp per query row (its lanes over 32 keys at a time, an online softmax; an update's query splits its keys
 // over a block's warps) or, for the keys' gradients, a warp per key (its lanes over 32 queries at a time, the
 // tokens' through shared memory); SIMT fp32 on bf16 operands. Every sum runs in a fixed order, no atomics.
@@ -466,6 +467,34 @@ __global__ void fam_update_backward_kv_kernel(float *dFk, float *dFv, bf16 *dk, 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Generation (docs/model.md §1.10): a decode step's query at position t = *pos (device memory, so that one CUDA
+// graph serves every step) of block τ = t/K over its memory F_τ's M keys (bias c_t − c_{τK−1}) and the cached
+// window [max(0, (τ − W)K), t] (bias c_t − c_j), one online softmax: the query row of fam_token_memory_forward
+// and of the window together. One warp per (b, h). q, o (B, H, dh); the cache's k, v (B, H, max_len, dh) and c
+// (B, H, max_len) or NULL (transformer-fam: no bias); the memory's kF, vF (B, H, M, dh). d.T: the cache's
+// max_len. CPU: fam_decode_attention.
+template <int PL>
+__global__ void fam_decode_attention_kernel(bf16 *o, const bf16 *q, const bf16 *k, const bf16 *v, const float *c,
+                                            const bf16 *kF, const bf16 *vF, FamDims d, int W, const int *pos) {
+    __shared__ float qs[FOX_WARPS][32 * PL];
+    const int dh = 32 * PL, lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+    size_t bh = warp_index();
+    if (bh >= (size_t)d.B * d.H) return;
+    const int t = *pos, tau = t / d.K, lo = tau > W ? (tau - W) * d.K : 0;
+    fam_stage<PL>(qs[wid], q + bh * dh, lane);
+    __syncwarp();
+    const float *ch = c ? c + bh * d.T : NULL;
+    const float ct = ch ? ch[t] : 0.0f;
+    FamRow<PL> r = fam_row_start<PL>();
+    fam_row_keys<PL>(r, qs[wid], kF + bh * d.M * dh, vF + bh * d.M * dh, d.M, NULL, 0.0f, ct - fam_c_memory(ch, tau, d.K),
+                     d.scale, lane);
+    size_t w0 = bh * d.T + lo;
+    fam_row_keys<PL>(r, qs[wid], k + w0 * dh, v + w0 * dh, t + 1 - lo, ch ? ch + lo : NULL, ct, 0.0f, d.scale, lane);
+#pragma unroll
+    for (int e = 0; e < PL; e++) o[bh * dh + lane + 32 * e] = __float2bfloat16(r.acc[e] / r.l);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Row helpers of the memory's backward.
 
 // out[i] (=, or += when accumulate) Σ_s in[s·n + i] over `nseq` slices in order: the gradient of F_0, which every
@@ -528,6 +557,12 @@ static inline void fam_update_backward(bf16 *dqF, float *dFk, float *dFv, bf16 *
                lseF, k, v, c, d, tau);
     FAM_LAUNCH(fam_update_backward_kv_kernel, warp_blocks((size_t)d.B * d.H * (d.M + (k ? d.K : 0))), d.dh, s, dFk, dFv, dk,
                dv, dc, colsum, rows3, qF, kF, vF, doF, lseF, k, v, c, d, tau);
+}
+
+// A decode step's attention (above); d.T = the cache's max_len, W the window in blocks.
+static inline void fam_decode_attention(bf16 *o, const bf16 *q, const bf16 *k, const bf16 *v, const float *c,
+                                        const bf16 *kF, const bf16 *vF, FamDims d, int W, const int *pos, cudaStream_t s) {
+    FAM_LAUNCH(fam_decode_attention_kernel, warp_blocks((size_t)d.B * d.H), d.dh, s, o, q, k, v, c, kF, vF, d, W, pos);
 }
 
 static inline void fam_sum_rows(float *out, const float *in, int nseq, size_t n, int accumulate, cudaStream_t s) {

@@ -777,7 +777,6 @@ static void generate_from_file(Run *r) {
     if (!r->args.prompt[0] && !r->args.prompt_file[0]) fox_usage_error("--generate needs a prompt: --prompt TEXT or --prompt-file PATH");
     r->cfg = fox_read_model_config(path);
     check_model_flags(&r->args, &r->cfg, 0, NULL);
-    if (run_model_cannot_generate(&r->cfg)) fox_usage_error("%s", run_model_cannot_generate(&r->cfg));
     fox_layout(&r->cfg, &r->lay);
     ensure_host_staging(r, 0);
     fox_read_model_bin(path, &r->cfg, r->h_params);
@@ -785,13 +784,8 @@ static void generate_from_file(Run *r) {
 }
 
 // After training (rank 0): --sample-tokens after --prompt (or after <|endoftext|> alone) with the final
-// weights, through a fresh forward-only model in place of the training one; none (a note on stderr) when the
-// trainer cannot generate from the model (run_model_cannot_generate).
+// weights, through a fresh forward-only model in place of the training one.
 static void print_sample(Run *r) {
-    if (run_model_cannot_generate(&r->cfg)) {
-        fprintf(stderr, "no sample after training: %s\n", run_model_cannot_generate(&r->cfg));
-        return;
-    }
     ensure_host_staging(r, 0);
     run_model_get(r->model, r->h_params, NULL, NULL);
     model_free(r->model);

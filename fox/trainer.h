@@ -70,9 +70,6 @@ static double run_model_peak_flops(void);
 // Printed once, after the first step (device memory).
 static void run_model_report(Model *m);
 
-// Why this trainer cannot generate from a model of config c, or NULL: --generate then fails with it (exit 2), and
-// the sample after training is skipped with it.
-static const char *run_model_cannot_generate(const FoxConfig *c);
 // Generation with a KV cache (docs/model.md §7). The cache holds, per layer and sequence, the keys and
 // values as attention sees them (after KV-shift, QK-norm and RoPE), c = Σ log f of every cached position,
 // and the KV-shift state (the last token's unshifted key and value). The model is made with forward_only,

@@ -1,9 +1,10 @@
 #!/bin/sh
 # TransformerFAM (--model fox-fam / transformer-fam, docs/model.md §1.10) end to end on a GPU machine (part of
-# `make test-gpu`): ./train_fox trains fox-fam (the loss falls; no sample: train_fox does not generate from FAM yet,
-# and says so), a resume gives bitwise the same losses and weights, the GPU checkpoint trains on in train_fox_cpu,
-# --eval-only's L(i) agrees with the CPU's on the same checkpoint; transformer-fam trains; --generate, a fox-pro
-# checkpoint resumed as fox-fam (and the reverse) and a --fam-block the GPU does not run are one-line errors.
+# `make test-gpu`): ./train_fox trains fox-fam (the loss falls, a sample is printed), a resume gives bitwise the same
+# losses and weights, the GPU checkpoint trains on in train_fox_cpu, --eval-only's L(i) agrees with the CPU's on the
+# same checkpoint; --generate from the checkpoint runs past two block ends (memory updates in the decode), greedy
+# twice the same, and with --samples 3; transformer-fam trains; a fox-pro checkpoint resumed as fox-fam (and the
+# reverse) and a --fam-block the GPU does not run are one-line errors.
 # Binaries: $TRAIN_FOX (default ./train_fox) and $TRAIN_FOX_CPU (default ./train_fox_cpu).
 set -u
 GPU=${TRAIN_FOX:-./train_fox}
@@ -13,15 +14,23 @@ PY=${PYTHON:-python3}
 SHAPE="--layers 2 --dim 128 --heads 2 --seq-len 256 --batch 4 --lr 3e-3 --warmup-tokens 10K --val-steps 2"
 ARGS="--model fox-fam --fam-block 128 --fam-memory 16 --fam-window-blocks 1 $SHAPE --steps 20 --eval-every 10 --ckpt-every 10 --keep 5"
 
-train_resume_eval_checks fox-fam nosample
+train_resume_eval_checks fox-fam
 
 one_line_error() {  # log, exit status, expected exit status, pattern, label
     [ "$2" -eq "$3" ] && [ "$(wc -l < "$1")" -eq 1 ] && grep -q "$4" "$1"
     check $? "$5: $(head -c 200 "$1")"
 }
 
-$GPU --generate 8 --prompt "Once upon a time" --out "$tmp/a" > "$tmp/gen.txt" 2>&1
-one_line_error "$tmp/gen.txt" $? 2 '^error: train_fox does not generate from TransformerFAM' "--generate from a FAM checkpoint, exit 2"
+GEN="$GPU --out $tmp/a --generate 300 --prompt Once --top-k 1 --stop-at-eot off"
+$GEN > "$tmp/g1.txt" 2> "$tmp/g1.err"
+st=$?
+$GEN > "$tmp/g2.txt" 2> /dev/null
+[ $st -eq 0 ] && head -c 4 "$tmp/g1.txt" | grep -q "^Once" && [ "$(wc -c < "$tmp/g1.txt")" -gt 300 ] &&
+    grep -q "decode: 299 steps x 1 sequences" "$tmp/g1.err" && cmp -s "$tmp/g1.txt" "$tmp/g2.txt"
+check $? "--generate 300 --top-k 1 from the fox-fam checkpoint (K 128: two memory updates), twice the same: $(tail -1 "$tmp/g1.err")"
+$GPU --out "$tmp/a" --generate 300 --prompt Once --samples 3 --seed 2 --stop-at-eot off > "$tmp/m.txt" 2> "$tmp/m.err" &&
+    grep -q "^--- sample 2 ---" "$tmp/m.txt" && grep -q "decode: 299 steps x 3 sequences" "$tmp/m.err"
+check $? "--generate 300 --samples 3 from the fox-fam checkpoint: three continuations, decoded together"
 
 $GPU --model fox-pro $SHAPE --steps 4 --sample-tokens 0 --resume --out "$tmp/a" > "$tmp/arch1.txt" 2>&1
 st=$?

@@ -14,6 +14,9 @@
 // reads at most the keys of each token's document (exactly those without a forget gate). Gated Slot Attention
 // (docs/model.md §1.9, head_dim 64 and 128, 64 slots): the prefill (the chunked kernels, a prompt of 1000 tokens
 // over 16 chunks too) and then one step of the recurrence per token give the full forward's logits.
+// TransformerFAM (docs/model.md §1.10, K = 128, head_dim 64 and 128, transformer-fam and fox-fam): prompts ending
+// inside and at the end of a block, then decode steps over several blocks (memory updates), give the full forward's
+// logits.
 // The full forward itself is checked against the PyTorch reference by test_fox.
 // Usage: test_decode_gpu   (test_decode_gpu refuse-cache | decode-past-end: the refusals, run as a child)
 #define TESTING
@@ -380,6 +383,44 @@ static void test_doc_decode(const char *preset, int B, int P, int n, int acp) {
     free(got);
 }
 
+// TransformerFAM (docs/model.md §1.10) with blocks of K = 128 (the GPU's), B sequences of n = 512 tokens (four
+// blocks): the prefill of P tokens, then one decode step per token (each block's last token updating every layer's
+// memory from the cache), gives at every position the logits of one forward over the whole sequences, at the bf16
+// tolerance of the other presets (TOL_DECODE: the memory updates read the decoded tokens' keys and values as the
+// decode step rounded them). P = 100 ends inside block 0, P = 256 at the end of block 1 (the prefill then computes
+// the update to F_2 itself). The line also shows how far the decode moves with fam_init negated (every memory
+// changed), that the comparison sees the memory.
+#define FAM_N 512
+
+static void test_fam_decode(const char *preset, int dh, int M, int W, int B, int P) {
+    FoxConfig c = test_config(preset, dh, 0, -1);
+    c.fam_block = 128;
+    c.fam_memory = M;
+    c.fam_window_blocks = W;
+    int n = FAM_N, V = c.vocab_size;
+    FoxLayout lay;
+    fox_layout(&c, &lay);
+    float *w = test_weights(&c, 0.0), *w_neg = (float *)fox_malloc(lay.total * sizeof(float));
+    memcpy(w_neg, w, lay.total * sizeof(float));
+    const FoxParamInfo *fi = &lay.p[FOX_P_fam_init];
+    for (size_t i = 0; i < fi->numel; i++) w_neg[fi->offset + i] = -w_neg[fi->offset + i];
+    int *tokens = random_tokens(B * n, 600 + P);
+    float *full = full_logits(&c, w, tokens, B, n, -1), *got = (float *)fox_calloc((size_t)B * n * V, sizeof(float));
+    float *neg = (float *)fox_calloc((size_t)B * n * V, sizeof(float));
+    decode_logits(&c, w, tokens, B, P, n, RECOMPUTE_NONE, 0, -1, got, NULL);
+    decode_logits(&c, w_neg, tokens, B, P, n, RECOMPUTE_NONE, 0, -1, neg, NULL);
+    double e = rel_diff(got, full, B, P, n, V), e_neg = rel_diff(neg, full, B, P, n, V);
+    check(e <= TOL_DECODE, "%-15s dh %3d K 128 M %2d W %d B=%d prompt %3d + %3d decode steps: logits at every position = "
+          "the full forward's (rel %.2e, tol %.0e; with fam_init negated: rel %.2e)", preset, dh, M, W, B, P, n - P, e,
+          TOL_DECODE, e_neg);
+    free(w);
+    free(w_neg);
+    free(tokens);
+    free(full);
+    free(got);
+    free(neg);
+}
+
 // The refusals, in a child process (they exit): a cache far larger than the device, and a decode step past
 // the cache's end.
 static int child(const char *what) {
@@ -478,6 +519,12 @@ int main(int argc, char **argv) {
             test_doc_decode(doc_presets[p], 3, 300, 400, acp);  // cuBLASLt's GEMMs; several ACP blocks in the prefill
             test_doc_decode(doc_presets[p], 1, 40, 90, acp);    // the batch-1 GEMV
         }
+    test_fam_decode("transformer-fam", 64, 16, 0, 3, 100);
+    test_fam_decode("transformer-fam", 64, 16, 1, 1, 256);
+    test_fam_decode("fox-fam", 64, 36, 1, 3, 256);
+    test_fam_decode("fox-fam", 64, 36, 2, 1, 100);
+    test_fam_decode("fox-fam", 128, 8, 1, 3, 100);
+    test_fam_decode("transformer-fam", 128, 4, 1, 1, 256);
     test_refusals();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

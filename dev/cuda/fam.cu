@@ -4,7 +4,9 @@
 // - the tokens' read of their block's memory merged into a window's o, lse (fam_token_memory_forward), and its
 //   backward (dq's fp32 accumulator, the dc row and column sums, the memory's dk, dv: fam_token_memory_backward);
 // - a memory update over the memory and its block (fam_update_forward / _backward: the queries' dq, the memory's and
-//   the tokens' dk, dv, the dc terms), and the prompt's (no tokens, no bias).
+//   the tokens' dk, dv, the dc terms), and the prompt's (no tokens, no bias);
+// - a decode step's query over its memory and its window of the KV cache (fam_decode_attention), at a block's first,
+//   middle and last position, with windows of 1 and 2 blocks.
 //   make fam && ./fam            (./fam --no-bench: the checks alone)
 #include "kcheck.h"
 #include "../../fox/fam.cuh"
@@ -206,6 +208,54 @@ static void check_update(const Cfg &g, int tau, bool tokens, Group &gf, Group &g
     for (void *x : bufs) FOX_CUDA_CHECK(cudaFree(x));
 }
 
+// A decode step's attention (the cache holds T positions, (B, H, T, dh)) at positions t: each (b, h) query over
+// the memory's M keys (bias c_t − c_{τK−1}) and the cached keys [max(0, (τ − W)K), t] (bias c_t − c_j), in double.
+static void check_decode(const Cfg &g, int W, Group &gd) {
+    const int B = g.B, H = g.H, T = g.T, dh = g.dh, K = g.K, M = g.M, BH = B * H;
+    const double scale = 1.0 / sqrt((double)dh);
+    FamDims d = {B, H, T, dh, K, M, (float)scale};
+    const size_t nt = (size_t)BH * T * dh, nf = (size_t)BH * M * dh, nq = (size_t)BH * dh;
+    std::vector<bf16> q = rand_bf16(nq, -2, 2), k = rand_bf16(nt, -2, 2), v = rand_bf16(nt, -1, 1), kF = rand_bf16(nf, -2, 2),
+                      vF = rand_bf16(nf, -1, 1);
+    std::vector<float> c = g.gate ? rand_c(BH, T) : std::vector<float>();
+    bf16 *dq = to_device(q), *dk = to_device(k), *dv = to_device(v), *dkF = to_device(kF), *dvF = to_device(vF),
+         *dout = dmalloc<bf16>(nq);
+    float *dc = g.gate ? to_device(c) : nullptr;
+    int *dpos = dmalloc<int>(1);
+    const int ts[] = {K, K + K / 2, 2 * K - 1, T - 1};
+    for (int t : ts) {
+        int tau = t / K, lo = std::max(0, (tau - W) * K);
+        std::vector<double> ro(nq);
+        for (int bh = 0; bh < BH; bh++) {
+            const float *ch = g.gate ? &c[(size_t)bh * T] : nullptr;
+            double ct = ch ? ch[t] : 0.0, cm = ch && tau ? ch[tau * K - 1] : 0.0, mx = -INFINITY, sum = 0.0;
+            std::vector<double> s;
+            std::vector<const bf16 *> vals;
+            for (int m = 0; m < M; m++) {
+                s.push_back(dotd(&q[(size_t)bh * dh], &kF[((size_t)bh * M + m) * dh], dh) * scale + ct - cm);
+                vals.push_back(&vF[((size_t)bh * M + m) * dh]);
+            }
+            for (int j = lo; j <= t; j++) {
+                s.push_back(dotd(&q[(size_t)bh * dh], &k[((size_t)bh * T + j) * dh], dh) * scale + (ch ? ct - ch[j] : 0.0));
+                vals.push_back(&v[((size_t)bh * T + j) * dh]);
+            }
+            for (double x : s) mx = std::max(mx, x);
+            for (double &x : s) sum += x = exp(x - mx);
+            for (int e = 0; e < dh; e++) {
+                double o = 0.0;
+                for (size_t i = 0; i < s.size(); i++) o += s[i] * bf(vals[i][e]);
+                ro[(size_t)bh * dh + e] = o / sum;
+            }
+        }
+        FOX_CUDA_CHECK(cudaMemcpy(dpos, &t, sizeof(int), cudaMemcpyHostToDevice));
+        poison(dout, nq);
+        fam_decode_attention(dout, dq, dk, dv, dc, dkF, dvF, d, W, dpos, 0);
+        check_bf16(gd, fmt("decode o at t=%d, W=%d", t, W).c_str(), dout, ro);
+    }
+    void *bufs[] = {dq, dk, dv, dkF, dvF, dout, dc, dpos};
+    for (void *x : bufs) FOX_CUDA_CHECK(cudaFree(x));
+}
+
 // A check's summary row (no timing at the check shapes) for run_all.sh's table.
 static void check_row(const char *op, const std::string &shape, const Group &g) {
     printf("@@ fam | %s | %s | %.3f | %s | - | -\n", op, shape.c_str(), g.worst, g.ok ? "PASS" : "FAIL");
@@ -219,7 +269,7 @@ static void time_row(const char *op, const std::string &shape, double ms, double
 static void check(const Cfg &g) {
     std::string shape = fmt("B=%d H=%d T=%d dh=%d K=%d M=%d%s", g.B, g.H, g.T, g.dh, g.K, g.M, g.gate ? " gate" : "");
     printf("fam %s\n", shape.c_str());
-    Group tf, tb, uf, ub, pf, pb;
+    Group tf, tb, uf, ub, pf, pb, dd;
     check_tokens(g, tf, tb);
     printf("  update of block 1\n");
     check_update(g, g.T / g.K > 1 ? 1 : 0, true, uf, ub);
@@ -227,12 +277,16 @@ static void check(const Cfg &g) {
     Cfg p = g;
     p.B = 1;
     check_update(p, 0, false, pf, pb);
+    printf("  decode steps\n");
+    check_decode(g, 1, dd);
+    check_decode(g, 2, dd);
     check_row("token memory fwd", shape, tf);
     check_row("token memory bwd", shape, tb);
     check_row("update fwd", shape, uf);
     check_row("update bwd", shape, ub);
     check_row("prompt fwd", shape, pf);
     check_row("prompt bwd", shape, pb);
+    check_row("decode attention", shape, dd);
 }
 
 // Times at the 125M shape (fox-fam): the tokens' memory reads over the whole context, one memory update.
