@@ -245,6 +245,13 @@ template <class T> GSA_HD T *gsa_carve(GsaCarve &cv, size_t n) {
     return cv.base ? (T *)(cv.base + at) : (T *)0;
 }
 
+// The chunk's gates b, α, ω (gsa_load_gates), (C, LDF) each: the first arrays of the steps that walk the states.
+GSA_HD void gsa_carve_gates(GsaCarve &cv, float **b, float **al, float **om) {
+    *b = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
+    *al = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
+    *om = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
+}
+
 // ---------------------------------------------------------------------------------------------
 // One chunk's place and its slot gates
 
@@ -415,9 +422,7 @@ typedef struct {
 GSA_HD GsaOutSmem gsa_out_smem(char *base, size_t *bytes) {
     GsaCarve cv = {base, 0};
     GsaOutSmem m;
-    m.b = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
-    m.al = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
-    m.om = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
+    gsa_carve_gates(cv, &m.b, &m.al, &m.om);
     m.A = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDW);
     m.p = m.A;
     m.X = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDW);
@@ -446,6 +451,19 @@ GSA_HD void gsa_walk_down(float *out, int ldo, const float *W, const float *X, i
     }
 }
 
+// X = the gated form (gsa_walk_down) of the chunk's rows L against the chunk's keys R and the state S0 before it
+// (NULL: a zero state), through A = L Rᵀ and X = L S0ᵀ: the forward's scores (L = Q, R = K, S0 = S) and the
+// backward's dp (L = dO, R = V, S0 = U). A: (C, LDW), X: (C, LDW); ld: the row stride of L and R.
+template <int DH, class X>
+GSA_HD void gsa_gated_products(float *A, float *Xs, const bf16 *L, const bf16 *R, const bf16 *S0, int ld, const float *b,
+                               const float *al, const float *om, int rows, float *stage, const X &x) {
+    x.each([&](int tid) {
+        gsa_square_tiles(A, gsa_prod<GsaRow, GsaCol>(L, ld, R, ld, DH), Xs, gsa_prod<GsaRow, GsaCol>(S0 ? L : NULL, ld, S0, DH, DH),
+                         stage, tid);
+    });
+    x.each([&](int tid) { gsa_walk_down(Xs, GSA_LDW, A, Xs, GSA_LDW, b, al, om, rows, tid); });
+}
+
 template <int DH, class X> GSA_HD void gsa_output_chunk(const GsaArgs &a, int bg, int c, char *smem, const X &x) {
     const GsaShape &s = a.sh;
     const int D = s.G * DH, m = s.m;
@@ -456,11 +474,7 @@ template <int DH, class X> GSA_HD void gsa_output_chunk(const GsaArgs &a, int bg
     gsa_load_gates(sm.b, sm.al, sm.om, a, ch, x);
     const bf16 *Q = gsa_rows(a.q, s, ch), *K = gsa_rows(a.k, s, ch), *V = gsa_rows(a.v, s, ch);
     const bf16 *S0 = gsa_state(a.S, s, ch.bg, c - 1), *U0 = gsa_state(a.U, s, ch.bg, c - 1);
-    x.each([&](int tid) {  // A = Q Kᵀ, X = Q S0ᵀ
-        gsa_square_tiles(sm.A, gsa_prod<GsaRow, GsaCol>(Q, D, K, D, DH), sm.X, gsa_prod<GsaRow, GsaCol>(S0 ? Q : NULL, D, S0, DH, DH),
-                         sm.stage, tid);
-    });
-    x.each([&](int tid) { gsa_walk_down(sm.X, GSA_LDW, sm.A, sm.X, GSA_LDW, sm.b, sm.al, sm.om, ch.L, tid); });
+    gsa_gated_products<DH>(sm.A, sm.X, Q, K, S0, D, sm.b, sm.al, sm.om, ch.L, sm.stage, x);
     x.each([&](int tid) {  // the softmax statistics of each row over the m slots (lse kept for the backward)
         if (tid >= ch.L) return;
         int t = tid;
@@ -523,9 +537,7 @@ typedef struct {
 GSA_HD GsaBwd1Smem gsa_bwd1_smem(char *base, size_t *bytes) {
     GsaCarve cv = {base, 0};
     GsaBwd1Smem m;
-    m.b = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
-    m.al = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
-    m.om = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
+    gsa_carve_gates(cv, &m.b, &m.al, &m.om);
     m.A2 = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDW);
     m.p = m.A2;
     m.X = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDW);
@@ -549,11 +561,7 @@ template <int DH, class X> GSA_HD void gsa_bwd1_chunk(const GsaArgs &a, int bg, 
     gsa_load_gates(sm.b, sm.al, sm.om, a, ch, x);
     const bf16 *Q = gsa_rows(a.q, s, ch), *K = gsa_rows(a.k, s, ch), *V = gsa_rows(a.v, s, ch), *dO = gsa_rows(a.d_o, s, ch);
     const bf16 *S0 = gsa_state(a.S, s, ch.bg, c - 1), *U0 = gsa_state(a.U, s, ch.bg, c - 1);
-    x.each([&](int tid) {  // A2 = dO Vᵀ, X = dO U0ᵀ
-        gsa_square_tiles(sm.A2, gsa_prod<GsaRow, GsaCol>(dO, D, V, D, DH), sm.X, gsa_prod<GsaRow, GsaCol>(U0 ? dO : NULL, D, U0, DH, DH),
-                         sm.stage, tid);
-    });
-    x.each([&](int tid) { gsa_walk_down(sm.X, GSA_LDW, sm.A2, sm.X, GSA_LDW, sm.b, sm.al, sm.om, ch.L, tid); });
+    gsa_gated_products<DH>(sm.A2, sm.X, dO, V, U0, D, sm.b, sm.al, sm.om, ch.L, sm.stage, x);
     const size_t row0 = ch.bg * s.T + (size_t)c * GSA_CHUNK;  // the chunk's first row of s, dsr, y
     x.each([&](int tid) {  // p from the forward's s and lse; s into dsr's place for now
         for (int e = tid; e < GSA_CHUNK * GSA_SLOTS; e += GSA_THREADS) {
@@ -639,9 +647,7 @@ typedef struct {
 GSA_HD GsaBwd3Smem gsa_bwd3_smem(char *base, size_t *bytes) {
     GsaCarve cv = {base, 0};
     GsaBwd3Smem m;
-    m.b = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
-    m.al = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
-    m.om = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDF);
+    gsa_carve_gates(cv, &m.b, &m.al, &m.om);
     m.A = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDW);
     m.A2 = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDW);
     m.X = gsa_carve<float>(cv, GSA_CHUNK * GSA_LDW);
