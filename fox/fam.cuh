@@ -132,6 +132,27 @@ __device__ __forceinline__ float fam_c_memory(const float *ch, int tau, int K) {
 // ---------------------------------------------------------------------------------------------
 // The tokens' read of their memory, merged with the window's attention.
 
+// Query i of sequence b, head h (one warp's, w = (b·H + h)·T + i, the row of q, lse, D) and its block τ's memory:
+// fo, where F_τ's M keys of (b, h) start; bias = c_i − c_{τK−1}, the decay bias of every memory key (0 without c).
+typedef struct {
+    size_t fo;
+    int i, b, h;
+    float bias;
+} FamQuery;
+
+__device__ __forceinline__ FamQuery fam_query(const FamDims &d, const float *c, size_t w, int dh) {
+    FamQuery fq;
+    const size_t bh = w / d.T;
+    fq.i = (int)(w % d.T);
+    fq.b = (int)(bh / d.H);
+    fq.h = (int)(bh % d.H);
+    const int tau = fq.i / d.K;
+    fq.fo = (((size_t)tau * d.B + fq.b) * d.H + fq.h) * d.M * dh;
+    const float *ch = c ? c + bh * d.T : NULL;
+    fq.bias = ch ? ch[fq.i] - fam_c_memory(ch, tau, d.K) : 0.0f;
+    return fq;
+}
+
 // Query i of block τ over F_τ's M keys (bias c_i − c_{τK−1}), then o, lse ← the log-sum-exp merge of that and the
 // window's o, lse (already in o, lse): lse = log(e^lse_w + e^lse_m), o = e^(lse_w − lse) o_w + e^(lse_m − lse) o_m.
 // One warp per (b, h, i). kF, vF: the layer's memory states. CPU: fam_token_attention.
@@ -142,18 +163,14 @@ __global__ void fam_token_memory_forward_kernel(bf16 *o, float *lse, const bf16 
     const int dh = 32 * PL, lane = threadIdx.x % 32, wid = threadIdx.x / 32;
     size_t w = warp_index();
     if (w >= (size_t)d.B * d.H * d.T) return;
-    size_t bh = w / d.T;
-    int i = (int)(w % d.T), b = (int)(bh / d.H), h = (int)(bh % d.H), tau = i / d.K;
+    const FamQuery fq = fam_query(d, c, w, dh);
     fam_stage<PL>(qs[wid], q + w * dh, lane);
     __syncwarp();
-    const float *ch = c ? c + bh * d.T : NULL;
-    float bias = ch ? ch[i] - fam_c_memory(ch, tau, d.K) : 0.0f;
-    size_t fo = (((size_t)tau * d.B + b) * d.H + h) * d.M * dh;
     FamRow<PL> r = fam_row_start<PL>();
-    fam_row_keys<PL>(r, qs[wid], kF + fo, vF + fo, d.M, NULL, 0.0f, bias, d.scale, lane);
+    fam_row_keys<PL>(r, qs[wid], kF + fq.fo, vF + fq.fo, d.M, NULL, 0.0f, fq.bias, d.scale, lane);
     float lw = lse[w], lm = r.mx + logf(r.l), mx = fmaxf(lw, lm), ew = expf(lw - mx), em = expf(lm - mx);
     float tot = ew + em, fw = ew / tot, fm = em / tot / r.l;
-    bf16 *orow = o + (((size_t)b * d.T + i) * d.H + h) * dh;
+    bf16 *orow = o + (((size_t)fq.b * d.T + fq.i) * d.H + fq.h) * dh;
 #pragma unroll
     for (int e = 0; e < PL; e++)
         orow[lane + 32 * e] = __float2bfloat16(fw * __bfloat162float(orow[lane + 32 * e]) + fm * r.acc[e]);
@@ -193,16 +210,13 @@ __global__ void fam_token_memory_backward_q_kernel(float *dq_acc, float *dc, flo
     const int dh = 32 * PL, lane = threadIdx.x % 32, wid = threadIdx.x / 32;
     size_t w = warp_index();
     if (w >= (size_t)d.B * d.H * d.T) return;
-    size_t bh = w / d.T;
-    int i = (int)(w % d.T), b = (int)(bh / d.H), h = (int)(bh % d.H), tau = i / d.K;
+    const FamQuery fq = fam_query(d, c, w, dh);
     fam_stage<PL>(qs[wid], q + w * dh, lane);
-    fam_stage<PL>(gs[wid], d_o + (((size_t)b * d.T + i) * d.H + h) * dh, lane);
+    fam_stage<PL>(gs[wid], d_o + (((size_t)fq.b * d.T + fq.i) * d.H + fq.h) * dh, lane);
     __syncwarp();
-    const float *ch = c ? c + bh * d.T : NULL;
-    float bias = ch ? ch[i] - fam_c_memory(ch, tau, d.K) : 0.0f, dq[PL] = {};
-    size_t fo = (((size_t)tau * d.B + b) * d.H + h) * d.M * dh;
-    float dsum = fam_row_keys_backward<PL>(dq, qs[wid], gs[wid], kF + fo, vF + fo, d.M, NULL, 0.0f, bias, lse[w], Dg[w],
-                                           d.scale, lane);
+    float dq[PL] = {};
+    float dsum = fam_row_keys_backward<PL>(dq, qs[wid], gs[wid], kF + fq.fo, vF + fq.fo, d.M, NULL, 0.0f, fq.bias, lse[w],
+                                           Dg[w], d.scale, lane);
 #pragma unroll
     for (int e = 0; e < PL; e++) dq_acc[w * dh + lane + 32 * e] += dq[e];
     if (lane == 0 && dc) {

@@ -47,14 +47,17 @@ static void check_tokens(const Cfg &g, Group &gf, Group &gb) {
         rcs(cs0.begin(), cs0.end()), rdk(nf, 0.0), rdv(nf, 0.0), rrows((size_t)BH * T, 0.0);
     std::vector<float> lse_merged((size_t)BH * T);
     std::vector<double> s(M), p(M);
+    // query i of (b, h): the decay bias of its block's memory keys, c_i − c_{τK−1} (0 without the gate)
+    auto memory_bias = [&](size_t bh, int i) {
+        const int tau = i / K;
+        return g.gate ? (double)c[bh * T + i] - (tau ? (double)c[bh * T + (size_t)tau * K - 1] : 0.0) : 0.0;
+    };
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < T; i++) {
                 size_t bh = (size_t)b * H + h, row = bh * T + i, orow = (((size_t)b * T + i) * H + h) * dh;
-                int tau = i / K;
-                const float *ch = g.gate ? &c[bh * T] : nullptr;
-                double bias = ch ? (double)ch[i] - (tau ? (double)ch[tau * K - 1] : 0.0) : 0.0, mx = -INFINITY, sum = 0;
-                const bf16 *kf = &kF[(((size_t)tau * B + b) * H + h) * M * dh], *vf = &vF[kf - kF.data()];
+                double bias = memory_bias(bh, i), mx = -INFINITY, sum = 0;
+                const bf16 *kf = &kF[(((size_t)(i / K) * B + b) * H + h) * M * dh], *vf = &vF[kf - kF.data()];
                 for (int m = 0; m < M; m++) {
                     s[m] = dotd(&q[row * dh], kf + (size_t)m * dh, dh) * scale + bias;
                     mx = std::max(mx, s[m]);
@@ -75,8 +78,7 @@ static void check_tokens(const Cfg &g, Group &gf, Group &gb) {
             for (int i = 0; i < T; i++) {
                 size_t bh = (size_t)b * H + h, row = bh * T + i, orow = (((size_t)b * T + i) * H + h) * dh;
                 int tau = i / K;
-                const float *ch = g.gate ? &c[bh * T] : nullptr;
-                double bias = ch ? (double)ch[i] - (tau ? (double)ch[tau * K - 1] : 0.0) : 0.0, dsum = 0;
+                double bias = memory_bias(bh, i), dsum = 0;
                 size_t fo = (((size_t)tau * B + b) * H + h) * M * dh;
                 for (int m = 0; m < M; m++) {
                     double pm = exp(dotd(&q[row * dh], &kF[fo + (size_t)m * dh], dh) * scale + bias - lse_merged[row]);
@@ -88,7 +90,7 @@ static void check_tokens(const Cfg &g, Group &gf, Group &gb) {
                         rdv[fo + (size_t)m * dh + e] += pm * bf(dO[orow + e]);
                     }
                 }
-                if (ch) {
+                if (g.gate) {
                     rdc[row] += dsum;
                     if (tau) rcs[bh * T + (size_t)tau * K - 1] -= dsum;
                 }
