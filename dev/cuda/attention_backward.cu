@@ -5,7 +5,7 @@
 // 15 and 16 at d_h 128).
 //   make attention_backward
 //   ./attention_backward            every version: checks, then timings
-//   ./attention_backward 13         version 13 only (and the API)
+//   ./attention_backward 13         version 13 only (and the API); 13,15,21: those three
 //   ./attention_backward 13 check   (or bench) one half
 // Each version runs on the paths it was built for: mma.sync (d_h 64 with 64-row query tiles, d_h 128 with
 // 32) and / or warpgroup MMA (d_h 64 or 128 with 64-row tiles, Hopper; skipped where fox_attn::use_wgmma()
@@ -62,6 +62,7 @@
 //                     (run 3). Not taken.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
+#include <limits.h>  // INT_MAX
 #include <stdlib.h>
 
 namespace fox_attn_dev {
@@ -100,7 +101,8 @@ enum {
     BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3, BWD_SYNC = 4, BWD_SYNC2 = 5, BWD_SYNC_NOWAIT = 6,
     BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9, BWD_SYNC_WG_FULLBAR = 10, BWD_SYNC_LATE_WGBAR = 11,
     BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13, BWD_SYNC_WG_PIPE_DQ_EARLY = 14, BWD_SYNC_WG_PIPE_NOWAIT = 15,
-    BWD_ATOMIC_PIPE_REGS = 16, BWD_SYNC_WG_PIPE_ADDS_LAST = 17
+    BWD_ATOMIC_PIPE_REGS = 16, BWD_SYNC_WG_PIPE_ADDS_LAST = 17, BWD_WG_LANE = 18, BWD_WG_LANE_LATE_ACQ = 19,
+    BWD_WG_LANE_NOWAIT = 20
 };
 // threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
 constexpr int bwd_threads(int mode) {
@@ -231,7 +233,11 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                                MODE == BWD_SYNC_WG_PIPE_NOWAIT || MODE == BWD_SYNC_WG_PIPE_ADDS_LAST;
     constexpr bool ADDS_LAST = MODE == BWD_SYNC_WG_PIPE_ADDS_LAST;  // dQ adds after dV/dK complete
     constexpr bool REGS_ONLY = MODE == BWD_ATOMIC_PIPE_REGS;  // the sync warpgroup's registers, no sync warp
-    constexpr bool PIPE = SYNC_PIPE || MODE == BWD_ATOMIC_PIPE || REGS_ONLY;  // pipelined warpgroup MMAs
+    // one lane per warp / warpgroup keeps the order (see above); LATE_ACQ: each warp's acquire right before
+    // its adds instead of early; NOWAIT: the acquires' values ignored (timing control, not deterministic)
+    constexpr bool WLANE = MODE == BWD_WG_LANE || MODE == BWD_WG_LANE_LATE_ACQ || MODE == BWD_WG_LANE_NOWAIT;
+    constexpr bool EARLY_ACQ = MODE != BWD_WG_LANE_LATE_ACQ;
+    constexpr bool PIPE = SYNC_PIPE || MODE == BWD_ATOMIC_PIPE || REGS_ONLY || WLANE;  // pipelined warpgroup MMAs
     constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR || SYNC_PIPE;  // setmaxnreg
     constexpr bool WGBAR = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_LATE_WGBAR || SYNC_PIPE;  // barrier 2 per wg
     constexpr bool LATE = MODE == BWD_SYNC_LATE || REGS || MODE == BWD_SYNC_LATE_WGBAR;
@@ -239,6 +245,10 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     static_assert(!REGS || WG, "BWD_SYNC_WG: setmaxnreg needs the sm_90a warpgroup path");
     static_assert(!WGBAR || WG, "per-warpgroup barriers: a warpgroup adds its own dQ columns (warpgroup path)");
     static_assert(!PIPE || WG, "pipelined MMAs: warpgroup path");
+    // BWD_WG_LANE: one counter per (query tile, compute warpgroup), tile qt's of warpgroup w4 at semw[2 qt]
+    int *semw = sem + (size_t)bh * 2 * nqt + w4;
+    // BWD_WG_LANE: the lowest live key block of ACP row m is nb iff m is past the last row of block nb - 1
+    const int ql_below = nb > 0 && qlh ? qlh[nb - 1] : nb > 0 ? INT_MAX : -1;
     // dh 128: dQ of tile it-1 issued after tile it's softmax step, just before dV/dK (see above)
     constexpr bool DQ_LATE = PIPE && DH == 128 && MODE != BWD_SYNC_WG_PIPE_DQ_EARLY;
     if constexpr (REGS_ONLY) {
@@ -367,6 +377,19 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     int *pending = nullptr;          // counter this warp still has to release (one tile later)
     const bool early = (MODE == BWD_STAGGER && warp < NWARPS / 2) || MODE == BWD_BLOCK || MODE == BWD_ATOMIC_EARLY ||
                        (SYNCW && !LATE);
+    int seen = 0;  // BWD_WG_LANE, lane 0: the counter of the tile this warp adds next, as last read
+    // BWD_WG_LANE, in iteration it while the warpgroup's MMAs run (the warp would wait for them anyway): the
+    // warpgroup's first warp releases tile it-2 (its adds were issued before this iteration's barrier, an
+    // iteration ago, so the release's fence finds them landed), and every warp issues its acquire of tile
+    // it-1, whose adds come later in this iteration (dq_phase checks the value, spinning only if short).
+    auto order_point = [&](int it) {
+        if (it >= 2 && (warp & 3) == 0 && lane == 0) {
+            const int qt = qt_first + it - 2;
+            if (qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);  // a live key block below waits
+        }
+        const int qt = qt_first + it - 1;
+        if (EARLY_ACQ && it >= 1 && lane == 0 && qt / TPB > nb) seen = ld_acquire_gpu(semw + 2 * qt);
+    };
     // this block's place in the order for ACP row m (same for every tile of the row); warp-uniform
     auto ord_update = [&](int m) {
         if (m == ord_m) return;
@@ -426,6 +449,19 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
         }
         int *sp = semh + qt;
+        if constexpr (WLANE) {  // this warpgroup of every live key block above has released tile qt
+            const int before = qt / TPB - nb;
+            if (!EARLY_ACQ && lane == 0 && before > 0) seen = ld_acquire_gpu(semw + 2 * qt);
+            if (MODE != BWD_WG_LANE_NOWAIT && lane == 0 && before > 0) {
+                unsigned spins = 0;
+                while (seen < before) {
+                    __nanosleep(32);
+                    seen = ld_acquire_gpu(semw + 2 * qt);
+                    if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                }
+            }
+            __syncwarp();  // lane 0's acquire before every lane's adds
+        }
         if (MODE == BWD_ORDERED || MODE == BWD_STAGGER) {
             // release the previous tile (its adds were issued an iteration ago, so the fence is cheap)
             if (pending) {
@@ -516,9 +552,12 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     wg_commit();
                     dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
                     wg_commit();
+                    if constexpr (WLANE) order_point(it);
                     wg_wait<1>();
                 } else {
-                    wg_commit_wait();
+                    wg_commit();
+                    if constexpr (WLANE) order_point(it);
+                    wg_wait<0>();
                 }
             } else {
 #pragma unroll
@@ -624,7 +663,9 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             } else {  // after the last tile: its dQ product alone
                 wg_fence();
                 dq_mma_issue(it, dqp);
-                wg_commit_wait();
+                wg_commit();
+                if constexpr (WLANE) order_point(it);
+                wg_wait<0>();
             }
         }
         if (!early && it > 0) dq_phase(it, dqp);
@@ -645,6 +686,11 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     if (pending) {
         __syncwarp();
         if (lane == 0) red_release_gpu_add(pending, 1);
+    }
+    if constexpr (WLANE) {
+        __syncthreads();  // every warp's adds of the last tile
+        const int qt = qt_first + ntiles - 1;
+        if ((warp & 3) == 0 && lane == 0 && qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);
     }
     if (MODE == BWD_BLOCK) {
         __syncthreads();  // the last tile's adds
@@ -687,7 +733,8 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     FOX_LAUNCH_CHECK();
     FOX_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s));
     FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
-    FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
+    // two counters per query tile (BWD_WG_LANE's per warpgroup; the others use the first half)
+    FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * 2 * ((T + BM - 1) / BM) * sizeof(int), s));
     const size_t smem = bwd_smem_bytes<DH, BM>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, MODE, WG>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -710,6 +757,7 @@ struct Version {
     const char *name;
     BwdFn mma64, mma128, wg64, wg128;  // the paths this version runs on (NULL: not built for it)
     bool nondet;                // not deterministic: accuracy checked, bitwise repeat reported, not required
+    bool api_bits;              // the API's deterministic add order: its results must equal the API's bit for bit
 };
 #define MMA64(M) backward_cfg<64, 64, 1, fox_attn_dev::M, false>
 #define MMA128(M) backward_cfg<128, 32, 1, fox_attn_dev::M, false>
@@ -744,6 +792,12 @@ static const Version versions[] = {
      WG64(BWD_ATOMIC_PIPE_REGS), WG128(BWD_ATOMIC_PIPE_REGS), true},
     {20, "BWD_SYNC_WG_PIPE, dQ adds after the dV/dK products", nullptr, nullptr, WG64(BWD_SYNC_WG_PIPE_ADDS_LAST),
      WG128(BWD_SYNC_WG_PIPE_ADDS_LAST), false},
+    {21, "256 threads, order kept by one lane per warp / warpgroup (BWD_WG_LANE)", nullptr, nullptr, WG64(BWD_WG_LANE),
+     WG128(BWD_WG_LANE), false, true},
+    {22, "21 with each warp's acquire just before its adds", nullptr, nullptr, WG64(BWD_WG_LANE_LATE_ACQ),
+     WG128(BWD_WG_LANE_LATE_ACQ), false, true},
+    {23, "21 without the waits (timing control)", nullptr, nullptr, WG64(BWD_WG_LANE_NOWAIT), WG128(BWD_WG_LANE_NOWAIT),
+     true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
@@ -756,7 +810,49 @@ static int paths(const Version &v, int dh, BwdFn fn[2], const char *path[2]) {
     return n;
 }
 
-static bool run_checks(int only) {
+// The outputs of one backward (device buffers of n q/k/v elements and nv vector elements) as host bytes.
+static std::vector<unsigned char> backward_bytes(const bf16 *gq, const bf16 *gk, const bf16 *gv, const float *dc,
+                                                 const float *dlogf, size_t n, size_t nv) {
+    FOX_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<unsigned char> out;
+    auto add = [&](const void *p, size_t bytes) {
+        const size_t at = out.size();
+        out.resize(at + bytes);
+        FOX_CUDA_CHECK(cudaMemcpy(out.data() + at, p, bytes, cudaMemcpyDeviceToHost));
+    };
+    add(gq, n * sizeof(bf16)), add(gk, n * sizeof(bf16)), add(gv, n * sizeof(bf16));
+    add(dc, nv * sizeof(float)), add(dlogf, nv * sizeof(float));
+    return out;
+}
+
+// Whether fn's dq, dk, dv, dc, dlogf equal the deterministic API's bit for bit (the same add order).
+static bool same_bits_as_api(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o,
+                             const float *lse, const bf16 *dout, float *dc, float *dlogf, bf16 *gq, bf16 *gk, bf16 *gv,
+                             void *scratch, int B, int H, int T, int dh, const int *q_last, BwdFn fn) {
+    const size_t n = (size_t)B * H * T * dh, nv = (size_t)B * H * T;
+    BwdFn api = dh == 64 ? api_backward<64, 1> : api_backward<128, 1>;
+    api(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
+    const std::vector<unsigned char> want = backward_bytes(gq, gk, gv, dc, dlogf, n, nv);
+    fn(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
+    const bool same = backward_bytes(gq, gk, gv, dc, dlogf, n, nv) == want;
+    printf("    bitwise equal to the API's deterministic backward: %s\n", same ? "PASS" : "FAIL");
+    return same;
+}
+
+// Which versions to run: every one, or those listed ("13,15,21").
+static bool wanted(const char *only, int number) {
+    if (!only) return true;
+    for (const char *p = only; *p;) {
+        char *end;
+        const long x = strtol(p, &end, 10);
+        if (end == p) return false;
+        if (x == number) return true;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return false;
+}
+
+static bool run_checks(const char *only) {
     bool all = true;
     for (const Shape &s : check_shapes) {
         print_shape(s);
@@ -764,13 +860,16 @@ static bool run_checks(int only) {
         all &= check_forward(p, s.dh == 64 ? api_forward<64> : api_forward<128>, "api");
         all &= check_backward(p, s.dh == 64 ? api_backward<64, 1> : api_backward<128, 1>, "api, deterministic", false);
         for (const Version &v : versions) {
-            if (only && v.number != only) continue;
+            if (!wanted(only, v.number)) continue;
             BwdFn fn[2];
             const char *path[2];
             for (int i = 0, n = paths(v, s.dh, fn, path); i < n; i++) {
                 char name[160];
                 snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
                 all &= check_backward(p, fn[i], name, v.nondet);
+                if (v.api_bits)
+                    all &= same_bits_as_api(p.q, p.k, p.v, p.c, p.o, p.lse, p.dout, p.dc, p.dlogf, p.gq, p.gk, p.gv,
+                                            p.scratch, s.B, s.H, s.T, s.dh, p.q_last, fn[i]);
             }
         }
         free_problem(p);
@@ -779,19 +878,22 @@ static bool run_checks(int only) {
     return all;
 }
 
-static bool run_bench(int only) {
+static bool run_bench(const char *only) {
     bool ok = true;
     for (const BenchShape &bs : bench_shapes) {
         BenchInputs b = make_bench_inputs(bs.B, bs.H, bs.T, bs.dh);
         ok &= bench_backward(b, bs.dh == 64 ? api_backward<64, 1> : api_backward<128, 1>, "api, deterministic", false);
         for (const Version &v : versions) {
-            if (only && v.number != only) continue;
+            if (!wanted(only, v.number)) continue;
             BwdFn fn[2];
             const char *path[2];
             for (int i = 0, n = paths(v, bs.dh, fn, path); i < n; i++) {
                 char name[160];
                 snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
                 ok &= bench_backward(b, fn[i], name, v.nondet);
+                if (v.api_bits)
+                    ok &= same_bits_as_api(b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv,
+                                           b.scratch, b.B, b.H, b.T, b.dh, nullptr, fn[i]);
             }
         }
         free_bench_inputs(b);
@@ -800,10 +902,11 @@ static bool run_bench(int only) {
 }
 
 int main(int argc, char **argv) {
-    const int only = argc > 1 ? atoi(argv[1]) : 0;  // 0: every version
+    const char *only = argc > 1 && strcmp(argv[1], "0") != 0 ? argv[1] : nullptr;  // 0 or none: every version
     const char *mode = argc > 2 ? argv[2] : "all";
-    if (only < 0 || only > (int)(sizeof versions / sizeof versions[0])) {
-        fprintf(stderr, "usage: %s [version 1..%d] [check|bench|all]\n", argv[0], (int)(sizeof versions / sizeof versions[0]));
+    if (only && !(only[0] >= '1' && only[0] <= '9')) {
+        fprintf(stderr, "usage: %s [0 | versions, e.g. 13,15,21 (of 1..%d)] [check|bench|all]\n", argv[0],
+                (int)(sizeof versions / sizeof versions[0]));
         return 2;
     }
     printf("attention kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
