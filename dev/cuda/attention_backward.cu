@@ -6,7 +6,7 @@
 //   make attention_backward
 //   ./attention_backward            every version: checks, then timings
 //   ./attention_backward 13         version 13 only (and the API); 13,15,21: those three
-//   ./attention_backward 13 check   (or bench) one half
+//   ./attention_backward 13 check   (or bench) one half; bench 4: the first 4 bench shapes
 // Each version runs on the paths it was built for: mma.sync (d_h 64 with 64-row query tiles, d_h 128 with
 // 32) and / or warpgroup MMA (d_h 64 or 128 with 64-row tiles, Hopper; skipped where fox_attn::use_wgmma()
 // is false).
@@ -102,7 +102,8 @@ enum {
     BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9, BWD_SYNC_WG_FULLBAR = 10, BWD_SYNC_LATE_WGBAR = 11,
     BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13, BWD_SYNC_WG_PIPE_DQ_EARLY = 14, BWD_SYNC_WG_PIPE_NOWAIT = 15,
     BWD_ATOMIC_PIPE_REGS = 16, BWD_SYNC_WG_PIPE_ADDS_LAST = 17, BWD_WG_LANE = 18, BWD_WG_LANE_LATE_ACQ = 19,
-    BWD_WG_LANE_NOWAIT = 20
+    BWD_WG_LANE_NOWAIT = 20, BWD_WG_LANE_WARP_REL = 21, BWD_WG_LANE_WG_REL = 22, BWD_WG_LANE_REL_ONLY = 23,
+    BWD_WG_LANE_ACQ_ONLY = 24
 };
 // threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
 constexpr int bwd_threads(int mode) {
@@ -234,9 +235,18 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     constexpr bool ADDS_LAST = MODE == BWD_SYNC_WG_PIPE_ADDS_LAST;  // dQ adds after dV/dK complete
     constexpr bool REGS_ONLY = MODE == BWD_ATOMIC_PIPE_REGS;  // the sync warpgroup's registers, no sync warp
     // one lane per warp / warpgroup keeps the order (see above); LATE_ACQ: each warp's acquire right before
-    // its adds instead of early; NOWAIT: the acquires' values ignored (timing control, not deterministic)
-    constexpr bool WLANE = MODE == BWD_WG_LANE || MODE == BWD_WG_LANE_LATE_ACQ || MODE == BWD_WG_LANE_NOWAIT;
+    // its adds instead of early; NOWAIT: the acquires' values ignored (timing control, not deterministic);
+    // WARP_REL: every warp releases its own adds right after issuing them (the counters count warps);
+    // WG_REL: the warpgroup's first warp releases right after a warpgroup barrier that follows the adds;
+    // REL_ONLY / ACQ_ONLY: 21's releases alone / acquires alone (timing controls, not deterministic)
+    constexpr bool WLANE = MODE >= BWD_WG_LANE && MODE <= BWD_WG_LANE_ACQ_ONLY;
     constexpr bool EARLY_ACQ = MODE != BWD_WG_LANE_LATE_ACQ;
+    constexpr bool ACQ = WLANE && MODE != BWD_WG_LANE_REL_ONLY;
+    constexpr bool WAITS = MODE == BWD_WG_LANE || MODE == BWD_WG_LANE_LATE_ACQ || MODE == BWD_WG_LANE_WARP_REL ||
+                           MODE == BWD_WG_LANE_WG_REL;
+    constexpr bool REL_LATE = MODE == BWD_WG_LANE || MODE == BWD_WG_LANE_LATE_ACQ || MODE == BWD_WG_LANE_NOWAIT ||
+                              MODE == BWD_WG_LANE_REL_ONLY;  // one tile late, at the order point
+    constexpr int REL_PER_BLOCK = MODE == BWD_WG_LANE_WARP_REL ? 4 : 1;  // releases per warpgroup and tile
     constexpr bool PIPE = SYNC_PIPE || MODE == BWD_ATOMIC_PIPE || REGS_ONLY || WLANE;  // pipelined warpgroup MMAs
     constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR || SYNC_PIPE;  // setmaxnreg
     constexpr bool WGBAR = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_LATE_WGBAR || SYNC_PIPE;  // barrier 2 per wg
@@ -383,12 +393,12 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     // iteration ago, so the release's fence finds them landed), and every warp issues its acquire of tile
     // it-1, whose adds come later in this iteration (dq_phase checks the value, spinning only if short).
     auto order_point = [&](int it) {
-        if (it >= 2 && (warp & 3) == 0 && lane == 0) {
+        if (REL_LATE && it >= 2 && (warp & 3) == 0 && lane == 0) {
             const int qt = qt_first + it - 2;
             if (qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);  // a live key block below waits
         }
         const int qt = qt_first + it - 1;
-        if (EARLY_ACQ && it >= 1 && lane == 0 && qt / TPB > nb) seen = ld_acquire_gpu(semw + 2 * qt);
+        if (ACQ && EARLY_ACQ && it >= 1 && lane == 0 && qt / TPB > nb) seen = ld_acquire_gpu(semw + 2 * qt);
     };
     // this block's place in the order for ACP row m (same for every tile of the row); warp-uniform
     auto ord_update = [&](int m) {
@@ -450,9 +460,9 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
         int *sp = semh + qt;
         if constexpr (WLANE) {  // this warpgroup of every live key block above has released tile qt
-            const int before = qt / TPB - nb;
+            const int before = REL_PER_BLOCK * (qt / TPB - nb);
             if (!EARLY_ACQ && lane == 0 && before > 0) seen = ld_acquire_gpu(semw + 2 * qt);
-            if (MODE != BWD_WG_LANE_NOWAIT && lane == 0 && before > 0) {
+            if (WAITS && lane == 0 && before > 0) {
                 unsigned spins = 0;
                 while (seen < before) {
                     __nanosleep(32);
@@ -495,6 +505,15 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             if (qr0 + 8 < T) atomic_add2(dqh + (size_t)(qr0 + 8) * DH + col, dqa[nt][2], dqa[nt][3]);
         }
         if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
+        if constexpr (MODE == BWD_WG_LANE_WARP_REL) {  // this warp's adds, released at once
+            __syncwarp();
+            if (lane == 0 && qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);
+        }
+        if constexpr (MODE == BWD_WG_LANE_WG_REL) {  // the warpgroup's adds, released at once by its first warp
+            if (w4 == 0) named_bar_sync(1, 128);  // constant ids: ptxas counts barriers by id
+            else named_bar_sync(2, 128);
+            if ((warp & 3) == 0 && lane == 0 && qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);
+        }
         if ((MODE == BWD_ORDERED || MODE == BWD_STAGGER) && !ord_last) pending = sp;
         if (SYNCW) named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
     };
@@ -687,7 +706,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         __syncwarp();
         if (lane == 0) red_release_gpu_add(pending, 1);
     }
-    if constexpr (WLANE) {
+    if constexpr (REL_LATE) {
         __syncthreads();  // every warp's adds of the last tile
         const int qt = qt_first + ntiles - 1;
         if ((warp & 3) == 0 && lane == 0 && qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);
@@ -798,6 +817,14 @@ static const Version versions[] = {
      WG128(BWD_WG_LANE_LATE_ACQ), false, true},
     {23, "21 without the waits (timing control)", nullptr, nullptr, WG64(BWD_WG_LANE_NOWAIT), WG128(BWD_WG_LANE_NOWAIT),
      true},
+    {24, "21 with every warp releasing its own adds at once", nullptr, nullptr, WG64(BWD_WG_LANE_WARP_REL),
+     WG128(BWD_WG_LANE_WARP_REL), false, true},
+    {25, "21 with a warpgroup barrier after the adds and one release at once", nullptr, nullptr, WG64(BWD_WG_LANE_WG_REL),
+     WG128(BWD_WG_LANE_WG_REL), false, true},
+    {26, "21's releases alone (timing control)", nullptr, nullptr, WG64(BWD_WG_LANE_REL_ONLY),
+     WG128(BWD_WG_LANE_REL_ONLY), true},
+    {27, "21's acquires alone (timing control)", nullptr, nullptr, WG64(BWD_WG_LANE_ACQ_ONLY),
+     WG128(BWD_WG_LANE_ACQ_ONLY), true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
@@ -878,9 +905,10 @@ static bool run_checks(const char *only) {
     return all;
 }
 
-static bool run_bench(const char *only) {
+static bool run_bench(const char *only, int nshapes) {
     bool ok = true;
-    for (const BenchShape &bs : bench_shapes) {
+    for (int si = 0; si < nshapes; si++) {
+        const BenchShape &bs = bench_shapes[si];
         BenchInputs b = make_bench_inputs(bs.B, bs.H, bs.T, bs.dh);
         ok &= bench_backward(b, bs.dh == 64 ? api_backward<64, 1> : api_backward<128, 1>, "api, deterministic", false);
         for (const Version &v : versions) {
@@ -912,6 +940,8 @@ int main(int argc, char **argv) {
     printf("attention kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok &= run_checks(only);
-    if (strcmp(mode, "check") != 0) ok &= run_bench(only);
+    const int nbench = (int)(sizeof bench_shapes / sizeof bench_shapes[0]);
+    const int nshapes = argc > 3 ? std::min(atoi(argv[3]), nbench) : nbench;  // the first nshapes bench shapes
+    if (strcmp(mode, "check") != 0) ok &= run_bench(only, nshapes);
     return ok ? 0 : 1;
 }
