@@ -103,7 +103,7 @@ enum {
     BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13, BWD_SYNC_WG_PIPE_DQ_EARLY = 14, BWD_SYNC_WG_PIPE_NOWAIT = 15,
     BWD_ATOMIC_PIPE_REGS = 16, BWD_SYNC_WG_PIPE_ADDS_LAST = 17, BWD_WG_LANE = 18, BWD_WG_LANE_LATE_ACQ = 19,
     BWD_WG_LANE_NOWAIT = 20, BWD_WG_LANE_WARP_REL = 21, BWD_WG_LANE_WG_REL = 22, BWD_WG_LANE_REL_ONLY = 23,
-    BWD_WG_LANE_ACQ_ONLY = 24
+    BWD_WG_LANE_ACQ_ONLY = 24, BWD_WG_LANE_TOP_REL = 25
 };
 // threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
 constexpr int bwd_threads(int mode) {
@@ -238,14 +238,16 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     // its adds instead of early; NOWAIT: the acquires' values ignored (timing control, not deterministic);
     // WARP_REL: every warp releases its own adds right after issuing them (the counters count warps);
     // WG_REL: the warpgroup's first warp releases right after a warpgroup barrier that follows the adds;
-    // REL_ONLY / ACQ_ONLY: 21's releases alone / acquires alone (timing controls, not deterministic)
-    constexpr bool WLANE = MODE >= BWD_WG_LANE && MODE <= BWD_WG_LANE_ACQ_ONLY;
+    // REL_ONLY / ACQ_ONLY: 21's releases alone / acquires alone (timing controls, not deterministic);
+    // TOP_REL: 21 with its release right after the block barrier, before the next tile's loads are issued
+    constexpr bool WLANE = MODE >= BWD_WG_LANE && MODE <= BWD_WG_LANE_TOP_REL;
     constexpr bool EARLY_ACQ = MODE != BWD_WG_LANE_LATE_ACQ;
     constexpr bool ACQ = WLANE && MODE != BWD_WG_LANE_REL_ONLY;
     constexpr bool WAITS = MODE == BWD_WG_LANE || MODE == BWD_WG_LANE_LATE_ACQ || MODE == BWD_WG_LANE_WARP_REL ||
-                           MODE == BWD_WG_LANE_WG_REL;
+                           MODE == BWD_WG_LANE_WG_REL || MODE == BWD_WG_LANE_TOP_REL;
     constexpr bool REL_LATE = MODE == BWD_WG_LANE || MODE == BWD_WG_LANE_LATE_ACQ || MODE == BWD_WG_LANE_NOWAIT ||
                               MODE == BWD_WG_LANE_REL_ONLY;  // one tile late, at the order point
+    constexpr bool REL_TOP = MODE == BWD_WG_LANE_TOP_REL;  // one tile late, after the block barrier
     constexpr int REL_PER_BLOCK = MODE == BWD_WG_LANE_WARP_REL ? 4 : 1;  // releases per warpgroup and tile
     constexpr bool PIPE = SYNC_PIPE || MODE == BWD_ATOMIC_PIPE || REGS_ONLY || WLANE;  // pipelined warpgroup MMAs
     constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR || SYNC_PIPE;  // setmaxnreg
@@ -528,6 +530,10 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         else __syncthreads();
         // BWD_BLOCK: every warp issued tile it-2's adds before this barrier (and long ago): release them
         if (MODE == BWD_BLOCK && tid == 0 && it >= 2) red_release_gpu_add(semh + qt_first + it - 2, 1);
+        if (REL_TOP && it >= 2 && (warp & 3) == 0 && lane == 0) {  // the same for BWD_WG_LANE_TOP_REL's warpgroup
+            const int qt = qt_first + it - 2;
+            if (qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);
+        }
         if (early && it > 0) dq_phase(it, dqp);
         const bool more = it + 1 < ntiles;
         float r_next = 0.f, d_next = 0.f;
@@ -706,7 +712,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         __syncwarp();
         if (lane == 0) red_release_gpu_add(pending, 1);
     }
-    if constexpr (REL_LATE) {
+    if constexpr (REL_LATE || REL_TOP) {
         __syncthreads();  // every warp's adds of the last tile
         const int qt = qt_first + ntiles - 1;
         if ((warp & 3) == 0 && lane == 0 && qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);
@@ -825,6 +831,8 @@ static const Version versions[] = {
      WG128(BWD_WG_LANE_REL_ONLY), true},
     {27, "21's acquires alone (timing control)", nullptr, nullptr, WG64(BWD_WG_LANE_ACQ_ONLY),
      WG128(BWD_WG_LANE_ACQ_ONLY), true},
+    {28, "21 with the release right after the block barrier, before the loads", nullptr, nullptr,
+     WG64(BWD_WG_LANE_TOP_REL), WG128(BWD_WG_LANE_TOP_REL), false, true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
