@@ -60,6 +60,30 @@
 //                     adds no longer overlap them, but P^T / dS^T fragments are dead there: registers).
 //                     d_h 128: 352.5 beside 15's 349.5, 304.5 / 302.4 at T 4096; d_h 64: 310.0 beside 320.0
 //                     (run 3). Not taken.
+// 21-28 (session 8): the deterministic order in the atomics kernel's block (256 threads, no sync warp, no
+// setmaxnreg; 255 registers at d_h 128, 224-232 at d_h 64, no spills), a counter per (query tile, compute
+// warpgroup); every deterministic one gives the API's results bit for bit (checked at every check shape
+// and both bench sizes). Figures: H200 at 1980 MHz, backward TFLOP/s, T 16384 B 2 H 16 (d_h 64) / B 2 H 8
+// (d_h 128), then T 4096 B 8 H 16 / B 8 H 8; run 1 | run 2, the API (deterministic: 13 / 15) and the
+// atomics kernel (14 / 16) beside them in each run: API 312.9 / 346.2, 276.2 / 308.9 | 314.1 / 347.2,
+// 273.4 / 305.6; atomics 332.8 / 404.3, 293.2 / 354.8 | 335.3 / 406.8, 290.0 / 351.2.
+// 21 BWD_WG_LANE      every warp's lane 0 issues its acquire (ld.acquire) while the tile's S^T / dP^T
+//                     products run and checks it before its adds; the warpgroup's first warp releases one
+//                     tile late, also while the products run: 263.8 / 340.9, 234.8 / 304.5 | 265.2 / 343.1,
+//                     233.3 / 305.9. Slower than the API at d_h 64 (-15%), level at d_h 128 (-1.5 to +0.1%).
+// 22 BWD_WG_LANE_LATE_ACQ: 21 with each warp's acquire issued just before its adds: 251.2 / 350.6, 229.3 /
+//                     316.4 (run 1): +1-2% over the API at d_h 128, -17 to -20% at d_h 64.
+// 23 BWD_WG_LANE_NOWAIT: 21 whose acquires do not wait (timing control): 304.2 / 369.0, 271.3 / 331.3 |
+//                     305.8 / 374.8, 268.6 / 330.5. 21's waits cost 7-13%: blocks below now do wait.
+// 24 BWD_WG_LANE_WARP_REL: every warp releases its own adds right after issuing them (counters count warps):
+//                     237.9 / 305.4, 212.2 / 277.9 (run 2): the fences wait for the adds just issued.
+// 25 BWD_WG_LANE_WG_REL: a warpgroup barrier after the adds, then one release: 242.6 / 321.1, 217.7 / 287.3.
+// 26 BWD_WG_LANE_REL_ONLY: 14 / 16 plus 21's releases alone (control): 300.0 / 376.5, 268.2 / 332.7 (run 2):
+//                     the release's fence (MEMBAR.ALL.GPU) on a compute warp costs 7-10%.
+// 27 BWD_WG_LANE_ACQ_ONLY: 14 / 16 plus 21's acquires alone (control): 330.8 / 406.0, 287.3 / 350.6: the
+//                     acquires (LDG.STRONG.GPU + CCTL.IVALL, 8 per tile) cost 0-1.5%.
+// 28 BWD_WG_LANE_TOP_REL: 21 with the release right after the block barrier, before the next tile's loads:
+//                     256.7 / 331.7, 227.1 / 293.3 (run 2).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
@@ -97,6 +121,8 @@ using namespace fox_attn;  // the primitives, the tile constants, steps 1 and 3 
 // 240 / 24) and exits: a control for what the compute warps' register budget costs.
 // BWD_SYNC_WG_PIPE_ADDS_LAST: BWD_SYNC_WG_PIPE whose dQ adds wait for tile it's dV/dK products too, so
 // the P^T and dS^T fragments (32 registers at dh 128) are dead during the adds.
+// BWD_WG_LANE (and its variants, see bwd_kernel): BWD_ATOMIC_PIPE's block and schedule with the order
+// kept by the compute warps themselves, one lane at a time, per warpgroup.
 enum {
     BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3, BWD_SYNC = 4, BWD_SYNC2 = 5, BWD_SYNC_NOWAIT = 6,
     BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9, BWD_SYNC_WG_FULLBAR = 10, BWD_SYNC_LATE_WGBAR = 11,
@@ -185,6 +211,17 @@ __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_re
 // 128 registers per thread, so with PIPE the dQ product of tile it-1 is issued after tile it's softmax
 // step, just before dV/dK (DQ_LATE: S^T, dP^T (64) and the dQ product (32) are never live together), and
 // the dS row sums are reduced before the MMAs (their 16 registers freed).
+// BWD_WG_LANE: the same add order as BWD_SYNC_WG_PIPE in BWD_ATOMIC_PIPE's 256-thread block. Each warpgroup
+// adds only its own dQ columns (warpgroup 0 also the dc row sums), so the order is kept per warpgroup, by
+// a counter per (tile, warpgroup) (two per tile in `sem`): in iteration it, while the warpgroup's first
+// MMAs run, every warp's lane 0 issues an ld.acquire of tile it-1's counter (whose adds come later in
+// the iteration; the value is checked just before them, spinning only if short, then __syncwarp), and
+// lane 0 of the warpgroup's first warp releases tile it-2 (added before this iteration's block barrier,
+// which orders every warp's adds before the release). A block releases nothing in an ACP row where it is
+// the lowest live key block. Variants: LATE_ACQ acquires just before the adds; WARP_REL releases each
+// warp's adds right after issuing them (counters count warps); WG_REL releases after a warpgroup barrier
+// that follows the adds; TOP_REL releases right after the block barrier; NOWAIT, REL_ONLY and ACQ_ONLY
+// are timing controls (not deterministic).
 template <int DH, int BM, int MINB, int MODE, bool WG>
 __global__ void __launch_bounds__(bwd_threads(MODE), MINB)
 bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
