@@ -5,8 +5,8 @@
 // 15 and 16 at d_h 128).
 //   make attention_backward
 //   ./attention_backward            every version: checks, then timings
-//   ./attention_backward 13         version 13 only (and the API)
-//   ./attention_backward 13 check   (or bench) one half
+//   ./attention_backward 13         version 13 only (and the API); 13,15,21: those three
+//   ./attention_backward 13 check   (or bench) one half; bench 4: the first 4 bench shapes
 // Each version runs on the paths it was built for: mma.sync (d_h 64 with 64-row query tiles, d_h 128 with
 // 32) and / or warpgroup MMA (d_h 64 or 128 with 64-row tiles, Hopper; skipped where fox_attn::use_wgmma()
 // is false).
@@ -60,8 +60,33 @@
 //                     adds no longer overlap them, but P^T / dS^T fragments are dead there: registers).
 //                     d_h 128: 352.5 beside 15's 349.5, 304.5 / 302.4 at T 4096; d_h 64: 310.0 beside 320.0
 //                     (run 3). Not taken.
+// 21-28 (session 8): the deterministic order in the atomics kernel's block (256 threads, no sync warp, no
+// setmaxnreg; 255 registers at d_h 128, 224-232 at d_h 64, no spills), a counter per (query tile, compute
+// warpgroup); every deterministic one gives the API's results bit for bit (checked at every check shape
+// and both bench sizes). Figures: H200 at 1980 MHz, backward TFLOP/s, T 16384 B 2 H 16 (d_h 64) / B 2 H 8
+// (d_h 128), then T 4096 B 8 H 16 / B 8 H 8; run 1 | run 2, the API (deterministic: 13 / 15) and the
+// atomics kernel (14 / 16) beside them in each run: API 312.9 / 346.2, 276.2 / 308.9 | 314.1 / 347.2,
+// 273.4 / 305.6; atomics 332.8 / 404.3, 293.2 / 354.8 | 335.3 / 406.8, 290.0 / 351.2.
+// 21 BWD_WG_LANE      every warp's lane 0 issues its acquire (ld.acquire) while the tile's S^T / dP^T
+//                     products run and checks it before its adds; the warpgroup's first warp releases one
+//                     tile late, also while the products run: 263.8 / 340.9, 234.8 / 304.5 | 265.2 / 343.1,
+//                     233.3 / 305.9. Slower than the API at d_h 64 (-15%), level at d_h 128 (-1.5 to +0.1%).
+// 22 BWD_WG_LANE_LATE_ACQ: 21 with each warp's acquire issued just before its adds: 251.2 / 350.6, 229.3 /
+//                     316.4 (run 1): +1-2% over the API at d_h 128, -17 to -20% at d_h 64.
+// 23 BWD_WG_LANE_NOWAIT: 21 whose acquires do not wait (timing control): 304.2 / 369.0, 271.3 / 331.3 |
+//                     305.8 / 374.8, 268.6 / 330.5. 21's waits cost 7-13%: blocks below now do wait.
+// 24 BWD_WG_LANE_WARP_REL: every warp releases its own adds right after issuing them (counters count warps):
+//                     237.9 / 305.4, 212.2 / 277.9 (run 2): the fences wait for the adds just issued.
+// 25 BWD_WG_LANE_WG_REL: a warpgroup barrier after the adds, then one release: 242.6 / 321.1, 217.7 / 287.3.
+// 26 BWD_WG_LANE_REL_ONLY: 14 / 16 plus 21's releases alone (control): 300.0 / 376.5, 268.2 / 332.7 (run 2):
+//                     the release's fence (MEMBAR.ALL.GPU) on a compute warp costs 7-10%.
+// 27 BWD_WG_LANE_ACQ_ONLY: 14 / 16 plus 21's acquires alone (control): 330.8 / 406.0, 287.3 / 350.6: the
+//                     acquires (LDG.STRONG.GPU + CCTL.IVALL, 8 per tile) cost 0-1.5%.
+// 28 BWD_WG_LANE_TOP_REL: 21 with the release right after the block barrier, before the next tile's loads:
+//                     256.7 / 331.7, 227.1 / 293.3 (run 2).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
+#include <limits.h>  // INT_MAX
 #include <stdlib.h>
 
 namespace fox_attn_dev {
@@ -96,11 +121,15 @@ using namespace fox_attn;  // the primitives, the tile constants, steps 1 and 3 
 // 240 / 24) and exits: a control for what the compute warps' register budget costs.
 // BWD_SYNC_WG_PIPE_ADDS_LAST: BWD_SYNC_WG_PIPE whose dQ adds wait for tile it's dV/dK products too, so
 // the P^T and dS^T fragments (32 registers at dh 128) are dead during the adds.
+// BWD_WG_LANE (and its variants, see bwd_kernel): BWD_ATOMIC_PIPE's block and schedule with the order
+// kept by the compute warps themselves, one lane at a time, per warpgroup.
 enum {
     BWD_ATOMIC = 0, BWD_ORDERED = 1, BWD_STAGGER = 2, BWD_BLOCK = 3, BWD_SYNC = 4, BWD_SYNC2 = 5, BWD_SYNC_NOWAIT = 6,
     BWD_SYNC_LATE = 7, BWD_ATOMIC_EARLY = 8, BWD_SYNC_WG = 9, BWD_SYNC_WG_FULLBAR = 10, BWD_SYNC_LATE_WGBAR = 11,
     BWD_SYNC_WG_PIPE = 12, BWD_ATOMIC_PIPE = 13, BWD_SYNC_WG_PIPE_DQ_EARLY = 14, BWD_SYNC_WG_PIPE_NOWAIT = 15,
-    BWD_ATOMIC_PIPE_REGS = 16, BWD_SYNC_WG_PIPE_ADDS_LAST = 17
+    BWD_ATOMIC_PIPE_REGS = 16, BWD_SYNC_WG_PIPE_ADDS_LAST = 17, BWD_WG_LANE = 18, BWD_WG_LANE_LATE_ACQ = 19,
+    BWD_WG_LANE_NOWAIT = 20, BWD_WG_LANE_WARP_REL = 21, BWD_WG_LANE_WG_REL = 22, BWD_WG_LANE_REL_ONLY = 23,
+    BWD_WG_LANE_ACQ_ONLY = 24, BWD_WG_LANE_TOP_REL = 25
 };
 // threads per backward block: BWD_SYNC / BWD_SYNC2 add one / two sync warps to the NWARPS compute warps
 constexpr int bwd_threads(int mode) {
@@ -182,6 +211,17 @@ __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_re
 // 128 registers per thread, so with PIPE the dQ product of tile it-1 is issued after tile it's softmax
 // step, just before dV/dK (DQ_LATE: S^T, dP^T (64) and the dQ product (32) are never live together), and
 // the dS row sums are reduced before the MMAs (their 16 registers freed).
+// BWD_WG_LANE: the same add order as BWD_SYNC_WG_PIPE in BWD_ATOMIC_PIPE's 256-thread block. Each warpgroup
+// adds only its own dQ columns (warpgroup 0 also the dc row sums), so the order is kept per warpgroup, by
+// a counter per (tile, warpgroup) (two per tile in `sem`): in iteration it, while the warpgroup's first
+// MMAs run, every warp's lane 0 issues an ld.acquire of tile it-1's counter (whose adds come later in
+// the iteration; the value is checked just before them, spinning only if short, then __syncwarp), and
+// lane 0 of the warpgroup's first warp releases tile it-2 (added before this iteration's block barrier,
+// which orders every warp's adds before the release). A block releases nothing in an ACP row where it is
+// the lowest live key block. Variants: LATE_ACQ acquires just before the adds; WARP_REL releases each
+// warp's adds right after issuing them (counters count warps); WG_REL releases after a warpgroup barrier
+// that follows the adds; TOP_REL releases right after the block barrier; NOWAIT, REL_ONLY and ACQ_ONLY
+// are timing controls (not deterministic).
 template <int DH, int BM, int MINB, int MODE, bool WG>
 __global__ void __launch_bounds__(bwd_threads(MODE), MINB)
 bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
@@ -231,7 +271,22 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                                MODE == BWD_SYNC_WG_PIPE_NOWAIT || MODE == BWD_SYNC_WG_PIPE_ADDS_LAST;
     constexpr bool ADDS_LAST = MODE == BWD_SYNC_WG_PIPE_ADDS_LAST;  // dQ adds after dV/dK complete
     constexpr bool REGS_ONLY = MODE == BWD_ATOMIC_PIPE_REGS;  // the sync warpgroup's registers, no sync warp
-    constexpr bool PIPE = SYNC_PIPE || MODE == BWD_ATOMIC_PIPE || REGS_ONLY;  // pipelined warpgroup MMAs
+    // one lane per warp / warpgroup keeps the order (see above); LATE_ACQ: each warp's acquire right before
+    // its adds instead of early; NOWAIT: the acquires' values ignored (timing control, not deterministic);
+    // WARP_REL: every warp releases its own adds right after issuing them (the counters count warps);
+    // WG_REL: the warpgroup's first warp releases right after a warpgroup barrier that follows the adds;
+    // REL_ONLY / ACQ_ONLY: 21's releases alone / acquires alone (timing controls, not deterministic);
+    // TOP_REL: 21 with its release right after the block barrier, before the next tile's loads are issued
+    constexpr bool WLANE = MODE >= BWD_WG_LANE && MODE <= BWD_WG_LANE_TOP_REL;
+    constexpr bool EARLY_ACQ = MODE != BWD_WG_LANE_LATE_ACQ;
+    constexpr bool ACQ = WLANE && MODE != BWD_WG_LANE_REL_ONLY;
+    constexpr bool WAITS = MODE == BWD_WG_LANE || MODE == BWD_WG_LANE_LATE_ACQ || MODE == BWD_WG_LANE_WARP_REL ||
+                           MODE == BWD_WG_LANE_WG_REL || MODE == BWD_WG_LANE_TOP_REL;
+    constexpr bool REL_LATE = MODE == BWD_WG_LANE || MODE == BWD_WG_LANE_LATE_ACQ || MODE == BWD_WG_LANE_NOWAIT ||
+                              MODE == BWD_WG_LANE_REL_ONLY;  // one tile late, at the order point
+    constexpr bool REL_TOP = MODE == BWD_WG_LANE_TOP_REL;  // one tile late, after the block barrier
+    constexpr int REL_PER_BLOCK = MODE == BWD_WG_LANE_WARP_REL ? 4 : 1;  // releases per warpgroup and tile
+    constexpr bool PIPE = SYNC_PIPE || MODE == BWD_ATOMIC_PIPE || REGS_ONLY || WLANE;  // pipelined warpgroup MMAs
     constexpr bool REGS = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_WG_FULLBAR || SYNC_PIPE;  // setmaxnreg
     constexpr bool WGBAR = MODE == BWD_SYNC_WG || MODE == BWD_SYNC_LATE_WGBAR || SYNC_PIPE;  // barrier 2 per wg
     constexpr bool LATE = MODE == BWD_SYNC_LATE || REGS || MODE == BWD_SYNC_LATE_WGBAR;
@@ -239,6 +294,10 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     static_assert(!REGS || WG, "BWD_SYNC_WG: setmaxnreg needs the sm_90a warpgroup path");
     static_assert(!WGBAR || WG, "per-warpgroup barriers: a warpgroup adds its own dQ columns (warpgroup path)");
     static_assert(!PIPE || WG, "pipelined MMAs: warpgroup path");
+    // BWD_WG_LANE: one counter per (query tile, compute warpgroup), tile qt's of warpgroup w4 at semw[2 qt]
+    int *semw = sem + (size_t)bh * 2 * nqt + w4;
+    // BWD_WG_LANE: the lowest live key block of ACP row m is nb iff m is past the last row of block nb - 1
+    const int ql_below = nb > 0 && qlh ? qlh[nb - 1] : nb > 0 ? INT_MAX : -1;
     // dh 128: dQ of tile it-1 issued after tile it's softmax step, just before dV/dK (see above)
     constexpr bool DQ_LATE = PIPE && DH == 128 && MODE != BWD_SYNC_WG_PIPE_DQ_EARLY;
     if constexpr (REGS_ONLY) {
@@ -367,6 +426,19 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     int *pending = nullptr;          // counter this warp still has to release (one tile later)
     const bool early = (MODE == BWD_STAGGER && warp < NWARPS / 2) || MODE == BWD_BLOCK || MODE == BWD_ATOMIC_EARLY ||
                        (SYNCW && !LATE);
+    int seen = 0;  // BWD_WG_LANE, lane 0: the counter of the tile this warp adds next, as last read
+    // BWD_WG_LANE, in iteration it while the warpgroup's MMAs run (the warp would wait for them anyway): the
+    // warpgroup's first warp releases tile it-2 (its adds were issued before this iteration's barrier, an
+    // iteration ago, so the release's fence finds them landed), and every warp issues its acquire of tile
+    // it-1, whose adds come later in this iteration (dq_phase checks the value, spinning only if short).
+    auto order_point = [&](int it) {
+        if (REL_LATE && it >= 2 && (warp & 3) == 0 && lane == 0) {
+            const int qt = qt_first + it - 2;
+            if (qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);  // a live key block below waits
+        }
+        const int qt = qt_first + it - 1;
+        if (ACQ && EARLY_ACQ && it >= 1 && lane == 0 && qt / TPB > nb) seen = ld_acquire_gpu(semw + 2 * qt);
+    };
     // this block's place in the order for ACP row m (same for every tile of the row); warp-uniform
     auto ord_update = [&](int m) {
         if (m == ord_m) return;
@@ -426,6 +498,19 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
         }
         int *sp = semh + qt;
+        if constexpr (WLANE) {  // this warpgroup of every live key block above has released tile qt
+            const int before = REL_PER_BLOCK * (qt / TPB - nb);
+            if (!EARLY_ACQ && lane == 0 && before > 0) seen = ld_acquire_gpu(semw + 2 * qt);
+            if (WAITS && lane == 0 && before > 0) {
+                unsigned spins = 0;
+                while (seen < before) {
+                    __nanosleep(32);
+                    seen = ld_acquire_gpu(semw + 2 * qt);
+                    if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                }
+            }
+            __syncwarp();  // lane 0's acquire before every lane's adds
+        }
         if (MODE == BWD_ORDERED || MODE == BWD_STAGGER) {
             // release the previous tile (its adds were issued an iteration ago, so the fence is cheap)
             if (pending) {
@@ -459,6 +544,15 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             if (qr0 + 8 < T) atomic_add2(dqh + (size_t)(qr0 + 8) * DH + col, dqa[nt][2], dqa[nt][3]);
         }
         if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
+        if constexpr (MODE == BWD_WG_LANE_WARP_REL) {  // this warp's adds, released at once
+            __syncwarp();
+            if (lane == 0 && qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);
+        }
+        if constexpr (MODE == BWD_WG_LANE_WG_REL) {  // the warpgroup's adds, released at once by its first warp
+            if (w4 == 0) named_bar_sync(1, 128);  // constant ids: ptxas counts barriers by id
+            else named_bar_sync(2, 128);
+            if ((warp & 3) == 0 && lane == 0 && qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);
+        }
         if ((MODE == BWD_ORDERED || MODE == BWD_STAGGER) && !ord_last) pending = sp;
         if (SYNCW) named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
     };
@@ -473,6 +567,10 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         else __syncthreads();
         // BWD_BLOCK: every warp issued tile it-2's adds before this barrier (and long ago): release them
         if (MODE == BWD_BLOCK && tid == 0 && it >= 2) red_release_gpu_add(semh + qt_first + it - 2, 1);
+        if (REL_TOP && it >= 2 && (warp & 3) == 0 && lane == 0) {  // the same for BWD_WG_LANE_TOP_REL's warpgroup
+            const int qt = qt_first + it - 2;
+            if (qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);
+        }
         if (early && it > 0) dq_phase(it, dqp);
         const bool more = it + 1 < ntiles;
         float r_next = 0.f, d_next = 0.f;
@@ -516,9 +614,12 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     wg_commit();
                     dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
                     wg_commit();
+                    if constexpr (WLANE) order_point(it);
                     wg_wait<1>();
                 } else {
-                    wg_commit_wait();
+                    wg_commit();
+                    if constexpr (WLANE) order_point(it);
+                    wg_wait<0>();
                 }
             } else {
 #pragma unroll
@@ -624,7 +725,9 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             } else {  // after the last tile: its dQ product alone
                 wg_fence();
                 dq_mma_issue(it, dqp);
-                wg_commit_wait();
+                wg_commit();
+                if constexpr (WLANE) order_point(it);
+                wg_wait<0>();
             }
         }
         if (!early && it > 0) dq_phase(it, dqp);
@@ -645,6 +748,11 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     if (pending) {
         __syncwarp();
         if (lane == 0) red_release_gpu_add(pending, 1);
+    }
+    if constexpr (REL_LATE || REL_TOP) {
+        __syncthreads();  // every warp's adds of the last tile
+        const int qt = qt_first + ntiles - 1;
+        if ((warp & 3) == 0 && lane == 0 && qt / TPB <= ql_below) red_release_gpu_add(semw + 2 * qt, 1);
     }
     if (MODE == BWD_BLOCK) {
         __syncthreads();  // the last tile's adds
@@ -687,7 +795,8 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     FOX_LAUNCH_CHECK();
     FOX_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s));
     FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
-    FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
+    // two counters per query tile (BWD_WG_LANE's per warpgroup; the others use the first half)
+    FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * 2 * ((T + BM - 1) / BM) * sizeof(int), s));
     const size_t smem = bwd_smem_bytes<DH, BM>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, MODE, WG>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -710,6 +819,7 @@ struct Version {
     const char *name;
     BwdFn mma64, mma128, wg64, wg128;  // the paths this version runs on (NULL: not built for it)
     bool nondet;                // not deterministic: accuracy checked, bitwise repeat reported, not required
+    bool api_bits;              // the API's deterministic add order: its results must equal the API's bit for bit
 };
 #define MMA64(M) backward_cfg<64, 64, 1, fox_attn_dev::M, false>
 #define MMA128(M) backward_cfg<128, 32, 1, fox_attn_dev::M, false>
@@ -744,6 +854,22 @@ static const Version versions[] = {
      WG64(BWD_ATOMIC_PIPE_REGS), WG128(BWD_ATOMIC_PIPE_REGS), true},
     {20, "BWD_SYNC_WG_PIPE, dQ adds after the dV/dK products", nullptr, nullptr, WG64(BWD_SYNC_WG_PIPE_ADDS_LAST),
      WG128(BWD_SYNC_WG_PIPE_ADDS_LAST), false},
+    {21, "256 threads, order kept by one lane per warp / warpgroup (BWD_WG_LANE)", nullptr, nullptr, WG64(BWD_WG_LANE),
+     WG128(BWD_WG_LANE), false, true},
+    {22, "21 with each warp's acquire just before its adds", nullptr, nullptr, WG64(BWD_WG_LANE_LATE_ACQ),
+     WG128(BWD_WG_LANE_LATE_ACQ), false, true},
+    {23, "21 without the waits (timing control)", nullptr, nullptr, WG64(BWD_WG_LANE_NOWAIT), WG128(BWD_WG_LANE_NOWAIT),
+     true},
+    {24, "21 with every warp releasing its own adds at once", nullptr, nullptr, WG64(BWD_WG_LANE_WARP_REL),
+     WG128(BWD_WG_LANE_WARP_REL), false, true},
+    {25, "21 with a warpgroup barrier after the adds and one release at once", nullptr, nullptr, WG64(BWD_WG_LANE_WG_REL),
+     WG128(BWD_WG_LANE_WG_REL), false, true},
+    {26, "21's releases alone (timing control)", nullptr, nullptr, WG64(BWD_WG_LANE_REL_ONLY),
+     WG128(BWD_WG_LANE_REL_ONLY), true},
+    {27, "21's acquires alone (timing control)", nullptr, nullptr, WG64(BWD_WG_LANE_ACQ_ONLY),
+     WG128(BWD_WG_LANE_ACQ_ONLY), true},
+    {28, "21 with the release right after the block barrier, before the loads", nullptr, nullptr,
+     WG64(BWD_WG_LANE_TOP_REL), WG128(BWD_WG_LANE_TOP_REL), false, true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
@@ -756,7 +882,49 @@ static int paths(const Version &v, int dh, BwdFn fn[2], const char *path[2]) {
     return n;
 }
 
-static bool run_checks(int only) {
+// The outputs of one backward (device buffers of n q/k/v elements and nv vector elements) as host bytes.
+static std::vector<unsigned char> backward_bytes(const bf16 *gq, const bf16 *gk, const bf16 *gv, const float *dc,
+                                                 const float *dlogf, size_t n, size_t nv) {
+    FOX_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<unsigned char> out;
+    auto add = [&](const void *p, size_t bytes) {
+        const size_t at = out.size();
+        out.resize(at + bytes);
+        FOX_CUDA_CHECK(cudaMemcpy(out.data() + at, p, bytes, cudaMemcpyDeviceToHost));
+    };
+    add(gq, n * sizeof(bf16)), add(gk, n * sizeof(bf16)), add(gv, n * sizeof(bf16));
+    add(dc, nv * sizeof(float)), add(dlogf, nv * sizeof(float));
+    return out;
+}
+
+// Whether fn's dq, dk, dv, dc, dlogf equal the deterministic API's bit for bit (the same add order).
+static bool same_bits_as_api(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o,
+                             const float *lse, const bf16 *dout, float *dc, float *dlogf, bf16 *gq, bf16 *gk, bf16 *gv,
+                             void *scratch, int B, int H, int T, int dh, const int *q_last, BwdFn fn) {
+    const size_t n = (size_t)B * H * T * dh, nv = (size_t)B * H * T;
+    BwdFn api = dh == 64 ? api_backward<64, 1> : api_backward<128, 1>;
+    api(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
+    const std::vector<unsigned char> want = backward_bytes(gq, gk, gv, dc, dlogf, n, nv);
+    fn(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
+    const bool same = backward_bytes(gq, gk, gv, dc, dlogf, n, nv) == want;
+    printf("    bitwise equal to the API's deterministic backward: %s\n", same ? "PASS" : "FAIL");
+    return same;
+}
+
+// Which versions to run: every one, or those listed ("13,15,21").
+static bool wanted(const char *only, int number) {
+    if (!only) return true;
+    for (const char *p = only; *p;) {
+        char *end;
+        const long x = strtol(p, &end, 10);
+        if (end == p) return false;
+        if (x == number) return true;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return false;
+}
+
+static bool run_checks(const char *only) {
     bool all = true;
     for (const Shape &s : check_shapes) {
         print_shape(s);
@@ -764,13 +932,16 @@ static bool run_checks(int only) {
         all &= check_forward(p, s.dh == 64 ? api_forward<64> : api_forward<128>, "api");
         all &= check_backward(p, s.dh == 64 ? api_backward<64, 1> : api_backward<128, 1>, "api, deterministic", false);
         for (const Version &v : versions) {
-            if (only && v.number != only) continue;
+            if (!wanted(only, v.number)) continue;
             BwdFn fn[2];
             const char *path[2];
             for (int i = 0, n = paths(v, s.dh, fn, path); i < n; i++) {
                 char name[160];
                 snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
                 all &= check_backward(p, fn[i], name, v.nondet);
+                if (v.api_bits)
+                    all &= same_bits_as_api(p.q, p.k, p.v, p.c, p.o, p.lse, p.dout, p.dc, p.dlogf, p.gq, p.gk, p.gv,
+                                            p.scratch, s.B, s.H, s.T, s.dh, p.q_last, fn[i]);
             }
         }
         free_problem(p);
@@ -779,19 +950,23 @@ static bool run_checks(int only) {
     return all;
 }
 
-static bool run_bench(int only) {
+static bool run_bench(const char *only, int nshapes) {
     bool ok = true;
-    for (const BenchShape &bs : bench_shapes) {
+    for (int si = 0; si < nshapes; si++) {
+        const BenchShape &bs = bench_shapes[si];
         BenchInputs b = make_bench_inputs(bs.B, bs.H, bs.T, bs.dh);
         ok &= bench_backward(b, bs.dh == 64 ? api_backward<64, 1> : api_backward<128, 1>, "api, deterministic", false);
         for (const Version &v : versions) {
-            if (only && v.number != only) continue;
+            if (!wanted(only, v.number)) continue;
             BwdFn fn[2];
             const char *path[2];
             for (int i = 0, n = paths(v, bs.dh, fn, path); i < n; i++) {
                 char name[160];
                 snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
                 ok &= bench_backward(b, fn[i], name, v.nondet);
+                if (v.api_bits)
+                    ok &= same_bits_as_api(b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv,
+                                           b.scratch, b.B, b.H, b.T, b.dh, nullptr, fn[i]);
             }
         }
         free_bench_inputs(b);
@@ -800,15 +975,18 @@ static bool run_bench(int only) {
 }
 
 int main(int argc, char **argv) {
-    const int only = argc > 1 ? atoi(argv[1]) : 0;  // 0: every version
+    const char *only = argc > 1 && strcmp(argv[1], "0") != 0 ? argv[1] : nullptr;  // 0 or none: every version
     const char *mode = argc > 2 ? argv[2] : "all";
-    if (only < 0 || only > (int)(sizeof versions / sizeof versions[0])) {
-        fprintf(stderr, "usage: %s [version 1..%d] [check|bench|all]\n", argv[0], (int)(sizeof versions / sizeof versions[0]));
+    if (only && !(only[0] >= '1' && only[0] <= '9')) {
+        fprintf(stderr, "usage: %s [0 | versions, e.g. 13,15,21 (of 1..%d)] [check|bench|all]\n", argv[0],
+                (int)(sizeof versions / sizeof versions[0]));
         return 2;
     }
     printf("attention kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok &= run_checks(only);
-    if (strcmp(mode, "check") != 0) ok &= run_bench(only);
+    const int nbench = (int)(sizeof bench_shapes / sizeof bench_shapes[0]);
+    const int nshapes = argc > 3 ? std::min(atoi(argv[3]), nbench) : nbench;  // the first nshapes bench shapes
+    if (strcmp(mode, "check") != 0) ok &= run_bench(only, nshapes);
     return ok ? 0 : 1;
 }
