@@ -524,8 +524,8 @@ __global__ void dq_convert_kernel(const float4 *__restrict__ acc, __nv_bfloat16 
 }
 
 // Scratch layout (fp32 unless noted): dq accumulator (B H T dh), D (B H T), dS column sums (B H T),
-// order counters (int, B H 2 ceil(T/16): two for any query tile of >= 16 rows).
-inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)B * H * 2 * ((T + 15) / 16); }
+// order counters (int, B H ceil(T/16): enough for any query tile of >= 16 rows).
+inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)B * H * ((T + 15) / 16); }
 inline size_t bwd_scratch_bytes(int B, int H, int T, int dh) {
     return (size_t)B * H * T * ((size_t)dh + 2) * sizeof(float) + bwd_sem_count(B, H, T) * sizeof(int);
 }

@@ -179,6 +179,12 @@ static bool compare(const char *name, const std::vector<T> &got, const std::vect
     return ok;
 }
 
+// The backward's scratch in the dev programs: the API's, whose last region is the order counters, plus a second
+// counter per query tile (attention_backward.cu's 256-thread deterministic versions keep one per compute warpgroup).
+static size_t dev_backward_scratch_bytes(int B, int H, int T, int dh) {
+    return fox_attention_backward_scratch_bytes(B, H, T, dh) + fox_attn::bwd_sem_count(B, H, T) * sizeof(int);
+}
+
 // One shape's inputs (host and device), output buffers, and its reference.
 struct Problem {
     Shape s;
@@ -225,7 +231,7 @@ static Problem make_problem(const Shape &s) {
     FOX_CUDA_CHECK(cudaMalloc(&p.lse, p.nvec * sizeof(float)));
     FOX_CUDA_CHECK(cudaMalloc(&p.dc, p.nvec * sizeof(float)));
     FOX_CUDA_CHECK(cudaMalloc(&p.dlogf, p.nvec * sizeof(float)));
-    p.scratch_bytes = fox_attention_backward_scratch_bytes(s.B, s.H, T, s.dh);
+    p.scratch_bytes = dev_backward_scratch_bytes(s.B, s.H, T, s.dh);
     FOX_CUDA_CHECK(cudaMalloc(&p.scratch, p.scratch_bytes));
     p.r = reference(s, q, k, v, c, dout, kv_first);
     return p;
@@ -348,7 +354,7 @@ static BenchInputs make_bench_inputs(int B, int H, int T, int dh) {
     FOX_CUDA_CHECK(cudaMalloc(&b.lse, b.nvec * sizeof(float)));
     FOX_CUDA_CHECK(cudaMalloc(&b.dc, b.nvec * sizeof(float)));
     FOX_CUDA_CHECK(cudaMalloc(&b.dlogf, b.nvec * sizeof(float)));
-    FOX_CUDA_CHECK(cudaMalloc(&b.scratch, fox_attention_backward_scratch_bytes(B, H, T, dh)));
+    FOX_CUDA_CHECK(cudaMalloc(&b.scratch, dev_backward_scratch_bytes(B, H, T, dh)));
     return b;
 }
 
