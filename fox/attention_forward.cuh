@@ -1,7 +1,8 @@
-// fox/attention_forward.cuh: the Forgetting Attention forward kernel and its launcher, in the two forms
-// the public API (fox/attention.cuh) selects: mma.sync m16n8k16 (sm_80 and up), and Hopper warpgroup MMA
-// with the P V product pipelined (sm_90a builds), each at d_h 64 and 128. Other forms, and their
-// measurements, are in dev/cuda/attention_forward.cu.
+// fox/attention_forward.cuh: the Forgetting Attention forward kernels and their launchers, in the three
+// forms the public API (fox/attention.cuh) selects: mma.sync m16n8k16 (sm_80 and up, d_h 64 and 128), Hopper
+// warpgroup MMA with the P V product pipelined (sm_90a builds, d_h 64), and Hopper warpgroup MMA fed by a
+// TMA producer warpgroup (sm_90a builds, d_h 128). Other forms, and their measurements, are in
+// dev/cuda/attention_forward.cu.
 #ifndef FOX_ATTENTION_FORWARD_CUH
 #define FOX_ATTENTION_FORWARD_CUH
 
@@ -10,8 +11,9 @@
 #include <cuda_bf16.h>                // __nv_bfloat16
 #include "acp.h"                      // FOX_ACP_BLOCK: kv_first's grid
 #include "cuda_common.cuh"            // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK
-#include "attention_primitives.cuh"   // cp.async, ldmatrix, mma.sync, wgmma, ex2, quad_max / quad_sum
-#include "attention_traits.cuh"       // LOG2E, FWD_BM, FWD_BN, FwdCfg, fwd_smem_bytes, use_wgmma
+#include "attention_primitives.cuh"   // cp.async, ldmatrix, mma.sync, wgmma, TMA, mbarriers, ex2, quad_max / quad_sum
+#include "attention_traits.cuh"       // LOG2E, FWD_BM, FWD_BN, FwdCfg, FwdWsCfg, smem sizes, use_wgmma
+#include "tma.cuh"                    // tma_map_bf16_3d: the tensor maps of q, k, v
 
 namespace fox_attn {
 
@@ -20,19 +22,17 @@ namespace fox_attn {
 //   o_i = sum_{j <= i} exp(s_ij) v_j / sum_{j <= i} exp(s_ij),  s_ij = scale q_i.k_j + c_i - c_j,
 // and lse_i = log sum_{j <= i} exp(s_ij), which the backward uses to recompute P.
 // Block = FWD_BM query rows of one (b, h); each warp owns MT row tiles of 16 (so every K/V fragment read
-// from smem feeds MT mma). Key tiles of BN (FwdCfg: 64, or 128 on the warpgroup path at dh 128) are
-// walked from the diagonal down to the first live one, double-buffered with cp.async, with an online
-// softmax (running max and sum per row).
+// from smem feeds MT mma). Key tiles of FWD_BN are walked from the diagonal down to the first live one,
+// double-buffered with cp.async, with an online softmax (running max and sum per row).
 //
 // Gate precision: c reaches -1e4 and beyond at long T, where an fp32 ulp is ~1e-3, so c_i - c_j must be
 // formed from differences, never from c*log2e products. Each key tile takes c_ref = c at its first
 // key; a_i = (c_i - c_ref) log2e per row and nb_j = -(c_j - c_ref) log2e per key are small for every
 // tile that matters, and s_ij log2e = a_i + fma(qk, scale log2e, nb_j).
-// WG: S = Q K^T and O += P V on Hopper warpgroup MMA (sm_90a): 8 warps of 16 rows, warpgroup w4 owning
-// rows 64 w4.., operands straight from the swizzled smem tiles; the rest of the kernel is shared. Tiles
-// are stored as 64-column halves (swz_halves: one half at dh 64, two at dh 128), each a canonical
-// 128-byte-swizzle operand: S's k16 steps walk Q's and K's halves in turn, and P V is one m64n64 product
-// per half of V (MN-major), giving O's columns 64 hf.. (acc_half).
+// WG (d_h 64; d_h 128 on Hopper is fwd_ws_kernel below): S = Q K^T and O += P V on Hopper warpgroup MMA
+// (sm_90a): 8 warps of 16 rows, warpgroup w4 owning rows 64 w4.., operands straight from the swizzled smem
+// tiles (swz_halves: one 64-column half, a canonical 128-byte-swizzle operand); the rest of the kernel is
+// shared.
 // Tile t-1's P V runs on the tensor cores during tile t's softmax. Per tile a warpgroup commits
 // S(t) = Q K(t)^T, then P(t-1) V(t-1) (P kept in registers as bf16 fragments), waits for S(t) only,
 // forms tile t's exponentials and row sums, then waits for P V and rescales O: the same operations on O
@@ -44,8 +44,9 @@ __global__ void __launch_bounds__(FwdCfg<DH, WG>::THREADS, FwdCfg<DH, WG>::MIN_B
 fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
            float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    constexpr int BM = FWD_BM, BN = FwdCfg<DH, WG>::BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
     static_assert(BN <= NT, "one loader thread per key");
+    static_assert(!WG || DH == 64, "d_h 128 on Hopper: fwd_ws_kernel");
     constexpr int NV = WG ? 3 : 2;  // V buffers
     static_assert(!WG || MT == 1, "warpgroup path: 16 rows per warp");
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
@@ -154,10 +155,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < DH / 16; kk++)
-                if constexpr (BN == 128)
-                    wgmma_m64n128_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
-                else
-                    wgmma_m64n64_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
+                wgmma_m64n64_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
             wg_commit();  // then tile t-1's P V; only S is waited for here
             pv_issue(Vs + ((it + 2) % 3) * BN * DH);
             wg_commit();
@@ -279,20 +277,249 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 template <int DH, bool WG>
 void forward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                  __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_smem_bytes<DH, WG, FwdCfg<DH, WG>::BN>();
+    const size_t smem = fwd_smem_bytes<DH, WG>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
     fwd_kernel<DH, WG><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
-// The forward the public API runs: warpgroup MMA with the pipelined P V on Hopper (needs an sm_90a build),
-// mma.sync otherwise.
+// Forgetting Attention forward on Hopper with a TMA producer (d_h 128; FlashAttention-3's recipe, our code):
+// the per-tile math of fwd_kernel's warpgroup path (S = Q K^T, then tile t-1's P V pipelined under tile t's
+// softmax; the gate precision scheme above) on key tiles of FWD_WS_BN, with the loads taken off the compute
+// warps. Warps 0-7 are two consumer warpgroups of 64 query rows; warp 8 is the producer: one lane issues
+// the bulk tensor copies (TMA) of Q, then of each key tile's K and V (each 64-column half one box of the
+// 3-D map [B H][T][d_h], landing in the 128-byte-swizzle layout the descriptors read; rows past T come in
+// as zeros), and the warp's 32 lanes form the tile's gate terms nb_j and c_ref into the stage's smem
+// before arriving on its mbarrier. The producer warpgroup gives its registers to the consumers (setmaxnreg
+// 24 / 240, FwdWsCfg). K, V and the gate terms have 2 stages each, with "full" mbarriers (32 producer
+// arrivals + the copies' bytes) and "empty" ones (one arrival per consumer warp): a consumer frees K(t)
+// and the gate terms once S(t) is complete and its gate terms are read, V(t-1) once P(t-1) V(t-1) is; no
+// __syncthreads in the tile loop. At t = 0 the zero P multiplies V(0), whose copy is waited for. The two
+// consumer warpgroups take turns issuing their MMAs (named barriers 1 and 2, FA3's warp scheduler
+// barrier), so that one warpgroup's softmax runs while the other's products occupy the tensor cores.
+template <int DH>
+__global__ void __launch_bounds__(FwdWsCfg<1>::THREADS, 1)
+fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+              const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
+              float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
+    constexpr int BM = FWD_BM, BN = FWD_WS_BN, ST = FwdWsCfg<1>::STAGES;
+    static_assert(ST == 2, "stage and parity arithmetic below assumes 2 stages");
+    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
+    __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
+    __nv_bfloat16 *Vs = Ks + ST * BN * DH;     // [ST][BN][DH]
+    float *nbs = reinterpret_cast<float *>(Vs + ST * BN * DH);  // [ST][BN]: -(c_j - c_ref) log2e
+    float *crefs = nbs + ST * BN;                                // [ST]
+    uint64_t *q_full = reinterpret_cast<uint64_t *>(crefs + ST);
+    uint64_t *k_full = q_full + 1, *k_empty = k_full + ST, *v_full = k_empty + ST, *v_empty = v_full + ST;
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
+    const int g = lane >> 2, tq = lane & 3;
+    const int nqb = gridDim.x;
+    const int mb = nqb - 1 - blockIdx.x;  // longest rows first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t head_off = (size_t)bh * T;
+    const float *ch = c + head_off;
+    const int q0 = mb * BM;
+    const int n_last = min((T - 1) / BN, (q0 + BM - 1) / BN);
+    const int n_first = kv_first ? kv_first[(size_t)bh * nqb + mb] * (FOX_ACP_BLOCK / BN) : 0;
+    const int ntiles = n_last - n_first + 1;
+
+    if (tid == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < ST; s++) {
+            mbar_init(k_full + s, 32);
+            mbar_init(k_empty + s, 8);
+            mbar_init(v_full + s, 1);
+            mbar_init(v_empty + s, 8);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (warp >= FwdWsCfg<1>::PRODUCER_WARP) {  // the producer
+        setmaxnreg_dec<FwdWsCfg<1>::REGS_PRODUCER>();
+        if (warp != FwdWsCfg<1>::PRODUCER_WARP) return;
+        if (lane == 0) {
+            mbar_arrive_expect_tx(q_full, BM * DH * 2);
+#pragma unroll
+            for (int hf = 0; hf < DH / 64; hf++) tma_load_3d(Qs + hf * BM * 64, &tm_q, q_full, hf * 64, q0, bh);
+        }
+        for (int it = 0; it < ntiles; it++) {
+            const int n = n_last - it, s = it & 1, parity = ((it >> 1) & 1) ^ 1;  // the release of tile it-2
+            if (it >= ST) mbar_wait(k_empty + s, parity);
+            const float cref = ch[n * BN];
+#pragma unroll
+            for (int i = lane; i < BN; i += 32) {
+                const int j = n * BN + i;
+                nbs[s * BN + i] = -((j < T ? ch[j] : cref) - cref) * LOG2E;
+            }
+            if (lane == 0) {
+                crefs[s] = cref;
+                mbar_arrive_expect_tx(k_full + s, BN * DH * 2);
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++)
+                    tma_load_3d(Ks + s * BN * DH + hf * BN * 64, &tm_k, k_full + s, hf * 64, n * BN, bh);
+            } else {
+                mbar_arrive(k_full + s);
+            }
+            if (it >= ST) mbar_wait(v_empty + s, parity);
+            if (lane == 0) {
+                mbar_arrive_expect_tx(v_full + s, BN * DH * 2);
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++)
+                    tma_load_3d(Vs + s * BN * DH + hf * BN * 64, &tm_v, v_full + s, hf * 64, n * BN, bh);
+            }
+        }
+        return;
+    } else {  // the consumers
+        setmaxnreg_inc<FwdWsCfg<1>::REGS_CONSUMER>();
+        const int w4 = warp >> 2;
+        int row[2];
+        float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            row[hf] = q0 + warp * 16 + g + 8 * hf;
+            crow[hf] = row[hf] < T ? ch[row[hf]] : 0.f;
+            m[hf] = -INFINITY;
+            l[hf] = 0.f;
+        }
+        const float sl2 = LOG2E / sqrtf((float)DH);
+        uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
+        float oacc[DH / 8][4];
+#pragma unroll
+        for (int i = 0; i < DH / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+        // O += P V for the previous tile's P (pprev) and V tile Vp, one m64n64 product per half of V
+        auto pv_issue = [&](const __nv_bfloat16 *Vp) {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++)
+                    wgmma_m64n64_rs<1>(acc_half(oacc, hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
+        };
+        // Warp lane 0 arrives for its warp once every lane's reads of the stage are done.
+        auto release = [&](uint64_t *bar) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar);
+        };
+
+        mbar_wait(q_full, 0);
+        if (w4 == 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
+        for (int it = 0; it < ntiles; it++) {
+            const int n = n_last - it, s = it & 1;
+            const int vi = it > 0 ? it - 1 : 0, vs = vi & 1;  // V(t-1); V(0) under the zero P of t = 0
+            mbar_wait(k_full + s, (it >> 1) & 1);
+            mbar_wait(v_full + vs, (vi >> 1) & 1);
+            if (w4 == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
+            else named_bar_sync(2, 256);
+            float sacc[BN / 8][4];
+            wg_fence();
+            static_assert(BN == 128, "S: one m64n128 product per k16 step");
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
+            wg_commit();  // then tile t-1's P V; only S is waited for here
+            pv_issue(Vs + vs * BN * DH);
+            wg_commit();
+            if (w4 == 0) named_bar_arrive(2, 256);  // the other warpgroup's turn (none after warpgroup 1's last tile)
+            else if (it + 1 < ntiles) named_bar_arrive(1, 256);
+            wg_wait<1>();
+
+            const bool diag = n * BN + BN - 1 > q0;
+            const float cref = crefs[s];
+            // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
+            float mt_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++) {
+                const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
+                    float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
+                    if (diag && j > row[hf]) t = -INFINITY;
+                    sacc[nt][x] = t;
+                    mt_max[hf] = fmaxf(mt_max[hf], t);
+                }
+            }
+            release(k_empty + s);  // S(t) is complete and the gate terms read
+            float sh[2], al[2], ps[2] = {0.f, 0.f};
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float a = (crow[hf] - cref) * LOG2E;
+                const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
+                // Rows with nothing live yet keep max -inf: shift by 0 so exp2 sees -inf, not NaN.
+                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
+                al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
+                m[hf] = mn;
+            }
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
+                    ps[x >> 1] += sacc[nt][x];
+                }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];  // quad-reduced at the end
+            wg_wait<0>();  // tile t-1's P V has landed in O
+            if (it > 0) release(v_empty + vs);
+#pragma unroll
+            for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) oacc[i][x] *= al[x >> 1];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+        }
+        {  // the last tile's P V
+            const int vi = ntiles - 1;
+            mbar_wait(v_full + (vi & 1), (vi >> 1) & 1);
+            wg_fence();
+            pv_issue(Vs + (vi & 1) * BN * DH);
+            wg_commit_wait();
+        }
+        const size_t ld_o = (size_t)H * DH;
+        __nv_bfloat16 *ob = o + (size_t)b * T * ld_o + (size_t)h * DH;
+        constexpr float LN2 = 0.6931471805599453f;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = row[hf];
+            const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
+            if (r >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < DH / 8; nt++)
+                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
+                    pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
+            if (tq == 0) lse[head_off + r] = (m[hf] + log2f(lsum)) * LN2;
+        }
+    }
+}
+
+// The tensor maps are encoded per call (host work only; they carry the pointers) and passed by value.
+template <int DH>
+void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
+    const size_t smem = fwd_ws_smem_bytes<DH, FWD_WS_BN>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, FWD_BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
+                      tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
+    dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
+    fwd_ws_kernel<DH><<<grid, FwdWsCfg<1>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
+    FOX_LAUNCH_CHECK();
+}
+
+// The forward the public API runs: on Hopper (needs an sm_90a build) the TMA-fed kernel at d_h 128 and
+// warpgroup MMA with the pipelined P V at d_h 64 (where the TMA-fed kernel, 1 block of 2 consumer warpgroups
+// per SM, is not faster: dev/cuda/NOTES.md, session 8), mma.sync otherwise.
 template <int DH>
 void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
              __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    if (use_wgmma()) forward_cfg<DH, true>(q, k, v, c, o, lse, B, H, T, kv_first, s);
-    else forward_cfg<DH, false>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    if (!use_wgmma()) forward_cfg<DH, false>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    else if constexpr (DH == 128) forward_ws<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    else forward_cfg<DH, true>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 
 }  // namespace fox_attn

@@ -28,9 +28,6 @@ template <int DH, bool WG = false> struct FwdCfg {
     // dh 64: 3 would cap mma.sync at 168 registers (spills); the warpgroup path needs ~126 at 256 threads.
     // dh 128: O alone is 64 registers per thread.
     static constexpr int MIN_BLOCKS = DH == 64 ? 2 : 1;
-    // keys per tile: warpgroup dh 128 takes 128 (S one m64n128 product per k16 step, half the softmax
-    // bookkeeping per flop; 1 block per SM either way)
-    static constexpr int BN = WG && DH == 128 ? 128 : FWD_BN;
 };
 
 // Forward smem: the Q tile, K double-buffered, V double- (or, PIPE, triple-) buffered, the gate terms;
@@ -45,7 +42,8 @@ template <int DH, bool PIPE = false, int BN = FWD_BN> size_t fwd_smem_bytes() {
 // the gate terms. The producer warpgroup gives its registers to the consumers (setmaxnreg), within what the
 // block was launched with (__launch_bounds__(384, MINB): 168 registers a thread at MINB 1, 80 at 2):
 // MINB 1: 128 x 24 + 256 x 240 = 64.5k of 384 x 168; MINB 2: 128 x 24 + 256 x 104 = 29.7k of 384 x 80.
-// K, V and the gate terms in 2 stages.
+// K, V and the gate terms in 2 stages; key tiles of FWD_WS_BN (S one m64n128 product per k16 step).
+inline constexpr int FWD_WS_BN = 128;
 template <int MINB> struct FwdWsCfg {
     static constexpr int THREADS = 384;
     static constexpr int PRODUCER_WARP = 8;

@@ -32,7 +32,8 @@
 
 #include <stdlib.h>
 
-#include "../../fox/tma.cuh"  // tensor maps for the TMA versions
+#include <type_traits>  // std::true_type, std::false_type
+
 
 namespace fox_attn_dev {
 using namespace fox_attn;  // the primitives and the tile constants
@@ -332,7 +333,9 @@ void forward_cfg(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf
 // SCHED (FA3's warp scheduler barrier): the two consumer warpgroups take turns issuing their MMAs (named
 // barriers 1 and 2), so that one warpgroup's softmax runs while the other's products occupy the tensor
 // cores.
-template <int DH, int BN, int MINB, bool SCHED>
+// SPLIT: the causal mask is applied on the diagonal tile alone (a uniform branch between two copies of the
+// score loop), rather than tested per element on every tile (a compare and a select per score).
+template <int DH, int BN, int MINB, bool SCHED, bool SPLIT>
 __global__ void __launch_bounds__(FwdWsCfg<MINB>::THREADS, MINB)
 fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
               const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
@@ -474,18 +477,22 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             const float cref = crefs[s];
             // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
             float mt_max[2] = {-INFINITY, -INFINITY};
+            auto scores = [&](auto diag_tile) {  // SPLIT: std::true_type on the diagonal tile
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) {
-                const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
+                for (int nt = 0; nt < BN / 8; nt++) {
+                    const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
 #pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
-                    float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
-                    if (diag && j > row[hf]) t = -INFINITY;
-                    sacc[nt][x] = t;
-                    mt_max[hf] = fmaxf(mt_max[hf], t);
+                    for (int x = 0; x < 4; x++) {
+                        const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
+                        float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
+                        if ((SPLIT ? decltype(diag_tile)::value : diag) && j > row[hf]) t = -INFINITY;
+                        sacc[nt][x] = t;
+                        mt_max[hf] = fmaxf(mt_max[hf], t);
+                    }
                 }
-            }
+            };
+            if (SPLIT && !diag) scores(std::false_type{});
+            else scores(std::true_type{});
             release(k_empty + s);  // S(t) is complete and the gate terms read
             float sh[2], al[2], ps[2] = {0.f, 0.f};
 #pragma unroll
@@ -539,15 +546,15 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     }
 }
 
-template <int DH, int BN, int MINB, bool SCHED>
+template <int DH, int BN, int MINB, bool SCHED, bool SPLIT = false>
 void forward_ws(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                 const int *kv_first, cudaStream_t s) {
     const size_t smem = fwd_ws_smem_bytes<DH, BN>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH, BN, MINB, SCHED>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH, BN, MINB, SCHED, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, FWD_BM), tk = tma_map_bf16_3d(k, DH, T, B * H, BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, BN);
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_ws_kernel<DH, BN, MINB, SCHED><<<grid, FwdWsCfg<MINB>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
+    fwd_ws_kernel<DH, BN, MINB, SCHED, SPLIT><<<grid, FwdWsCfg<MINB>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
@@ -574,6 +581,8 @@ static const Version versions[] = {
     {8, "7 with the consumer warpgroups taking turns (scheduler barrier)", fox_attn_dev::forward_ws<64, 128, 1, true>,
      fox_attn_dev::forward_ws<128, 128, 1, true>, true},
     {9, "7 at 2 blocks/SM, key tiles of 64, 104 registers", fox_attn_dev::forward_ws<64, 64, 2, false>, nullptr, true},
+    {10, "8 with the causal mask on the diagonal tile only", fox_attn_dev::forward_ws<64, 128, 1, true, true>,
+     fox_attn_dev::forward_ws<128, 128, 1, true, true>, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
