@@ -1,8 +1,7 @@
-// fox/attention_forward.cuh: the Forgetting Attention forward kernels and their launchers, in the three
-// forms the public API (fox/attention.cuh) selects: mma.sync m16n8k16 (sm_80 and up, d_h 64 and 128), Hopper
-// warpgroup MMA with the P V product pipelined (sm_90a builds, d_h 64), and Hopper warpgroup MMA fed by a
-// TMA producer warpgroup (sm_90a builds, d_h 128). Other forms, and their measurements, are in
-// dev/cuda/attention_forward.cu.
+// fox/attention_forward.cuh: the Forgetting Attention forward kernels and their launchers, in the two forms
+// the public API (fox/attention.cuh) selects: mma.sync m16n8k16 (sm_80 and up), and Hopper warpgroup MMA
+// fed by a TMA producer warpgroup (sm_90a builds), each at d_h 64 and 128. Other forms, and their
+// measurements, are in dev/cuda/attention_forward.cu.
 #ifndef FOX_ATTENTION_FORWARD_CUH
 #define FOX_ATTENTION_FORWARD_CUH
 
@@ -11,8 +10,9 @@
 #include <cuda_bf16.h>                // __nv_bfloat16
 #include "acp.h"                      // FOX_ACP_BLOCK: kv_first's grid
 #include "cuda_common.cuh"            // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK
+#include <type_traits>                // std::true_type, std::false_type
 #include "attention_primitives.cuh"   // cp.async, ldmatrix, mma.sync, wgmma, TMA, mbarriers, ex2, quad_max / quad_sum
-#include "attention_traits.cuh"       // LOG2E, FWD_BM, FWD_BN, FwdCfg, FwdWsCfg, smem sizes, use_wgmma
+#include "attention_traits.cuh"       // LOG2E, FWD_BM, FWD_BN, FWD_WS_BN, FwdCfg, FwdWsCfg, smem sizes, use_wgmma
 #include "tma.cuh"                    // tma_map_bf16_3d: the tensor maps of q, k, v
 
 namespace fox_attn {
@@ -29,31 +29,19 @@ namespace fox_attn {
 // formed from differences, never from c*log2e products. Each key tile takes c_ref = c at its first
 // key; a_i = (c_i - c_ref) log2e per row and nb_j = -(c_j - c_ref) log2e per key are small for every
 // tile that matters, and s_ij log2e = a_i + fma(qk, scale log2e, nb_j).
-// WG (d_h 64; d_h 128 on Hopper is fwd_ws_kernel below): S = Q K^T and O += P V on Hopper warpgroup MMA
-// (sm_90a): 8 warps of 16 rows, warpgroup w4 owning rows 64 w4.., operands straight from the swizzled smem
-// tiles (swz_halves: one 64-column half, a canonical 128-byte-swizzle operand); the rest of the kernel is
-// shared.
-// Tile t-1's P V runs on the tensor cores during tile t's softmax. Per tile a warpgroup commits
-// S(t) = Q K(t)^T, then P(t-1) V(t-1) (P kept in registers as bf16 fragments), waits for S(t) only,
-// forms tile t's exponentials and row sums, then waits for P V and rescales O: the same operations on O
-// in the same order as a P V issued right after tile t-1's softmax. V is triple-buffered (V(t-1) is still
-// read while V(t+1) lands); the P V issue is unconditional (at t = 0 a zero P on a zeroed V buffer):
-// under a branch ptxas would serialize the kernel's warpgroup MMAs.
-template <int DH, bool WG>
-__global__ void __launch_bounds__(FwdCfg<DH, WG>::THREADS, FwdCfg<DH, WG>::MIN_BLOCKS)
+// This kernel: mma.sync (sm_80 and up; on Hopper fwd_ws_kernel below).
+template <int DH>
+__global__ void __launch_bounds__(FwdCfg<DH>::THREADS, FwdCfg<DH>::MIN_BLOCKS)
 fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
            float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH>::MT, NT = FwdCfg<DH>::THREADS;
     static_assert(BN <= NT, "one loader thread per key");
-    static_assert(!WG || DH == 64, "d_h 128 on Hopper: fwd_ws_kernel");
-    constexpr int NV = WG ? 3 : 2;  // V buffers
-    static_assert(!WG || MT == 1, "warpgroup path: 16 rows per warp");
-    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
+    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: as fwd_ws_kernel's (the same array)
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
     __nv_bfloat16 *Ks = Qs + BM * DH;          // [2][BN][DH]
-    __nv_bfloat16 *Vs = Ks + 2 * BN * DH;      // [NV][BN][DH]
-    float *nbs = reinterpret_cast<float *>(Vs + NV * BN * DH);  // [2][BN]: -(c_j - c_ref) log2e
+    __nv_bfloat16 *Vs = Ks + 2 * BN * DH;      // [2][BN][DH]
+    float *nbs = reinterpret_cast<float *>(Vs + 2 * BN * DH);  // [2][BN]: -(c_j - c_ref) log2e
     float *crefs = nbs + 2 * BN;                                // [2]
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -81,13 +69,9 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         if (tid == 0) crefs[buf] = cref;
     };
 
-    if constexpr (WG) {  // V buffer 2: the operand of the zero P V issued with tile 0
-        uint4 *z = reinterpret_cast<uint4 *>(Vs + 2 * BN * DH);
-        for (int i = tid; i < BN * DH / 8; i += NT) z[i] = make_uint4(0u, 0u, 0u, 0u);
-    }
-    load_tile_async<DH, BM, NT, WG>(Qs, qh, DH, q0, T, tid);
-    load_tile_async<DH, BN, NT, WG>(Ks, kh, DH, n_last * BN, T, tid);
-    load_tile_async<DH, BN, NT, WG>(Vs, vh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BM, NT>(Qs, qh, DH, q0, T, tid);
+    load_tile_async<DH, BN, NT>(Ks, kh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BN, NT>(Vs, vh, DH, n_last * BN, T, tid);
     cp_async_commit();
     {
         float cj, cref;
@@ -110,57 +94,33 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const float sl2 = LOG2E / sqrtf((float)DH);
 
     uint32_t qf[MT][DH / 16][4];
-    uint32_t pprev[BN / 16][4];  // WG: tile t-1's P as bf16 A fragments (zero before tile 0)
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
     float oacc[MT][DH / 8][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int i = 0; i < DH / 8; i++) oacc[mt][i][0] = oacc[mt][i][1] = oacc[mt][i][2] = oacc[mt][i][3] = 0.f;
-    // WG: O += P V for the previous tile's P (pprev) and V tile Vp, one m64n64 product per half of V
-    auto pv_issue = [&](const __nv_bfloat16 *Vp) {
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-#pragma unroll
-            for (int hf = 0; hf < DH / 64; hf++)
-                wgmma_m64n64_rs<1>(acc_half(oacc[0], hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
-    };
-
     for (int it = 0; it < ntiles; it++) {
-        const int n = n_last - it, buf = it & 1, vbuf = WG ? it % 3 : buf;
+        const int n = n_last - it, buf = it & 1;
         cp_async_wait_all();
-        if constexpr (WG) fence_proxy_async_smem();  // cp.async writes -> wgmma reads
         __syncthreads();
         const bool more = it + 1 < ntiles;
         float cj_next = 0.f, cref_next = 0.f;
         if (more) {
-            load_tile_async<DH, BN, NT, WG>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
-            load_tile_async<DH, BN, NT, WG>(Vs + (WG ? (it + 1) % 3 : buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT>(Vs + (buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
             cp_async_commit();
             fetch_c(n - 1, cj_next, cref_next);
         }
-        if (!WG && it == 0) {
+        if (it == 0) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++) load_a<DH>(qf[mt][kk], Qs, (warp * MT + mt) * 16, kk * 16, lane);
         }
-        const __nv_bfloat16 *Kb = Ks + buf * BN * DH, *Vb = Vs + vbuf * BN * DH;
+        const __nv_bfloat16 *Kb = Ks + buf * BN * DH, *Vb = Vs + buf * BN * DH;
         const float *nb = nbs + buf * BN;
 
         float s[MT][BN / 8][4];
-        if constexpr (WG) {
-            const int w4 = warp >> 2;
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++)
-                wgmma_m64n64_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
-            wg_commit();  // then tile t-1's P V; only S is waited for here
-            pv_issue(Vs + ((it + 2) % 3) * BN * DH);
-            wg_commit();
-            wg_wait<1>();
-        } else {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -177,7 +137,6 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     mma16816(s[mt][2 * np + 1], qf[mt][kk], bf[2], bf[3]);
                 }
             }
-        }
         }
 
         const bool diag = n * BN + BN - 1 > q0;
@@ -221,16 +180,11 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 }
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) l[mt][hf] = l[mt][hf] * al[hf] + ps[hf];  // quad-reduced at the end
-            if constexpr (WG) wg_wait<0>();  // tile t-1's P V has landed in O
 #pragma unroll
             for (int i = 0; i < DH / 8; i++)
 #pragma unroll
                 for (int x = 0; x < 4; x++) oacc[mt][i][x] *= al[x >> 1];
         }
-        if constexpr (WG) {  // tile t's P, for the P V issued with tile t+1
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], s[0][2 * kk], s[0][2 * kk + 1]);
-        } else
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
             uint32_t pa[MT][4];
@@ -250,12 +204,6 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         if (more) store_c(buf ^ 1, cj_next, cref_next);
     }
 
-    if constexpr (WG) {  // the last tile's P V
-        const __nv_bfloat16 *Vp = Vs + ((ntiles - 1) % 3) * BN * DH;
-        wg_fence();
-        pv_issue(Vp);
-        wg_commit_wait();
-    }
     const size_t ld_o = (size_t)H * DH;
     __nv_bfloat16 *ob = o + (size_t)b * T * ld_o + (size_t)h * DH;
     constexpr float LN2 = 0.6931471805599453f;
@@ -274,20 +222,28 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
 }
 
-template <int DH, bool WG>
-void forward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+template <int DH>
+void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                  __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_smem_bytes<DH, WG>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = fwd_smem_bytes<DH>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_kernel<DH, WG><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
+    fwd_kernel<DH><<<grid, FwdCfg<DH>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
-// Forgetting Attention forward on Hopper with a TMA producer (d_h 128; FlashAttention-3's recipe, our code):
-// the per-tile math of fwd_kernel's warpgroup path (S = Q K^T, then tile t-1's P V pipelined under tile t's
-// softmax; the gate precision scheme above) on key tiles of FWD_WS_BN, with the loads taken off the compute
-// warps. Warps 0-7 are two consumer warpgroups of 64 query rows; warp 8 is the producer: one lane issues
+// Forgetting Attention forward on Hopper with a TMA producer (FlashAttention-3's recipe, our code): the
+// formulation and gate precision scheme of fwd_kernel above on warpgroup MMA (sm_90a), key tiles of
+// FWD_WS_BN. S = Q K^T is one m64n128 product per k16 step with Q and K straight from the swizzled smem
+// tiles, stored as d_h / 64 halves of 64 columns (swz_halves), each a canonical 128-byte-swizzle operand;
+// P V is one m64n64 product per half of V (MN-major), P kept in registers as bf16 fragments, giving O's
+// columns 64 hf.. (acc_half). Tile t-1's P V runs on the tensor cores during tile t's softmax: per tile a
+// warpgroup commits S(t), then P(t-1) V(t-1), waits for S(t) only, forms tile t's exponentials and row
+// sums, then waits for P V and rescales O (the same operations on O in the same order as a P V issued
+// right after tile t-1's softmax). The P V issue is unconditional (at t = 0 a zero P on V(0)): under a
+// branch ptxas would serialize the kernel's warpgroup MMAs. The causal mask is applied on the diagonal
+// tile alone (a uniform branch between two copies of the score loop), not tested per score on every tile.
+// Warps 0-7 are two consumer warpgroups of 64 query rows; warp 8 is the producer: one lane issues
 // the bulk tensor copies (TMA) of Q, then of each key tile's K and V (each 64-column half one box of the
 // 3-D map [B H][T][d_h], landing in the 128-byte-swizzle layout the descriptors read; rows past T come in
 // as zeros), and the warp's 32 lanes form the tile's gate terms nb_j and c_ref into the stage's smem
@@ -295,8 +251,7 @@ void forward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 // 24 / 240, FwdWsCfg). K, V and the gate terms have 2 stages each, with "full" mbarriers (32 producer
 // arrivals + the copies' bytes) and "empty" ones (one arrival per consumer warp): a consumer frees K(t)
 // and the gate terms once S(t) is complete and its gate terms are read, V(t-1) once P(t-1) V(t-1) is; no
-// __syncthreads in the tile loop. At t = 0 the zero P multiplies V(0), whose copy is waited for. The two
-// consumer warpgroups take turns issuing their MMAs (named barriers 1 and 2, FA3's warp scheduler
+// __syncthreads in the tile loop; V(0) is waited for before the zero P V of t = 0. The two consumer warpgroups take turns issuing their MMAs (named barriers 1 and 2, FA3's warp scheduler
 // barrier), so that one warpgroup's softmax runs while the other's products occupy the tensor cores.
 template <int DH>
 __global__ void __launch_bounds__(FwdWsCfg<1>::THREADS, 1)
@@ -433,18 +388,22 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             const float cref = crefs[s];
             // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
             float mt_max[2] = {-INFINITY, -INFINITY};
+            auto scores = [&](auto diag_tile) {  // std::true_type on the diagonal tile: the causal mask
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) {
-                const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
+                for (int nt = 0; nt < BN / 8; nt++) {
+                    const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
 #pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
-                    float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
-                    if (diag && j > row[hf]) t = -INFINITY;
-                    sacc[nt][x] = t;
-                    mt_max[hf] = fmaxf(mt_max[hf], t);
+                    for (int x = 0; x < 4; x++) {
+                        const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
+                        float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
+                        if (decltype(diag_tile)::value && j > row[hf]) t = -INFINITY;
+                        sacc[nt][x] = t;
+                        mt_max[hf] = fmaxf(mt_max[hf], t);
+                    }
                 }
-            }
+            };
+            if (diag) scores(std::true_type{});
+            else scores(std::false_type{});
             release(k_empty + s);  // S(t) is complete and the gate terms read
             float sh[2], al[2], ps[2] = {0.f, 0.f};
 #pragma unroll
@@ -511,15 +470,13 @@ void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloa
     FOX_LAUNCH_CHECK();
 }
 
-// The forward the public API runs: on Hopper (needs an sm_90a build) the TMA-fed kernel at d_h 128 and
-// warpgroup MMA with the pipelined P V at d_h 64 (where the TMA-fed kernel, 1 block of 2 consumer warpgroups
-// per SM, is not faster: dev/cuda/NOTES.md, session 8), mma.sync otherwise.
+// The forward the public API runs: the TMA-fed warpgroup-MMA kernel on Hopper (needs an sm_90a build),
+// mma.sync otherwise.
 template <int DH>
 void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
              __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    if (!use_wgmma()) forward_cfg<DH, false>(q, k, v, c, o, lse, B, H, T, kv_first, s);
-    else if constexpr (DH == 128) forward_ws<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
-    else forward_cfg<DH, true>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    if (use_wgmma()) forward_ws<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    else forward_mma<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 
 }  // namespace fox_attn

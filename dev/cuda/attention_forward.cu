@@ -1,6 +1,6 @@
 // dev/cuda/attention_forward.cu: the Forgetting Attention forward kernel in every version tried, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are versions 1, 3 and 6).
+// (fox/attention.cuh, whose kernels are versions 1 and 10; 3 and 6 before session 8).
 //   make attention_forward
 //   ./attention_forward            every version: checks, then timings
 //   ./attention_forward 3          version 3 only (and the API)
@@ -16,7 +16,7 @@
 //    T 16384 B 2 H 16, 334.0 / 335.3 at B 1 H 24, 307.2 at T 4096 (H100, session 5). d_h 64 only.
 //  3 wgmma with tile t-1's P V pipelined under tile t's softmax (V triple-buffered): the same output bit
 //    for bit as 2. 348.3 / 344.9 at T 16384 B 2 H 16, 340.9 / 337.5 at B 1 H 24, 309.8 at T 4096 (H100,
-//    session 5, the same runs as 2's figures). The API's forward at d_h 64 on Hopper.
+//    session 5, the same runs as 2's figures). The API's forward at d_h 64 on Hopper until session 8.
 //  4 2 at d_h 128 (Hopper): Q, K, V tiles stored as two 64-column halves (swz_halves), each a canonical
 //    128-byte-swizzle operand; S's k16 steps walk both halves, P V is an m64n64 product per half of V.
 //    1 block of 8 warps per SM (O alone is 64 registers per thread); 168 registers, ptxas injects a
@@ -27,13 +27,31 @@
 //  6 5 with key tiles of 128 (S = Q K^T one m64n128 product per k16 step; smem 197 KB; 254 registers, no
 //    spills): half the per-tile softmax bookkeeping and S's operand traffic per flop of 5 (K read once
 //    per 128 keys for 64 query rows of a warpgroup instead of once per 64). 422.7 at T 16384, 349.6 at
-//    T 4096 (H100, session 7 run 3, beside 5's 405.6 / 341.2). The API's forward at d_h 128 on Hopper.
+//    T 4096 (H100, session 7 run 3, beside 5's 405.6 / 341.2). The API's forward at d_h 128 on Hopper until
+//    session 8.
+// Session 8 (H200 at 1980 MHz, runs 2 and 3 of session 8; T 4096 = B 8 H 16 at d_h 64, B 8 H 8 at 128;
+// T 16384 = B 2 H 16 / B 2 H 8; each figure beside the same run's 3 (d_h 64) and 6 (d_h 128): run 2
+// 309.2 / 341.3 / 348.8 / 410.8, run 3 312.1 / 341.1 / 343.7 / 407.4 at d_h 64 T 4096, T 16384, d_h 128
+// T 4096, T 16384):
+//  7 TMA producer warpgroup (warp 8 issues the copies and forms the gate terms; setmaxnreg 24 / 240),
+//    two consumer warpgroups of 64 rows, key tiles of 128, K / V / gate terms in 2 mbarrier stages, 1 block
+//    per SM; the per-tile math of 6. d_h 64: 267.2 / 268.2 at T 4096, 306.6 / 307.3 at T 16384; d_h 128:
+//    384.9 / 384.1, 458.1 / 452.9 (runs 2 / 3).
+//  8 7 with the consumer warpgroups taking turns to issue their MMAs (named barriers; FA3's scheduler
+//    barrier). d_h 64: 291.2 / 293.6, 338.4 / 338.5; d_h 128: 465.3 / 463.0, 546.9 / 540.1. Run 3's API
+//    at d_h 128 was this code (fox/attention_forward.cuh then): 458.7 at T 4096, 558.7 at T 16384.
+//  9 7 at d_h 64 with 2 blocks per SM, key tiles of 64: setmaxnreg 24 / 104 within the 80 registers of a
+//    384-thread block at 2 blocks per SM; ptxas serializes the warpgroup MMAs (C7512) and spills 48 bytes.
+//    292.8 / 291.9, 319.3 / 319.1.
+// 10 8 with the causal mask on the diagonal tile only (a uniform branch between two copies of the score
+//    loop; 8 compares and selects every score of every tile). d_h 64: 332.9 at T 4096, 402.9 at T 16384
+//    (399.3 at B 1 H 12, 407.9 at B 1 H 24, beside 3's 311.5 / 336.8); d_h 128: 507.8, 586.8 (run 3). The
+//    API's forward on Hopper at both d_h since session 8 (its PTX equals this version's).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
 
 #include <type_traits>  // std::true_type, std::false_type
-
 
 namespace fox_attn_dev {
 using namespace fox_attn;  // the primitives and the tile constants
