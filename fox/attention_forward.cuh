@@ -1,6 +1,6 @@
-// fox/attention_forward.cuh: the Forgetting Attention forward kernel and its launcher, in the two forms
+// fox/attention_forward.cuh: the Forgetting Attention forward kernels and their launchers, in the two forms
 // the public API (fox/attention.cuh) selects: mma.sync m16n8k16 (sm_80 and up), and Hopper warpgroup MMA
-// with the P V product pipelined (sm_90a builds), each at d_h 64 and 128. Other forms, and their
+// fed by a TMA producer warpgroup (sm_90a builds), each at d_h 64 and 128. Other forms, and their
 // measurements, are in dev/cuda/attention_forward.cu.
 #ifndef FOX_ATTENTION_FORWARD_CUH
 #define FOX_ATTENTION_FORWARD_CUH
@@ -10,8 +10,10 @@
 #include <cuda_bf16.h>                // __nv_bfloat16
 #include "acp.h"                      // FOX_ACP_BLOCK: kv_first's grid
 #include "cuda_common.cuh"            // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK
-#include "attention_primitives.cuh"   // cp.async, ldmatrix, mma.sync, wgmma, ex2, quad_max / quad_sum
-#include "attention_traits.cuh"       // LOG2E, FWD_BM, FWD_BN, FwdCfg, fwd_smem_bytes, use_wgmma
+#include <type_traits>                // std::true_type, std::false_type
+#include "attention_primitives.cuh"   // cp.async, ldmatrix, mma.sync, wgmma, TMA, mbarriers, ex2, quad_max / quad_sum
+#include "attention_traits.cuh"       // LOG2E, FWD_BM, FWD_BN, FWD_WS_BN, FwdCfg, FwdWsCfg, smem sizes, use_wgmma
+#include "tma.cuh"                    // tma_map_bf16_3d: the tensor maps of q, k, v
 
 namespace fox_attn {
 
@@ -20,39 +22,26 @@ namespace fox_attn {
 //   o_i = sum_{j <= i} exp(s_ij) v_j / sum_{j <= i} exp(s_ij),  s_ij = scale q_i.k_j + c_i - c_j,
 // and lse_i = log sum_{j <= i} exp(s_ij), which the backward uses to recompute P.
 // Block = FWD_BM query rows of one (b, h); each warp owns MT row tiles of 16 (so every K/V fragment read
-// from smem feeds MT mma). Key tiles of BN (FwdCfg: 64, or 128 on the warpgroup path at dh 128) are
-// walked from the diagonal down to the first live one, double-buffered with cp.async, with an online
-// softmax (running max and sum per row).
+// from smem feeds MT mma). Key tiles of FWD_BN are walked from the diagonal down to the first live one,
+// double-buffered with cp.async, with an online softmax (running max and sum per row).
 //
 // Gate precision: c reaches -1e4 and beyond at long T, where an fp32 ulp is ~1e-3, so c_i - c_j must be
 // formed from differences, never from c*log2e products. Each key tile takes c_ref = c at its first
 // key; a_i = (c_i - c_ref) log2e per row and nb_j = -(c_j - c_ref) log2e per key are small for every
 // tile that matters, and s_ij log2e = a_i + fma(qk, scale log2e, nb_j).
-// WG: S = Q K^T and O += P V on Hopper warpgroup MMA (sm_90a): 8 warps of 16 rows, warpgroup w4 owning
-// rows 64 w4.., operands straight from the swizzled smem tiles; the rest of the kernel is shared. Tiles
-// are stored as 64-column halves (swz_halves: one half at dh 64, two at dh 128), each a canonical
-// 128-byte-swizzle operand: S's k16 steps walk Q's and K's halves in turn, and P V is one m64n64 product
-// per half of V (MN-major), giving O's columns 64 hf.. (acc_half).
-// Tile t-1's P V runs on the tensor cores during tile t's softmax. Per tile a warpgroup commits
-// S(t) = Q K(t)^T, then P(t-1) V(t-1) (P kept in registers as bf16 fragments), waits for S(t) only,
-// forms tile t's exponentials and row sums, then waits for P V and rescales O: the same operations on O
-// in the same order as a P V issued right after tile t-1's softmax. V is triple-buffered (V(t-1) is still
-// read while V(t+1) lands); the P V issue is unconditional (at t = 0 a zero P on a zeroed V buffer):
-// under a branch ptxas would serialize the kernel's warpgroup MMAs.
-template <int DH, bool WG>
-__global__ void __launch_bounds__(FwdCfg<DH, WG>::THREADS, FwdCfg<DH, WG>::MIN_BLOCKS)
+// This kernel: mma.sync (sm_80 and up; on Hopper fwd_ws_kernel below).
+template <int DH>
+__global__ void __launch_bounds__(FwdCfg<DH>::THREADS, FwdCfg<DH>::MIN_BLOCKS)
 fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
            float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    constexpr int BM = FWD_BM, BN = FwdCfg<DH, WG>::BN, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    constexpr int BM = FWD_BM, BN = FWD_BN, MT = FwdCfg<DH>::MT, NT = FwdCfg<DH>::THREADS;
     static_assert(BN <= NT, "one loader thread per key");
-    constexpr int NV = WG ? 3 : 2;  // V buffers
-    static_assert(!WG || MT == 1, "warpgroup path: 16 rows per warp");
-    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
+    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: as fwd_ws_kernel's (the same array)
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
     __nv_bfloat16 *Ks = Qs + BM * DH;          // [2][BN][DH]
-    __nv_bfloat16 *Vs = Ks + 2 * BN * DH;      // [NV][BN][DH]
-    float *nbs = reinterpret_cast<float *>(Vs + NV * BN * DH);  // [2][BN]: -(c_j - c_ref) log2e
+    __nv_bfloat16 *Vs = Ks + 2 * BN * DH;      // [2][BN][DH]
+    float *nbs = reinterpret_cast<float *>(Vs + 2 * BN * DH);  // [2][BN]: -(c_j - c_ref) log2e
     float *crefs = nbs + 2 * BN;                                // [2]
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -80,13 +69,9 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         if (tid == 0) crefs[buf] = cref;
     };
 
-    if constexpr (WG) {  // V buffer 2: the operand of the zero P V issued with tile 0
-        uint4 *z = reinterpret_cast<uint4 *>(Vs + 2 * BN * DH);
-        for (int i = tid; i < BN * DH / 8; i += NT) z[i] = make_uint4(0u, 0u, 0u, 0u);
-    }
-    load_tile_async<DH, BM, NT, WG>(Qs, qh, DH, q0, T, tid);
-    load_tile_async<DH, BN, NT, WG>(Ks, kh, DH, n_last * BN, T, tid);
-    load_tile_async<DH, BN, NT, WG>(Vs, vh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BM, NT>(Qs, qh, DH, q0, T, tid);
+    load_tile_async<DH, BN, NT>(Ks, kh, DH, n_last * BN, T, tid);
+    load_tile_async<DH, BN, NT>(Vs, vh, DH, n_last * BN, T, tid);
     cp_async_commit();
     {
         float cj, cref;
@@ -109,60 +94,33 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const float sl2 = LOG2E / sqrtf((float)DH);
 
     uint32_t qf[MT][DH / 16][4];
-    uint32_t pprev[BN / 16][4];  // WG: tile t-1's P as bf16 A fragments (zero before tile 0)
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
     float oacc[MT][DH / 8][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int i = 0; i < DH / 8; i++) oacc[mt][i][0] = oacc[mt][i][1] = oacc[mt][i][2] = oacc[mt][i][3] = 0.f;
-    // WG: O += P V for the previous tile's P (pprev) and V tile Vp, one m64n64 product per half of V
-    auto pv_issue = [&](const __nv_bfloat16 *Vp) {
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-#pragma unroll
-            for (int hf = 0; hf < DH / 64; hf++)
-                wgmma_m64n64_rs<1>(acc_half(oacc[0], hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
-    };
-
     for (int it = 0; it < ntiles; it++) {
-        const int n = n_last - it, buf = it & 1, vbuf = WG ? it % 3 : buf;
+        const int n = n_last - it, buf = it & 1;
         cp_async_wait_all();
-        if constexpr (WG) fence_proxy_async_smem();  // cp.async writes -> wgmma reads
         __syncthreads();
         const bool more = it + 1 < ntiles;
         float cj_next = 0.f, cref_next = 0.f;
         if (more) {
-            load_tile_async<DH, BN, NT, WG>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
-            load_tile_async<DH, BN, NT, WG>(Vs + (WG ? (it + 1) % 3 : buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT>(Ks + (buf ^ 1) * BN * DH, kh, DH, (n - 1) * BN, T, tid);
+            load_tile_async<DH, BN, NT>(Vs + (buf ^ 1) * BN * DH, vh, DH, (n - 1) * BN, T, tid);
             cp_async_commit();
             fetch_c(n - 1, cj_next, cref_next);
         }
-        if (!WG && it == 0) {
+        if (it == 0) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++) load_a<DH>(qf[mt][kk], Qs, (warp * MT + mt) * 16, kk * 16, lane);
         }
-        const __nv_bfloat16 *Kb = Ks + buf * BN * DH, *Vb = Vs + vbuf * BN * DH;
+        const __nv_bfloat16 *Kb = Ks + buf * BN * DH, *Vb = Vs + buf * BN * DH;
         const float *nb = nbs + buf * BN;
 
         float s[MT][BN / 8][4];
-        if constexpr (WG) {
-            const int w4 = warp >> 2;
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++)
-                if constexpr (BN == 128)
-                    wgmma_m64n128_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
-                else
-                    wgmma_m64n64_ss<0, 0>(s[0], desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Kb, 0, kk), kk > 0);
-            wg_commit();  // then tile t-1's P V; only S is waited for here
-            pv_issue(Vs + ((it + 2) % 3) * BN * DH);
-            wg_commit();
-            wg_wait<1>();
-        } else {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -179,7 +137,6 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     mma16816(s[mt][2 * np + 1], qf[mt][kk], bf[2], bf[3]);
                 }
             }
-        }
         }
 
         const bool diag = n * BN + BN - 1 > q0;
@@ -223,16 +180,11 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 }
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) l[mt][hf] = l[mt][hf] * al[hf] + ps[hf];  // quad-reduced at the end
-            if constexpr (WG) wg_wait<0>();  // tile t-1's P V has landed in O
 #pragma unroll
             for (int i = 0; i < DH / 8; i++)
 #pragma unroll
                 for (int x = 0; x < 4; x++) oacc[mt][i][x] *= al[x >> 1];
         }
-        if constexpr (WG) {  // tile t's P, for the P V issued with tile t+1
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], s[0][2 * kk], s[0][2 * kk + 1]);
-        } else
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
             uint32_t pa[MT][4];
@@ -252,12 +204,6 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         if (more) store_c(buf ^ 1, cj_next, cref_next);
     }
 
-    if constexpr (WG) {  // the last tile's P V
-        const __nv_bfloat16 *Vp = Vs + ((ntiles - 1) % 3) * BN * DH;
-        wg_fence();
-        pv_issue(Vp);
-        wg_commit_wait();
-    }
     const size_t ld_o = (size_t)H * DH;
     __nv_bfloat16 *ob = o + (size_t)b * T * ld_o + (size_t)h * DH;
     constexpr float LN2 = 0.6931471805599453f;
@@ -276,23 +222,261 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
 }
 
-template <int DH, bool WG>
-void forward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+template <int DH>
+void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                  __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_smem_bytes<DH, WG, FwdCfg<DH, WG>::BN>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = fwd_smem_bytes<DH>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_kernel<DH, WG><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
+    fwd_kernel<DH><<<grid, FwdCfg<DH>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
-// The forward the public API runs: warpgroup MMA with the pipelined P V on Hopper (needs an sm_90a build),
+// Forgetting Attention forward on Hopper with a TMA producer (FlashAttention-3's recipe, our code): the
+// formulation and gate precision scheme of fwd_kernel above on warpgroup MMA (sm_90a), key tiles of
+// FWD_WS_BN. S = Q K^T is one m64n128 product per k16 step with Q and K straight from the swizzled smem
+// tiles, stored as d_h / 64 halves of 64 columns (swz_halves), each a canonical 128-byte-swizzle operand;
+// P V is one m64n64 product per half of V (MN-major), P kept in registers as bf16 fragments, giving O's
+// columns 64 hf.. (acc_half). Tile t-1's P V runs on the tensor cores during tile t's softmax: per tile a
+// warpgroup commits S(t), then P(t-1) V(t-1), waits for S(t) only, forms tile t's exponentials and row
+// sums, then waits for P V and rescales O (the same operations on O in the same order as a P V issued
+// right after tile t-1's softmax). The P V issue is unconditional (at t = 0 a zero P on V(0)): under a
+// branch ptxas would serialize the kernel's warpgroup MMAs. The causal mask is applied on the diagonal
+// tile alone (a uniform branch between two copies of the score loop), not tested per score on every tile.
+// Warps 0-7 are two consumer warpgroups of 64 query rows; warp 8 is the producer: one lane issues
+// the bulk tensor copies (TMA) of Q, then of each key tile's K and V (each 64-column half one box of the
+// 3-D map [B H][T][d_h], landing in the 128-byte-swizzle layout the descriptors read; rows past T come in
+// as zeros), and the warp's 32 lanes form the tile's gate terms nb_j and c_ref into the stage's smem
+// before arriving on its mbarrier. The producer warpgroup gives its registers to the consumers (setmaxnreg
+// 24 / 240, FwdWsCfg). K, V and the gate terms have 2 stages each, with "full" mbarriers (32 producer
+// arrivals + the copies' bytes) and "empty" ones (one arrival per consumer warp): a consumer frees K(t)
+// and the gate terms once S(t) is complete and its gate terms are read, V(t-1) once P(t-1) V(t-1) is; no
+// __syncthreads in the tile loop; V(0) is waited for before the zero P V of t = 0. The two consumer warpgroups take turns issuing their MMAs (named barriers 1 and 2, FA3's warp scheduler
+// barrier), so that one warpgroup's softmax runs while the other's products occupy the tensor cores.
+template <int DH>
+__global__ void __launch_bounds__(FwdWsCfg<1>::THREADS, 1)
+fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+              const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
+              float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
+    constexpr int BM = FWD_BM, BN = FWD_WS_BN, ST = FwdWsCfg<1>::STAGES;
+    static_assert(ST == 2, "stage and parity arithmetic below assumes 2 stages");
+    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
+    __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
+    __nv_bfloat16 *Vs = Ks + ST * BN * DH;     // [ST][BN][DH]
+    float *nbs = reinterpret_cast<float *>(Vs + ST * BN * DH);  // [ST][BN]: -(c_j - c_ref) log2e
+    float *crefs = nbs + ST * BN;                                // [ST]
+    uint64_t *q_full = reinterpret_cast<uint64_t *>(crefs + ST);
+    uint64_t *k_full = q_full + 1, *k_empty = k_full + ST, *v_full = k_empty + ST, *v_empty = v_full + ST;
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
+    const int g = lane >> 2, tq = lane & 3;
+    const int nqb = gridDim.x;
+    const int mb = nqb - 1 - blockIdx.x;  // longest rows first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t head_off = (size_t)bh * T;
+    const float *ch = c + head_off;
+    const int q0 = mb * BM;
+    const int n_last = min((T - 1) / BN, (q0 + BM - 1) / BN);
+    const int n_first = kv_first ? kv_first[(size_t)bh * nqb + mb] * (FOX_ACP_BLOCK / BN) : 0;
+    const int ntiles = n_last - n_first + 1;
+
+    if (tid == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < ST; s++) {
+            mbar_init(k_full + s, 32);
+            mbar_init(k_empty + s, 8);
+            mbar_init(v_full + s, 1);
+            mbar_init(v_empty + s, 8);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (warp >= FwdWsCfg<1>::PRODUCER_WARP) {  // the producer
+        setmaxnreg_dec<FwdWsCfg<1>::REGS_PRODUCER>();
+        if (warp != FwdWsCfg<1>::PRODUCER_WARP) return;
+        if (lane == 0) {
+            mbar_arrive_expect_tx(q_full, BM * DH * 2);
+#pragma unroll
+            for (int hf = 0; hf < DH / 64; hf++) tma_load_3d(Qs + hf * BM * 64, &tm_q, q_full, hf * 64, q0, bh);
+        }
+        for (int it = 0; it < ntiles; it++) {
+            const int n = n_last - it, s = it & 1, parity = ((it >> 1) & 1) ^ 1;  // the release of tile it-2
+            if (it >= ST) mbar_wait(k_empty + s, parity);
+            const float cref = ch[n * BN];
+#pragma unroll
+            for (int i = lane; i < BN; i += 32) {
+                const int j = n * BN + i;
+                nbs[s * BN + i] = -((j < T ? ch[j] : cref) - cref) * LOG2E;
+            }
+            if (lane == 0) {
+                crefs[s] = cref;
+                mbar_arrive_expect_tx(k_full + s, BN * DH * 2);
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++)
+                    tma_load_3d(Ks + s * BN * DH + hf * BN * 64, &tm_k, k_full + s, hf * 64, n * BN, bh);
+            } else {
+                mbar_arrive(k_full + s);
+            }
+            if (it >= ST) mbar_wait(v_empty + s, parity);
+            if (lane == 0) {
+                mbar_arrive_expect_tx(v_full + s, BN * DH * 2);
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++)
+                    tma_load_3d(Vs + s * BN * DH + hf * BN * 64, &tm_v, v_full + s, hf * 64, n * BN, bh);
+            }
+        }
+        return;
+    } else {  // the consumers
+        setmaxnreg_inc<FwdWsCfg<1>::REGS_CONSUMER>();
+        const int w4 = warp >> 2;
+        int row[2];
+        float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            row[hf] = q0 + warp * 16 + g + 8 * hf;
+            crow[hf] = row[hf] < T ? ch[row[hf]] : 0.f;
+            m[hf] = -INFINITY;
+            l[hf] = 0.f;
+        }
+        const float sl2 = LOG2E / sqrtf((float)DH);
+        uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
+        float oacc[DH / 8][4];
+#pragma unroll
+        for (int i = 0; i < DH / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+        // O += P V for the previous tile's P (pprev) and V tile Vp, one m64n64 product per half of V
+        auto pv_issue = [&](const __nv_bfloat16 *Vp) {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++)
+                    wgmma_m64n64_rs<1>(acc_half(oacc, hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
+        };
+        // Warp lane 0 arrives for its warp once every lane's reads of the stage are done.
+        auto release = [&](uint64_t *bar) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar);
+        };
+
+        mbar_wait(q_full, 0);
+        if (w4 == 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
+        for (int it = 0; it < ntiles; it++) {
+            const int n = n_last - it, s = it & 1;
+            const int vi = it > 0 ? it - 1 : 0, vs = vi & 1;  // V(t-1); V(0) under the zero P of t = 0
+            mbar_wait(k_full + s, (it >> 1) & 1);
+            mbar_wait(v_full + vs, (vi >> 1) & 1);
+            if (w4 == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
+            else named_bar_sync(2, 256);
+            float sacc[BN / 8][4];
+            wg_fence();
+            static_assert(BN == 128, "S: one m64n128 product per k16 step");
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
+            wg_commit();  // then tile t-1's P V; only S is waited for here
+            pv_issue(Vs + vs * BN * DH);
+            wg_commit();
+            if (w4 == 0) named_bar_arrive(2, 256);  // the other warpgroup's turn (none after warpgroup 1's last tile)
+            else if (it + 1 < ntiles) named_bar_arrive(1, 256);
+            wg_wait<1>();
+
+            const bool diag = n * BN + BN - 1 > q0;
+            const float cref = crefs[s];
+            // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
+            float mt_max[2] = {-INFINITY, -INFINITY};
+            auto scores = [&](auto diag_tile) {  // std::true_type on the diagonal tile: the causal mask
+#pragma unroll
+                for (int nt = 0; nt < BN / 8; nt++) {
+                    const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
+#pragma unroll
+                    for (int x = 0; x < 4; x++) {
+                        const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
+                        float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
+                        if (decltype(diag_tile)::value && j > row[hf]) t = -INFINITY;
+                        sacc[nt][x] = t;
+                        mt_max[hf] = fmaxf(mt_max[hf], t);
+                    }
+                }
+            };
+            if (diag) scores(std::true_type{});
+            else scores(std::false_type{});
+            release(k_empty + s);  // S(t) is complete and the gate terms read
+            float sh[2], al[2], ps[2] = {0.f, 0.f};
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float a = (crow[hf] - cref) * LOG2E;
+                const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
+                // Rows with nothing live yet keep max -inf: shift by 0 so exp2 sees -inf, not NaN.
+                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
+                al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
+                m[hf] = mn;
+            }
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
+                    ps[x >> 1] += sacc[nt][x];
+                }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];  // quad-reduced at the end
+            wg_wait<0>();  // tile t-1's P V has landed in O
+            if (it > 0) release(v_empty + vs);
+#pragma unroll
+            for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) oacc[i][x] *= al[x >> 1];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+        }
+        {  // the last tile's P V
+            const int vi = ntiles - 1;
+            mbar_wait(v_full + (vi & 1), (vi >> 1) & 1);
+            wg_fence();
+            pv_issue(Vs + (vi & 1) * BN * DH);
+            wg_commit_wait();
+        }
+        const size_t ld_o = (size_t)H * DH;
+        __nv_bfloat16 *ob = o + (size_t)b * T * ld_o + (size_t)h * DH;
+        constexpr float LN2 = 0.6931471805599453f;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = row[hf];
+            const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
+            if (r >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < DH / 8; nt++)
+                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
+                    pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
+            if (tq == 0) lse[head_off + r] = (m[hf] + log2f(lsum)) * LN2;
+        }
+    }
+}
+
+// The tensor maps are encoded per call (host work only; they carry the pointers) and passed by value.
+template <int DH>
+void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
+    const size_t smem = fwd_ws_smem_bytes<DH, FWD_WS_BN>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, FWD_BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
+                      tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
+    dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
+    fwd_ws_kernel<DH><<<grid, FwdWsCfg<1>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
+    FOX_LAUNCH_CHECK();
+}
+
+// The forward the public API runs: the TMA-fed warpgroup-MMA kernel on Hopper (needs an sm_90a build),
 // mma.sync otherwise.
 template <int DH>
 void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
              __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    if (use_wgmma()) forward_cfg<DH, true>(q, k, v, c, o, lse, B, H, T, kv_first, s);
-    else forward_cfg<DH, false>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    if (use_wgmma()) forward_ws<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    else forward_mma<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 
 }  // namespace fox_attn

@@ -28,9 +28,6 @@ template <int DH, bool WG = false> struct FwdCfg {
     // dh 64: 3 would cap mma.sync at 168 registers (spills); the warpgroup path needs ~126 at 256 threads.
     // dh 128: O alone is 64 registers per thread.
     static constexpr int MIN_BLOCKS = DH == 64 ? 2 : 1;
-    // keys per tile: warpgroup dh 128 takes 128 (S one m64n128 product per k16 step, half the softmax
-    // bookkeeping per flop; 1 block per SM either way)
-    static constexpr int BN = WG && DH == 128 ? 128 : FWD_BN;
 };
 
 // Forward smem: the Q tile, K double-buffered, V double- (or, PIPE, triple-) buffered, the gate terms;
@@ -38,6 +35,28 @@ template <int DH, bool WG = false> struct FwdCfg {
 template <int DH, bool PIPE = false, int BN = FWD_BN> size_t fwd_smem_bytes() {
     static_assert(FOX_ACP_BLOCK % BN == 0, "key tiles nest in the ACP grid");
     return (size_t)(FWD_BM + (PIPE ? 5 : 4) * BN) * DH * 2 + (2 * BN + 2) * 4;
+}
+
+// Forward with a TMA producer (warp-specialized): consumer warps 0-7 (two warpgroups of 64 query rows)
+// and a producer warpgroup (warps 8-11) whose warp 8 issues the K and V tiles' bulk tensor copies and forms
+// the gate terms. The producer warpgroup gives its registers to the consumers (setmaxnreg), within what the
+// block was launched with (__launch_bounds__(384, MINB): 168 registers a thread at MINB 1, 80 at 2):
+// MINB 1: 128 x 24 + 256 x 240 = 64.5k of 384 x 168; MINB 2: 128 x 24 + 256 x 104 = 29.7k of 384 x 80.
+// K, V and the gate terms in 2 stages; key tiles of FWD_WS_BN (S one m64n128 product per k16 step).
+inline constexpr int FWD_WS_BN = 128;
+template <int MINB> struct FwdWsCfg {
+    static constexpr int THREADS = 384;
+    static constexpr int PRODUCER_WARP = 8;
+    static constexpr int STAGES = 2;
+    static constexpr int REGS_CONSUMER = MINB == 1 ? 240 : 104, REGS_PRODUCER = 24;
+    static_assert(REGS_PRODUCER * 128 + REGS_CONSUMER * 256 <= (MINB == 1 ? 168 : 80) * THREADS, "the block's registers");
+};
+
+// Forward smem with a TMA producer: the Q tile, K and V in 2 stages each, the gate terms of 2 stages,
+// then the mbarriers (Q full, K full / empty, V full / empty per stage).
+template <int DH, int BN> constexpr size_t fwd_ws_smem_bytes() {
+    static_assert(FOX_ACP_BLOCK % BN == 0, "key tiles nest in the ACP grid");
+    return (size_t)(FWD_BM + 4 * BN) * DH * 2 + (2 * BN + 2) * 4 + 9 * 8;
 }
 
 // Backward tile configuration: BM query rows per tile, MINB blocks per SM (register cap). WG: the

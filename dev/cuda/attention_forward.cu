@@ -1,6 +1,6 @@
 // dev/cuda/attention_forward.cu: the Forgetting Attention forward kernel in every version tried, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are versions 1, 3 and 6).
+// (fox/attention.cuh, whose kernels are versions 1 and 10; 3 and 6 before session 8).
 //   make attention_forward
 //   ./attention_forward            every version: checks, then timings
 //   ./attention_forward 3          version 3 only (and the API)
@@ -16,7 +16,7 @@
 //    T 16384 B 2 H 16, 334.0 / 335.3 at B 1 H 24, 307.2 at T 4096 (H100, session 5). d_h 64 only.
 //  3 wgmma with tile t-1's P V pipelined under tile t's softmax (V triple-buffered): the same output bit
 //    for bit as 2. 348.3 / 344.9 at T 16384 B 2 H 16, 340.9 / 337.5 at B 1 H 24, 309.8 at T 4096 (H100,
-//    session 5, the same runs as 2's figures). The API's forward at d_h 64 on Hopper.
+//    session 5, the same runs as 2's figures). The API's forward at d_h 64 on Hopper until session 8.
 //  4 2 at d_h 128 (Hopper): Q, K, V tiles stored as two 64-column halves (swz_halves), each a canonical
 //    128-byte-swizzle operand; S's k16 steps walk both halves, P V is an m64n64 product per half of V.
 //    1 block of 8 warps per SM (O alone is 64 registers per thread); 168 registers, ptxas injects a
@@ -27,10 +27,31 @@
 //  6 5 with key tiles of 128 (S = Q K^T one m64n128 product per k16 step; smem 197 KB; 254 registers, no
 //    spills): half the per-tile softmax bookkeeping and S's operand traffic per flop of 5 (K read once
 //    per 128 keys for 64 query rows of a warpgroup instead of once per 64). 422.7 at T 16384, 349.6 at
-//    T 4096 (H100, session 7 run 3, beside 5's 405.6 / 341.2). The API's forward at d_h 128 on Hopper.
+//    T 4096 (H100, session 7 run 3, beside 5's 405.6 / 341.2). The API's forward at d_h 128 on Hopper until
+//    session 8.
+// Session 8 (H200 at 1980 MHz, runs 2 and 3 of session 8; T 4096 = B 8 H 16 at d_h 64, B 8 H 8 at 128;
+// T 16384 = B 2 H 16 / B 2 H 8; each figure beside the same run's 3 (d_h 64) and 6 (d_h 128): run 2
+// 309.2 / 341.3 / 348.8 / 410.8, run 3 312.1 / 341.1 / 343.7 / 407.4 at d_h 64 T 4096, T 16384, d_h 128
+// T 4096, T 16384):
+//  7 TMA producer warpgroup (warp 8 issues the copies and forms the gate terms; setmaxnreg 24 / 240),
+//    two consumer warpgroups of 64 rows, key tiles of 128, K / V / gate terms in 2 mbarrier stages, 1 block
+//    per SM; the per-tile math of 6. d_h 64: 267.2 / 268.2 at T 4096, 306.6 / 307.3 at T 16384; d_h 128:
+//    384.9 / 384.1, 458.1 / 452.9 (runs 2 / 3).
+//  8 7 with the consumer warpgroups taking turns to issue their MMAs (named barriers; FA3's scheduler
+//    barrier). d_h 64: 291.2 / 293.6, 338.4 / 338.5; d_h 128: 465.3 / 463.0, 546.9 / 540.1. Run 3's API
+//    at d_h 128 was this code (fox/attention_forward.cuh then): 458.7 at T 4096, 558.7 at T 16384.
+//  9 7 at d_h 64 with 2 blocks per SM, key tiles of 64: setmaxnreg 24 / 104 within the 80 registers of a
+//    384-thread block at 2 blocks per SM; ptxas serializes the warpgroup MMAs (C7512) and spills 48 bytes.
+//    292.8 / 291.9, 319.3 / 319.1.
+// 10 8 with the causal mask on the diagonal tile only (a uniform branch between two copies of the score
+//    loop; 8 compares and selects every score of every tile). d_h 64: 332.9 at T 4096, 402.9 at T 16384
+//    (399.3 at B 1 H 12, 407.9 at B 1 H 24, beside 3's 311.5 / 336.8); d_h 128: 507.8, 586.8 (run 3). The
+//    API's forward on Hopper at both d_h since session 8 (its PTX equals this version's).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
+
+#include <type_traits>  // std::true_type, std::false_type
 
 namespace fox_attn_dev {
 using namespace fox_attn;  // the primitives and the tile constants
@@ -314,6 +335,247 @@ void forward_cfg(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf
     FOX_LAUNCH_CHECK();
 }
 
+
+// Versions 7-9: the warpgroup-MMA forward with its loads taken off the consumer warps (FA3's recipe, our
+// code). Warps 0-7 are two consumer warpgroups of 64 query rows each (as in 3 and 6); warp 8 is the
+// producer: one lane issues the bulk tensor copies (TMA) of Q, then of each key tile's K and V (each
+// 64-column half a box of the 3-D map [B H][T][d_h], arriving in the 128-byte-swizzle layout the
+// descriptors read; rows past T come in as zeros), and the warp's 32 lanes form the tile's gate terms
+// nb_j and c_ref (the same values as fwd_kernel's) into the stage's smem before arriving on its mbarrier.
+// K, V and the gate terms have 2 stages each, with "full" mbarriers (32 producer arrivals + the bytes of
+// the copies) and "empty" ones (one arrival per consumer warp): a consumer frees K(t) and the gate terms
+// once S(t) is complete and its gate terms are in registers, V(t-1) once P(t-1) V(t-1) is. No
+// __syncthreads in the tile loop. The P V of tile t-1 is pipelined under tile t's softmax exactly as in 3
+// and 6 (the same operations on O in the same order: the same output bit for bit); at t = 0 the zero P
+// multiplies V(0), whose copy is waited for.
+// SCHED (FA3's warp scheduler barrier): the two consumer warpgroups take turns issuing their MMAs (named
+// barriers 1 and 2), so that one warpgroup's softmax runs while the other's products occupy the tensor
+// cores.
+// SPLIT: the causal mask is applied on the diagonal tile alone (a uniform branch between two copies of the
+// score loop), rather than tested per element on every tile (a compare and a select per score).
+template <int DH, int BN, int MINB, bool SCHED, bool SPLIT>
+__global__ void __launch_bounds__(FwdWsCfg<MINB>::THREADS, MINB)
+fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+              const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
+              float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
+    constexpr int BM = FWD_BM, ST = FwdWsCfg<MINB>::STAGES;
+    static_assert(ST == 2, "stage and parity arithmetic below assumes 2 stages");
+    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
+    __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
+    __nv_bfloat16 *Vs = Ks + ST * BN * DH;     // [ST][BN][DH]
+    float *nbs = reinterpret_cast<float *>(Vs + ST * BN * DH);  // [ST][BN]: -(c_j - c_ref) log2e
+    float *crefs = nbs + ST * BN;                                // [ST]
+    uint64_t *q_full = reinterpret_cast<uint64_t *>(crefs + ST);
+    uint64_t *k_full = q_full + 1, *k_empty = k_full + ST, *v_full = k_empty + ST, *v_empty = v_full + ST;
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
+    const int g = lane >> 2, tq = lane & 3;
+    const int nqb = gridDim.x;
+    const int mb = nqb - 1 - blockIdx.x;  // longest rows first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t head_off = (size_t)bh * T;
+    const float *ch = c + head_off;
+    const int q0 = mb * BM;
+    const int n_last = min((T - 1) / BN, (q0 + BM - 1) / BN);
+    const int n_first = kv_first ? kv_first[(size_t)bh * nqb + mb] * (FOX_ACP_BLOCK / BN) : 0;
+    const int ntiles = n_last - n_first + 1;
+
+    if (tid == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < ST; s++) {
+            mbar_init(k_full + s, 32);
+            mbar_init(k_empty + s, 8);
+            mbar_init(v_full + s, 1);
+            mbar_init(v_empty + s, 8);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (warp >= FwdWsCfg<MINB>::PRODUCER_WARP) {  // the producer
+        setmaxnreg_dec<FwdWsCfg<MINB>::REGS_PRODUCER>();
+        if (warp != FwdWsCfg<MINB>::PRODUCER_WARP) return;
+        if (lane == 0) {
+            mbar_arrive_expect_tx(q_full, BM * DH * 2);
+#pragma unroll
+            for (int hf = 0; hf < DH / 64; hf++) tma_load_3d(Qs + hf * BM * 64, &tm_q, q_full, hf * 64, q0, bh);
+        }
+        for (int it = 0; it < ntiles; it++) {
+            const int n = n_last - it, s = it & 1, parity = ((it >> 1) & 1) ^ 1;  // the release of tile it-2
+            if (it >= ST) mbar_wait(k_empty + s, parity);
+            const float cref = ch[n * BN];
+#pragma unroll
+            for (int i = lane; i < BN; i += 32) {
+                const int j = n * BN + i;
+                nbs[s * BN + i] = -((j < T ? ch[j] : cref) - cref) * LOG2E;
+            }
+            if (lane == 0) {
+                crefs[s] = cref;
+                mbar_arrive_expect_tx(k_full + s, BN * DH * 2);
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++)
+                    tma_load_3d(Ks + s * BN * DH + hf * BN * 64, &tm_k, k_full + s, hf * 64, n * BN, bh);
+            } else {
+                mbar_arrive(k_full + s);
+            }
+            if (it >= ST) mbar_wait(v_empty + s, parity);
+            if (lane == 0) {
+                mbar_arrive_expect_tx(v_full + s, BN * DH * 2);
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++)
+                    tma_load_3d(Vs + s * BN * DH + hf * BN * 64, &tm_v, v_full + s, hf * 64, n * BN, bh);
+            }
+        }
+        return;
+    } else {  // the consumers
+        setmaxnreg_inc<FwdWsCfg<MINB>::REGS_CONSUMER>();
+        const int w4 = warp >> 2;
+        int row[2];
+        float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            row[hf] = q0 + warp * 16 + g + 8 * hf;
+            crow[hf] = row[hf] < T ? ch[row[hf]] : 0.f;
+            m[hf] = -INFINITY;
+            l[hf] = 0.f;
+        }
+        const float sl2 = LOG2E / sqrtf((float)DH);
+        uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
+        float oacc[DH / 8][4];
+#pragma unroll
+        for (int i = 0; i < DH / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+        // O += P V for the previous tile's P (pprev) and V tile Vp, one m64n64 product per half of V
+        auto pv_issue = [&](const __nv_bfloat16 *Vp) {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++)
+                    wgmma_m64n64_rs<1>(acc_half(oacc, hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
+        };
+        // Warp lane 0 arrives for its warp once every lane's reads of the stage are done.
+        auto release = [&](uint64_t *bar) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar);
+        };
+
+        mbar_wait(q_full, 0);
+        if constexpr (SCHED)
+            if (w4 == 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
+        for (int it = 0; it < ntiles; it++) {
+            const int n = n_last - it, s = it & 1;
+            const int vi = it > 0 ? it - 1 : 0, vs = vi & 1;  // V(t-1); V(0) under the zero P of t = 0
+            mbar_wait(k_full + s, (it >> 1) & 1);
+            mbar_wait(v_full + vs, (vi >> 1) & 1);
+            if constexpr (SCHED) {  // constant ids: ptxas counts the barriers
+                if (w4 == 0) named_bar_sync(1, 256);
+                else named_bar_sync(2, 256);
+            }
+            float sacc[BN / 8][4];
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                if constexpr (BN == 128)
+                    wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
+                else
+                    wgmma_m64n64_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
+            wg_commit();  // then tile t-1's P V; only S is waited for here
+            pv_issue(Vs + vs * BN * DH);
+            wg_commit();
+            if constexpr (SCHED) {  // the other warpgroup's turn (none after warpgroup 1's last tile)
+                if (w4 == 0) named_bar_arrive(2, 256);
+                else if (it + 1 < ntiles) named_bar_arrive(1, 256);
+            }
+            wg_wait<1>();
+
+            const bool diag = n * BN + BN - 1 > q0;
+            const float cref = crefs[s];
+            // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
+            float mt_max[2] = {-INFINITY, -INFINITY};
+            auto scores = [&](auto diag_tile) {  // SPLIT: std::true_type on the diagonal tile
+#pragma unroll
+                for (int nt = 0; nt < BN / 8; nt++) {
+                    const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
+#pragma unroll
+                    for (int x = 0; x < 4; x++) {
+                        const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
+                        float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
+                        if ((SPLIT ? decltype(diag_tile)::value : diag) && j > row[hf]) t = -INFINITY;
+                        sacc[nt][x] = t;
+                        mt_max[hf] = fmaxf(mt_max[hf], t);
+                    }
+                }
+            };
+            if (SPLIT && !diag) scores(std::false_type{});
+            else scores(std::true_type{});
+            release(k_empty + s);  // S(t) is complete and the gate terms read
+            float sh[2], al[2], ps[2] = {0.f, 0.f};
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float a = (crow[hf] - cref) * LOG2E;
+                const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
+                // Rows with nothing live yet keep max -inf: shift by 0 so exp2 sees -inf, not NaN.
+                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
+                al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
+                m[hf] = mn;
+            }
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
+                    ps[x >> 1] += sacc[nt][x];
+                }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];  // quad-reduced at the end
+            wg_wait<0>();  // tile t-1's P V has landed in O
+            if (it > 0) release(v_empty + vs);
+#pragma unroll
+            for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) oacc[i][x] *= al[x >> 1];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+        }
+        {  // the last tile's P V
+            const int vi = ntiles - 1;
+            mbar_wait(v_full + (vi & 1), (vi >> 1) & 1);
+            wg_fence();
+            pv_issue(Vs + (vi & 1) * BN * DH);
+            wg_commit_wait();
+        }
+        const size_t ld_o = (size_t)H * DH;
+        __nv_bfloat16 *ob = o + (size_t)b * T * ld_o + (size_t)h * DH;
+        constexpr float LN2 = 0.6931471805599453f;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = row[hf];
+            const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
+            if (r >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < DH / 8; nt++)
+                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
+                    pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
+            if (tq == 0) lse[head_off + r] = (m[hf] + log2f(lsum)) * LN2;
+        }
+    }
+}
+
+template <int DH, int BN, int MINB, bool SCHED, bool SPLIT = false>
+void forward_ws(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
+                const int *kv_first, cudaStream_t s) {
+    const size_t smem = fwd_ws_smem_bytes<DH, BN>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH, BN, MINB, SCHED, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, FWD_BM), tk = tma_map_bf16_3d(k, DH, T, B * H, BN),
+                      tv = tma_map_bf16_3d(v, DH, T, B * H, BN);
+    dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
+    fwd_ws_kernel<DH, BN, MINB, SCHED, SPLIT><<<grid, FwdWsCfg<MINB>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
+    FOX_LAUNCH_CHECK();
+}
+
 }  // namespace fox_attn_dev
 
 struct Version {
@@ -332,6 +594,13 @@ static const Version versions[] = {
      true},
     {6, "wgmma at d_h 128, P V pipelined, key tiles of 128", nullptr, fox_attn_dev::forward_cfg<128, true, true, 128>,
      true},
+    {7, "TMA producer warpgroup, 2 consumer warpgroups, key tiles of 128", fox_attn_dev::forward_ws<64, 128, 1, false>,
+     fox_attn_dev::forward_ws<128, 128, 1, false>, true},
+    {8, "7 with the consumer warpgroups taking turns (scheduler barrier)", fox_attn_dev::forward_ws<64, 128, 1, true>,
+     fox_attn_dev::forward_ws<128, 128, 1, true>, true},
+    {9, "7 at 2 blocks/SM, key tiles of 64, 104 registers", fox_attn_dev::forward_ws<64, 64, 2, false>, nullptr, true},
+    {10, "8 with the causal mask on the diagonal tile only", fox_attn_dev::forward_ws<64, 128, 1, true, true>,
+     fox_attn_dev::forward_ws<128, 128, 1, true, true>, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
