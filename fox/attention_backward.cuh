@@ -39,6 +39,12 @@ __global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __
     }
 }
 
+// Query row i's term of the log2 score s_ij log2e / sqrt(d_h) + r_i + nb_j: r_i = (c_i - c_ref - lse_i) log2e, with
+// c_ref the key block's first gate (docs/model.md §1.1); one expression for every kernel that forms it.
+__device__ __forceinline__ float bwd_row_shift(float ci, float c_ref, float lse_i) {
+    return (ci - c_ref) * LOG2E - lse_i * LOG2E;
+}
+
 // Key block nb's place in the add order of ACP row m (the same for every query tile of the row): `before` =
 // live key blocks above nb in the row (its adds wait for all of theirs), `last` = no live key block below nb.
 // A row's live key blocks are contiguous, [kv_first[m], m] (fox/acp.h's staircase), and nb is one of them,
@@ -190,7 +196,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         const int i = qt * BM + tid;
         if (tid < BM) {
             const bool ok = i < T;
-            r = ok ? (ch[i] - c_ref) * LOG2E - lh[i] * LOG2E : -INFINITY;
+            r = ok ? bwd_row_shift(ch[i], c_ref, lh[i]) : -INFINITY;
             d = ok ? Dsh[i] : 0.f;
         }
     };
