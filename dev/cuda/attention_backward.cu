@@ -84,6 +84,18 @@
 //                     acquires (LDG.STRONG.GPU + CCTL.IVALL, 8 per tile) cost 0-1.5%.
 // 28 BWD_WG_LANE_TOP_REL: 21 with the release right after the block barrier, before the next tile's loads:
 //                     256.7 / 331.7, 227.1 / 293.3 (run 2).
+// 29-35 (session 8, "the deterministic backward with the forward's lessons"; bwd_det_kernel): the API's
+// deterministic kernel (13 / 15) with the forward's three changes, every one bitwise the API's results (the
+// same arithmetic in the same order; checked by `api_bits`). NOT MEASURED: this session's device budget was
+// under the 900 s reserve when the work was ready (NOTES.md has the predictions and the command to run).
+// ptxas (nvcc 13.0, sm_90a), spill stores at d_h 64 / 128: API 0 / 4 bytes.
+// 29 the causal mask on the diagonal tiles alone (two copies of the P^T / dS^T loop): 0 / 64.
+// 30 29 + the compute warpgroups taking turns at every MMA issue (named barriers 4, 5): 0 / 112.
+// 31 29 + turns at each tile's first MMA issue only: 0 / 68.
+// 32 29 + a TMA producer warp in the sync warpgroup (K, V once; Q, dO, rs, Ds per tile, 2 stages): 0 / 0.
+// 33 32 + turns at every MMA issue: 0 / 0.
+// 34 32 + turns at each tile's first MMA issue only: 0 / 0.
+// 35 29 with the mask as a pass setting S^T to -inf before one copy of the loop: 0 / 12.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
