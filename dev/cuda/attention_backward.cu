@@ -1,8 +1,8 @@
 // dev/cuda/attention_backward.cu: the Forgetting Attention backward (step 2, the dK / dV / dQ / dS-sums
 // kernel) in every version tried, numbered by the order of the dQ / dc adds across key blocks, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are versions 1 and 3 on mma.sync, 13 and 14 on warpgroup MMA at d_h 64,
-// 15 and 16 at d_h 128).
+// (fox/attention.cuh, whose kernels are versions 1 and 3 on mma.sync, 33 (bwd_ws_kernel) and 14 on warpgroup MMA
+// at d_h 64, 33 and 16 at d_h 128; 13 and 15 were its deterministic ones until session 8).
 //   make attention_backward
 //   ./attention_backward            every version: checks, then timings
 //   ./attention_backward 13         version 13 only (and the API); 13,15,21: those three
@@ -84,7 +84,7 @@
 //                     acquires (LDG.STRONG.GPU + CCTL.IVALL, 8 per tile) cost 0-1.5%.
 // 28 BWD_WG_LANE_TOP_REL: 21 with the release right after the block barrier, before the next tile's loads:
 //                     256.7 / 331.7, 227.1 / 293.3 (run 2).
-// 29-35 (session 8, "the deterministic backward with the forward's lessons"; bwd_det_kernel): the API's
+// 29-35 (session 8, "the deterministic backward with the forward's lessons"; bwd_det_kernel): the then API's
 // deterministic kernel (13 / 15) with the forward's three changes, every one bitwise the API's results (the
 // same arithmetic in the same order; checked by `api_bits`). NOT MEASURED: this session's device budget was
 // under the 900 s reserve when the work was ready (NOTES.md has the predictions and the command to run).
@@ -93,7 +93,8 @@
 // 30 29 + the compute warpgroups taking turns at every MMA issue (named barriers 4, 5): 0 / 112.
 // 31 29 + turns at each tile's first MMA issue only: 0 / 68.
 // 32 29 + a TMA producer warp in the sync warpgroup (K, V once; Q, dO, rs, Ds per tile, 2 stages): 0 / 0.
-// 33 32 + turns at every MMA issue: 0 / 0.
+// 33 32 + turns at every MMA issue: 0 / 0. The API's deterministic kernel on Hopper (bwd_ws_kernel) since
+//    branch bwdws-promote (promoted unmeasured, to be measured before merging: NOTES.md).
 // 34 32 + turns at each tile's first MMA issue only: 0 / 0.
 // 35 29 with the mask as a pass setting S^T to -inf before one copy of the loop: 0 / 12.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
