@@ -41,9 +41,10 @@ __global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __
 }
 
 // Query row i's term of the log2 score s_ij log2e / sqrt(d_h) + r_i + nb_j: r_i = (c_i - c_ref - lse_i) log2e, with
-// c_ref the key block's first gate (docs/model.md §1.1); one expression for every kernel that forms it.
-__device__ __forceinline__ float bwd_row_shift(float ci, float c_ref, float lse_i) {
-    return (ci - c_ref) * LOG2E - lse_i * LOG2E;
+// c_ref the key block's first gate (docs/model.md §1.1), from the head's c (ch) and lse (lh); one expression
+// for every kernel that forms it.
+__device__ __forceinline__ float bwd_row_shift(const float *ch, const float *lh, int i, float c_ref) {
+    return (ch[i] - c_ref) * LOG2E - lh[i] * LOG2E;
 }
 
 // Key block nb's place in the add order of ACP row m (the same for every query tile of the row): `before` =
@@ -158,7 +159,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         const int i = qt * BM + tid;
         if (tid < BM) {
             const bool ok = i < T;
-            r = ok ? bwd_row_shift(ch[i], c_ref, lh[i]) : -INFINITY;
+            r = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
             d = ok ? Dsh[i] : 0.f;
         }
     };

@@ -945,7 +945,7 @@ bwd_det_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__
                 for (int r = lane; r < BM; r += 32) {
                     const int i = i0 + r;
                     const bool ok = i < T;
-                    rs[s * BM + r] = ok ? bwd_row_shift(ch[i], c_ref, lh[i]) : -INFINITY;
+                    rs[s * BM + r] = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
                     Ds[s * BM + r] = ok ? Dsh[i] : 0.f;
                 }
                 if (lane == 0) {
@@ -969,7 +969,7 @@ bwd_det_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__
         const int i = qt * BM + tid;
         if (tid < BM) {
             const bool ok = i < T;
-            r = ok ? bwd_row_shift(ch[i], c_ref, lh[i]) : -INFINITY;
+            r = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
             d = ok ? Dsh[i] : 0.f;
         }
     };
