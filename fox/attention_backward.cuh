@@ -589,7 +589,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 for (int r = lane; r < BM; r += 32) {  // rows past T: r = -inf, so their P is 0
                     const int i = i0 + r;
                     const bool ok = i < T;
-                    rs[s * BM + r] = ok ? bwd_row_shift(ch[i], c_ref, lh[i]) : -INFINITY;
+                    rs[s * BM + r] = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
                     Ds[s * BM + r] = ok ? Dsh[i] : 0.f;
                 }
                 if (lane == 0) {
