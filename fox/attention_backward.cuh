@@ -482,30 +482,37 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 //   product, so the two warpgroups never wait on each other there), waits on named barrier 1 (every compute
 //   warp has issued its adds of t), releases t. Each warpgroup adds only its own dQ columns (and warpgroup 0
 //   the dc row sums), so every address sees this block's adds of a tile between the same acquire and release.
-// - the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies (TMA) of K and V once, then per query
+// - with BwdDetCfg::TMA (d_h 128), the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies (TMA) of K and V once, then per query
 //   tile of Q and dO (each 64-column half one box, landing in the 128-byte-swizzle layout the descriptors
 //   read; dO through a map [B][T][H dh] whose box starts at column h dh + 64 hf; rows past T come in as
 //   zeros), and its 32 lanes write the tile's row stats (bwd_row_shift, D) before arriving on the stage's
 //   "full" mbarrier (32 arrivals + the bytes). Q, dO and the row stats have 2 stages; each compute warp frees
 //   a stage ("empty", one arrival per warp) once the tile's dV / dK products are complete. The compute warps
 //   issue no loads; their per-tile named barrier 0 remains (dS^T and the row sums cross warpgroups).
-// The two compute warpgroups take turns issuing their MMAs (named barriers 4 and 5, the forward's scheduler
+//   Without it (d_h 64) the compute warps load Q, dO and the row stats a tile ahead with cp.async, as
+//   bwd_kernel does.
+// With BwdDetCfg::TURNS (d_h 128) the two compute warpgroups take turns issuing their MMAs (named barriers 4 and 5, the forward's scheduler
 // barrier): warpgroup w syncs on 4 + w before each issue and arrives on the other's after; warpgroup 1
 // arrives once at the start and not after its last issue, so every arrival is matched. With barrier 0
 // re-aligning the warpgroups every tile, the turns put one warpgroup's softmax under the other's products.
-// The causal mask is applied on the diagonal tiles alone (the first two of a block: a uniform branch
-// between two copies of the P^T / dS^T loop), not tested per element on every tile.
+// The causal mask is applied on the diagonal tiles alone (the first two of a block), not tested per element on
+// every tile: at d_h 128 by a uniform branch between two copies of the P^T / dS^T loop, at d_h 64
+// (BwdDetCfg::MASK_PASS) by a pass that sets the masked scores of S^T to -inf before the one loop (ex2 gives
+// them P = +0, the same bits as the select). Each choice is what measured faster at its head size
+// (dev/cuda/NOTES.md, session 8); every form gives the same bits.
 template <int DH>
 __global__ void __launch_bounds__(NTHREADS + 128, 1)
 bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-              const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
-              const float *__restrict__ c, const float *__restrict__ lse, const float *__restrict__ Dg,
-              float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
-              float *__restrict__ dc, float *__restrict__ colsum, int *__restrict__ sem, int H, int T,
-              const int *__restrict__ q_last) {
-    constexpr int BM = BwdCfg<DH, true>::BM, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
-    static_assert(BM == 64, "the dQ product's M is the tile's 64 queries");
-    constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see bwd_kernel)
+               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+               const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
+               const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
+               const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
+               float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
+               float *__restrict__ dc, float *__restrict__ colsum, int *__restrict__ sem, int H, int T,
+               const int *__restrict__ q_last) {
+    constexpr int BM = 64, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
+    constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
+    constexpr bool TURNS = BwdDetCfg<DH>::TURNS, TMA = BwdDetCfg<DH>::TMA, MASK_PASS = BwdDetCfg<DH>::MASK_PASS;
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -515,42 +522,46 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_shift
     float *Ds = rs + 2 * BM;                                            // [2][BM]
     float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
-    uint64_t *kv_full = reinterpret_cast<uint64_t *>(rowsum + 2 * NWARPS * BM);
-    uint64_t *full = kv_full + 1, *empty = full + 2;                    // per stage
+    uint64_t *kv_full = reinterpret_cast<uint64_t *>(rowsum + 2 * NWARPS * BM);  // TMA only
+    uint64_t *full = kv_full + 1, *empty = full + 2;
 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
     const int nblk = gridDim.x;
-    const int nb = nblk - 1 - blockIdx.x;  // key block: highest first (see bwd_kernel)
+    const int nb = nblk - 1 - blockIdx.x;  // key block: highest first
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const size_t head_off = (size_t)bh * T;
-    const float *ch = c + head_off, *lh = lse + head_off, *Dsh = Dg + head_off;  // D_i = dO_i . o_i of this (b, h)
+    const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
+    const float *ch = c + head_off, *lh = lse + head_off, *Dsh = Dg + head_off;
+    const size_t ld_o = (size_t)H * DH;
+    const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
     float *dqh = dq_acc + head_off * DH;
     const int k0 = nb * BN;
     const float c_ref = ch[k0];
 
     const int nqt = (T + BM - 1) / BM;
     const int *qlh = q_last ? q_last + (size_t)bh * nblk : nullptr;
-    // ACP: the diagonal tile is always live (every query row needs it), so a block covers at least it
     const int m_last = qlh ? min(nblk - 1, max(qlh[nb], nb)) : nblk - 1;
     const int qt_first = k0 / BM;
     const int qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
     const int ntiles = qt_last - qt_first + 1;
     int *semh = sem + (size_t)bh * nqt;
 
-    if (tid == 0) {
-        mbar_init(kv_full, 1);
-        for (int s = 0; s < 2; s++) {
-            mbar_init(full + s, 32);
-            mbar_init(empty + s, NWARPS);
+    if constexpr (TMA) {
+        if (tid == 0) {
+            mbar_init(kv_full, 1);
+            for (int s = 0; s < 2; s++) {
+                mbar_init(full + s, 32);
+                mbar_init(empty + s, NWARPS);
+            }
+            mbar_fence_init();
         }
-        mbar_fence_init();
+        __syncthreads();
     }
-    __syncthreads();
-    if (warp >= NWARPS) {  // the third warpgroup (see above) gives its registers to the compute warpgroups
+    if (warp >= NWARPS) {  // the sync warpgroup gives its registers to the compute warpgroups
         setmaxnreg_dec<BWD_REGS_SYNC>();
-        if (warp == NWARPS) {  // the sync warp
+        if (warp == NWARPS) {  // the sync warp: the API's
             int ord_row = -1, before = 0;
             bool last = false;
             for (int t = qt_first; t <= qt_last; t++) {
@@ -573,7 +584,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 if (lane == 0) red_release_gpu_add(semh + t, 1);
                 __syncwarp();
             }
-        } else if (warp == NWARPS + 1) {  // the producer
+        } else if (TMA && warp == NWARPS + 1) {  // the producer (see above)
             if (lane == 0) {
                 mbar_arrive_expect_tx(kv_full, 2 * BN * DH * 2);
 #pragma unroll
@@ -586,7 +597,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 const int s = it & 1, i0 = (qt_first + it) * BM;
                 if (it >= 2) mbar_wait(empty + s, ((it >> 1) & 1) ^ 1);  // tile it-2's release
 #pragma unroll
-                for (int r = lane; r < BM; r += 32) {  // rows past T: r = -inf, so their P is 0
+                for (int r = lane; r < BM; r += 32) {
                     const int i = i0 + r;
                     const bool ok = i < T;
                     rs[s * BM + r] = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
@@ -608,9 +619,35 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     }
     setmaxnreg_inc<BWD_REGS_COMPUTE>();
 
+    // cp.async form: loader threads tid < BM fetch per-query values; rows past T get r = -inf so their P is 0.
+    auto fetch_rows = [&](int qt, float &r, float &d) {
+        const int i = qt * BM + tid;
+        if (tid < BM) {
+            const bool ok = i < T;
+            r = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
+            d = ok ? Dsh[i] : 0.f;
+        }
+    };
+    auto store_rows = [&](int buf, float r, float d) {
+        if (tid < BM) {
+            rs[buf * BM + tid] = r;
+            Ds[buf * BM + tid] = d;
+        }
+    };
+
     {  // dS^T buffer 1: the operand of the unused dQ product issued in iteration 0
         uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
         for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    if constexpr (!TMA) {
+        load_tile_async<DH, BN, NTHREADS, true>(Ks, kh, DH, k0, T, tid);
+        load_tile_async<DH, BN, NTHREADS, true>(Vs, vh, DH, k0, T, tid);
+        load_tile_async<DH, BM, NTHREADS, true>(Qs, qh, DH, qt_first * BM, T, tid);
+        load_tile_async<DH, BM, NTHREADS, true>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
+        cp_async_commit();
+        float r = 0.f, d = 0.f;
+        fetch_rows(qt_first, r, d);
+        store_rows(0, r, d);
     }
 
     const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
@@ -626,12 +663,10 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.f;
     float cs0 = 0.f, cs1 = 0.f;  // column sums of dS for keys j0, j1
 
-    // dQ work split: warpgroup w4 takes all 64 query rows and DQC dh-columns (warp: rows dq_r.., see bwd_kernel).
-    constexpr int DQC = DH * (BM / 16) / NWARPS;
+    constexpr int DQC = DH * (BM / 16) / NWARPS;  // dQ columns per warpgroup
     const int dq_r = (warp % (BM / 16)) * 16, dq_c = (warp / (BM / 16)) * DQC;
 
-    // dQ of tile it-1 = dS K from its parked dS^T: A = dS (dS^T in smem: MN-major), B = K (MN-major: 32
-    // columns from byte 64 w4 of the one half at dh 64, half w4 at dh 128); issued only.
+    // dQ of tile it-1 = dS K from its parked dS^T (the API's); issued only.
     auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
         const __nv_bfloat16 *dSb = dSt + ((it - 1) & 1) * BN * BM;
 #pragma unroll
@@ -642,8 +677,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 wgmma_m64n64_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), desc_mnmajor<BN>(Ks, w4, kk), kk > 0);
         }
     };
-    // dQ (and dc row sums) of tile it-1 (dqa: its dQ product, complete) added once the sync warp has
-    // acquired the tile for this warpgroup.
+    // dQ (and dc row sums) of tile it-1 added in the sync warp's order (the API's).
     auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
         const int pb = (it - 1) & 1, i0 = (qt_first + it - 1) * BM;
         float rtot = 0.f;
@@ -663,7 +697,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
         named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
     };
-    // this warp's dS row sums of a tile (rsum: this thread's part) reduced over its keys, to smem buffer buf
     auto park_row_sums = [&](float (&rsum)[BM / 4], int buf) {
         warp_column_sums<BM / 4>(rsum, lane);
 #pragma unroll
@@ -672,24 +705,39 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
         }
     };
-    // the turns (see above): wait for this warpgroup's turn to issue MMAs; pass it to the other warpgroup
-    auto turn_wait = [&] {
+    // The scheduler barrier (TURNS, see above): wait for this warpgroup's turn / pass it to the other one.
+    auto turn_wait = [&](bool on) {
+        if (!on) return;
         if (w4 == 0) named_bar_sync(4, NTHREADS);  // constant ids: ptxas counts the barriers
         else named_bar_sync(5, NTHREADS);
     };
-    auto turn_pass = [&](bool last) {
+    auto turn_pass = [&](bool on, bool last) {
+        if (!on) return;
         if (w4 == 0) named_bar_arrive(5, NTHREADS);
         else if (!last) named_bar_arrive(4, NTHREADS);
     };
-    if (w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
-    mbar_wait(kv_full, 0);
+    if (TURNS && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
+    if constexpr (TMA) mbar_wait(kv_full, 0);
 
     float dqp[DQC / 8][4];  // dQ product of tile it-1 (in flight during tile it's softmax or dV/dK work)
     for (int it = 0; it <= ntiles; it++) {
         const int buf = it & 1;
-        if (it < ntiles) mbar_wait(full + buf, (it >> 1) & 1);
-        fence_proxy_async_smem();  // dS^T writes -> wgmma reads
+        if constexpr (TMA) {
+            if (it < ntiles) mbar_wait(full + buf, (it >> 1) & 1);
+        } else {
+            cp_async_wait_all();
+        }
+        fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
         named_bar_sync(0, NTHREADS);  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
+        const bool more = it + 1 < ntiles;
+        float r_next = 0.f, d_next = 0.f;
+        if (!TMA && more) {
+            const int i1 = (qt_first + it + 1) * BM;
+            load_tile_async<DH, BM, NTHREADS, true>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
+            load_tile_async<DH, BM, NTHREADS, true>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
+            cp_async_commit();
+            fetch_rows(qt_first + it + 1, r_next, d_next);
+        }
         if (it < ntiles) {
             const int i0 = (qt_first + it) * BM;
             const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
@@ -697,7 +745,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             __nv_bfloat16 *dSb = dSt + buf * BN * BM;
 
             float st[BM / 8][4], dpt[BM / 8][4];
-            turn_wait();
+            turn_wait(TURNS);
             // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
             wg_fence();
 #pragma unroll
@@ -711,7 +759,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
                 wg_commit();
             }
-            turn_pass(false);
+            turn_pass(TURNS, false);
             if constexpr (DQ_LATE) wg_wait<0>();
             else wg_wait<1>();
 
@@ -741,8 +789,23 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     }
                 }
             };
-            if (i0 < k0 + BN - 1) p_ds(std::true_type{});
-            else p_ds(std::false_type{});
+            if constexpr (MASK_PASS) {  // -inf scores: ex2 gives the masked P exactly 0, as the select does
+                if (i0 < k0 + BN - 1) {
+#pragma unroll
+                    for (int nt = 0; nt < BM / 8; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int i = i0 + nt * 8 + 2 * tq + e;
+                            if (j0 > i) st[nt][e] = -INFINITY;
+                            if (j1 > i) st[nt][2 + e] = -INFINITY;
+                        }
+                }
+                p_ds(std::false_type{});
+            } else if (i0 < k0 + BN - 1) {
+                p_ds(std::true_type{});
+            } else {
+                p_ds(std::false_type{});
+            }
             if constexpr (DQ_LATE) park_row_sums(rsum, buf);  // its 16 registers free before the MMAs
             // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
             uint32_t pa[BM / 16][4], sa[BM / 16][4];
@@ -756,10 +819,10 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[kk][2];
                 *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[kk][3];
             }
-            turn_wait();
+            turn_wait(TURNS);
             wg_fence();
             if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
-                dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                dq_mma_issue(it, dqp);
                 wg_commit();
             }
 #pragma unroll
@@ -770,23 +833,24 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, kk));
                 }
             wg_commit();  // waited for after tile it-1's dQ adds
-            turn_pass(false);
+            turn_pass(TURNS, false);
             if constexpr (!DQ_LATE) park_row_sums(rsum, buf);
             wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
         } else {  // after the last tile: its dQ product alone
-            turn_wait();
+            turn_wait(TURNS);
             wg_fence();
             dq_mma_issue(it, dqp);
             wg_commit();
-            turn_pass(true);
+            turn_pass(TURNS, true);
             wg_wait<0>();
         }
         if (it > 0) dq_phase(it, dqp);
-        wg_wait<0>();  // dV/dK done: their register operands and this stage's Q/dO are free
-        if (it < ntiles) {  // the stage's Q, dO and row stats are free for the producer
+        wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
+        if (TMA && it < ntiles) {  // the stage's Q, dO and row stats are free
             __syncwarp();
             if (lane == 0) mbar_arrive(empty + buf);
         }
+        if (!TMA && more) store_rows(buf ^ 1, r_next, d_next);
     }
 
     __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
@@ -876,8 +940,8 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     FOX_LAUNCH_CHECK();
 }
 
-// The same with bwd_ws_kernel (deterministic, Hopper). The tensor maps are encoded per call (host work only;
-// they carry the pointers) and passed by value.
+// The same with bwd_ws_kernel (deterministic, Hopper). With BwdDetCfg::TMA the tensor maps are encoded per call
+// (host work only; they carry the pointers) and passed by value; without it they are unused (zeros).
 template <int DH>
 void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                  const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
@@ -888,11 +952,16 @@ void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
     bwd_prepare<DH, BM>(o, dout, dc, p, sem, B, H, T, s);
     const size_t smem = bwd_ws_smem_bytes<DH, BM>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, BM), tk = tma_map_bf16_3d(k, DH, T, B * H, BWD_BN),
-                      tv = tma_map_bf16_3d(v, DH, T, B * H, BWD_BN), tdo = tma_map_bf16_3d(dout, H * DH, T, B, BM);
+    CUtensorMap tq = {}, tk = {}, tv = {}, tdo = {};
+    if (BwdDetCfg<DH>::TMA) {
+        tq = tma_map_bf16_3d(q, DH, T, B * H, BM);
+        tk = tma_map_bf16_3d(k, DH, T, B * H, BWD_BN);
+        tv = tma_map_bf16_3d(v, DH, T, B * H, BWD_BN);
+        tdo = tma_map_bf16_3d(dout, H * DH, T, B, BM);
+    }
     dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
-    bwd_ws_kernel<DH><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, c, lse, p.D, p.dq_acc, dk, dv, dc, p.colsum,
-                                                         sem, H, T, q_last);
+    bwd_ws_kernel<DH><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc, dk, dv,
+                                                         dc, p.colsum, sem, H, T, q_last);
     FOX_LAUNCH_CHECK();
 }
 
