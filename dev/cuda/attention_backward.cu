@@ -86,17 +86,20 @@
 //                     256.7 / 331.7, 227.1 / 293.3 (run 2).
 // 29-35 (session 8, "the deterministic backward with the forward's lessons"; bwd_det_kernel): the then API's
 // deterministic kernel (13 / 15) with the forward's three changes, every one bitwise the API's results (the
-// same arithmetic in the same order; checked by `api_bits`). NOT MEASURED: this session's device budget was
-// under the 900 s reserve when the work was ready (NOTES.md has the predictions and the command to run).
-// ptxas (nvcc 13.0, sm_90a), spill stores at d_h 64 / 128: API 0 / 4 bytes.
+// same arithmetic in the same order; checked by `api_bits`). Backward TFLOP/s on an H200 (1980 MHz, one run,
+// 2026-11-25 23:10 UTC) at T 4096 / 16384, d_h 64 | d_h 128, beside 13 / 15: 276.0 / 314.9 | 308.5 / 348.4.
+// ptxas (nvcc 13.0, sm_90a), spill stores at d_h 64 / 128 (13 / 15: 0 / 4 bytes) after the colon.
 // 29 the causal mask on the diagonal tiles alone (two copies of the P^T / dS^T loop): 0 / 64.
+//    275.4 / 314.7 | 318.1 / 360.1.
 // 30 29 + the compute warpgroups taking turns at every MMA issue (named barriers 4, 5): 0 / 112.
-// 31 29 + turns at each tile's first MMA issue only: 0 / 68.
+//    231.0 / 260.7 | 296.2 / 335.8.
+// 31 29 + turns at each tile's first MMA issue only: 0 / 68. 235.5 / 266.6 | 295.5 / 334.3.
 // 32 29 + a TMA producer warp in the sync warpgroup (K, V once; Q, dO, rs, Ds per tile, 2 stages): 0 / 0.
-// 33 32 + turns at every MMA issue: 0 / 0. The API's deterministic kernel on Hopper (bwd_ws_kernel) since
-//    branch bwdws-promote (promoted unmeasured, to be measured before merging: NOTES.md).
-// 34 32 + turns at each tile's first MMA issue only: 0 / 0.
+//    267.7 / 304.9 | 335.1 / 383.5.
+// 33 32 + turns at every MMA issue: 0 / 0. 261.6 / 297.6 | 353.8 / 408.3: the API's form at d_h 128.
+// 34 32 + turns at each tile's first MMA issue only: 0 / 0. 267.5 / 305.0 | 332.0 / 379.2.
 // 35 29 with the mask as a pass setting S^T to -inf before one copy of the loop: 0 / 12.
+//    286.2 / 329.1 | 313.0 / 354.9: the API's form at d_h 64.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
