@@ -1,7 +1,7 @@
 // fox/attention_backward.cuh: the Forgetting Attention backward, in the four forms the public API
 // (fox/attention.cuh) selects: {Hopper warpgroup MMA (sm_90a), mma.sync} x {deterministic, fp32 atomics in
-// arrival order}, each at d_h 64 and 128. Step 1 forms D = rowsum(dO * o), step 2 (bwd_kernel)
-// dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3 converts dQ to bf16; the last
+// arrival order}, each at d_h 64 and 128. Step 1 forms D = rowsum(dO * o), step 2 (bwd_kernel; on Hopper
+// deterministic, bwd_ws_kernel) dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3 converts dQ to bf16; the last
 // step, dc and the reverse scan into d log f, is fox_attention_reverse_scan in fox/attention.cuh. Other
 // forms of step 2, with their measurements, are in dev/cuda/attention_backward.cu.
 #ifndef FOX_ATTENTION_BACKWARD_CUH
@@ -13,7 +13,8 @@
 #include "acp.h"                      // FOX_ACP_BLOCK: q_last's grid
 #include "cuda_common.cuh"            // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK
 #include "attention_primitives.cuh"   // cp.async, ldmatrix, mma.sync, wgmma, atomics, acquire / release, barriers
-#include "attention_traits.cuh"       // LOG2E, NWARPS, BWD_BN, BwdCfg, bwd_smem_bytes, bwd_threads
+#include "attention_traits.cuh"       // LOG2E, NWARPS, BWD_BN, BwdCfg, bwd_smem_bytes, bwd_ws_smem_bytes
+#include "tma.cuh"                    // tma_map_bf16_3d: the tensor maps of q, k, v, dout
 
 namespace fox_attn {
 
@@ -37,6 +38,13 @@ __global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __
         const int h = row % H, bt = row / H, b = bt / T, t = bt % T;
         D[((size_t)b * H + h) * T + t] = sum;
     }
+}
+
+// Query row i's term of the log2 score s_ij log2e / sqrt(d_h) + r_i + nb_j: r_i = (c_i - c_ref - lse_i) log2e, with
+// c_ref the key block's first gate (docs/model.md §1.1), from the head's c (ch) and lse (lh); one expression
+// for every kernel that forms it.
+__device__ __forceinline__ float bwd_row_shift(const float *ch, const float *lh, int i, float c_ref) {
+    return (ch[i] - c_ref) * LOG2E - lh[i] * LOG2E;
 }
 
 // Key block nb's place in the add order of ACP row m (the same for every query tile of the row): `before` =
@@ -80,17 +88,8 @@ __device__ __forceinline__ void acp_order(int m, int nb, const int *qlh, int &be
 //   have released, adds, and releases one tile later (by then its adds have landed, so the release costs
 //   no wait). Staggered: half the warps do their dQ step before the tile's other work, half after, so
 //   each scheduler has one warp computing while the other waits on memory.
-// - warpgroup MMA (SYNCW): a sync warp does all the counter work, off the compute warps' path. The block
-//   has 384 threads: two compute warpgroups and a third whose warps run setmaxnreg.dec (then all but warp
-//   NWARPS exit) while the compute warpgroups run setmaxnreg.inc: ptxas caps the 384-thread block at 168
-//   registers per thread at entry and compiles the compute path for BWD_REGS_COMPUTE. The compute warps'
-//   per-tile barrier is named barrier 0 (the sync warp is not on it) and their dQ step of tile it-1 comes
-//   after tile it's other work. Per tile t the sync warp acquires t, arrives at named barriers 2 and 3
-//   (compute warpgroup w4 waits on 2 + w4 just before adding t, after its dQ product, so the two
-//   warpgroups never wait on each other there), waits on named barrier 1 (every compute warp has issued
-//   its adds of t), releases t, and moves on to t+1. Each warpgroup adds only its own dQ columns (and
-//   warpgroup 0 the dc row sums), so every address still sees this block's adds of a tile between the
-//   same acquire and release.
+// - warpgroup MMA: a sync warp in a third warpgroup does all the counter work, off the compute warps' path:
+//   bwd_ws_kernel below (this kernel runs warpgroup MMA with DET = false only).
 // WG: the five products on Hopper warpgroup MMA (sm_90a; BM 64): warpgroup w4 (warps 4w4..4w4+3) owns
 // keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared. K, V,
 // Q and dO tiles are stored as 64-column halves (swz_halves: two at dh 128), each a canonical
@@ -103,11 +102,11 @@ __device__ __forceinline__ void acp_order(int m, int nb, const int *qlh, int &be
 // dV/dK before the next tile's barrier (their register operands, and the Q/dO buffer the next prefetch
 // overwrites). At dh 128 (DQ_LATE) dQ of tile it-1 is issued after the softmax step instead, just before
 // dV/dK: dK and dV hold 128 registers per thread there, and S^T, dP^T (64) and the dQ product (32) do not
-// all fit beside them under the 240 of setmaxnreg. The dQ issue is unconditional (at it = 0 on a zeroed
+// all fit beside them. The dQ issue is unconditional (at it = 0 on a zeroed
 // dS^T buffer, result unused): ptxas serializes every warpgroup MMA of the kernel when the issue sits
 // under a branch (C7514).
 template <int DH, int BM, int MINB, bool DET, bool WG>
-__global__ void __launch_bounds__(bwd_threads(WG, DET), MINB)
+__global__ void __launch_bounds__(NTHREADS, MINB)
 bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
            const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
@@ -117,13 +116,14 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     constexpr int BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
     static_assert(FOX_ACP_BLOCK % BM == 0, "query tiles nest in the ACP grid");
     static_assert(!WG || BM == 64, "warpgroup path: the dQ product's M is the tile's 64 queries");
+    static_assert(!(WG && DET), "the deterministic warpgroup-MMA backward is bwd_ws_kernel");
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
     __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
     __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
     __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T
-    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: a_i - lse_i log2e
+    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_shift
     float *Ds = rs + 2 * BM;                                            // [2][BM]
     float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
 
@@ -151,46 +151,15 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const int ntiles = qt_last - qt_first + 1;
     int *semh = sem + (size_t)bh * nqt;
 
-    constexpr bool SYNCW = WG && DET;        // the sync warpgroup keeps the order (see above)
-    constexpr bool WARP_ORDER = !WG && DET;  // every compute warp keeps the order itself (see above)
+    constexpr bool WARP_ORDER = DET;  // every compute warp keeps the order itself (see above)
     constexpr bool DQ_LATE = WG && DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
-    if constexpr (SYNCW) {
-        if (warp >= NWARPS) {  // the sync warp (see above); its warpgroup gives registers back
-            setmaxnreg_dec<BWD_REGS_SYNC>();
-            if (warp != NWARPS) return;  // warps NWARPS+1.. have nothing to do
-            int ord_row = -1, before = 0;
-            bool last = false;
-            for (int t = qt_first; t <= qt_last; t++) {
-                const int m = t / TPB;
-                if (m != ord_row) {
-                    ord_row = m;
-                    acp_order(m, nb, qlh, before, last);
-                }
-                if (lane == 0 && before > 0) {
-                    unsigned spins = 0;
-                    while (ld_acquire_gpu(semh + t) < before) {
-                        __nanosleep(32);
-                        if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
-                    }
-                }
-                __syncwarp();
-                named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
-                named_bar_arrive(3, 128 + 32);
-                named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued its adds of t
-                if (lane == 0) red_release_gpu_add(semh + t, 1);
-                __syncwarp();
-            }
-            return;
-        }
-        setmaxnreg_inc<BWD_REGS_COMPUTE>();
-    }
 
     // Loader threads tid < BM fetch per-query values; rows past T get lse = +inf so their P is 0.
     auto fetch_rows = [&](int qt, float &r, float &d) {
         const int i = qt * BM + tid;
         if (tid < BM) {
             const bool ok = i < T;
-            r = ok ? (ch[i] - c_ref) * LOG2E - lh[i] * LOG2E : -INFINITY;
+            r = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
             d = ok ? Dsh[i] : 0.f;
         }
     };
@@ -300,12 +269,6 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 }
             }
         }
-        // the sync warp has acquired tile it-1 (a barrier per warpgroup, so the two warpgroups do not wait on
-        // each other here)
-        if (SYNCW) {
-            if (w4 == 0) named_bar_sync(2, 128 + 32);  // constant ids: ptxas counts 4 barriers, not 16
-            else named_bar_sync(3, 128 + 32);
-        }
         // fp32 adds; deterministic: every address sees its adds in one fixed order
         const int qr0 = i0 + dq_r + g;
 #pragma unroll
@@ -316,7 +279,6 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
         if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
         if (WARP_ORDER && !ord_last) pending = sp;
-        if (SYNCW) named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
     };
 
     // this warp's dS row sums of a tile (rsum: this thread's part) reduced over its keys, to smem buffer buf
@@ -335,8 +297,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         cp_async_wait_all();
         if constexpr (WG) fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
         // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
-        if constexpr (SYNCW) named_bar_sync(0, NTHREADS);  // the compute warps only
-        else __syncthreads();
+        __syncthreads();
         if (early && it > 0) dq_phase(it, dqp);
         const bool more = it + 1 < ntiles;
         float r_next = 0.f, d_next = 0.f;
@@ -512,6 +473,407 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     }
 }
 
+// Backward, step 2, deterministic, on Hopper: bwd_kernel's formulation, products and add order (DET, WG:
+// the five products on warpgroup MMA, pipelined across the tile's steps, DQ_LATE at dh 128) in a
+// warp-specialized 384-thread block. Warps 0-7 are the two compute warpgroups (64 keys each; setmaxnreg
+// BWD_REGS_COMPUTE); the third warpgroup gives its registers back (BWD_REGS_SYNC) and holds two warps:
+// - the sync warp (NWARPS) keeps the order, off the compute warps' path: per tile t it acquires t, arrives
+//   at named barriers 2 and 3 (compute warpgroup w4 waits on 2 + w4 just before adding t, after its dQ
+//   product, so the two warpgroups never wait on each other there), waits on named barrier 1 (every compute
+//   warp has issued its adds of t), releases t. Each warpgroup adds only its own dQ columns (and warpgroup 0
+//   the dc row sums), so every address sees this block's adds of a tile between the same acquire and release.
+// - with BwdDetCfg::TMA (d_h 128), the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies (TMA) of K and V once, then per query
+//   tile of Q and dO (each 64-column half one box, landing in the 128-byte-swizzle layout the descriptors
+//   read; dO through a map [B][T][H dh] whose box starts at column h dh + 64 hf; rows past T come in as
+//   zeros), and its 32 lanes write the tile's row stats (bwd_row_shift, D) before arriving on the stage's
+//   "full" mbarrier (32 arrivals + the bytes). Q, dO and the row stats have 2 stages; each compute warp frees
+//   a stage ("empty", one arrival per warp) once the tile's dV / dK products are complete. The compute warps
+//   issue no loads; their per-tile named barrier 0 remains (dS^T and the row sums cross warpgroups).
+//   Without it (d_h 64) the compute warps load Q, dO and the row stats a tile ahead with cp.async, as
+//   bwd_kernel does.
+// With BwdDetCfg::TURNS (d_h 128) the two compute warpgroups take turns issuing their MMAs (named barriers 4 and 5, the forward's scheduler
+// barrier): warpgroup w syncs on 4 + w before each issue and arrives on the other's after; warpgroup 1
+// arrives once at the start and not after its last issue, so every arrival is matched. With barrier 0
+// re-aligning the warpgroups every tile, the turns put one warpgroup's softmax under the other's products.
+// The causal mask is applied on the diagonal tiles alone (the first two of a block), not tested per element on
+// every tile: at d_h 128 by a uniform branch between two copies of the P^T / dS^T loop, at d_h 64
+// (BwdDetCfg::MASK_PASS) by a pass that sets the masked scores of S^T to -inf before the one loop (ex2 gives
+// them P = +0, the same bits as the select). Each choice is what measured faster at its head size
+// (dev/cuda/NOTES.md, session 8); every form gives the same bits.
+template <int DH>
+__global__ void __launch_bounds__(NTHREADS + 128, 1)
+bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+               const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
+               const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
+               const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
+               float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
+               float *__restrict__ dc, float *__restrict__ colsum, int *__restrict__ sem, int H, int T,
+               const int *__restrict__ q_last) {
+    constexpr int BM = 64, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
+    constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
+    constexpr bool TURNS = BwdDetCfg<DH>::TURNS, TMA = BwdDetCfg<DH>::TMA, MASK_PASS = BwdDetCfg<DH>::MASK_PASS;
+    extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
+    __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
+    __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
+    __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
+    __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T
+    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_shift
+    float *Ds = rs + 2 * BM;                                            // [2][BM]
+    float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
+    uint64_t *kv_full = reinterpret_cast<uint64_t *>(rowsum + 2 * NWARPS * BM);  // TMA only
+    uint64_t *full = kv_full + 1, *empty = full + 2;
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
+    const int g = lane >> 2, tq = lane & 3;
+    const int nblk = gridDim.x;
+    const int nb = nblk - 1 - blockIdx.x;  // key block: highest first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t head_off = (size_t)bh * T;
+    const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
+    const float *ch = c + head_off, *lh = lse + head_off, *Dsh = Dg + head_off;
+    const size_t ld_o = (size_t)H * DH;
+    const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
+    float *dqh = dq_acc + head_off * DH;
+    const int k0 = nb * BN;
+    const float c_ref = ch[k0];
+
+    const int nqt = (T + BM - 1) / BM;
+    const int *qlh = q_last ? q_last + (size_t)bh * nblk : nullptr;
+    const int m_last = qlh ? min(nblk - 1, max(qlh[nb], nb)) : nblk - 1;
+    const int qt_first = k0 / BM;
+    const int qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
+    const int ntiles = qt_last - qt_first + 1;
+    int *semh = sem + (size_t)bh * nqt;
+
+    if constexpr (TMA) {
+        if (tid == 0) {
+            mbar_init(kv_full, 1);
+            for (int s = 0; s < 2; s++) {
+                mbar_init(full + s, 32);
+                mbar_init(empty + s, NWARPS);
+            }
+            mbar_fence_init();
+        }
+        __syncthreads();
+    }
+    if (warp >= NWARPS) {  // the sync warpgroup gives its registers to the compute warpgroups
+        setmaxnreg_dec<BWD_REGS_SYNC>();
+        if (warp == NWARPS) {  // the sync warp: the API's
+            int ord_row = -1, before = 0;
+            bool last = false;
+            for (int t = qt_first; t <= qt_last; t++) {
+                const int m = t / TPB;
+                if (m != ord_row) {
+                    ord_row = m;
+                    acp_order(m, nb, qlh, before, last);
+                }
+                if (lane == 0 && before > 0) {
+                    unsigned spins = 0;
+                    while (ld_acquire_gpu(semh + t) < before) {
+                        __nanosleep(32);
+                        if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                    }
+                }
+                __syncwarp();
+                named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
+                named_bar_arrive(3, 128 + 32);
+                named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued its adds of t
+                if (lane == 0) red_release_gpu_add(semh + t, 1);
+                __syncwarp();
+            }
+        } else if (TMA && warp == NWARPS + 1) {  // the producer (see above)
+            if (lane == 0) {
+                mbar_arrive_expect_tx(kv_full, 2 * BN * DH * 2);
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++) {
+                    tma_load_3d(Ks + hf * BN * 64, &tm_k, kv_full, hf * 64, k0, bh);
+                    tma_load_3d(Vs + hf * BN * 64, &tm_v, kv_full, hf * 64, k0, bh);
+                }
+            }
+            for (int it = 0; it < ntiles; it++) {
+                const int s = it & 1, i0 = (qt_first + it) * BM;
+                if (it >= 2) mbar_wait(empty + s, ((it >> 1) & 1) ^ 1);  // tile it-2's release
+#pragma unroll
+                for (int r = lane; r < BM; r += 32) {
+                    const int i = i0 + r;
+                    const bool ok = i < T;
+                    rs[s * BM + r] = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
+                    Ds[s * BM + r] = ok ? Dsh[i] : 0.f;
+                }
+                if (lane == 0) {
+                    mbar_arrive_expect_tx(full + s, 2 * BM * DH * 2);
+#pragma unroll
+                    for (int hf = 0; hf < DH / 64; hf++) {
+                        tma_load_3d(Qs + s * BM * DH + hf * BM * 64, &tm_q, full + s, hf * 64, i0, bh);
+                        tma_load_3d(dOs + s * BM * DH + hf * BM * 64, &tm_do, full + s, h * DH + hf * 64, i0, b);
+                    }
+                } else {
+                    mbar_arrive(full + s);
+                }
+            }
+        }
+        return;
+    }
+    setmaxnreg_inc<BWD_REGS_COMPUTE>();
+
+    // cp.async form: loader threads tid < BM fetch per-query values; rows past T get r = -inf so their P is 0.
+    auto fetch_rows = [&](int qt, float &r, float &d) {
+        const int i = qt * BM + tid;
+        if (tid < BM) {
+            const bool ok = i < T;
+            r = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
+            d = ok ? Dsh[i] : 0.f;
+        }
+    };
+    auto store_rows = [&](int buf, float r, float d) {
+        if (tid < BM) {
+            rs[buf * BM + tid] = r;
+            Ds[buf * BM + tid] = d;
+        }
+    };
+
+    {  // dS^T buffer 1: the operand of the unused dQ product issued in iteration 0
+        uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
+        for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    if constexpr (!TMA) {
+        load_tile_async<DH, BN, NTHREADS, true>(Ks, kh, DH, k0, T, tid);
+        load_tile_async<DH, BN, NTHREADS, true>(Vs, vh, DH, k0, T, tid);
+        load_tile_async<DH, BM, NTHREADS, true>(Qs, qh, DH, qt_first * BM, T, tid);
+        load_tile_async<DH, BM, NTHREADS, true>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
+        cp_async_commit();
+        float r = 0.f, d = 0.f;
+        fetch_rows(qt_first, r, d);
+        store_rows(0, r, d);
+    }
+
+    const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
+    const float nb0 = -((j0 < T ? ch[j0] : c_ref) - c_ref) * LOG2E;
+    const float nb1 = -((j1 < T ? ch[j1] : c_ref) - c_ref) * LOG2E;
+    const float sl2 = LOG2E / sqrtf((float)DH);
+    const float scale = 1.f / sqrtf((float)DH);
+
+    float dka[DH / 8][4], dva[DH / 8][4];
+#pragma unroll
+    for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.f;
+    float cs0 = 0.f, cs1 = 0.f;  // column sums of dS for keys j0, j1
+
+    constexpr int DQC = DH * (BM / 16) / NWARPS;  // dQ columns per warpgroup
+    const int dq_r = (warp % (BM / 16)) * 16, dq_c = (warp / (BM / 16)) * DQC;
+
+    // dQ of tile it-1 = dS K from its parked dS^T (the API's); issued only.
+    auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
+        const __nv_bfloat16 *dSb = dSt + ((it - 1) & 1) * BN * BM;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            if constexpr (DQC == 32)
+                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
+            else
+                wgmma_m64n64_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), desc_mnmajor<BN>(Ks, w4, kk), kk > 0);
+        }
+    };
+    // dQ (and dc row sums) of tile it-1 added in the sync warp's order (the API's).
+    auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
+        const int pb = (it - 1) & 1, i0 = (qt_first + it - 1) * BM;
+        float rtot = 0.f;
+        if (tid < BM) {
+#pragma unroll
+            for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
+        }
+        if (w4 == 0) named_bar_sync(2, 128 + 32);  // constant ids: ptxas counts 4 barriers, not 16
+        else named_bar_sync(3, 128 + 32);
+        const int qr0 = i0 + dq_r + g;
+#pragma unroll
+        for (int nt = 0; nt < DQC / 8; nt++) {
+            const int col = dq_c + nt * 8 + 2 * tq;
+            if (qr0 < T) atomic_add2(dqh + (size_t)qr0 * DH + col, dqa[nt][0], dqa[nt][1]);
+            if (qr0 + 8 < T) atomic_add2(dqh + (size_t)(qr0 + 8) * DH + col, dqa[nt][2], dqa[nt][3]);
+        }
+        if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
+        named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
+    };
+    auto park_row_sums = [&](float (&rsum)[BM / 4], int buf) {
+        warp_column_sums<BM / 4>(rsum, lane);
+#pragma unroll
+        for (int i = 0; i < BM / 32; i++) {
+            const int cidx = g * (BM / 32) + i;
+            rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
+        }
+    };
+    // The scheduler barrier (TURNS, see above): wait for this warpgroup's turn / pass it to the other one.
+    auto turn_wait = [&](bool on) {
+        if (!on) return;
+        if (w4 == 0) named_bar_sync(4, NTHREADS);  // constant ids: ptxas counts the barriers
+        else named_bar_sync(5, NTHREADS);
+    };
+    auto turn_pass = [&](bool on, bool last) {
+        if (!on) return;
+        if (w4 == 0) named_bar_arrive(5, NTHREADS);
+        else if (!last) named_bar_arrive(4, NTHREADS);
+    };
+    if (TURNS && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
+    if constexpr (TMA) mbar_wait(kv_full, 0);
+
+    float dqp[DQC / 8][4];  // dQ product of tile it-1 (in flight during tile it's softmax or dV/dK work)
+    for (int it = 0; it <= ntiles; it++) {
+        const int buf = it & 1;
+        if constexpr (TMA) {
+            if (it < ntiles) mbar_wait(full + buf, (it >> 1) & 1);
+        } else {
+            cp_async_wait_all();
+        }
+        fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
+        named_bar_sync(0, NTHREADS);  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
+        const bool more = it + 1 < ntiles;
+        float r_next = 0.f, d_next = 0.f;
+        if (!TMA && more) {
+            const int i1 = (qt_first + it + 1) * BM;
+            load_tile_async<DH, BM, NTHREADS, true>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
+            load_tile_async<DH, BM, NTHREADS, true>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
+            cp_async_commit();
+            fetch_rows(qt_first + it + 1, r_next, d_next);
+        }
+        if (it < ntiles) {
+            const int i0 = (qt_first + it) * BM;
+            const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
+            const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
+            __nv_bfloat16 *dSb = dSt + buf * BN * BM;
+
+            float st[BM / 8][4], dpt[BM / 8][4];
+            turn_wait(TURNS);
+            // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, 0, kk), kk > 0);
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, 0, kk), kk > 0);
+            wg_commit();
+            if constexpr (!DQ_LATE) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
+                dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                wg_commit();
+            }
+            turn_pass(TURNS, false);
+            if constexpr (DQ_LATE) wg_wait<0>();
+            else wg_wait<1>();
+
+            // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
+            float rsum[BM / 4];
+            auto p_ds = [&](auto diag_tile) {  // std::true_type on a diagonal tile: the causal mask
+#pragma unroll
+                for (int nt = 0; nt < BM / 8; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int col = nt * 8 + 2 * tq + e, i = i0 + col;
+                        const float r = rb[col], d = Db[col];
+                        float p0 = ex2(fmaf(st[nt][e], sl2, r + nb0));
+                        float p1 = ex2(fmaf(st[nt][2 + e], sl2, r + nb1));
+                        if (decltype(diag_tile)::value) {
+                            if (j0 > i) p0 = 0.f;
+                            if (j1 > i) p1 = 0.f;
+                        }
+                        const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
+                        cs0 += ds0;
+                        cs1 += ds1;
+                        rsum[2 * nt + e] = ds0 + ds1;
+                        st[nt][e] = p0;
+                        st[nt][2 + e] = p1;
+                        dpt[nt][e] = ds0;
+                        dpt[nt][2 + e] = ds1;
+                    }
+                }
+            };
+            if constexpr (MASK_PASS) {  // -inf scores: ex2 gives the masked P exactly 0, as the select does
+                if (i0 < k0 + BN - 1) {
+#pragma unroll
+                    for (int nt = 0; nt < BM / 8; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int i = i0 + nt * 8 + 2 * tq + e;
+                            if (j0 > i) st[nt][e] = -INFINITY;
+                            if (j1 > i) st[nt][2 + e] = -INFINITY;
+                        }
+                }
+                p_ds(std::false_type{});
+            } else if (i0 < k0 + BN - 1) {
+                p_ds(std::true_type{});
+            } else {
+                p_ds(std::false_type{});
+            }
+            if constexpr (DQ_LATE) park_row_sums(rsum, buf);  // its 16 registers free before the MMAs
+            // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
+            uint32_t pa[BM / 16][4], sa[BM / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++) {
+                acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
+                acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+                const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[kk][0];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[kk][1];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[kk][2];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[kk][3];
+            }
+            turn_wait(TURNS);
+            wg_fence();
+            if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
+                dq_mma_issue(it, dqp);
+                wg_commit();
+            }
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++)
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++) {
+                    wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, kk));
+                    wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, kk));
+                }
+            wg_commit();  // waited for after tile it-1's dQ adds
+            turn_pass(TURNS, false);
+            if constexpr (!DQ_LATE) park_row_sums(rsum, buf);
+            wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
+        } else {  // after the last tile: its dQ product alone
+            turn_wait(TURNS);
+            wg_fence();
+            dq_mma_issue(it, dqp);
+            wg_commit();
+            turn_pass(TURNS, true);
+            wg_wait<0>();
+        }
+        if (it > 0) dq_phase(it, dqp);
+        wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
+        if (TMA && it < ntiles) {  // the stage's Q, dO and row stats are free
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty + buf);
+        }
+        if (!TMA && more) store_rows(buf ^ 1, r_next, d_next);
+    }
+
+    __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
+#pragma unroll
+    for (int nt = 0; nt < DH / 8; nt++) {
+        const int col = nt * 8 + 2 * tq;
+        if (j0 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j0 * DH + col) = pack_bf16(dka[nt][0] * scale, dka[nt][1] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j0 * DH + col) = pack_bf16(dva[nt][0], dva[nt][1]);
+        }
+        if (j1 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j1 * DH + col) = pack_bf16(dka[nt][2] * scale, dka[nt][3] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j1 * DH + col) = pack_bf16(dva[nt][2], dva[nt][3]);
+        }
+    }
+    cs0 = quad_sum(cs0);
+    cs1 = quad_sum(cs1);
+    if (tq == 0) {
+        if (j0 < T) colsum[head_off + j0] = -cs0;
+        if (j1 < T) colsum[head_off + j1] = -cs1;
+    }
+}
+
 // Backward, step 3: dq = scale * fp32 accumulator, as bf16.
 __global__ void dq_convert_kernel(const float4 *__restrict__ acc, __nv_bfloat16 *__restrict__ dq, float scale, size_t n4) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
@@ -545,6 +907,20 @@ inline BwdSums bwd_sums(void *scratch, int B, int H, int T, int dh) {
     return p;
 }
 
+// Step 1 of the backward, and the zeroed accumulators step 2 adds into (dq, the dc row sums, the order counters
+// for query tiles of BM rows).
+template <int DH, int BM>
+void bwd_prepare(const __nv_bfloat16 *o, const __nv_bfloat16 *dout, float *dc, const BwdSums &p, int *sem, int B,
+                 int H, int T, cudaStream_t s) {
+    const size_t nvec = (size_t)B * H * T;
+    const int rows = B * T * H;
+    dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, p.D, H, T, rows);
+    FOX_LAUNCH_CHECK();
+    FOX_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, nvec * DH * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
+}
+
 // Steps 1 and 2 of the backward; leaves the dS row sums in dc, the minus column sums and the unscaled dq in the
 // scratch (bwd_sums), for step 3 (bwd_dq) and the final step (fox_attention_reverse_scan).
 template <int DH, int BM, int MINB, bool DET, bool WG>
@@ -552,22 +928,40 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
                   const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc,
                   __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                   const int *q_last, cudaStream_t s) {
-    const size_t nvec = (size_t)B * H * T, nq = nvec * DH;
     const BwdSums p = bwd_sums(scratch, B, H, T, DH);
-    float *dq_acc = p.dq_acc, *D = p.D, *colsum = p.colsum;
-    int *sem = reinterpret_cast<int *>(colsum + nvec);
-    const int rows = B * T * H;
-    dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, D, H, T, rows);
-    FOX_LAUNCH_CHECK();
-    FOX_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s));
-    FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
-    FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
+    int *sem = reinterpret_cast<int *>(p.colsum + (size_t)B * H * T);
+    bwd_prepare<DH, BM>(o, dout, dc, p, sem, B, H, T, s);
     const size_t smem = bwd_smem_bytes<DH, BM>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, DET, WG>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
-    bwd_kernel<DH, BM, MINB, DET, WG><<<grid, bwd_threads(WG, DET), smem, s>>>(q, k, v, c, dout, lse, D, dq_acc, dk,
-                                                                              dv, dc, colsum, sem, H, T, q_last);
+    bwd_kernel<DH, BM, MINB, DET, WG><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, p.D, p.dq_acc, dk, dv, dc,
+                                                                  p.colsum, sem, H, T, q_last);
+    FOX_LAUNCH_CHECK();
+}
+
+// The same with bwd_ws_kernel (deterministic, Hopper). With BwdDetCfg::TMA the tensor maps are encoded per call
+// (host work only; they carry the pointers) and passed by value; without it they are unused (zeros).
+template <int DH>
+void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                 const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
+                 __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, cudaStream_t s) {
+    constexpr int BM = BwdCfg<DH, true>::BM;
+    const BwdSums p = bwd_sums(scratch, B, H, T, DH);
+    int *sem = reinterpret_cast<int *>(p.colsum + (size_t)B * H * T);
+    bwd_prepare<DH, BM>(o, dout, dc, p, sem, B, H, T, s);
+    const size_t smem = bwd_ws_smem_bytes<DH, BM>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUtensorMap tq = {}, tk = {}, tv = {}, tdo = {};
+    if (BwdDetCfg<DH>::TMA) {
+        tq = tma_map_bf16_3d(q, DH, T, B * H, BM);
+        tk = tma_map_bf16_3d(k, DH, T, B * H, BWD_BN);
+        tv = tma_map_bf16_3d(v, DH, T, B * H, BWD_BN);
+        tdo = tma_map_bf16_3d(dout, H * DH, T, B, BM);
+    }
+    dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
+    bwd_ws_kernel<DH><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc, dk, dv,
+                                                         dc, p.colsum, sem, H, T, q_last);
     FOX_LAUNCH_CHECK();
 }
 
@@ -579,17 +973,16 @@ inline void bwd_dq(const float *dq_acc, __nv_bfloat16 *dq, int B, int H, int T, 
     FOX_LAUNCH_CHECK();
 }
 
-// Steps 1 and 2 as the public API runs them. Deterministic: warpgroup MMA with the sync warpgroup's order on
-// Hopper (needs an sm_90a build), otherwise mma.sync with the staggered warp-level order. Not
-// deterministic: the same kernels with plain fp32 atomics.
+// Steps 1 and 2 as the public API runs them. Deterministic: bwd_ws_kernel (warpgroup MMA, the sync warp's
+// order, a TMA producer) on Hopper (needs an sm_90a build), otherwise mma.sync with the staggered warp-level
+// order. Not deterministic: bwd_kernel with plain fp32 atomics (warpgroup MMA on Hopper).
 template <int DH>
 void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
               const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
               __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, bool det, cudaStream_t s) {
     constexpr int BM = BwdCfg<DH>::BM, MINB = BwdCfg<DH>::MINB, WBM = BwdCfg<DH, true>::BM;
     if (use_wgmma()) {
-        if (det)
-            return backward_cfg<DH, WBM, 1, true, true>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
+        if (det) return backward_ws<DH>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
         return backward_cfg<DH, WBM, 1, false, true>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
     }
     if (det) return backward_cfg<DH, BM, MINB, true, false>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);

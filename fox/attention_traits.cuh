@@ -71,9 +71,18 @@ template <int DH, int BM> size_t bwd_smem_bytes() {
     return (size_t)(2 * BWD_BN * DH + 4 * BM * DH + 2 * BWD_BN * BM) * 2 + (4 + 2 * NWARPS) * BM * 4;
 }
 
-// Threads per backward block: the deterministic warpgroup-MMA kernel adds a third warpgroup that holds
-// the sync warp (fox/attention_backward.cuh); the others are the NWARPS compute warps alone.
-constexpr int bwd_threads(bool wg, bool det) { return wg && det ? NTHREADS + 128 : NTHREADS; }
+// Backward smem with a TMA producer (bwd_ws_kernel, 384 threads: two compute warpgroups and a third that holds
+// the sync warp and the producer): bwd_smem_bytes' tiles, then the mbarriers (K/V full, Q/dO/row-stat full and
+// empty per stage, 2 stages).
+template <int DH, int BM> size_t bwd_ws_smem_bytes() { return bwd_smem_bytes<DH, BM>() + 5 * 8; }
+
+// The deterministic Hopper backward's form per head size (bwd_ws_kernel; each measured faster at its size,
+// dev/cuda/NOTES.md session 8): TMA, a producer warp loads Q, dO and the row stats (else the compute warps,
+// with cp.async); TURNS, the compute warpgroups take turns issuing their MMAs; MASK_PASS, the causal mask as
+// a pass over S^T (else two copies of the P^T / dS^T loop).
+template <int DH> struct BwdDetCfg {
+    static constexpr bool TMA = DH == 128, TURNS = DH == 128, MASK_PASS = DH == 64;
+};
 
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24
 // = 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).

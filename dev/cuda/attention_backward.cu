@@ -1,8 +1,8 @@
 // dev/cuda/attention_backward.cu: the Forgetting Attention backward (step 2, the dK / dV / dQ / dS-sums
 // kernel) in every version tried, numbered by the order of the dQ / dc adds across key blocks, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are versions 1 and 3 on mma.sync, 13 and 14 on warpgroup MMA at d_h 64,
-// 15 and 16 at d_h 128).
+// (fox/attention.cuh, whose kernels are versions 1 and 3 on mma.sync, 33 (bwd_ws_kernel) and 14 on warpgroup MMA
+// at d_h 64, 33 and 16 at d_h 128; 13 and 15 were its deterministic ones until session 8).
 //   make attention_backward
 //   ./attention_backward            every version: checks, then timings
 //   ./attention_backward 13         version 13 only (and the API); 13,15,21: those three
@@ -84,6 +84,22 @@
 //                     acquires (LDG.STRONG.GPU + CCTL.IVALL, 8 per tile) cost 0-1.5%.
 // 28 BWD_WG_LANE_TOP_REL: 21 with the release right after the block barrier, before the next tile's loads:
 //                     256.7 / 331.7, 227.1 / 293.3 (run 2).
+// 29-35 (session 8, "the deterministic backward with the forward's lessons"; bwd_det_kernel): the then API's
+// deterministic kernel (13 / 15) with the forward's three changes, every one bitwise the API's results (the
+// same arithmetic in the same order; checked by `api_bits`). Backward TFLOP/s on an H200 (1980 MHz, one run,
+// 2026-11-25 23:10 UTC) at T 4096 / 16384, d_h 64 | d_h 128, beside 13 / 15: 276.0 / 314.9 | 308.5 / 348.4.
+// ptxas (nvcc 13.0, sm_90a), spill stores at d_h 64 / 128 (13 / 15: 0 / 4 bytes) after the colon.
+// 29 the causal mask on the diagonal tiles alone (two copies of the P^T / dS^T loop): 0 / 64.
+//    275.4 / 314.7 | 318.1 / 360.1.
+// 30 29 + the compute warpgroups taking turns at every MMA issue (named barriers 4, 5): 0 / 112.
+//    231.0 / 260.7 | 296.2 / 335.8.
+// 31 29 + turns at each tile's first MMA issue only: 0 / 68. 235.5 / 266.6 | 295.5 / 334.3.
+// 32 29 + a TMA producer warp in the sync warpgroup (K, V once; Q, dO, rs, Ds per tile, 2 stages): 0 / 0.
+//    267.7 / 304.9 | 335.1 / 383.5.
+// 33 32 + turns at every MMA issue: 0 / 0. 261.6 / 297.6 | 353.8 / 408.3: the API's form at d_h 128.
+// 34 32 + turns at each tile's first MMA issue only: 0 / 0. 267.5 / 305.0 | 332.0 / 379.2.
+// 35 29 with the mask as a pass setting S^T to -inf before one copy of the loop: 0 / 12.
+//    286.2 / 329.1 | 313.0 / 354.9: the API's form at d_h 64.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
@@ -811,9 +827,439 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     fox_attention_reverse_scan(dc, colsum, dlogf, B * H, T, s);
 }
 
+
+// Versions 29-34 (session 8, "the deterministic backward with the forward's lessons"): the API's
+// deterministic warpgroup-MMA kernel (fox/attention_backward.cuh: bwd_kernel<DH, 64, 1, true, true>, the sync
+// warpgroup's order, the pipelined MMAs, DQ_LATE at d_h 128) with, always, the causal mask on the diagonal
+// tiles alone: the P^T / dS^T loop exists twice behind a uniform branch (std::true_type / std::false_type), so
+// off the diagonal there is no per-element compare and select. A block's first two query tiles (i0 < k0 +
+// BN - 1) are its diagonal ones. Same arithmetic in the same order: results bitwise the API's.
+// TURNS: the two compute warpgroups take turns issuing their MMAs (the forward's scheduler barrier, named
+// barriers 4 and 5; 0-3 are the per-tile and order barriers): warpgroup w syncs on 4 + w before an issue
+// and arrives on the other's after; warpgroup 1 arrives once at the start for warpgroup 0 and not after its
+// last issue, so every arrival is matched. TURNS 1: at a tile's first issue (S^T, dP^T, and at d_h 64 tile
+// it-1's dQ); TURNS 2: at every issue (also dV / dK, at d_h 128 with dQ, and the last tile's dQ).
+// TMA: warp NWARPS + 1 of the sync warpgroup (24 registers) is a producer: its lane 0 issues the bulk
+// tensor copies of K and V once (one mbarrier), then per query tile of Q and dO (each 64-column half one box;
+// dO through a 3-D map [B][T][H d_h] whose box starts at column h d_h + 64 hf), and its 32 lanes write the
+// tile's row stats (rs, Ds) before arriving on the stage's "full" mbarrier (32 arrivals + the bytes); the
+// compute warps free a stage (one arrival per warp) once tile it's dV / dK products are complete. Q, dO
+// and the row stats in 2 stages, as the cp.async version's double buffer. The compute warps issue no
+// loads; their per-tile barrier 0 stays (dS^T and the row sums cross warpgroups).
+// MASK_PASS (version 35): one copy of the loop; on a diagonal tile a pass before it sets the masked S^T
+// entries to -inf (ex2(-inf) = +0, the select's value, so the same bits); ptxas spills less at d_h 128 with
+// cp.async (12 bytes against 64) than with the two copies.
+template <int DH, int TURNS, bool TMA, bool MASK_PASS>
+__global__ void __launch_bounds__(NTHREADS + 128, 1)
+bwd_det_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+               const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
+               const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
+               const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
+               float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
+               float *__restrict__ dc, float *__restrict__ colsum, int *__restrict__ sem, int H, int T,
+               const int *__restrict__ q_last) {
+    constexpr int BM = 64, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
+    constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (the API's)
+    extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
+    __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
+    __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
+    __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
+    __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T
+    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_shift
+    float *Ds = rs + 2 * BM;                                            // [2][BM]
+    float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
+    uint64_t *kv_full = reinterpret_cast<uint64_t *>(rowsum + 2 * NWARPS * BM);  // TMA only
+    uint64_t *full = kv_full + 1, *empty = full + 2;
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
+    const int g = lane >> 2, tq = lane & 3;
+    const int nblk = gridDim.x;
+    const int nb = nblk - 1 - blockIdx.x;  // key block: highest first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t head_off = (size_t)bh * T;
+    const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
+    const float *ch = c + head_off, *lh = lse + head_off, *Dsh = Dg + head_off;
+    const size_t ld_o = (size_t)H * DH;
+    const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
+    float *dqh = dq_acc + head_off * DH;
+    const int k0 = nb * BN;
+    const float c_ref = ch[k0];
+
+    const int nqt = (T + BM - 1) / BM;
+    const int *qlh = q_last ? q_last + (size_t)bh * nblk : nullptr;
+    const int m_last = qlh ? min(nblk - 1, max(qlh[nb], nb)) : nblk - 1;
+    const int qt_first = k0 / BM;
+    const int qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
+    const int ntiles = qt_last - qt_first + 1;
+    int *semh = sem + (size_t)bh * nqt;
+
+    if constexpr (TMA) {
+        if (tid == 0) {
+            mbar_init(kv_full, 1);
+            for (int s = 0; s < 2; s++) {
+                mbar_init(full + s, 32);
+                mbar_init(empty + s, NWARPS);
+            }
+            mbar_fence_init();
+        }
+        __syncthreads();
+    }
+    if (warp >= NWARPS) {  // the sync warpgroup gives its registers to the compute warpgroups
+        setmaxnreg_dec<BWD_REGS_SYNC>();
+        if (warp == NWARPS) {  // the sync warp: the API's
+            int ord_row = -1, before = 0;
+            bool last = false;
+            for (int t = qt_first; t <= qt_last; t++) {
+                const int m = t / TPB;
+                if (m != ord_row) {
+                    ord_row = m;
+                    acp_order(m, nb, qlh, before, last);
+                }
+                if (lane == 0 && before > 0) {
+                    unsigned spins = 0;
+                    while (ld_acquire_gpu(semh + t) < before) {
+                        __nanosleep(32);
+                        if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                    }
+                }
+                __syncwarp();
+                named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
+                named_bar_arrive(3, 128 + 32);
+                named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued its adds of t
+                if (lane == 0) red_release_gpu_add(semh + t, 1);
+                __syncwarp();
+            }
+        } else if (TMA && warp == NWARPS + 1) {  // the producer (see above)
+            if (lane == 0) {
+                mbar_arrive_expect_tx(kv_full, 2 * BN * DH * 2);
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++) {
+                    tma_load_3d(Ks + hf * BN * 64, &tm_k, kv_full, hf * 64, k0, bh);
+                    tma_load_3d(Vs + hf * BN * 64, &tm_v, kv_full, hf * 64, k0, bh);
+                }
+            }
+            for (int it = 0; it < ntiles; it++) {
+                const int s = it & 1, i0 = (qt_first + it) * BM;
+                if (it >= 2) mbar_wait(empty + s, ((it >> 1) & 1) ^ 1);  // tile it-2's release
+#pragma unroll
+                for (int r = lane; r < BM; r += 32) {
+                    const int i = i0 + r;
+                    const bool ok = i < T;
+                    rs[s * BM + r] = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
+                    Ds[s * BM + r] = ok ? Dsh[i] : 0.f;
+                }
+                if (lane == 0) {
+                    mbar_arrive_expect_tx(full + s, 2 * BM * DH * 2);
+#pragma unroll
+                    for (int hf = 0; hf < DH / 64; hf++) {
+                        tma_load_3d(Qs + s * BM * DH + hf * BM * 64, &tm_q, full + s, hf * 64, i0, bh);
+                        tma_load_3d(dOs + s * BM * DH + hf * BM * 64, &tm_do, full + s, h * DH + hf * 64, i0, b);
+                    }
+                } else {
+                    mbar_arrive(full + s);
+                }
+            }
+        }
+        return;
+    }
+    setmaxnreg_inc<BWD_REGS_COMPUTE>();
+
+    // cp.async form: loader threads tid < BM fetch per-query values; rows past T get r = -inf so their P is 0.
+    auto fetch_rows = [&](int qt, float &r, float &d) {
+        const int i = qt * BM + tid;
+        if (tid < BM) {
+            const bool ok = i < T;
+            r = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
+            d = ok ? Dsh[i] : 0.f;
+        }
+    };
+    auto store_rows = [&](int buf, float r, float d) {
+        if (tid < BM) {
+            rs[buf * BM + tid] = r;
+            Ds[buf * BM + tid] = d;
+        }
+    };
+
+    {  // dS^T buffer 1: the operand of the unused dQ product issued in iteration 0
+        uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
+        for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    if constexpr (!TMA) {
+        load_tile_async<DH, BN, NTHREADS, true>(Ks, kh, DH, k0, T, tid);
+        load_tile_async<DH, BN, NTHREADS, true>(Vs, vh, DH, k0, T, tid);
+        load_tile_async<DH, BM, NTHREADS, true>(Qs, qh, DH, qt_first * BM, T, tid);
+        load_tile_async<DH, BM, NTHREADS, true>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
+        cp_async_commit();
+        float r = 0.f, d = 0.f;
+        fetch_rows(qt_first, r, d);
+        store_rows(0, r, d);
+    }
+
+    const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
+    const float nb0 = -((j0 < T ? ch[j0] : c_ref) - c_ref) * LOG2E;
+    const float nb1 = -((j1 < T ? ch[j1] : c_ref) - c_ref) * LOG2E;
+    const float sl2 = LOG2E / sqrtf((float)DH);
+    const float scale = 1.f / sqrtf((float)DH);
+
+    float dka[DH / 8][4], dva[DH / 8][4];
+#pragma unroll
+    for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.f;
+    float cs0 = 0.f, cs1 = 0.f;  // column sums of dS for keys j0, j1
+
+    constexpr int DQC = DH * (BM / 16) / NWARPS;  // dQ columns per warpgroup
+    const int dq_r = (warp % (BM / 16)) * 16, dq_c = (warp / (BM / 16)) * DQC;
+
+    // dQ of tile it-1 = dS K from its parked dS^T (the API's); issued only.
+    auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
+        const __nv_bfloat16 *dSb = dSt + ((it - 1) & 1) * BN * BM;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            if constexpr (DQC == 32)
+                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
+            else
+                wgmma_m64n64_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), desc_mnmajor<BN>(Ks, w4, kk), kk > 0);
+        }
+    };
+    // dQ (and dc row sums) of tile it-1 added in the sync warp's order (the API's).
+    auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
+        const int pb = (it - 1) & 1, i0 = (qt_first + it - 1) * BM;
+        float rtot = 0.f;
+        if (tid < BM) {
+#pragma unroll
+            for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
+        }
+        if (w4 == 0) named_bar_sync(2, 128 + 32);  // constant ids: ptxas counts 4 barriers, not 16
+        else named_bar_sync(3, 128 + 32);
+        const int qr0 = i0 + dq_r + g;
+#pragma unroll
+        for (int nt = 0; nt < DQC / 8; nt++) {
+            const int col = dq_c + nt * 8 + 2 * tq;
+            if (qr0 < T) atomic_add2(dqh + (size_t)qr0 * DH + col, dqa[nt][0], dqa[nt][1]);
+            if (qr0 + 8 < T) atomic_add2(dqh + (size_t)(qr0 + 8) * DH + col, dqa[nt][2], dqa[nt][3]);
+        }
+        if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
+        named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
+    };
+    auto park_row_sums = [&](float (&rsum)[BM / 4], int buf) {
+        warp_column_sums<BM / 4>(rsum, lane);
+#pragma unroll
+        for (int i = 0; i < BM / 32; i++) {
+            const int cidx = g * (BM / 32) + i;
+            rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
+        }
+    };
+    // The scheduler barrier (TURNS, see above): wait for this warpgroup's turn / pass it to the other one.
+    auto turn_wait = [&](bool on) {
+        if (!on) return;
+        if (w4 == 0) named_bar_sync(4, NTHREADS);  // constant ids: ptxas counts the barriers
+        else named_bar_sync(5, NTHREADS);
+    };
+    auto turn_pass = [&](bool on, bool last) {
+        if (!on) return;
+        if (w4 == 0) named_bar_arrive(5, NTHREADS);
+        else if (!last) named_bar_arrive(4, NTHREADS);
+    };
+    if (TURNS > 0 && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
+    if constexpr (TMA) mbar_wait(kv_full, 0);
+
+    float dqp[DQC / 8][4];  // dQ product of tile it-1 (in flight during tile it's softmax or dV/dK work)
+    for (int it = 0; it <= ntiles; it++) {
+        const int buf = it & 1;
+        if constexpr (TMA) {
+            if (it < ntiles) mbar_wait(full + buf, (it >> 1) & 1);
+        } else {
+            cp_async_wait_all();
+        }
+        fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
+        named_bar_sync(0, NTHREADS);  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
+        const bool more = it + 1 < ntiles;
+        float r_next = 0.f, d_next = 0.f;
+        if (!TMA && more) {
+            const int i1 = (qt_first + it + 1) * BM;
+            load_tile_async<DH, BM, NTHREADS, true>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
+            load_tile_async<DH, BM, NTHREADS, true>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
+            cp_async_commit();
+            fetch_rows(qt_first + it + 1, r_next, d_next);
+        }
+        if (it < ntiles) {
+            const int i0 = (qt_first + it) * BM;
+            const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
+            const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
+            __nv_bfloat16 *dSb = dSt + buf * BN * BM;
+
+            float st[BM / 8][4], dpt[BM / 8][4];
+            turn_wait(TURNS >= 1);
+            // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, 0, kk), kk > 0);
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, 0, kk), kk > 0);
+            wg_commit();
+            if constexpr (!DQ_LATE) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
+                dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                wg_commit();
+            }
+            turn_pass(TURNS >= 1, TURNS == 1 && it + 1 == ntiles);
+            if constexpr (DQ_LATE) wg_wait<0>();
+            else wg_wait<1>();
+
+            // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
+            float rsum[BM / 4];
+            auto p_ds = [&](auto diag_tile) {  // std::true_type on a diagonal tile: the causal mask
+#pragma unroll
+                for (int nt = 0; nt < BM / 8; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int col = nt * 8 + 2 * tq + e, i = i0 + col;
+                        const float r = rb[col], d = Db[col];
+                        float p0 = ex2(fmaf(st[nt][e], sl2, r + nb0));
+                        float p1 = ex2(fmaf(st[nt][2 + e], sl2, r + nb1));
+                        if (decltype(diag_tile)::value) {
+                            if (j0 > i) p0 = 0.f;
+                            if (j1 > i) p1 = 0.f;
+                        }
+                        const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
+                        cs0 += ds0;
+                        cs1 += ds1;
+                        rsum[2 * nt + e] = ds0 + ds1;
+                        st[nt][e] = p0;
+                        st[nt][2 + e] = p1;
+                        dpt[nt][e] = ds0;
+                        dpt[nt][2 + e] = ds1;
+                    }
+                }
+            };
+            if constexpr (MASK_PASS) {  // -inf scores: ex2 gives the masked P exactly 0, as the select does
+                if (i0 < k0 + BN - 1) {
+#pragma unroll
+                    for (int nt = 0; nt < BM / 8; nt++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int i = i0 + nt * 8 + 2 * tq + e;
+                            if (j0 > i) st[nt][e] = -INFINITY;
+                            if (j1 > i) st[nt][2 + e] = -INFINITY;
+                        }
+                }
+                p_ds(std::false_type{});
+            } else if (i0 < k0 + BN - 1) {
+                p_ds(std::true_type{});
+            } else {
+                p_ds(std::false_type{});
+            }
+            if constexpr (DQ_LATE) park_row_sums(rsum, buf);  // its 16 registers free before the MMAs
+            // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
+            uint32_t pa[BM / 16][4], sa[BM / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++) {
+                acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
+                acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+                const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[kk][0];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[kk][1];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[kk][2];
+                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[kk][3];
+            }
+            turn_wait(TURNS == 2);
+            wg_fence();
+            if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
+                dq_mma_issue(it, dqp);
+                wg_commit();
+            }
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; kk++)
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++) {
+                    wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, kk));
+                    wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, kk));
+                }
+            wg_commit();  // waited for after tile it-1's dQ adds
+            turn_pass(TURNS == 2, false);
+            if constexpr (!DQ_LATE) park_row_sums(rsum, buf);
+            wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
+        } else {  // after the last tile: its dQ product alone
+            turn_wait(TURNS == 2);
+            wg_fence();
+            dq_mma_issue(it, dqp);
+            wg_commit();
+            turn_pass(TURNS == 2, true);
+            wg_wait<0>();
+        }
+        if (it > 0) dq_phase(it, dqp);
+        wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
+        if (TMA && it < ntiles) {  // the stage's Q, dO and row stats are free
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty + buf);
+        }
+        if (!TMA && more) store_rows(buf ^ 1, r_next, d_next);
+    }
+
+    __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
+#pragma unroll
+    for (int nt = 0; nt < DH / 8; nt++) {
+        const int col = nt * 8 + 2 * tq;
+        if (j0 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j0 * DH + col) = pack_bf16(dka[nt][0] * scale, dka[nt][1] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j0 * DH + col) = pack_bf16(dva[nt][0], dva[nt][1]);
+        }
+        if (j1 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j1 * DH + col) = pack_bf16(dka[nt][2] * scale, dka[nt][3] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j1 * DH + col) = pack_bf16(dva[nt][2], dva[nt][3]);
+        }
+    }
+    cs0 = quad_sum(cs0);
+    cs1 = quad_sum(cs1);
+    if (tq == 0) {
+        if (j0 < T) colsum[head_off + j0] = -cs0;
+        if (j1 < T) colsum[head_off + j1] = -cs1;
+    }
+}
+
+// Steps 1 to 4 of the backward with bwd_det_kernel as step 2 (versions 29-34). The tensor maps are encoded
+// per call (host work; unused by the cp.async form, which still takes them).
+template <int DH, int TURNS, bool TMA, bool MASK_PASS = false>
+void backward_det_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                      const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
+                      __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
+                      const int *q_last, cudaStream_t s) {
+    constexpr int BM = 64;
+    const size_t nvec = (size_t)B * H * T, nq = nvec * DH;
+    float *dq_acc = static_cast<float *>(scratch);
+    float *D = dq_acc + nq, *colsum = D + nvec;
+    int *sem = reinterpret_cast<int *>(colsum + nvec);
+    const int rows = B * T * H;
+    dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, D, H, T, rows);
+    FOX_LAUNCH_CHECK();
+    FOX_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
+    const size_t smem = bwd_ws_smem_bytes<DH, BM>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_det_kernel<DH, TURNS, TMA, MASK_PASS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, BM), tk = tma_map_bf16_3d(k, DH, T, B * H, BWD_BN),
+                      tv = tma_map_bf16_3d(v, DH, T, B * H, BWD_BN), tdo = tma_map_bf16_3d(dout, H * DH, T, B, BM);
+    dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
+    bwd_det_kernel<DH, TURNS, TMA, MASK_PASS><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, D, dq_acc,
+                                                                      dk, dv, dc, colsum, sem, H, T, q_last);
+    FOX_LAUNCH_CHECK();
+    const size_t conv_blocks = (nq / 4 + 255) / 256;
+    dq_convert_kernel<<<(unsigned)(conv_blocks < 4096 ? conv_blocks : 4096), 256, 0, s>>>(
+        reinterpret_cast<const float4 *>(dq_acc), dq, 1.f / sqrtf((float)DH), nq / 4);
+    FOX_LAUNCH_CHECK();
+    fox_attention_reverse_scan(dc, colsum, dlogf, B * H, T, s);
+}
+
 }  // namespace fox_attn_dev
 
 using fox_attn_dev::backward_cfg;
+using fox_attn_dev::backward_det_cfg;
 struct Version {
     int number;
     const char *name;
@@ -825,6 +1271,8 @@ struct Version {
 #define MMA128(M) backward_cfg<128, 32, 1, fox_attn_dev::M, false>
 #define WG64(M) backward_cfg<64, 64, 1, fox_attn_dev::M, true>
 #define WG128(M) backward_cfg<128, 64, 1, fox_attn_dev::M, true>
+#define DET64(TURNS, TMA) backward_det_cfg<64, TURNS, TMA>
+#define DET128(TURNS, TMA) backward_det_cfg<128, TURNS, TMA>
 static const Version versions[] = {
     {1, "atomics (BWD_ATOMIC)", MMA64(BWD_ATOMIC), MMA128(BWD_ATOMIC), WG64(BWD_ATOMIC), nullptr, true},
     {2, "warp-ordered (BWD_ORDERED)", MMA64(BWD_ORDERED), MMA128(BWD_ORDERED), nullptr, nullptr, false},
@@ -870,6 +1318,19 @@ static const Version versions[] = {
      WG128(BWD_WG_LANE_ACQ_ONLY), true},
     {28, "21 with the release right after the block barrier, before the loads", nullptr, nullptr,
      WG64(BWD_WG_LANE_TOP_REL), WG128(BWD_WG_LANE_TOP_REL), false, true},
+    {29, "API's deterministic kernel, causal mask on the diagonal tiles only", nullptr, nullptr, DET64(0, false),
+     DET128(0, false), false, true},
+    {30, "29 + the two compute warpgroups taking turns at every MMA issue", nullptr, nullptr, DET64(2, false),
+     DET128(2, false), false, true},
+    {31, "29 + turns at the tile's first MMA issue only", nullptr, nullptr, DET64(1, false), DET128(1, false), false,
+     true},
+    {32, "29 + a TMA producer warp (Q, dO, row stats; K, V) in the sync warpgroup", nullptr, nullptr, DET64(0, true),
+     DET128(0, true), false, true},
+    {33, "32 + turns at every MMA issue", nullptr, nullptr, DET64(2, true), DET128(2, true), false, true},
+    {34, "32 + turns at the tile's first MMA issue only", nullptr, nullptr, DET64(1, true), DET128(1, true), false,
+     true},
+    {35, "29 with the mask as a pass over the diagonal tiles' S^T before one copy of the loop", nullptr, nullptr,
+     backward_det_cfg<64, 0, false, true>, backward_det_cfg<128, 0, false, true>, false, true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
