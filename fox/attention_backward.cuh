@@ -482,25 +482,26 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 //   product, so the two warpgroups never wait on each other there), waits on named barrier 1 (every compute
 //   warp has issued its adds of t), releases t. Each warpgroup adds only its own dQ columns (and warpgroup 0
 //   the dc row sums), so every address sees this block's adds of a tile between the same acquire and release.
-// - with BwdDetCfg::TMA (d_h 128), the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies (TMA) of K and V once, then per query
-//   tile of Q and dO (each 64-column half one box, landing in the 128-byte-swizzle layout the descriptors
-//   read; dO through a map [B][T][H dh] whose box starts at column h dh + 64 hf; rows past T come in as
-//   zeros), and its 32 lanes write the tile's row stats (bwd_row_shift, D) before arriving on the stage's
-//   "full" mbarrier (32 arrivals + the bytes). Q, dO and the row stats have 2 stages; each compute warp frees
-//   a stage ("empty", one arrival per warp) once the tile's dV / dK products are complete. The compute warps
-//   issue no loads; their per-tile named barrier 0 remains (dS^T and the row sums cross warpgroups).
-//   Without it (d_h 64) the compute warps load Q, dO and the row stats a tile ahead with cp.async, as
-//   bwd_kernel does.
-// With BwdDetCfg::TURNS (d_h 128) the two compute warpgroups take turns issuing their MMAs (named barriers 4 and 5, the forward's scheduler
-// barrier): warpgroup w syncs on 4 + w before each issue and arrives on the other's after; warpgroup 1
-// arrives once at the start and not after its last issue, so every arrival is matched. With barrier 0
-// re-aligning the warpgroups every tile, the turns put one warpgroup's softmax under the other's products.
-// The causal mask is applied on the diagonal tiles alone (the first two of a block), not tested per element on
-// every tile: at d_h 128 by a uniform branch between two copies of the P^T / dS^T loop, at d_h 64
-// (BwdDetCfg::MASK_PASS) by a pass that sets the masked scores of S^T to -inf before the one loop (ex2 gives
-// them P = +0, the same bits as the select). Each choice is what measured faster at its head size
-// (dev/cuda/NOTES.md, session 8); every form gives the same bits.
-template <int DH>
+// - with Cfg::TMA (the API: d_h 128), the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies
+//   (TMA) of K and V once, then per query tile of Q and dO (each 64-column half one box, landing in the
+//   128-byte-swizzle layout the descriptors read; dO through a map [B][T][H dh] whose box starts at column
+//   h dh + 64 hf; rows past T come in as zeros), and its 32 lanes write the tile's row stats (bwd_row_shift,
+//   D) before arriving on the stage's "full" mbarrier (32 arrivals + the bytes). Q, dO and the row stats have
+//   2 stages; each compute warp frees a stage ("empty", one arrival per warp) once the tile's dV / dK
+//   products are complete. The compute warps issue no loads; their per-tile named barrier 0 remains (dS^T
+//   and the row sums cross warpgroups). Without it (d_h 64) the compute warps load Q, dO and the row stats a
+//   tile ahead with cp.async, as bwd_kernel does.
+// With Cfg::TURNS (the API: 2 at d_h 128) the two compute warpgroups take turns issuing their MMAs (named
+// barriers 4 and 5, the forward's scheduler barrier): warpgroup w syncs on 4 + w before an issue and arrives
+// on the other's after (TURNS 2: every issue; 1: each tile's first); warpgroup 1 arrives once at the start
+// and not after its last turn, so every arrival is matched. With barrier 0 re-aligning the warpgroups every
+// tile, the turns put one warpgroup's softmax under the other's products.
+// The causal mask is applied on the diagonal tiles alone (the first two of a block), not tested per element
+// on every tile: by a uniform branch between two copies of the P^T / dS^T loop, or (Cfg::MASK_PASS, the API
+// at d_h 64) by a pass that sets the masked scores of S^T to -inf before the one loop (ex2 gives them P = +0,
+// the same bits as the select). BwdDetCfg holds what measured faster at each head size (dev/cuda/NOTES.md,
+// session 8; the dev programs run the other forms); every form gives the same bits.
+template <int DH, class Cfg = BwdDetCfg<DH>>
 __global__ void __launch_bounds__(NTHREADS + 128, 1)
 bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -512,7 +513,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                const int *__restrict__ q_last) {
     constexpr int BM = 64, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
     constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
-    constexpr bool TURNS = BwdDetCfg<DH>::TURNS, TMA = BwdDetCfg<DH>::TMA, MASK_PASS = BwdDetCfg<DH>::MASK_PASS;
+    constexpr int TURNS = Cfg::TURNS;
+    constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS;
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -716,7 +718,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if (w4 == 0) named_bar_arrive(5, NTHREADS);
         else if (!last) named_bar_arrive(4, NTHREADS);
     };
-    if (TURNS && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
+    if (TURNS > 0 && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
     if constexpr (TMA) mbar_wait(kv_full, 0);
 
     float dqp[DQC / 8][4];  // dQ product of tile it-1 (in flight during tile it's softmax or dV/dK work)
@@ -745,7 +747,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             __nv_bfloat16 *dSb = dSt + buf * BN * BM;
 
             float st[BM / 8][4], dpt[BM / 8][4];
-            turn_wait(TURNS);
+            turn_wait(TURNS >= 1);
             // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
             wg_fence();
 #pragma unroll
@@ -759,7 +761,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
                 wg_commit();
             }
-            turn_pass(TURNS, false);
+            turn_pass(TURNS >= 1, TURNS == 1 && it + 1 == ntiles);
             if constexpr (DQ_LATE) wg_wait<0>();
             else wg_wait<1>();
 
@@ -819,7 +821,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[kk][2];
                 *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[kk][3];
             }
-            turn_wait(TURNS);
+            turn_wait(TURNS == 2);
             wg_fence();
             if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
                 dq_mma_issue(it, dqp);
@@ -833,15 +835,15 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, kk));
                 }
             wg_commit();  // waited for after tile it-1's dQ adds
-            turn_pass(TURNS, false);
+            turn_pass(TURNS == 2, false);
             if constexpr (!DQ_LATE) park_row_sums(rsum, buf);
             wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
         } else {  // after the last tile: its dQ product alone
-            turn_wait(TURNS);
+            turn_wait(TURNS == 2);
             wg_fence();
             dq_mma_issue(it, dqp);
             wg_commit();
-            turn_pass(TURNS, true);
+            turn_pass(TURNS == 2, true);
             wg_wait<0>();
         }
         if (it > 0) dq_phase(it, dqp);
@@ -940,9 +942,10 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     FOX_LAUNCH_CHECK();
 }
 
-// The same with bwd_ws_kernel (deterministic, Hopper). With BwdDetCfg::TMA the tensor maps are encoded per call
+// The same with bwd_ws_kernel (deterministic, Hopper; Cfg: the API's BwdDetCfg, or another form of the dev
+// programs). With Cfg::TMA the tensor maps are encoded per call
 // (host work only; they carry the pointers) and passed by value; without it they are unused (zeros).
-template <int DH>
+template <int DH, class Cfg = BwdDetCfg<DH>>
 void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                  const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
                  __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, cudaStream_t s) {
@@ -951,17 +954,17 @@ void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
     int *sem = reinterpret_cast<int *>(p.colsum + (size_t)B * H * T);
     bwd_prepare<DH, BM>(o, dout, dc, p, sem, B, H, T, s);
     const size_t smem = bwd_ws_smem_bytes<DH, BM>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CUtensorMap tq = {}, tk = {}, tv = {}, tdo = {};
-    if (BwdDetCfg<DH>::TMA) {
+    if (Cfg::TMA) {
         tq = tma_map_bf16_3d(q, DH, T, B * H, BM);
         tk = tma_map_bf16_3d(k, DH, T, B * H, BWD_BN);
         tv = tma_map_bf16_3d(v, DH, T, B * H, BWD_BN);
         tdo = tma_map_bf16_3d(dout, H * DH, T, B, BM);
     }
     dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
-    bwd_ws_kernel<DH><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc, dk, dv,
-                                                         dc, p.colsum, sem, H, T, q_last);
+    bwd_ws_kernel<DH, Cfg><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc,
+                                                              dk, dv, dc, p.colsum, sem, H, T, q_last);
     FOX_LAUNCH_CHECK();
 }
 

@@ -78,10 +78,12 @@ template <int DH, int BM> size_t bwd_ws_smem_bytes() { return bwd_smem_bytes<DH,
 
 // The deterministic Hopper backward's form per head size (bwd_ws_kernel; each measured faster at its size,
 // dev/cuda/NOTES.md session 8): TMA, a producer warp loads Q, dO and the row stats (else the compute warps,
-// with cp.async); TURNS, the compute warpgroups take turns issuing their MMAs; MASK_PASS, the causal mask as
-// a pass over S^T (else two copies of the P^T / dS^T loop).
+// with cp.async); TURNS, the compute warpgroups take turns issuing their MMAs (0: never, 1: at each tile's
+// first issue, 2: at every issue); MASK_PASS, the causal mask as a pass over S^T (else two copies of the
+// P^T / dS^T loop).
 template <int DH> struct BwdDetCfg {
-    static constexpr bool TMA = DH == 128, TURNS = DH == 128, MASK_PASS = DH == 64;
+    static constexpr bool TMA = DH == 128, MASK_PASS = DH == 64;
+    static constexpr int TURNS = DH == 128 ? 2 : 0;
 };
 
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24
