@@ -47,6 +47,16 @@
 //    loop; 8 compares and selects every score of every tile). d_h 64: 332.9 at T 4096, 402.9 at T 16384
 //    (399.3 at B 1 H 12, 407.9 at B 1 H 24, beside 3's 311.5 / 336.8); d_h 128: 507.8, 586.8 (run 3). The
 //    API's forward on Hopper at both d_h since session 8 (its PTX equals this version's).
+// Session 8, later (H200 at 1980 MHz, one run; each figure beside the same run's 10: d_h 64 333.3 at T 4096,
+// 401.3 at T 16384 B 2 H 16, 398.0 at B 1 H 12, 399.1 at B 1 H 24; d_h 128 508.1 at T 4096, 574.8 at T 16384):
+// 11 10 with S(t+1) issued before tile t's softmax into a second score accumulator, K / V / gate terms in 3
+//    stages, d_h 64 only (fwd_la_kernel): 304.9, 367.0, 364.0, 363.9: 8-9% slower than 10.
+// 12 11 with the exponentials of 3 of a tile's 16 column tiles on the FMA pipe (ex2_fma: Cody-Waite and a
+//    degree-4 polynomial, relative error 2.7e-6; lse within 5.2e-7 of the reference, relative): 300.2,
+//    364.0, 358.5, 358.3.
+// 13 10 with 12's exponentials: d_h 64 328.4, 390.4, 383.5, 384.8; d_h 128 482.0, 544.5 (1.5-5% slower).
+// 14 11 with 2 of 16 on the FMA pipe: 301.5, 364.0, 361.9, 360.1.
+// 15 11 with 5 of 16 on the FMA pipe: 293.5, 356.6, 354.0, 355.0.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -597,19 +607,20 @@ void forward_ws(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf1
     FOX_LAUNCH_CHECK();
 }
 
-// Versions 11-12: version 10 with the scores of the next key tile computed under this tile's softmax
+// Versions 11, 12, 14, 15: version 10 with the scores of the next key tile computed under this tile's softmax
 // (d_h 64). Per tile t a consumer warpgroup issues P(t-1) V(t-1), then S(t+1) = Q K(t+1)^T into a second
-// score accumulator, and only then waits, for S(t), which was issued one tile earlier: the tensor cores
-// compute S(t+1) and P(t-1) V(t-1) while the warps form tile t's exponentials, and no warpgroup stalls on
-// its own S. The two score accumulators take turns (the tile loop is unrolled by 2, `step` with the roles
-// swapped), 2 x 64 + O 32 + P 32 registers per thread. Groups are committed in the order S(t), P V(t-1),
-// S(t+1): wg_wait<2> gives S(t), wg_wait<1> P V(t-1), S(t+1) stays in flight across the tile boundary.
+// score accumulator, then forms tile t's exponentials from S(t), which completed during tile t-1: the
+// tensor cores compute S(t+1) and P(t-1) V(t-1) while the warps work, and no warpgroup waits on the S it
+// has just issued. The two accumulators take turns (the tile loop unrolled by 2, `step` with the roles
+// swapped); 2 x 64 + O 32 + P 32 registers per thread (ptxas: 12 bytes of spill stores, 20 of loads).
+// Each tile ends waiting for all its products, S(t+1) included: with S(t+1) left in flight across the
+// step (FA3-like wg_wait<2> / <1> counting) ptxas serializes the warpgroup MMAs (C7514) once an
+// accumulator stays in flight across the loop's back edge, whatever the branches and spin loops inside.
 // The last tile issues a dummy S on its own K stage (the issue is unconditional: under a branch ptxas
-// would serialize the warpgroup MMAs; no later copy reuses that stage). K is released after S(t) is
-// read, so K(t+2) may land only during tile t's softmax: K, V and the gate terms have 3 stages (smem
+// would serialize the warpgroup MMAs; no later copy reuses that stage). K is released once S(t) and the
+// gate terms are read, so K(t+2) may land only during tile t: K, V and the gate terms have 3 stages (smem
 // 112 KB). Turns between the warpgroups: a prologue turn issues S(0), each tile's turn P V(t-1) and
-// S(t+1). The operations on O are those of 10 in the same order (the same output bit for bit at POLY 0).
-// POLY as in fwd_ws_kernel above.
+// S(t+1). The operations on O are those of 10 in the same order. POLY as in fwd_ws_kernel above.
 template <int DH, int POLY>
 __global__ void __launch_bounds__(FwdWsCfg<1>::THREADS, 1)
 fwd_la_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -867,6 +878,8 @@ static const Version versions[] = {
     {12, "11 with 3 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 3>, nullptr, true},
     {13, "10 with 3 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_ws<64, 128, 1, true, true, 3>,
      fox_attn_dev::forward_ws<128, 128, 1, true, true, 3>, true},
+    {14, "11 with 2 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 2>, nullptr, true},
+    {15, "11 with 5 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 5>, nullptr, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
