@@ -52,11 +52,12 @@ template <int MINB> struct FwdWsCfg {
     static_assert(REGS_PRODUCER * 128 + REGS_CONSUMER * 256 <= (MINB == 1 ? 168 : 80) * THREADS, "the block's registers");
 };
 
-// Forward smem with a TMA producer: the Q tile, K and V in 2 stages each, the gate terms of 2 stages,
-// then the mbarriers (Q full, K full / empty, V full / empty per stage).
-template <int DH, int BN> constexpr size_t fwd_ws_smem_bytes() {
+// Forward smem with a TMA producer: the Q tile, K and V in ST stages each, the gate terms of ST stages
+// (c_ref padded to an even count: the mbarriers are 8-byte aligned), then the mbarriers (Q full, K full /
+// empty, V full / empty per stage).
+template <int DH, int BN, int ST = 2> constexpr size_t fwd_ws_smem_bytes() {
     static_assert(FOX_ACP_BLOCK % BN == 0, "key tiles nest in the ACP grid");
-    return (size_t)(FWD_BM + 4 * BN) * DH * 2 + (2 * BN + 2) * 4 + 9 * 8;
+    return (size_t)(FWD_BM + 2 * ST * BN) * DH * 2 + (ST * BN + (ST + 1) / 2 * 2) * 4 + (1 + 4 * ST) * 8;
 }
 
 // Backward tile configuration: BM query rows per tile, MINB blocks per SM (register cap). WG: the

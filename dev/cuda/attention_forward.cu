@@ -3,7 +3,7 @@
 // (fox/attention.cuh, whose kernels are versions 1 and 10; 3 and 6 before session 8).
 //   make attention_forward
 //   ./attention_forward            every version: checks, then timings
-//   ./attention_forward 3          version 3 only (and the API)
+//   ./attention_forward 3          version 3 only (and the API); 10,11,12: those three
 //   ./attention_forward 3 check    (or bench) one half
 //
 // Versions (figures: forward TFLOP/s; NOTES.md has the full tables):
@@ -47,6 +47,16 @@
 //    loop; 8 compares and selects every score of every tile). d_h 64: 332.9 at T 4096, 402.9 at T 16384
 //    (399.3 at B 1 H 12, 407.9 at B 1 H 24, beside 3's 311.5 / 336.8); d_h 128: 507.8, 586.8 (run 3). The
 //    API's forward on Hopper at both d_h since session 8 (its PTX equals this version's).
+// Session 8, later (H200 at 1980 MHz, one run; each figure beside the same run's 10: d_h 64 333.3 at T 4096,
+// 401.3 at T 16384 B 2 H 16, 398.0 at B 1 H 12, 399.1 at B 1 H 24; d_h 128 508.1 at T 4096, 574.8 at T 16384):
+// 11 10 with S(t+1) issued before tile t's softmax into a second score accumulator, K / V / gate terms in 3
+//    stages, d_h 64 only (fwd_la_kernel): 304.9, 367.0, 364.0, 363.9: 8-9% slower than 10.
+// 12 11 with the exponentials of 3 of a tile's 16 column tiles on the FMA pipe (ex2_fma: Cody-Waite and a
+//    degree-4 polynomial, relative error 2.7e-6; lse within 5.2e-7 of the reference, relative): 300.2,
+//    364.0, 358.5, 358.3.
+// 13 10 with 12's exponentials: d_h 64 328.4, 390.4, 383.5, 384.8; d_h 128 482.0, 544.5 (1.5-5% slower).
+// 14 11 with 2 of 16 on the FMA pipe: 301.5, 364.0, 361.9, 360.1.
+// 15 11 with 5 of 16 on the FMA pipe: 293.5, 356.6, 354.0, 355.0.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -336,6 +346,24 @@ void forward_cfg(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf
 }
 
 
+// 2^x for x <= 0 on the FMA and integer pipes, off the MUFU pipe that ex2 uses (FlashAttention-4's
+// trick, our code): Cody-Waite range reduction x = i + f, i = round(x), |f| <= 1/2, read from the low
+// mantissa bits of x + 1.5 * 2^23; 2^f by a degree-4 polynomial (relative-error fit on [-1/2, 1/2]:
+// max relative error 2.7e-6 with these fp32 coefficients, against 2^-22 for ex2.approx); 2^i added into
+// the exponent field. x is clamped at -126, so x = -inf (a masked score) gives 2^-126, not 0: a weight
+// 2^-126 beside the row's maximum, whose own weight is 1.
+__device__ __forceinline__ float ex2_fma(float x) {
+    constexpr float RND = 12582912.f;                       // 1.5 * 2^23
+    x = fmaxf(x, -126.f);
+    const float j = __fadd_rn(x, RND);                      // _rn: kept apart from the subtraction below
+    const float f = __fsub_rn(x, __fsub_rn(j, RND));        // x - round(x)
+    float p = fmaf(9.570096619e-03f, f, 5.591785908e-02f);
+    p = fmaf(p, f, 2.402474433e-01f);
+    p = fmaf(p, f, 6.931217909e-01f);
+    p = fmaf(p, f, 9.999992847e-01f);
+    return __int_as_float(__float_as_int(p) + (__float_as_int(j) << 23));  // the low bits of j: i
+}
+
 // Versions 7-9: the warpgroup-MMA forward with its loads taken off the consumer warps (FA3's recipe, our
 // code). Warps 0-7 are two consumer warpgroups of 64 query rows each (as in 3 and 6); warp 8 is the
 // producer: one lane issues the bulk tensor copies (TMA) of Q, then of each key tile's K and V (each
@@ -353,7 +381,9 @@ void forward_cfg(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf
 // cores.
 // SPLIT: the causal mask is applied on the diagonal tile alone (a uniform branch between two copies of the
 // score loop), rather than tested per element on every tile (a compare and a select per score).
-template <int DH, int BN, int MINB, bool SCHED, bool SPLIT>
+// POLY: the exponentials of the first POLY of the tile's BN / 8 column tiles of 8 on the FMA pipe (ex2_fma),
+// the others on the MUFU pipe (ex2).
+template <int DH, int BN, int MINB, bool SCHED, bool SPLIT, int POLY = 0>
 __global__ void __launch_bounds__(FwdWsCfg<MINB>::THREADS, MINB)
 fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
               const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
@@ -526,7 +556,8 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
                 for (int x = 0; x < 4; x++) {
-                    sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
+                    const float e = sacc[nt][x] - sh[x >> 1];
+                    sacc[nt][x] = nt < POLY ? ex2_fma(e) : ex2(e);
                     ps[x >> 1] += sacc[nt][x];
                 }
 #pragma unroll
@@ -564,15 +595,257 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     }
 }
 
-template <int DH, int BN, int MINB, bool SCHED, bool SPLIT = false>
+template <int DH, int BN, int MINB, bool SCHED, bool SPLIT = false, int POLY = 0>
 void forward_ws(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                 const int *kv_first, cudaStream_t s) {
     const size_t smem = fwd_ws_smem_bytes<DH, BN>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH, BN, MINB, SCHED, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH, BN, MINB, SCHED, SPLIT, POLY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, FWD_BM), tk = tma_map_bf16_3d(k, DH, T, B * H, BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, BN);
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_ws_kernel<DH, BN, MINB, SCHED, SPLIT><<<grid, FwdWsCfg<MINB>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
+    fwd_ws_kernel<DH, BN, MINB, SCHED, SPLIT, POLY><<<grid, FwdWsCfg<MINB>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
+    FOX_LAUNCH_CHECK();
+}
+
+// Versions 11, 12, 14, 15: version 10 with the scores of the next key tile computed under this tile's softmax
+// (d_h 64). Per tile t a consumer warpgroup issues P(t-1) V(t-1), then S(t+1) = Q K(t+1)^T into a second
+// score accumulator, then forms tile t's exponentials from S(t), which completed during tile t-1: the
+// tensor cores compute S(t+1) and P(t-1) V(t-1) while the warps work, and no warpgroup waits on the S it
+// has just issued. The two accumulators take turns (the tile loop unrolled by 2, `step` with the roles
+// swapped); 2 x 64 + O 32 + P 32 registers per thread (ptxas: 12 bytes of spill stores, 20 of loads).
+// Each tile ends waiting for all its products, S(t+1) included: with S(t+1) left in flight across the
+// step (FA3-like wg_wait<2> / <1> counting) ptxas serializes the warpgroup MMAs (C7514) once an
+// accumulator stays in flight across the loop's back edge, whatever the branches and spin loops inside.
+// The last tile issues a dummy S on its own K stage (the issue is unconditional: under a branch ptxas
+// would serialize the warpgroup MMAs; no later copy reuses that stage). K is released once S(t) and the
+// gate terms are read, so K(t+2) may land only during tile t: K, V and the gate terms have 3 stages (smem
+// 112 KB). Turns between the warpgroups: a prologue turn issues S(0), each tile's turn P V(t-1) and
+// S(t+1). The operations on O are those of 10 in the same order. POLY as in fwd_ws_kernel above.
+template <int DH, int POLY>
+__global__ void __launch_bounds__(FwdWsCfg<1>::THREADS, 1)
+fwd_la_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+              const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
+              float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
+    constexpr int BM = FWD_BM, BN = FWD_WS_BN, ST = 3;
+    static_assert(DH == 64, "two score accumulators and O fit the consumer's 240 registers at d_h 64 only");
+    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
+    __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
+    __nv_bfloat16 *Vs = Ks + ST * BN * DH;     // [ST][BN][DH]
+    float *nbs = reinterpret_cast<float *>(Vs + ST * BN * DH);  // [ST][BN]: -(c_j - c_ref) log2e
+    float *crefs = nbs + ST * BN;                                // [ST], padded to an even count
+    uint64_t *q_full = reinterpret_cast<uint64_t *>(crefs + (ST + 1) / 2 * 2);
+    uint64_t *k_full = q_full + 1, *k_empty = k_full + ST, *v_full = k_empty + ST, *v_empty = v_full + ST;
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
+    const int g = lane >> 2, tq = lane & 3;
+    const int nqb = gridDim.x;
+    const int mb = nqb - 1 - blockIdx.x;  // longest rows first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const size_t head_off = (size_t)bh * T;
+    const float *ch = c + head_off;
+    const int q0 = mb * BM;
+    const int n_last = min((T - 1) / BN, (q0 + BM - 1) / BN);
+    const int n_first = kv_first ? kv_first[(size_t)bh * nqb + mb] * (FOX_ACP_BLOCK / BN) : 0;
+    const int ntiles = n_last - n_first + 1;
+
+    if (tid == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < ST; s++) {
+            mbar_init(k_full + s, 32);
+            mbar_init(k_empty + s, 8);
+            mbar_init(v_full + s, 1);
+            mbar_init(v_empty + s, 8);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (warp >= FwdWsCfg<1>::PRODUCER_WARP) {  // the producer: version 10's, with ST stages
+        setmaxnreg_dec<FwdWsCfg<1>::REGS_PRODUCER>();
+        if (warp != FwdWsCfg<1>::PRODUCER_WARP) return;
+        if (lane == 0) {
+            mbar_arrive_expect_tx(q_full, BM * DH * 2);
+            tma_load_3d(Qs, &tm_q, q_full, 0, q0, bh);
+        }
+        for (int it = 0, s = 0, parity = 1; it < ntiles; it++) {  // parity: the release of tile it-ST
+            const int n = n_last - it;
+            if (it >= ST) mbar_wait(k_empty + s, parity);
+            const float cref = ch[n * BN];
+#pragma unroll
+            for (int i = lane; i < BN; i += 32) {
+                const int j = n * BN + i;
+                nbs[s * BN + i] = -((j < T ? ch[j] : cref) - cref) * LOG2E;
+            }
+            if (lane == 0) {
+                crefs[s] = cref;
+                mbar_arrive_expect_tx(k_full + s, BN * DH * 2);
+                tma_load_3d(Ks + s * BN * DH, &tm_k, k_full + s, 0, n * BN, bh);
+            } else {
+                mbar_arrive(k_full + s);
+            }
+            if (it >= ST) mbar_wait(v_empty + s, parity);
+            if (lane == 0) {
+                mbar_arrive_expect_tx(v_full + s, BN * DH * 2);
+                tma_load_3d(Vs + s * BN * DH, &tm_v, v_full + s, 0, n * BN, bh);
+            }
+            if (++s == ST) s = 0, parity ^= 1;
+        }
+        return;
+    } else {  // the consumers
+        setmaxnreg_inc<FwdWsCfg<1>::REGS_CONSUMER>();
+        const int w4 = warp >> 2;
+        int row[2];
+        float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            row[hf] = q0 + warp * 16 + g + 8 * hf;
+            crow[hf] = row[hf] < T ? ch[row[hf]] : 0.f;
+            m[hf] = -INFINITY;
+            l[hf] = 0.f;
+        }
+        const float sl2 = LOG2E / sqrtf((float)DH);
+        uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
+        float oacc[DH / 8][4];
+#pragma unroll
+        for (int i = 0; i < DH / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+        float sa[BN / 8][4], sb[BN / 8][4];  // the two score accumulators
+        auto s_issue = [&](float (&sacc)[BN / 8][4], int stage) {
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Ks + stage * BN * DH, 0, kk), kk > 0);
+        };
+        auto pv_issue = [&](const __nv_bfloat16 *Vp) {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) wgmma_m64n64_rs<1>(acc_half(oacc, 0), pprev[kk], desc_mnmajor<BN>(Vp, 0, kk));
+        };
+        auto release = [&](uint64_t *bar) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar);
+        };
+        auto turn_wait = [&] {  // constant ids: ptxas counts the barriers
+            if (w4 == 0) named_bar_sync(1, 256);
+            else named_bar_sync(2, 256);
+        };
+
+        // the prologue turn: S(0)
+        mbar_wait(q_full, 0);
+        mbar_wait(k_full, 0);
+        if (w4 == 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
+        turn_wait();
+        wg_fence();
+        s_issue(sa, 0);
+        wg_commit();
+        if (w4 == 0) named_bar_arrive(2, 256);
+        else named_bar_arrive(1, 256);  // every block has a tile turn after the prologue's
+        wg_wait<0>();
+
+        // Tile it: sc holds S(it), sn receives S(it + 1).
+        auto step = [&](float (&sc)[BN / 8][4], float (&sn)[BN / 8][4], const int it) {
+            const int n = n_last - it, s = it % ST;
+            const bool more = it + 1 < ntiles;
+            const int vi = it > 0 ? it - 1 : 0, vs = vi % ST;  // V(t-1); V(0) under the zero P of t = 0
+            if (more) mbar_wait(k_full + (it + 1) % ST, ((it + 1) / ST) & 1);
+            mbar_wait(v_full + vs, (vi / ST) & 1);
+            turn_wait();
+            wg_fence();
+            pv_issue(Vs + vs * BN * DH);
+            wg_commit();
+            s_issue(sn, more ? (it + 1) % ST : s);  // the last tile: a dummy on its own stage
+            wg_commit();
+            if (w4 == 0) named_bar_arrive(2, 256);  // the other warpgroup's turn (none after warpgroup 1's last)
+            else if (more) named_bar_arrive(1, 256);
+
+            const bool diag = n * BN + BN - 1 > q0;
+            const float cref = crefs[s];
+            float mt_max[2] = {-INFINITY, -INFINITY};
+            auto scores = [&](auto diag_tile) {  // std::true_type on the diagonal tile: the causal mask
+#pragma unroll
+                for (int nt = 0; nt < BN / 8; nt++) {
+                    const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);
+#pragma unroll
+                    for (int x = 0; x < 4; x++) {
+                        const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
+                        float t = fmaf(sc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
+                        if (decltype(diag_tile)::value && j > row[hf]) t = -INFINITY;
+                        sc[nt][x] = t;
+                        mt_max[hf] = fmaxf(mt_max[hf], t);
+                    }
+                }
+            };
+            if (diag) scores(std::true_type{});
+            else scores(std::false_type{});
+            release(k_empty + s);  // S(it) is read and the gate terms too
+            float sh[2], al[2], ps[2] = {0.f, 0.f};
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float a = (crow[hf] - cref) * LOG2E;
+                const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
+                // Rows with nothing live yet keep max -inf: shift by 0 so exp2 sees -inf, not NaN.
+                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
+                al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
+                m[hf] = mn;
+            }
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    const float e = sc[nt][x] - sh[x >> 1];
+                    sc[nt][x] = nt < POLY ? ex2_fma(e) : ex2(e);
+                    ps[x >> 1] += sc[nt][x];
+                }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];  // quad-reduced at the end
+            wg_wait<1>();  // P V(it-1) has landed in O
+            if (it > 0) release(v_empty + vs);
+#pragma unroll
+            for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) oacc[i][x] *= al[x >> 1];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sc[2 * kk], sc[2 * kk + 1]);
+            wg_wait<0>();  // S(it + 1), issued before this tile's softmax
+        };
+        for (int it = 0; it < ntiles; it += 2) {
+            step(sa, sb, it);
+            if (it + 1 < ntiles) step(sb, sa, it + 1);
+        }
+        {  // the last tile's P V (and the end of the dummy S)
+            const int vi = ntiles - 1;
+            mbar_wait(v_full + vi % ST, (vi / ST) & 1);
+            wg_fence();
+            pv_issue(Vs + (vi % ST) * BN * DH);
+            wg_commit_wait();
+        }
+        const size_t ld_o = (size_t)H * DH;
+        __nv_bfloat16 *ob = o + (size_t)b * T * ld_o + (size_t)h * DH;
+        constexpr float LN2 = 0.6931471805599453f;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = row[hf];
+            const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
+            if (r >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < DH / 8; nt++)
+                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
+                    pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
+            if (tq == 0) lse[head_off + r] = (m[hf] + log2f(lsum)) * LN2;
+        }
+    }
+}
+
+template <int DH, int POLY>
+void forward_la(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
+                const int *kv_first, cudaStream_t s) {
+    const size_t smem = fwd_ws_smem_bytes<DH, FWD_WS_BN, 3>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_la_kernel<DH, POLY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, FWD_BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
+                      tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
+    dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
+    fwd_la_kernel<DH, POLY><<<grid, FwdWsCfg<1>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
@@ -601,6 +874,12 @@ static const Version versions[] = {
     {9, "7 at 2 blocks/SM, key tiles of 64, 104 registers", fox_attn_dev::forward_ws<64, 64, 2, false>, nullptr, true},
     {10, "8 with the causal mask on the diagonal tile only", fox_attn_dev::forward_ws<64, 128, 1, true, true>,
      fox_attn_dev::forward_ws<128, 128, 1, true, true>, true},
+    {11, "10 with S(t+1) issued before tile t's softmax (3 stages), d_h 64", fox_attn_dev::forward_la<64, 0>, nullptr, true},
+    {12, "11 with 3 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 3>, nullptr, true},
+    {13, "10 with 3 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_ws<64, 128, 1, true, true, 3>,
+     fox_attn_dev::forward_ws<128, 128, 1, true, true, 3>, true},
+    {14, "11 with 2 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 2>, nullptr, true},
+    {15, "11 with 5 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 5>, nullptr, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
@@ -608,14 +887,27 @@ static FwdFn version_fn(const Version &v, int dh) {
     return dh == 64 ? v.fn64 : v.fn128;
 }
 
-static bool run_checks(int only) {
+// Which versions to run: every one, or those listed ("10,11,12").
+static bool wanted(const char *only, int number) {
+    if (!only) return true;
+    for (const char *p = only; *p;) {
+        char *end;
+        const long x = strtol(p, &end, 10);
+        if (end == p) return false;
+        if (x == number) return true;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return false;
+}
+
+static bool run_checks(const char *only) {
     bool all = true;
     for (const Shape &s : check_shapes) {
         print_shape(s);
         Problem p = make_problem(s);
         for (const Version &v : versions) {
             const FwdFn fn = version_fn(v, s.dh);
-            if ((only && v.number != only) || !fn) continue;
+            if (!wanted(only, v.number) || !fn) continue;
             char name[96];
             snprintf(name, sizeof name, "version %d: %s", v.number, v.name);
             all &= check_forward(p, fn, name);
@@ -627,13 +919,13 @@ static bool run_checks(int only) {
     return all;
 }
 
-static void run_bench(int only) {
+static void run_bench(const char *only) {
     for (const BenchShape &bs : bench_shapes) {
         BenchInputs b = make_bench_inputs(bs.B, bs.H, bs.T, bs.dh);
         bench_forward(b, bs.dh == 64 ? api_forward<64> : api_forward<128>, "api");
         for (const Version &v : versions) {
             const FwdFn fn = version_fn(v, bs.dh);
-            if ((only && v.number != only) || !fn) continue;
+            if (!wanted(only, v.number) || !fn) continue;
             char name[96];
             snprintf(name, sizeof name, "version %d: %s", v.number, v.name);
             bench_forward(b, fn, name);
@@ -643,10 +935,11 @@ static void run_bench(int only) {
 }
 
 int main(int argc, char **argv) {
-    const int only = argc > 1 ? atoi(argv[1]) : 0;  // 0: every version
+    const char *only = argc > 1 && strcmp(argv[1], "0") != 0 ? argv[1] : nullptr;  // 0 or none: every version
     const char *mode = argc > 2 ? argv[2] : "all";
-    if (only < 0 || only > (int)(sizeof versions / sizeof versions[0])) {
-        fprintf(stderr, "usage: %s [version 1..%d] [check|bench|all]\n", argv[0], (int)(sizeof versions / sizeof versions[0]));
+    if (only && !(only[0] >= '1' && only[0] <= '9')) {
+        fprintf(stderr, "usage: %s [0 | versions, e.g. 10,11,12 (of 1..%d)] [check|bench|all]\n", argv[0],
+                (int)(sizeof versions / sizeof versions[0]));
         return 2;
     }
     printf("attention kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
