@@ -9,8 +9,9 @@
    "ours" is the deterministic backward (deterministic = 1); "nondet" is deterministic = 0 (fp32 atomics
    in arrival order), timed beside it.
 
-    cd dev/cuda && make libfoxattn.so && cd ../.. && python3 scripts/bench_attention.py
-(FOX_ATTN_NO_WGMMA=1 times the mma.sync kernels instead of the Hopper wgmma ones.)
+    cd dev/cuda && make libfoxattn.so && cd ../.. && python3 scripts/bench_attention.py [--both-orders]
+(FOX_ATTN_NO_WGMMA=1 times the mma.sync kernels instead of the Hopper wgmma ones. --both-orders times every
+shape a second time with SDPA's columns before ours: a GPU that slows as it heats favours what runs first.)
 """
 import ctypes
 import math
@@ -124,7 +125,9 @@ def tflops(flops, ms):
     return flops / ms * 1e-9
 
 
-def bench(lib):
+def bench(lib, sdpa_first=False):
+    """One row per (T, d_h); sdpa_first times SDPA's columns before ours at each shape (a GPU that slows as it
+    heats favours whatever runs first, so a comparison is fair only if it holds in both orders)."""
     rows = []
     for T in (4096, 16384):
         for d in (64, 128):
@@ -133,28 +136,41 @@ def bench(lib):
             q, k, v = (torch.randn(B, H, T, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             c = torch.cumsum(-0.5 * torch.rand(B, H, T, device="cuda"), dim=-1)
             dout = torch.randn(B, T, H, d, device="cuda", dtype=torch.bfloat16)
-            ours = FoxAttention(lib, q, k, v, c, dout)
-            row = [T, d, tflops(flops, do_bench(ours.forward, return_mode="median")),
-                   tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median"))]
-            ours.deterministic = 0
-            row.append(tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median")))
-            del ours
-            qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-            dout_bhtd = dout.transpose(1, 2).contiguous()
-            for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
-                with sdpa_kernel(backend):
-                    def fwd():
-                        with torch.no_grad():
-                            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            def ours_columns():
+                ours = FoxAttention(lib, q, k, v, c, dout)
+                cols = [tflops(flops, do_bench(ours.forward, return_mode="median")),
+                        tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median"))]
+                ours.deterministic = 0
+                cols.append(tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median")))
+                return cols
 
-                    def fwd_bwd():
-                        F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).backward(dout_bhtd)
+            def sdpa_columns():
+                qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+                dout_bhtd = dout.transpose(1, 2).contiguous()
+                cols = []
+                for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+                    with sdpa_kernel(backend):
+                        def fwd():
+                            with torch.no_grad():
+                                F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-                    row += [tflops(flops, do_bench(fwd, return_mode="median")),
-                            tflops(3.5 * flops, do_bench(fwd_bwd, grad_to_none=[qg, kg, vg], return_mode="median"))]
+                        def fwd_bwd():
+                            F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).backward(dout_bhtd)
+
+                        cols += [tflops(flops, do_bench(fwd, return_mode="median")),
+                                 tflops(3.5 * flops, do_bench(fwd_bwd, grad_to_none=[qg, kg, vg], return_mode="median"))]
+                return cols
+
+            if sdpa_first:
+                theirs = sdpa_columns()
+                row = [T, d] + ours_columns() + theirs
+            else:
+                row = [T, d] + ours_columns() + sdpa_columns()
             rows.append(row)
             torch.cuda.empty_cache()
-    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; TFLOP/s (causal fwd = 2*B*H*T^2*d, fwd+bwd = 3.5x)")
+    order = "SDPA timed first at each shape" if sdpa_first else "ours timed first at each shape"
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; TFLOP/s (causal fwd = 2*B*H*T^2*d, fwd+bwd = 3.5x); "
+          f"{order}")
     print("| T | d_h | FoX ours fwd | FoX ours fwd+bwd | FoX ours fwd+bwd, nondet | SDPA flash fwd | SDPA flash fwd+bwd "
           "| SDPA cuDNN fwd | SDPA cuDNN fwd+bwd |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -166,6 +182,8 @@ def main():
     lib = load_lib()
     ok = check(lib)
     bench(lib)
+    if "--both-orders" in sys.argv[1:]:
+        bench(lib, sdpa_first=True)
     sys.exit(0 if ok else 1)
 
 
