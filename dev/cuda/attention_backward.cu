@@ -966,19 +966,6 @@ static bool same_bits_as_api(const bf16 *q, const bf16 *k, const bf16 *v, const 
     return same;
 }
 
-// Which versions to run: every one, or those listed ("13,15,21").
-static bool wanted(const char *only, int number) {
-    if (!only) return true;
-    for (const char *p = only; *p;) {
-        char *end;
-        const long x = strtol(p, &end, 10);
-        if (end == p) return false;
-        if (x == number) return true;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return false;
-}
-
 static bool run_checks(const char *only) {
     bool all = true;
     for (const Shape &s : check_shapes) {

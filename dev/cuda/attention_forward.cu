@@ -887,19 +887,6 @@ static FwdFn version_fn(const Version &v, int dh) {
     return dh == 64 ? v.fn64 : v.fn128;
 }
 
-// Which versions to run: every one, or those listed ("10,11,12").
-static bool wanted(const char *only, int number) {
-    if (!only) return true;
-    for (const char *p = only; *p;) {
-        char *end;
-        const long x = strtol(p, &end, 10);
-        if (end == p) return false;
-        if (x == number) return true;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return false;
-}
-
 static bool run_checks(const char *only) {
     bool all = true;
     for (const Shape &s : check_shapes) {

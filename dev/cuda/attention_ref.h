@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>  // strtol
 #include <string.h>
 
 #include <algorithm>
@@ -177,6 +178,19 @@ static bool compare(const char *name, const std::vector<T> &got, const std::vect
     printf("    %-6s max|err| %.3e  max|ref| %.3e  rel %.3e  (tol %.0e) %s\n", name, max_err, max_ref, rel, tol,
            ok ? "PASS" : "FAIL");
     return ok;
+}
+
+// The numbered-version programs: which versions to run, every one (only NULL) or those listed ("13,15,21").
+static inline bool wanted(const char *only, int number) {
+    if (!only) return true;
+    for (const char *p = only; *p;) {
+        char *end;
+        const long x = strtol(p, &end, 10);
+        if (end == p) return false;
+        if (x == number) return true;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return false;
 }
 
 // The backward's scratch in the dev programs: the API's, whose last region is the order counters, plus a second
