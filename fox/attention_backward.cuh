@@ -1,9 +1,9 @@
 // fox/attention_backward.cuh: the Forgetting Attention backward, in the four forms the public API
 // (fox/attention.cuh) selects: {Hopper warpgroup MMA (sm_90a), mma.sync} x {deterministic, fp32 atomics in
 // arrival order}, each at d_h 64 and 128. Step 1 forms D = rowsum(dO * o), step 2 (bwd_kernel; on Hopper
-// deterministic, bwd_ws_kernel) dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3 converts dQ to bf16; the last
-// step, dc and the reverse scan into d log f, is fox_attention_reverse_scan in fox/attention.cuh. Other
-// forms of step 2, with their measurements, are in dev/cuda/attention_backward.cu.
+// deterministic, bwd_ws_kernel) dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3
+// converts dQ to bf16; the last step, dc and the reverse scan into d log f, is fox_attention_reverse_scan in
+// fox/attention.cuh. Other forms of step 2, with their measurements, are in dev/cuda/attention_backward.cu.
 #ifndef FOX_ATTENTION_BACKWARD_CUH
 #define FOX_ATTENTION_BACKWARD_CUH
 
@@ -40,11 +40,41 @@ __global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __
     }
 }
 
-// Query row i's term of the log2 score s_ij log2e / sqrt(d_h) + r_i + nb_j: r_i = (c_i - c_ref - lse_i) log2e, with
-// c_ref the key block's first gate (docs/model.md §1.1), from the head's c (ch) and lse (lh); one expression
-// for every kernel that forms it.
-__device__ __forceinline__ float bwd_row_shift(const float *ch, const float *lh, int i, float c_ref) {
-    return (ch[i] - c_ref) * LOG2E - lh[i] * LOG2E;
+// Query row i's statistics for step 2, from the head's c (ch), lse (lh) and D (Dh): r = its term of the log2 score
+// s_ij log2e / sqrt(d_h) + r + nb_j, r = (c_i - c_ref - lse_i) log2e with c_ref the key block's first gate
+// (docs/model.md §1.1), and d = D_i; rows past T get r = -inf (so their P is 0) and d = 0.
+__device__ __forceinline__ void bwd_row_stats(const float *ch, const float *lh, const float *Dh, int i, int T, float c_ref,
+                                              float &r, float &d) {
+    const bool ok = i < T;
+    r = ok ? (ch[i] - c_ref) * LOG2E - lh[i] * LOG2E : -INFINITY;
+    d = ok ? Dh[i] : 0.f;
+}
+
+// The end of step 2 for this thread's keys j0, j1 of the head at head_off: dK (scaled) and dV as bf16, and the
+// dS column sums (quad-reduced, negated) into colsum.
+template <int DH>
+__device__ __forceinline__ void bwd_store_keys(__nv_bfloat16 *dk, __nv_bfloat16 *dv, float *colsum, size_t head_off,
+                                               int j0, int j1, int T, int tq, const float (&dka)[DH / 8][4],
+                                               const float (&dva)[DH / 8][4], float cs0, float cs1, float scale) {
+    __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
+#pragma unroll
+    for (int nt = 0; nt < DH / 8; nt++) {
+        const int col = nt * 8 + 2 * tq;
+        if (j0 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j0 * DH + col) = pack_bf16(dka[nt][0] * scale, dka[nt][1] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j0 * DH + col) = pack_bf16(dva[nt][0], dva[nt][1]);
+        }
+        if (j1 < T) {
+            *reinterpret_cast<uint32_t *>(dkh + (size_t)j1 * DH + col) = pack_bf16(dka[nt][2] * scale, dka[nt][3] * scale);
+            *reinterpret_cast<uint32_t *>(dvh + (size_t)j1 * DH + col) = pack_bf16(dva[nt][2], dva[nt][3]);
+        }
+    }
+    cs0 = quad_sum(cs0);
+    cs1 = quad_sum(cs1);
+    if (tq == 0) {
+        if (j0 < T) colsum[head_off + j0] = -cs0;
+        if (j1 < T) colsum[head_off + j1] = -cs1;
+    }
 }
 
 // Key block nb's place in the add order of ACP row m (the same for every query tile of the row): `before` =
@@ -123,7 +153,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
     __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
     __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T
-    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_shift
+    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_stats' r
     float *Ds = rs + 2 * BM;                                            // [2][BM]
     float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
 
@@ -156,12 +186,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 
     // Loader threads tid < BM fetch per-query values; rows past T get lse = +inf so their P is 0.
     auto fetch_rows = [&](int qt, float &r, float &d) {
-        const int i = qt * BM + tid;
-        if (tid < BM) {
-            const bool ok = i < T;
-            r = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
-            d = ok ? Dsh[i] : 0.f;
-        }
+        if (tid < BM) bwd_row_stats(ch, lh, Dsh, qt * BM + tid, T, c_ref, r, d);
     };
     auto store_rows = [&](int buf, float r, float d) {
         if (tid < BM) {
@@ -452,25 +477,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         if (lane == 0) red_release_gpu_add(pending, 1);
     }
 
-    __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
-#pragma unroll
-    for (int nt = 0; nt < DH / 8; nt++) {
-        const int col = nt * 8 + 2 * tq;
-        if (j0 < T) {
-            *reinterpret_cast<uint32_t *>(dkh + (size_t)j0 * DH + col) = pack_bf16(dka[nt][0] * scale, dka[nt][1] * scale);
-            *reinterpret_cast<uint32_t *>(dvh + (size_t)j0 * DH + col) = pack_bf16(dva[nt][0], dva[nt][1]);
-        }
-        if (j1 < T) {
-            *reinterpret_cast<uint32_t *>(dkh + (size_t)j1 * DH + col) = pack_bf16(dka[nt][2] * scale, dka[nt][3] * scale);
-            *reinterpret_cast<uint32_t *>(dvh + (size_t)j1 * DH + col) = pack_bf16(dva[nt][2], dva[nt][3]);
-        }
-    }
-    cs0 = quad_sum(cs0);
-    cs1 = quad_sum(cs1);
-    if (tq == 0) {
-        if (j0 < T) colsum[head_off + j0] = -cs0;
-        if (j1 < T) colsum[head_off + j1] = -cs1;
-    }
+    bwd_store_keys<DH>(dk, dv, colsum, head_off, j0, j1, T, tq, dka, dva, cs0, cs1, scale);
 }
 
 // Backward, step 2, deterministic, on Hopper: bwd_kernel's formulation, products and add order (DET, WG:
@@ -485,8 +492,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 // - with Cfg::TMA (the API: d_h 128), the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies
 //   (TMA) of K and V once, then per query tile of Q and dO (each 64-column half one box, landing in the
 //   128-byte-swizzle layout the descriptors read; dO through a map [B][T][H dh] whose box starts at column
-//   h dh + 64 hf; rows past T come in as zeros), and its 32 lanes write the tile's row stats (bwd_row_shift,
-//   D) before arriving on the stage's "full" mbarrier (32 arrivals + the bytes). Q, dO and the row stats have
+//   h dh + 64 hf; rows past T come in as zeros), and its 32 lanes write the tile's row stats (bwd_row_stats)
+//   before arriving on the stage's "full" mbarrier (32 arrivals + the bytes). Q, dO and the row stats have
 //   2 stages; each compute warp frees a stage ("empty", one arrival per warp) once the tile's dV / dK
 //   products are complete. The compute warps issue no loads; their per-tile named barrier 0 remains (dS^T
 //   and the row sums cross warpgroups). Without it (d_h 64) the compute warps load Q, dO and the row stats a
@@ -521,7 +528,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
     __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
     __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T
-    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_shift
+    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_stats' r
     float *Ds = rs + 2 * BM;                                            // [2][BM]
     float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
     uint64_t *kv_full = reinterpret_cast<uint64_t *>(rowsum + 2 * NWARPS * BM);  // TMA only
@@ -599,12 +606,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 const int s = it & 1, i0 = (qt_first + it) * BM;
                 if (it >= 2) mbar_wait(empty + s, ((it >> 1) & 1) ^ 1);  // tile it-2's release
 #pragma unroll
-                for (int r = lane; r < BM; r += 32) {
-                    const int i = i0 + r;
-                    const bool ok = i < T;
-                    rs[s * BM + r] = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
-                    Ds[s * BM + r] = ok ? Dsh[i] : 0.f;
-                }
+                for (int r = lane; r < BM; r += 32)
+                    bwd_row_stats(ch, lh, Dsh, i0 + r, T, c_ref, rs[s * BM + r], Ds[s * BM + r]);
                 if (lane == 0) {
                     mbar_arrive_expect_tx(full + s, 2 * BM * DH * 2);
 #pragma unroll
@@ -623,12 +626,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 
     // cp.async form: loader threads tid < BM fetch per-query values; rows past T get r = -inf so their P is 0.
     auto fetch_rows = [&](int qt, float &r, float &d) {
-        const int i = qt * BM + tid;
-        if (tid < BM) {
-            const bool ok = i < T;
-            r = ok ? bwd_row_shift(ch, lh, i, c_ref) : -INFINITY;
-            d = ok ? Dsh[i] : 0.f;
-        }
+        if (tid < BM) bwd_row_stats(ch, lh, Dsh, qt * BM + tid, T, c_ref, r, d);
     };
     auto store_rows = [&](int buf, float r, float d) {
         if (tid < BM) {
@@ -855,25 +853,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if (!TMA && more) store_rows(buf ^ 1, r_next, d_next);
     }
 
-    __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
-#pragma unroll
-    for (int nt = 0; nt < DH / 8; nt++) {
-        const int col = nt * 8 + 2 * tq;
-        if (j0 < T) {
-            *reinterpret_cast<uint32_t *>(dkh + (size_t)j0 * DH + col) = pack_bf16(dka[nt][0] * scale, dka[nt][1] * scale);
-            *reinterpret_cast<uint32_t *>(dvh + (size_t)j0 * DH + col) = pack_bf16(dva[nt][0], dva[nt][1]);
-        }
-        if (j1 < T) {
-            *reinterpret_cast<uint32_t *>(dkh + (size_t)j1 * DH + col) = pack_bf16(dka[nt][2] * scale, dka[nt][3] * scale);
-            *reinterpret_cast<uint32_t *>(dvh + (size_t)j1 * DH + col) = pack_bf16(dva[nt][2], dva[nt][3]);
-        }
-    }
-    cs0 = quad_sum(cs0);
-    cs1 = quad_sum(cs1);
-    if (tq == 0) {
-        if (j0 < T) colsum[head_off + j0] = -cs0;
-        if (j1 < T) colsum[head_off + j1] = -cs1;
-    }
+    bwd_store_keys<DH>(dk, dv, colsum, head_off, j0, j1, T, tq, dka, dva, cs0, cs1, scale);
 }
 
 // Backward, step 3: dq = scale * fp32 accumulator, as bf16.
