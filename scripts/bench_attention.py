@@ -179,10 +179,13 @@ def bench(lib, sdpa_first=False):
 
 
 def main():
+    args = sys.argv[1:]
+    if any(a != "--both-orders" for a in args):
+        sys.exit(f"usage: {sys.argv[0]} [--both-orders]")
     lib = load_lib()
     ok = check(lib)
     bench(lib)
-    if "--both-orders" in sys.argv[1:]:
+    if args:
         bench(lib, sdpa_first=True)
     sys.exit(0 if ok else 1)
 
