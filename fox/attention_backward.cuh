@@ -489,25 +489,30 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 //   product, so the two warpgroups never wait on each other there), waits on named barrier 1 (every compute
 //   warp has issued its adds of t), releases t. Each warpgroup adds only its own dQ columns (and warpgroup 0
 //   the dc row sums), so every address sees this block's adds of a tile between the same acquire and release.
-// - with Cfg::TMA (the API: d_h 128), the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies
+// - with Cfg::TMA (the API), the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies
 //   (TMA) of K and V once, then per query tile of Q and dO (each 64-column half one box, landing in the
 //   128-byte-swizzle layout the descriptors read; dO through a map [B][T][H dh] whose box starts at column
 //   h dh + 64 hf; rows past T come in as zeros), and its 32 lanes write the tile's row stats (bwd_row_stats)
 //   before arriving on the stage's "full" mbarrier (32 arrivals + the bytes). Q, dO and the row stats have
 //   2 stages; each compute warp frees a stage ("empty", one arrival per warp) once the tile's dV / dK
 //   products are complete. The compute warps issue no loads; their per-tile named barrier 0 remains (dS^T
-//   and the row sums cross warpgroups). Without it (d_h 64) the compute warps load Q, dO and the row stats a
-//   tile ahead with cp.async, as bwd_kernel does.
+//   and the row sums cross warpgroups). Without it the compute warps load Q, dO and the row stats a tile
+//   ahead with cp.async, as bwd_kernel does.
+// Cfg::BM 128 (the API at d_h 64; FlashAttention-3's 128 x 128 tile at d_h 64): a query tile of 128 rows is
+// walked as two sub-tiles of 64 (S^T, dP^T, the softmax step and the dV / dK products of each in turn: one
+// sub-tile's scores at a time fit the registers, 128 queries' did not), while the per-tile work is done once
+// per 128 queries: barrier 0, the order handshake, the loads, and the dQ product, now m64n64 (warpgroup w4 the
+// 64 queries of sub-tile w4, every column; dS^T stored as two 64-column halves).
 // With Cfg::TURNS (the API: 2 at d_h 128) the two compute warpgroups take turns issuing their MMAs (named
 // barriers 4 and 5, the forward's scheduler barrier): warpgroup w syncs on 4 + w before an issue and arrives
 // on the other's after (TURNS 2: every issue; 1: each tile's first); warpgroup 1 arrives once at the start
 // and not after its last turn, so every arrival is matched. With barrier 0 re-aligning the warpgroups every
 // tile, the turns put one warpgroup's softmax under the other's products.
-// The causal mask is applied on the diagonal tiles alone (the first two of a block), not tested per element
+// The causal mask is applied on the diagonal tiles alone (the first 128 queries of a block), not tested per element
 // on every tile: by a uniform branch between two copies of the P^T / dS^T loop, or (Cfg::MASK_PASS, the API
 // at d_h 64) by a pass that sets the masked scores of S^T to -inf before the one loop (ex2 gives them P = +0,
 // the same bits as the select). BwdDetCfg holds what measured faster at each head size (dev/cuda/NOTES.md,
-// session 8; the dev programs run the other forms); every form gives the same bits.
+// sessions 8 and 9; the dev programs run the other forms); every form gives the same bits.
 template <int DH, class Cfg = BwdDetCfg<DH>>
 __global__ void __launch_bounds__(NTHREADS + 128, 1)
 bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -518,7 +523,9 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
                float *__restrict__ dc, float *__restrict__ colsum, int *__restrict__ sem, int H, int T,
                const int *__restrict__ q_last) {
-    constexpr int BM = 64, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
+    constexpr int BM = Cfg::BM, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
+    static_assert(BM == 64 || (BM == 128 && DH == 64), "query tiles of 64, or of 128 at d_h 64");
+    constexpr int NSUB = BM / 64;        // sub-tiles of 64 queries per tile (see above)
     constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
     constexpr int TURNS = Cfg::TURNS;
     constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS;
@@ -527,7 +534,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
     __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
     __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
-    __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T
+    __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T (swz_halves)
     float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_stats' r
     float *Ds = rs + 2 * BM;                                            // [2][BM]
     float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
@@ -663,15 +670,20 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.f;
     float cs0 = 0.f, cs1 = 0.f;  // column sums of dS for keys j0, j1
 
-    constexpr int DQC = DH * (BM / 16) / NWARPS;  // dQ columns per warpgroup
-    const int dq_r = (warp % (BM / 16)) * 16, dq_c = (warp / (BM / 16)) * DQC;
+    // The dQ split: at BM 64 each warpgroup takes the tile's 64 query rows and DQC = DH / 2 columns from DQC w4;
+    // at BM 128 (d_h 64) warpgroup w4 takes query rows 64 w4.. (dS^T's half w4) and all 64 columns.
+    constexpr int DQC = BM == 128 ? DH : DH / 2;
+    const int dq_r = BM == 128 ? w4 * 64 + (warp & 3) * 16 : (warp % (BM / 16)) * 16;
+    const int dq_c = BM == 128 ? 0 : (warp / (BM / 16)) * DQC;
 
     // dQ of tile it-1 = dS K from its parked dS^T (the API's); issued only.
     auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
         const __nv_bfloat16 *dSb = dSt + ((it - 1) & 1) * BN * BM;
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
-            if constexpr (DQC == 32)
+            if constexpr (BM == 128)
+                wgmma_m64n64_ss<1, 1>(dqa, desc_mnmajor<BN>(dSb, w4, kk), desc_mnmajor<BN>(Ks, 0, kk), kk > 0);
+            else if constexpr (DQC == 32)
                 wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
             else
                 wgmma_m64n64_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), desc_mnmajor<BN>(Ks, w4, kk), kk > 0);
@@ -697,12 +709,14 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
         named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
     };
-    auto park_row_sums = [&](float (&rsum)[BM / 4], int buf) {
-        warp_column_sums<BM / 4>(rsum, lane);
+    // this warp's dS row sums of the 64 query columns from q0 (rsum: this thread's part) reduced over its keys,
+    // to smem
+    auto park_row_sums = [&](float (&rsum)[16], int buf, int q0) {
+        warp_column_sums<16>(rsum, lane);
 #pragma unroll
-        for (int i = 0; i < BM / 32; i++) {
-            const int cidx = g * (BM / 32) + i;
-            rowsum[(buf * NWARPS + warp) * BM + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
+        for (int i = 0; i < 2; i++) {
+            const int cidx = g * 2 + i;
+            rowsum[(buf * NWARPS + warp) * BM + q0 + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
         }
     };
     // The scheduler barrier (TURNS, see above): wait for this warpgroup's turn / pass it to the other one.
@@ -743,99 +757,103 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
             const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
             __nv_bfloat16 *dSb = dSt + buf * BN * BM;
-
-            float st[BM / 8][4], dpt[BM / 8][4];
-            turn_wait(TURNS >= 1);
-            // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
-            wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++)
-                wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, 0, kk), kk > 0);
+            for (int sub = 0; sub < NSUB; sub++) {  // sub-tiles of 64 queries, from column qs of the tile
+                const int qs = sub * 64, i0s = i0 + qs;
+                const float *rbs = rb + qs, *Dbs = Db + qs;
+                float st[8][4], dpt[8][4];
+                turn_wait(TURNS == 2 || (TURNS == 1 && sub == 0));
+                // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
+                wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++)
-                wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, 0, kk), kk > 0);
-            wg_commit();
-            if constexpr (!DQ_LATE) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
-                dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                for (int kk = 0; kk < DH / 16; kk++)
+                    wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, qs, kk), kk > 0);
+#pragma unroll
+                for (int kk = 0; kk < DH / 16; kk++)
+                    wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
                 wg_commit();
-            }
-            turn_pass(TURNS >= 1, TURNS == 1 && it + 1 == ntiles);
-            if constexpr (DQ_LATE) wg_wait<0>();
-            else wg_wait<1>();
-
-            // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
-            float rsum[BM / 4];
-            auto p_ds = [&](auto diag_tile) {  // std::true_type on a diagonal tile: the causal mask
-#pragma unroll
-                for (int nt = 0; nt < BM / 8; nt++) {
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int col = nt * 8 + 2 * tq + e, i = i0 + col;
-                        const float r = rb[col], d = Db[col];
-                        float p0 = ex2(fmaf(st[nt][e], sl2, r + nb0));
-                        float p1 = ex2(fmaf(st[nt][2 + e], sl2, r + nb1));
-                        if (decltype(diag_tile)::value) {
-                            if (j0 > i) p0 = 0.f;
-                            if (j1 > i) p1 = 0.f;
-                        }
-                        const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
-                        cs0 += ds0;
-                        cs1 += ds1;
-                        rsum[2 * nt + e] = ds0 + ds1;
-                        st[nt][e] = p0;
-                        st[nt][2 + e] = p1;
-                        dpt[nt][e] = ds0;
-                        dpt[nt][2 + e] = ds1;
-                    }
+                if (!DQ_LATE && sub == 0) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
+                    dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                    wg_commit();
                 }
-            };
-            if constexpr (MASK_PASS) {  // -inf scores: ex2 gives the masked P exactly 0, as the select does
-                if (i0 < k0 + BN - 1) {
+                turn_pass(TURNS == 2 || (TURNS == 1 && sub == 0), TURNS == 1 && it + 1 == ntiles);
+                if (DQ_LATE || sub > 0) wg_wait<0>();
+                else wg_wait<1>();
+
+                // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
+                float rsum[16];
+                auto p_ds = [&](auto diag_tile) {  // std::true_type on a diagonal tile: the causal mask
 #pragma unroll
-                    for (int nt = 0; nt < BM / 8; nt++)
+                    for (int nt = 0; nt < 8; nt++) {
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
-                            const int i = i0 + nt * 8 + 2 * tq + e;
-                            if (j0 > i) st[nt][e] = -INFINITY;
-                            if (j1 > i) st[nt][2 + e] = -INFINITY;
+                            const int col = nt * 8 + 2 * tq + e, i = i0s + col;
+                            const float r = rbs[col], d = Dbs[col];
+                            float p0 = ex2(fmaf(st[nt][e], sl2, r + nb0));
+                            float p1 = ex2(fmaf(st[nt][2 + e], sl2, r + nb1));
+                            if (decltype(diag_tile)::value) {
+                                if (j0 > i) p0 = 0.f;
+                                if (j1 > i) p1 = 0.f;
+                            }
+                            const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
+                            cs0 += ds0;
+                            cs1 += ds1;
+                            rsum[2 * nt + e] = ds0 + ds1;
+                            st[nt][e] = p0;
+                            st[nt][2 + e] = p1;
+                            dpt[nt][e] = ds0;
+                            dpt[nt][2 + e] = ds1;
                         }
+                    }
+                };
+                if constexpr (MASK_PASS) {  // -inf scores: ex2 gives the masked P exactly 0, as the select does
+                    if (i0s < k0 + BN - 1) {
+#pragma unroll
+                        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                const int i = i0s + nt * 8 + 2 * tq + e;
+                                if (j0 > i) st[nt][e] = -INFINITY;
+                                if (j1 > i) st[nt][2 + e] = -INFINITY;
+                            }
+                    }
+                    p_ds(std::false_type{});
+                } else if (i0s < k0 + BN - 1) {
+                    p_ds(std::true_type{});
+                } else {
+                    p_ds(std::false_type{});
                 }
-                p_ds(std::false_type{});
-            } else if (i0 < k0 + BN - 1) {
-                p_ds(std::true_type{});
-            } else {
-                p_ds(std::false_type{});
-            }
-            if constexpr (DQ_LATE) park_row_sums(rsum, buf);  // its 16 registers free before the MMAs
-            // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
-            uint32_t pa[BM / 16][4], sa[BM / 16][4];
+                if constexpr (DQ_LATE) park_row_sums(rsum, buf, qs);  // its 16 registers free before the MMAs
+                // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
+                uint32_t pa[4][4], sa[4][4];
 #pragma unroll
-            for (int kk = 0; kk < BM / 16; kk++) {
-                acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
-                acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
-                const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[kk][0];
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[kk][1];
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[kk][2];
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[kk][3];
-            }
-            turn_wait(TURNS == 2);
-            wg_fence();
-            if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
-                dq_mma_issue(it, dqp);
-                wg_commit();
-            }
-#pragma unroll
-            for (int kk = 0; kk < BM / 16; kk++)
-#pragma unroll
-                for (int hf = 0; hf < DH / 64; hf++) {
-                    wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, kk));
-                    wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, kk));
+                for (int kk = 0; kk < 4; kk++) {
+                    acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
+                    acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+                    const int kr = warp * 16 + g, qc = qs + kk * 16 + 2 * tq;
+                    *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc)) = sa[kk][0];
+                    *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc)) = sa[kk][1];
+                    *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc + 8)) = sa[kk][2];
+                    *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc + 8)) = sa[kk][3];
                 }
-            wg_commit();  // waited for after tile it-1's dQ adds
-            turn_pass(TURNS == 2, false);
-            if constexpr (!DQ_LATE) park_row_sums(rsum, buf);
-            wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
+                turn_wait(TURNS == 2);
+                wg_fence();
+                if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
+                    dq_mma_issue(it, dqp);
+                    wg_commit();
+                }
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int hf = 0; hf < DH / 64; hf++) {
+                        wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, qs / 16 + kk));
+                        wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, qs / 16 + kk));
+                    }
+                wg_commit();  // waited for after tile it-1's dQ adds
+                turn_pass(TURNS == 2, false);
+                if constexpr (!DQ_LATE) park_row_sums(rsum, buf, qs);
+            }
+            wg_wait<1>();  // tile it-1's dQ product (tile it's last dV/dK products may still run)
         } else {  // after the last tile: its dQ product alone
             turn_wait(TURNS == 2);
             wg_fence();
@@ -929,7 +947,7 @@ template <int DH, class Cfg = BwdDetCfg<DH>>
 void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                  const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
                  __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, cudaStream_t s) {
-    constexpr int BM = BwdCfg<DH, true>::BM;
+    constexpr int BM = Cfg::BM;
     const BwdSums p = bwd_sums(scratch, B, H, T, DH);
     int *sem = reinterpret_cast<int *>(p.colsum + (size_t)B * H * T);
     bwd_prepare<DH, BM>(o, dout, dc, p, sem, B, H, T, s);

@@ -78,13 +78,14 @@ template <int DH, int BM> size_t bwd_smem_bytes() {
 template <int DH, int BM> size_t bwd_ws_smem_bytes() { return bwd_smem_bytes<DH, BM>() + 5 * 8; }
 
 // The deterministic Hopper backward's form per head size (bwd_ws_kernel; each measured faster at its size,
-// dev/cuda/NOTES.md session 8): TMA, a producer warp loads Q, dO and the row stats (else the compute warps,
-// with cp.async); TURNS, the compute warpgroups take turns issuing their MMAs (0: never, 1: at each tile's
-// first issue, 2: at every issue); MASK_PASS, the causal mask as a pass over S^T (else two copies of the
-// P^T / dS^T loop).
+// dev/cuda/NOTES.md sessions 8 and 9): TMA, a producer warp loads Q, dO and the row stats (else the compute
+// warps, with cp.async); TURNS, the compute warpgroups take turns issuing their MMAs (0: never, 1: at each
+// tile's first issue, 2: at every issue); MASK_PASS, the causal mask as a pass over S^T (else two copies of
+// the P^T / dS^T loop); BM, the query rows per tile: 64, or 128 at d_h 64 (two sub-tiles of 64 per tile).
 template <int DH> struct BwdDetCfg {
-    static constexpr bool TMA = DH == 128, MASK_PASS = DH == 64;
+    static constexpr bool TMA = true, MASK_PASS = DH == 64;
     static constexpr int TURNS = DH == 128 ? 2 : 0;
+    static constexpr int BM = DH == 64 ? 128 : 64;
 };
 
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24

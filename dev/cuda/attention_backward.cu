@@ -1,8 +1,9 @@
 // dev/cuda/attention_backward.cu: the Forgetting Attention backward (step 2, the dK / dV / dQ / dS-sums
 // kernel) in every version tried, numbered by the order of the dQ / dc adds across key blocks, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are versions 1 and 3 on mma.sync, 33 (bwd_ws_kernel) and 14 on warpgroup MMA
-// at d_h 64, 33 and 16 at d_h 128; 13 and 15 were its deterministic ones until session 8).
+// (fox/attention.cuh, whose kernels are versions 1 and 3 on mma.sync, 38 (bwd_ws_kernel) and 14 on warpgroup MMA
+// at d_h 64, 33 and 16 at d_h 128; its deterministic ones were 13 and 15 until session 8, 35 at d_h 64 until
+// session 9).
 //   make attention_backward
 //   ./attention_backward            every version: checks, then timings
 //   ./attention_backward 13         version 13 only (and the API); 13,15,21: those three
@@ -833,18 +834,21 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
 // chosen by DevDetCfg: TURNS (0 none, 1 at a tile's first MMA issue, 2 at every issue), TMA (a producer warp
 // in the sync warpgroup), MASK_PASS (the causal mask as a pass over S^T; else two copies of the loop). The
 // diagonal-only mask is in every form. Every form gives the previous API's results (13 / 15) bit for bit.
-template <int TURNS_, bool TMA_, bool MASK_PASS_> struct DevDetCfg {
+// Versions 36-39 (session 9): BM, query tiles of 128 rows at d_h 64 (FlashAttention-3's 128 x 128 tile: S^T and
+// dP^T as m64n128 products, half the tiles and so half the per-tile barriers and order handshakes).
+template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64> struct DevDetCfg {
     static constexpr int TURNS = TURNS_;
     static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_;
+    static constexpr int BM = BM_;
 };
 
-// Steps 1 to 4 of the backward with bwd_ws_kernel in the form DevDetCfg<TURNS, TMA, MASK_PASS> as step 2.
-template <int DH, int TURNS, bool TMA, bool MASK_PASS = false>
+// Steps 1 to 4 of the backward with bwd_ws_kernel in the form DevDetCfg<TURNS, TMA, MASK_PASS, BM> as step 2.
+template <int DH, int TURNS, bool TMA, bool MASK_PASS = false, int BM = 64>
 void backward_det_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                       const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
                       __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                       const int *q_last, cudaStream_t s) {
-    backward_ws<DH, DevDetCfg<TURNS, TMA, MASK_PASS>>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
+    backward_ws<DH, DevDetCfg<TURNS, TMA, MASK_PASS, BM>>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
     const BwdSums p = bwd_sums(scratch, B, H, T, DH);
     bwd_dq(p.dq_acc, dq, B, H, T, DH, s);
     fox_attention_reverse_scan(dc, p.colsum, dlogf, B * H, T, s);
@@ -925,6 +929,11 @@ static const Version versions[] = {
      true},
     {35, "29 with the mask as a pass over the diagonal tiles' S^T before one copy of the loop", nullptr, nullptr,
      backward_det_cfg<64, 0, false, true>, backward_det_cfg<128, 0, false, true>, false, true},
+    {36, "35 with query tiles of 128 rows (d_h 64)", nullptr, nullptr, backward_det_cfg<64, 0, false, true, 128>, nullptr,
+     false, true},
+    {37, "36 + turns at every MMA issue", nullptr, nullptr, backward_det_cfg<64, 2, false, true, 128>, nullptr, false, true},
+    {38, "36 + a TMA producer warp", nullptr, nullptr, backward_det_cfg<64, 0, true, true, 128>, nullptr, false, true},
+    {39, "38 + turns at every MMA issue", nullptr, nullptr, backward_det_cfg<64, 2, true, true, 128>, nullptr, false, true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
