@@ -50,6 +50,29 @@ __device__ __forceinline__ void bwd_row_stats(const float *ch, const float *lh, 
     d = ok ? Dh[i] : 0.f;
 }
 
+// One score pair of the P^T / dS^T step (both step-2 kernels): keys j0, j1 (gate terms nb0, nb1) against one
+// query i (row term r, D_i = d). P = 2^(s sl2 + r + nb), 0 where `mask` and the key is past the query, dS =
+// P (dP - D); P and dS overwrite the scores and dP, dS is added to the keys' column sums, and the pair's dS sum
+// (the query's row-sum part) is returned.
+__device__ __forceinline__ float bwd_p_ds_pair(float &s0, float &s1, float &dp0, float &dp1, float r, float d,
+                                               float nb0, float nb1, float sl2, bool mask, int i, int j0, int j1,
+                                               float &cs0, float &cs1) {
+    float p0 = ex2(fmaf(s0, sl2, r + nb0));
+    float p1 = ex2(fmaf(s1, sl2, r + nb1));
+    if (mask) {
+        if (j0 > i) p0 = 0.f;
+        if (j1 > i) p1 = 0.f;
+    }
+    const float ds0 = p0 * (dp0 - d), ds1 = p1 * (dp1 - d);
+    cs0 += ds0;
+    cs1 += ds1;
+    s0 = p0;
+    s1 = p1;
+    dp0 = ds0;
+    dp1 = ds1;
+    return ds0 + ds1;
+}
+
 // The end of step 2 for this thread's keys j0, j1 of the head at head_off: dK (scaled) and dV as bf16, and the
 // dS column sums (quad-reduced, negated) into colsum.
 template <int DH>
@@ -390,21 +413,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int col = nt * 8 + 2 * tq + e, i = i0 + col;
-                    const float r = rb[col], d = Db[col];
-                    float p0 = ex2(fmaf(st[nt][e], sl2, r + nb0));
-                    float p1 = ex2(fmaf(st[nt][2 + e], sl2, r + nb1));
-                    if (diag) {
-                        if (j0 > i) p0 = 0.f;
-                        if (j1 > i) p1 = 0.f;
-                    }
-                    const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
-                    cs0 += ds0;
-                    cs1 += ds1;
-                    rsum[2 * nt + e] = ds0 + ds1;
-                    st[nt][e] = p0;
-                    st[nt][2 + e] = p1;
-                    dpt[nt][e] = ds0;
-                    dpt[nt][2 + e] = ds1;
+                    rsum[2 * nt + e] = bwd_p_ds_pair(st[nt][e], st[nt][2 + e], dpt[nt][e], dpt[nt][2 + e], rb[col], Db[col],
+                                                     nb0, nb1, sl2, diag, i, j0, j1, cs0, cs1);
                 }
             }
             if constexpr (DQ_LATE) park_row_sums(rsum, buf);  // its 16 registers free before the MMAs
@@ -788,21 +798,9 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 #pragma unroll
                         for (int e = 0; e < 2; e++) {
                             const int col = nt * 8 + 2 * tq + e, i = i0s + col;
-                            const float r = rbs[col], d = Dbs[col];
-                            float p0 = ex2(fmaf(st[nt][e], sl2, r + nb0));
-                            float p1 = ex2(fmaf(st[nt][2 + e], sl2, r + nb1));
-                            if (decltype(diag_tile)::value) {
-                                if (j0 > i) p0 = 0.f;
-                                if (j1 > i) p1 = 0.f;
-                            }
-                            const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
-                            cs0 += ds0;
-                            cs1 += ds1;
-                            rsum[2 * nt + e] = ds0 + ds1;
-                            st[nt][e] = p0;
-                            st[nt][2 + e] = p1;
-                            dpt[nt][e] = ds0;
-                            dpt[nt][2 + e] = ds1;
+                            rsum[2 * nt + e] = bwd_p_ds_pair(st[nt][e], st[nt][2 + e], dpt[nt][e], dpt[nt][2 + e], rbs[col],
+                                                             Dbs[col], nb0, nb1, sl2, decltype(diag_tile)::value, i, j0,
+                                                             j1, cs0, cs1);
                         }
                     }
                 };
