@@ -1,7 +1,7 @@
 // fox/attention_backward.cuh: the Forgetting Attention backward, in the four forms the public API
-// (fox/attention.cuh) selects: {Hopper warpgroup MMA (sm_90a), mma.sync} x {deterministic, fp32 atomics in
-// arrival order}, each at d_h 64 and 128. Step 1 forms D = rowsum(dO * o), step 2 (bwd_kernel; on Hopper
-// deterministic, bwd_ws_kernel) dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3
+// (fox/attention.cuh) selects: {Hopper warpgroup MMA (sm_90a), mma.sync} x {deterministic, fp32 adds in
+// arrival order}, each at d_h 64 and 128. Step 1 forms D = rowsum(dO * o), step 2 (bwd_kernel: mma.sync;
+// bwd_ws_kernel: Hopper) dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3
 // converts dQ to bf16; the last step, dc and the reverse scan into d log f, is fox_attention_reverse_scan in
 // fox/attention.cuh. Other forms of step 2, with their measurements, are in dev/cuda/attention_backward.cu.
 #ifndef FOX_ATTENTION_BACKWARD_CUH
@@ -53,7 +53,9 @@ __device__ __forceinline__ void bwd_row_stats(const float *ch, const float *lh, 
 // One score pair of the P^T / dS^T step (both step-2 kernels): keys j0, j1 (gate terms nb0, nb1) against one
 // query i (row term r, D_i = d). P = 2^(s sl2 + r + nb), 0 where `mask` and the key is past the query, dS =
 // P (dP - D); P and dS overwrite the scores and dP, dS is added to the keys' column sums, and the pair's dS sum
-// (the query's row-sum part) is returned.
+// (the query's row-sum part) is returned. The fp32 products and sums are rounded one by one (__fmul_rn,
+// __fadd_rn: never contracted into an FMA), so that the row and column sums, and dc from them, have the same bits
+// in every kernel form and build, whatever the compiler's scheduling.
 __device__ __forceinline__ float bwd_p_ds_pair(float &s0, float &s1, float &dp0, float &dp1, float r, float d,
                                                float nb0, float nb1, float sl2, bool mask, int i, int j0, int j1,
                                                float &cs0, float &cs1) {
@@ -63,14 +65,14 @@ __device__ __forceinline__ float bwd_p_ds_pair(float &s0, float &s1, float &dp0,
         if (j0 > i) p0 = 0.f;
         if (j1 > i) p1 = 0.f;
     }
-    const float ds0 = p0 * (dp0 - d), ds1 = p1 * (dp1 - d);
-    cs0 += ds0;
-    cs1 += ds1;
+    const float ds0 = __fmul_rn(p0, dp0 - d), ds1 = __fmul_rn(p1, dp1 - d);
+    cs0 = __fadd_rn(cs0, ds0);
+    cs1 = __fadd_rn(cs1, ds1);
     s0 = p0;
     s1 = p1;
     dp0 = ds0;
     dp1 = ds1;
-    return ds0 + ds1;
+    return __fadd_rn(ds0, ds1);
 }
 
 // The end of step 2 for this thread's keys j0, j1 of the head at head_off: dK (scaled) and dV as bf16, and the
@@ -141,24 +143,10 @@ __device__ __forceinline__ void acp_order(int m, int nb, const int *qlh, int &be
 //   have released, adds, and releases one tile later (by then its adds have landed, so the release costs
 //   no wait). Staggered: half the warps do their dQ step before the tile's other work, half after, so
 //   each scheduler has one warp computing while the other waits on memory.
-// - warpgroup MMA: a sync warp in a third warpgroup does all the counter work, off the compute warps' path:
-//   bwd_ws_kernel below (this kernel runs warpgroup MMA with DET = false only).
-// WG: the five products on Hopper warpgroup MMA (sm_90a; BM 64): warpgroup w4 (warps 4w4..4w4+3) owns
-// keys 64 w4.., so every accumulator keeps the mma.sync layout and the rest of the kernel is shared. K, V,
-// Q and dO tiles are stored as 64-column halves (swz_halves: two at dh 128), each a canonical
-// 128-byte-swizzle operand: S^T and dP^T walk both halves in their k16 steps, dV and dK are one m64n64
-// product per half of dO / Q, and warpgroup w4's dQ columns are the DH / 2 from 32 w4 (dh 64, within
-// the one half) or K's half w4 (dh 128).
-// The MMAs are pipelined across the tile's steps: per tile it a warpgroup commits three MMA groups, S^T/dP^T
-// of tile it, then dQ of tile it-1, then dV/dK of tile it, and waits for each only where its result is
-// needed: S^T/dP^T before the softmax step (dQ keeps running), dQ before its adds (dV/dK keep running),
-// dV/dK before the next tile's barrier (their register operands, and the Q/dO buffer the next prefetch
-// overwrites). At dh 128 (DQ_LATE) dQ of tile it-1 is issued after the softmax step instead, just before
-// dV/dK: dK and dV hold 128 registers per thread there, and S^T, dP^T (64) and the dQ product (32) do not
-// all fit beside them. The dQ issue is unconditional (at it = 0 on a zeroed
-// dS^T buffer, result unused): ptxas serializes every warpgroup MMA of the kernel when the issue sits
-// under a branch (C7514).
-template <int DH, int BM, int MINB, bool DET, bool WG>
+// - warpgroup MMA (Hopper): a sync warp in a third warpgroup does all the counter work, off the compute warps'
+//   path: bwd_ws_kernel below, which is also the nondeterministic Hopper backward (its order left out).
+// This kernel is the mma.sync backward (sm_80, or FOX_ATTN_NO_WGMMA).
+template <int DH, int BM, int MINB, bool DET>
 __global__ void __launch_bounds__(NTHREADS, MINB)
 bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
@@ -168,8 +156,6 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
            int H, int T, const int *__restrict__ q_last) {
     constexpr int BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
     static_assert(FOX_ACP_BLOCK % BM == 0, "query tiles nest in the ACP grid");
-    static_assert(!WG || BM == 64, "warpgroup path: the dQ product's M is the tile's 64 queries");
-    static_assert(!(WG && DET), "the deterministic warpgroup-MMA backward is bwd_ws_kernel");
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -191,7 +177,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     const float *ch = c + head_off, *lh = lse + head_off, *Dsh = Dg + head_off;  // D_i = dO_i . o_i of this (b, h)
     const size_t ld_o = (size_t)H * DH;
     const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
-    float *dqh = dq_acc + head_off * DH;
+    float *dqh = dq_acc + (size_t)bh * dq_acc_rows(T) * DH;  // this head's accumulator (dq_acc_offset)
     const int k0 = nb * BN;
     const float c_ref = ch[k0];
 
@@ -205,7 +191,6 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     int *semh = sem + (size_t)bh * nqt;
 
     constexpr bool WARP_ORDER = DET;  // every compute warp keeps the order itself (see above)
-    constexpr bool DQ_LATE = WG && DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
 
     // Loader threads tid < BM fetch per-query values; rows past T get lse = +inf so their P is 0.
     auto fetch_rows = [&](int qt, float &r, float &d) {
@@ -218,14 +203,10 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
     };
 
-    if constexpr (WG) {  // dS^T buffer 1: the operand of the unused dQ product issued in iteration 0
-        uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
-        for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
-    }
-    load_tile_async<DH, BN, NTHREADS, WG>(Ks, kh, DH, k0, T, tid);
-    load_tile_async<DH, BN, NTHREADS, WG>(Vs, vh, DH, k0, T, tid);
-    load_tile_async<DH, BM, NTHREADS, WG>(Qs, qh, DH, qt_first * BM, T, tid);
-    load_tile_async<DH, BM, NTHREADS, WG>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
+    load_tile_async<DH, BN, NTHREADS>(Ks, kh, DH, k0, T, tid);
+    load_tile_async<DH, BN, NTHREADS>(Vs, vh, DH, k0, T, tid);
+    load_tile_async<DH, BM, NTHREADS>(Qs, qh, DH, qt_first * BM, T, tid);
+    load_tile_async<DH, BM, NTHREADS>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
     cp_async_commit();
     {
         float r = 0.f, d = 0.f;
@@ -261,37 +242,22 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         acp_order(m, nb, qlh, ord_before, ord_last);
     };
 
-    // dQ of tile it-1 = dS K from its parked dS^T. WG: warpgroup w4 takes all 64 query rows and dh columns
-    // DQC w4..; A = dS (dS^T in smem: MN-major), B = K (MN-major: 32 columns from byte 64 w4 of the one
-    // half at dh 64, half w4 at dh 128); issued only (the caller fences, commits and waits).
-    auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
-        const __nv_bfloat16 *dSb = dSt + ((it - 1) & 1) * BN * BM;
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            if constexpr (DQC == 32)
-                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
-            else
-                wgmma_m64n64_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), desc_mnmajor<BN>(Ks, w4, kk), kk > 0);
-        }
-    };
-    // dQ (and dc row sums) of tile it-1 added to the fp32 accumulators (dqa: its dQ product, complete).
+    // dQ = dS K of tile it-1 from its parked dS^T, added with the dc row sums to the fp32 accumulators.
     auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
         const int pb = (it - 1) & 1, qt = qt_first + it - 1, i0 = qt * BM;
         const __nv_bfloat16 *dSb = dSt + pb * BN * BM;
-        if constexpr (!WG) {
 #pragma unroll
-            for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+        for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
-                uint32_t a[4];
-                load_a_trans<BM>(a, dSb, kk * 16, dq_r, lane);
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[4];
+            load_a_trans<BM>(a, dSb, kk * 16, dq_r, lane);
 #pragma unroll
-                for (int np = 0; np < DQC / 16; np++) {
-                    uint32_t bk[4];
-                    load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
-                    mma16816(dqa[2 * np], a, bk[0], bk[1]);
-                    mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
-                }
+            for (int np = 0; np < DQC / 16; np++) {
+                uint32_t bk[4];
+                load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
+                mma16816(dqa[2 * np], a, bk[0], bk[1]);
+                mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
             }
         }
         float rtot = 0.f;
@@ -322,8 +288,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 #pragma unroll
         for (int nt = 0; nt < DQC / 8; nt++) {
             const int col = dq_c + nt * 8 + 2 * tq;
-            if (qr0 < T) atomic_add2(dqh + (size_t)qr0 * DH + col, dqa[nt][0], dqa[nt][1]);
-            if (qr0 + 8 < T) atomic_add2(dqh + (size_t)(qr0 + 8) * DH + col, dqa[nt][2], dqa[nt][3]);
+            if (qr0 < T) atomic_add2(dqh + dq_acc_offset(qr0, col, DH), dqa[nt][0], dqa[nt][1]);
+            if (qr0 + 8 < T) atomic_add2(dqh + dq_acc_offset(qr0 + 8, col, DH), dqa[nt][2], dqa[nt][3]);
         }
         if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
         if (WARP_ORDER && !ord_last) pending = sp;
@@ -339,11 +305,10 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
     };
 
-    float dqp[DQC / 8][4];  // dQ product of tile it-1 (WG: in flight during tile it's softmax or dV/dK work)
+    float dqp[DQC / 8][4];  // dQ of tile it-1
     for (int it = 0; it <= ntiles; it++) {
         const int buf = it & 1;
         cp_async_wait_all();
-        if constexpr (WG) fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
         // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
         __syncthreads();
         if (early && it > 0) dq_phase(it, dqp);
@@ -351,8 +316,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         float r_next = 0.f, d_next = 0.f;
         if (more) {
             const int i1 = (qt_first + it + 1) * BM;
-            load_tile_async<DH, BM, NTHREADS, WG>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
-            load_tile_async<DH, BM, NTHREADS, WG>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
+            load_tile_async<DH, BM, NTHREADS>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
+            load_tile_async<DH, BM, NTHREADS>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
             cp_async_commit();
             fetch_rows(qt_first + it + 1, r_next, d_next);
         }
@@ -363,30 +328,11 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             __nv_bfloat16 *dSb = dSt + buf * BN * BM;
 
             float st[BM / 8][4], dpt[BM / 8][4];
-            if constexpr (!WG) {
 #pragma unroll
-                for (int i = 0; i < BM / 8; i++)
+            for (int i = 0; i < BM / 8; i++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
-            }
-            if constexpr (WG) {
-                // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
-                wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < DH / 16; kk++)
-                    wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, 0, kk), kk > 0);
-#pragma unroll
-                for (int kk = 0; kk < DH / 16; kk++)
-                    wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, 0, kk), kk > 0);
-                wg_commit();
-                if constexpr (DQ_LATE) {
-                    wg_wait<0>();
-                } else {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
-                    dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
-                    wg_commit();
-                    wg_wait<1>();
-                }
-            } else {
+                for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
+            {
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++) {
                     uint32_t ka[4], va[4];
@@ -417,34 +363,6 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                                                      nb0, nb1, sl2, diag, i, j0, j1, cs0, cs1);
                 }
             }
-            if constexpr (DQ_LATE) park_row_sums(rsum, buf);  // its 16 registers free before the MMAs
-            if constexpr (WG) {
-                // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
-                uint32_t pa[BM / 16][4], sa[BM / 16][4];
-#pragma unroll
-                for (int kk = 0; kk < BM / 16; kk++) {
-                    acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
-                    acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
-                    const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
-                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[kk][0];
-                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[kk][1];
-                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[kk][2];
-                    *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[kk][3];
-                }
-                wg_fence();
-                if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
-                    dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
-                    wg_commit();
-                }
-#pragma unroll
-                for (int kk = 0; kk < BM / 16; kk++)
-#pragma unroll
-                    for (int hf = 0; hf < DH / 64; hf++) {
-                        wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, kk));
-                        wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, kk));
-                    }
-                wg_commit();  // waited for after tile it-1's dQ adds
-            } else
 #pragma unroll
             for (int kk = 0; kk < BM / 16; kk++) {
                 uint32_t pa[4], sa[4];
@@ -467,19 +385,9 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     mma16816(dka[2 * np + 1], sa, bq[2], bq[3]);
                 }
             }
-            if constexpr (!DQ_LATE) park_row_sums(rsum, buf);
-        }
-        if constexpr (WG) {
-            if (it < ntiles) {
-                wg_wait<1>();  // tile it-1's dQ product (tile it's dV/dK products may still run)
-            } else {  // after the last tile: its dQ product alone
-                wg_fence();
-                dq_mma_issue(it, dqp);
-                wg_commit_wait();
-            }
+            park_row_sums(rsum, buf);
         }
         if (!early && it > 0) dq_phase(it, dqp);
-        if constexpr (WG) wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
         if (more) store_rows(buf ^ 1, r_next, d_next);
     }
     if (pending) {
@@ -490,15 +398,29 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     bwd_store_keys<DH>(dk, dv, colsum, head_off, j0, j1, T, tq, dka, dva, cs0, cs1, scale);
 }
 
-// Backward, step 2, deterministic, on Hopper: bwd_kernel's formulation, products and add order (DET, WG:
-// the five products on warpgroup MMA, pipelined across the tile's steps, DQ_LATE at dh 128) in a
-// warp-specialized 384-thread block. Warps 0-7 are the two compute warpgroups (64 keys each; setmaxnreg
-// BWD_REGS_COMPUTE); the third warpgroup gives its registers back (BWD_REGS_SYNC) and holds two warps:
+// Backward, step 2, on Hopper: bwd_kernel's formulation and add order (with Cfg::ORDER; without it, the
+// nondeterministic API, the key blocks add in arrival order) with the five products on warpgroup MMA, in a
+// warp-specialized 384-thread block. Warps 0-7 are the two compute warpgroups (64 keys each, so every
+// accumulator keeps the mma.sync layout; setmaxnreg BWD_REGS_COMPUTE). K, V, Q and dO tiles are stored as
+// 64-column halves (swz_halves), each a canonical 128-byte-swizzle operand: S^T and dP^T walk the halves in
+// their k16 steps, dV and dK are one m64n64 product per half of dO / Q. The MMAs are pipelined across the
+// tile's steps: per tile it a warpgroup commits S^T/dP^T of tile it, then dQ of tile it-1, then dV/dK of
+// tile it, and waits for each only where its result is needed (S^T/dP^T before the softmax step, dQ before
+// its adds, dV/dK before the next tile's barrier). At dh 128 (DQ_LATE) dQ of tile it-1 is issued after the
+// softmax step instead, just before dV/dK: dK and dV hold 128 registers per thread there, and S^T, dP^T (64)
+// and the dQ product (32) do not all fit beside them. The dQ issue is unconditional (at it = 0 on a zeroed
+// dS^T buffer, result unused): ptxas serializes every warpgroup MMA of the kernel when the issue sits under a
+// branch (C7514). The third warpgroup gives its registers back (BWD_REGS_SYNC) and holds two warps:
 // - the sync warp (NWARPS) keeps the order, off the compute warps' path: per tile t it acquires t, arrives
 //   at named barriers 2 and 3 (compute warpgroup w4 waits on 2 + w4 just before adding t, after its dQ
 //   product, so the two warpgroups never wait on each other there), waits on named barrier 1 (every compute
 //   warp has issued its adds of t), releases t. Each warpgroup adds only its own dQ columns (and warpgroup 0
 //   the dc row sums), so every address sees this block's adds of a tile between the same acquire and release.
+//   With Cfg::DQ_BULK (the API) the compute warps instead store the tile's dQ in smem, in the accumulator's
+//   order (dq_acc_offset: conflict-free float2 stores), and its dc row sums, and arrive on barrier 1; the sync
+//   warp, once it holds t, has the copy engine add the whole tile with one bulk reduction, adds the dc sums,
+//   hands the smem tile back (barrier 2) once the engine has read it, and releases t after the reduction is
+//   complete. The compute warps then never wait for the order, and issue no dQ atomics.
 // - with Cfg::TMA (the API), the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies
 //   (TMA) of K and V once, then per query tile of Q and dO (each 64-column half one box, landing in the
 //   128-byte-swizzle layout the descriptors read; dO through a map [B][T][H dh] whose box starts at column
@@ -538,7 +460,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     constexpr int NSUB = BM / 64;        // sub-tiles of 64 queries per tile (see above)
     constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
     constexpr int TURNS = Cfg::TURNS;
-    constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS;
+    constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK;
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -548,7 +470,9 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_stats' r
     float *Ds = rs + 2 * BM;                                            // [2][BM]
     float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
-    uint64_t *kv_full = reinterpret_cast<uint64_t *>(rowsum + 2 * NWARPS * BM);  // TMA only
+    float *dQs = rowsum + 2 * NWARPS * BM;                              // DQ_BULK: [BM * DH] (dq_acc_offset)
+    float *dcs = dQs + (DQ_BULK ? BM * DH : 0);                         // DQ_BULK: [BM], dc row sums
+    uint64_t *kv_full = reinterpret_cast<uint64_t *>(dcs + (DQ_BULK ? BM : 0));  // TMA only
     uint64_t *full = kv_full + 1, *empty = full + 2;
 
     const int tid = threadIdx.x, lane = tid & 31;
@@ -562,7 +486,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const float *ch = c + head_off, *lh = lse + head_off, *Dsh = Dg + head_off;
     const size_t ld_o = (size_t)H * DH;
     const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
-    float *dqh = dq_acc + head_off * DH;
+    float *dqh = dq_acc + (size_t)bh * dq_acc_rows(T) * DH;  // this head's accumulator (dq_acc_offset)
     const int k0 = nb * BN;
     const float c_ref = ch[k0];
 
@@ -590,13 +514,36 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if (warp == NWARPS) {  // the sync warp: the API's
             int ord_row = -1, before = 0;
             bool last = false;
+            // DQ_BULK, query tile t acquired: once the compute warps have put its dQ and dc row sums in smem
+            // (barrier 1), lane 0 has the copy engine add the dQ tile (one contiguous range of the accumulator,
+            // whole 64-row blocks), the lanes add the dc sums, the smem tile goes back to the compute warps
+            // (barrier 2) once read, and the adds are complete before the release.
+            auto bulk_add_dq = [&](int t) {
+                named_bar_sync(1, NTHREADS + 32);
+                const int i0 = t * BM, rows = min(BM, T - i0);
+                if (lane == 0) {
+                    fence_proxy_async_global();  // the acquire before the copy engine's add
+                    bulk_reduce_add_f32(dqh + (size_t)i0 * DH, dQs, (rows + DQ_BLOCK - 1) / DQ_BLOCK * DQ_BLOCK * DH * 4);
+                    bulk_commit();
+                }
+                for (int r = lane; r < rows; r += 32) atomicAdd(dc + head_off + i0 + r, dcs[r]);
+                if (lane == 0) bulk_wait<true>();
+                __syncwarp();
+                if (t < qt_last) named_bar_arrive(2, NTHREADS + 32);
+                if (lane == 0) {
+                    bulk_wait<false>();
+                    fence_proxy_async_global();  // the copy engine's add before the release
+                }
+                __syncwarp();
+            };
+            if (DQ_BULK) named_bar_arrive(2, NTHREADS + 32);  // the smem dQ tile starts free
             for (int t = qt_first; t <= qt_last; t++) {
                 const int m = t / TPB;
                 if (m != ord_row) {
                     ord_row = m;
                     acp_order(m, nb, qlh, before, last);
                 }
-                if (lane == 0 && before > 0) {
+                if (Cfg::ORDER && lane == 0 && before > 0) {
                     unsigned spins = 0;
                     while (ld_acquire_gpu(semh + t) < before) {
                         __nanosleep(32);
@@ -604,9 +551,13 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     }
                 }
                 __syncwarp();
-                named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
-                named_bar_arrive(3, 128 + 32);
-                named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued its adds of t
+                if constexpr (DQ_BULK) {
+                    bulk_add_dq(t);
+                } else {
+                    named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
+                    named_bar_arrive(3, 128 + 32);
+                    named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued its adds of t
+                }
                 if (lane == 0) red_release_gpu_add(semh + t, 1);
                 __syncwarp();
             }
@@ -707,14 +658,28 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 #pragma unroll
             for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
         }
+        if constexpr (DQ_BULK) {  // to smem, for the sync warp's bulk add
+            named_bar_sync(2, NTHREADS + 32);  // the copy engine has read tile it-2's
+            const int r0 = dq_r + g;
+#pragma unroll
+            for (int nt = 0; nt < DQC / 8; nt++) {
+                const int col = dq_c + nt * 8 + 2 * tq;
+                *reinterpret_cast<float2 *>(dQs + dq_acc_offset(r0, col, DH)) = make_float2(dqa[nt][0], dqa[nt][1]);
+                *reinterpret_cast<float2 *>(dQs + dq_acc_offset(r0 + 8, col, DH)) = make_float2(dqa[nt][2], dqa[nt][3]);
+            }
+            if (tid < BM) dcs[tid] = rtot;
+            fence_proxy_async_smem();  // st.shared -> the copy engine's reads
+            named_bar_arrive(1, NTHREADS + 32);
+            return;
+        }
         if (w4 == 0) named_bar_sync(2, 128 + 32);  // constant ids: ptxas counts 4 barriers, not 16
         else named_bar_sync(3, 128 + 32);
         const int qr0 = i0 + dq_r + g;
 #pragma unroll
         for (int nt = 0; nt < DQC / 8; nt++) {
             const int col = dq_c + nt * 8 + 2 * tq;
-            if (qr0 < T) atomic_add2(dqh + (size_t)qr0 * DH + col, dqa[nt][0], dqa[nt][1]);
-            if (qr0 + 8 < T) atomic_add2(dqh + (size_t)(qr0 + 8) * DH + col, dqa[nt][2], dqa[nt][3]);
+            if (qr0 < T) atomic_add2(dqh + dq_acc_offset(qr0, col, DH), dqa[nt][0], dqa[nt][1]);
+            if (qr0 + 8 < T) atomic_add2(dqh + dq_acc_offset(qr0 + 8, col, DH), dqa[nt][2], dqa[nt][3]);
         }
         if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
         named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
@@ -872,22 +837,31 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     bwd_store_keys<DH>(dk, dv, colsum, head_off, j0, j1, T, tq, dka, dva, cs0, cs1, scale);
 }
 
-// Backward, step 3: dq = scale * fp32 accumulator, as bf16.
-__global__ void dq_convert_kernel(const float4 *__restrict__ acc, __nv_bfloat16 *__restrict__ dq, float scale, size_t n4) {
+// Backward, step 3: dq (B, H, T, dh) = scale * the fp32 accumulator (dq_acc_offset's order, rows padded to
+// Tp = dq_acc_rows(T) per head), as bf16. A float4 of the accumulator is 4 adjacent columns of one row.
+template <int DH>
+__global__ void dq_convert_kernel(const float4 *__restrict__ acc, __nv_bfloat16 *__restrict__ dq, float scale, int T,
+                                  size_t n4) {
+    const size_t head4 = dq_acc_rows(T) * DH / 4;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t bh = i / head4;
+        const int o = (int)(i - bh * head4) * 4;  // offset in the head: blk 64 DH + ((slice, c / 8, half) 32 + lane) 2
+        const int lane = o / 2 % 32, q = o / 64, half = q % 2, cg = q / 2 % (DH / 8), slice = q / 2 / (DH / 8);
+        const int t = o / (DQ_BLOCK * DH) * DQ_BLOCK + slice % 4 * 16 + half * 8 + lane / 4;
+        if (t >= T) continue;
         const float4 x = acc[i];
         uint2 out;
         out.x = pack_bf16(x.x * scale, x.y * scale);
         out.y = pack_bf16(x.z * scale, x.w * scale);
-        reinterpret_cast<uint2 *>(dq)[i] = out;
+        *reinterpret_cast<uint2 *>(dq + (bh * T + t) * DH + cg * 8 + lane % 4 * 2) = out;
     }
 }
 
-// Scratch layout (fp32 unless noted): dq accumulator (B H T dh), D (B H T), dS column sums (B H T),
-// order counters (int, B H ceil(T/16): enough for any query tile of >= 16 rows).
+// Scratch layout (fp32 unless noted): dq accumulator (B H Tp dh, dq_acc_offset's order), D (B H T), dS column
+// sums (B H T), order counters (int, B H ceil(T/16): enough for any query tile of >= 16 rows).
 inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)B * H * ((T + 15) / 16); }
 inline size_t bwd_scratch_bytes(int B, int H, int T, int dh) {
-    return (size_t)B * H * T * ((size_t)dh + 2) * sizeof(float) + bwd_sem_count(B, H, T) * sizeof(int);
+    return (size_t)B * H * (dq_acc_rows(T) * dh + 2 * (size_t)T) * sizeof(float) + bwd_sem_count(B, H, T) * sizeof(int);
 }
 
 // The scratch's parts: the fp32 dq accumulator (unscaled: Σ_j dS_ij k_j), D = rowsum(dO * o), the minus dS
@@ -900,7 +874,7 @@ inline BwdSums bwd_sums(void *scratch, int B, int H, int T, int dh) {
     const size_t nvec = (size_t)B * H * T;
     BwdSums p;
     p.dq_acc = static_cast<float *>(scratch);
-    p.D = p.dq_acc + nvec * dh;
+    p.D = p.dq_acc + (size_t)B * H * dq_acc_rows(T) * dh;
     p.colsum = p.D + nvec;
     return p;
 }
@@ -914,14 +888,14 @@ void bwd_prepare(const __nv_bfloat16 *o, const __nv_bfloat16 *dout, float *dc, c
     const int rows = B * T * H;
     dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, p.D, H, T, rows);
     FOX_LAUNCH_CHECK();
-    FOX_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, nvec * DH * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, (size_t)B * H * dq_acc_rows(T) * DH * sizeof(float), s));
     FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
     FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
 }
 
 // Steps 1 and 2 of the backward; leaves the dS row sums in dc, the minus column sums and the unscaled dq in the
 // scratch (bwd_sums), for step 3 (bwd_dq) and the final step (fox_attention_reverse_scan).
-template <int DH, int BM, int MINB, bool DET, bool WG>
+template <int DH, int BM, int MINB, bool DET>
 void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                   const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc,
                   __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
@@ -930,15 +904,15 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     int *sem = reinterpret_cast<int *>(p.colsum + (size_t)B * H * T);
     bwd_prepare<DH, BM>(o, dout, dc, p, sem, B, H, T, s);
     const size_t smem = bwd_smem_bytes<DH, BM>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, DET, WG>,
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, DET>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
-    bwd_kernel<DH, BM, MINB, DET, WG><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, p.D, p.dq_acc, dk, dv, dc,
-                                                                  p.colsum, sem, H, T, q_last);
+    bwd_kernel<DH, BM, MINB, DET><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, p.D, p.dq_acc, dk, dv, dc,
+                                                              p.colsum, sem, H, T, q_last);
     FOX_LAUNCH_CHECK();
 }
 
-// The same with bwd_ws_kernel (deterministic, Hopper; Cfg: the API's BwdDetCfg, or another form of the dev
+// The same with bwd_ws_kernel (Hopper; Cfg: the API's BwdDetCfg or BwdAtomicCfg, or another form of the dev
 // programs). With Cfg::TMA the tensor maps are encoded per call
 // (host work only; they carry the pointers) and passed by value; without it they are unused (zeros).
 template <int DH, class Cfg = BwdDetCfg<DH>>
@@ -949,7 +923,7 @@ void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
     const BwdSums p = bwd_sums(scratch, B, H, T, DH);
     int *sem = reinterpret_cast<int *>(p.colsum + (size_t)B * H * T);
     bwd_prepare<DH, BM>(o, dout, dc, p, sem, B, H, T, s);
-    const size_t smem = bwd_ws_smem_bytes<DH, BM>();
+    const size_t smem = bwd_ws_smem_bytes<DH, BM, Cfg::DQ_BULK>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CUtensorMap tq = {}, tk = {}, tv = {}, tdo = {};
     if (Cfg::TMA) {
@@ -966,26 +940,28 @@ void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 
 // Step 3: dq = scale · the accumulator, in bf16.
 inline void bwd_dq(const float *dq_acc, __nv_bfloat16 *dq, int B, int H, int T, int dh, cudaStream_t s) {
-    const size_t nq = (size_t)B * H * T * dh, conv_blocks = (nq / 4 + 255) / 256;
-    dq_convert_kernel<<<(unsigned)(conv_blocks < 4096 ? conv_blocks : 4096), 256, 0, s>>>(
-        reinterpret_cast<const float4 *>(dq_acc), dq, 1.f / sqrtf((float)dh), nq / 4);
+    const size_t n4 = (size_t)B * H * dq_acc_rows(T) * dh / 4, blocks = (n4 + 255) / 256;
+    const unsigned grid = (unsigned)(blocks < 4096 ? blocks : 4096);
+    const float4 *acc = reinterpret_cast<const float4 *>(dq_acc);
+    if (dh == 64) dq_convert_kernel<64><<<grid, 256, 0, s>>>(acc, dq, 1.f / sqrtf((float)dh), T, n4);
+    else dq_convert_kernel<128><<<grid, 256, 0, s>>>(acc, dq, 1.f / sqrtf((float)dh), T, n4);
     FOX_LAUNCH_CHECK();
 }
 
-// Steps 1 and 2 as the public API runs them. Deterministic: bwd_ws_kernel (warpgroup MMA, the sync warp's
-// order, a TMA producer) on Hopper (needs an sm_90a build), otherwise mma.sync with the staggered warp-level
-// order. Not deterministic: bwd_kernel with plain fp32 atomics (warpgroup MMA on Hopper).
+// Steps 1 and 2 as the public API runs them. On Hopper (needs an sm_90a build) bwd_ws_kernel (warpgroup MMA,
+// a TMA producer, dQ through the copy engine), in the sync warp's order or (det false) in arrival order;
+// otherwise bwd_kernel on mma.sync, with the staggered warp-level order or plain fp32 atomics.
 template <int DH>
 void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
               const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
               __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, bool det, cudaStream_t s) {
-    constexpr int BM = BwdCfg<DH>::BM, MINB = BwdCfg<DH>::MINB, WBM = BwdCfg<DH, true>::BM;
+    constexpr int BM = BwdCfg<DH>::BM, MINB = BwdCfg<DH>::MINB;
     if (use_wgmma()) {
         if (det) return backward_ws<DH>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
-        return backward_cfg<DH, WBM, 1, false, true>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
+        return backward_ws<DH, BwdAtomicCfg<DH>>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
     }
-    if (det) return backward_cfg<DH, BM, MINB, true, false>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
-    return backward_cfg<DH, BM, MINB, false, false>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
+    if (det) return backward_cfg<DH, BM, MINB, true>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
+    return backward_cfg<DH, BM, MINB, false>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
 }
 
 }  // namespace fox_attn

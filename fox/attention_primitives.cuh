@@ -356,6 +356,36 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity) {
     } while (!done);
 #endif
 }
+// Bulk add by the copy engine (sm_90): `bytes` (a multiple of 16; both addresses 16-byte aligned) of fp32
+// from smem at src added element-wise to global memory at dst, in this thread's bulk async-group.
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, const float *src, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 ::"l"(dst), "r"(smem_u32(src)), "r"(bytes) : "memory");
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void bulk_commit() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits for this thread's bulk groups: READ, until they have read their smem sources (which may then be
+// written again); otherwise until they are complete (their writes to global memory performed).
+template <bool READ> __device__ __forceinline__ void bulk_wait() {
+#if __CUDA_ARCH__ >= 900
+    if constexpr (READ) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+// Orders this thread's generic-proxy accesses to global memory (an acquire, a release) with the copy
+// engine's (async-proxy) ones.
+__device__ __forceinline__ void fence_proxy_async_global() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
 // One box of a 3-D tensor map (a __grid_constant__ kernel parameter) at coordinates (c0, c1, c2), innermost
 // first, into smem at dst; elements outside the tensor are written as zeros. Completes on bar.
 __device__ __forceinline__ void tma_load_3d(void *dst, const void *tmap, uint64_t *bar, int c0, int c1, int c2) {

@@ -20,6 +20,19 @@ inline constexpr int FWD_BN = 64;             // forward: keys per pipelined til
 inline constexpr int BWD_BN = 128;            // backward: keys per block (16 per warp)
 static_assert(FWD_BM == FOX_ACP_BLOCK && BWD_BN == FOX_ACP_BLOCK, "tiles must nest in the ACP grid");
 
+// The backward's fp32 dQ accumulator: per (b, h), ceil(T / 64) blocks of 64 query rows x
+// d_h (rows past T are padding), each block in the order of the MMA accumulator fragments: 16-row warp slices,
+// then per 8-column group the slice's rows g and g + 8, then per lane (g, tq) its columns 2 tq, 2 tq + 1. A
+// warp's store or add of one fragment register pair then covers 256 contiguous bytes, and a query tile of 64
+// or 128 rows is one contiguous range (one bulk add by the copy engine, fox/attention_backward.cuh).
+inline constexpr int DQ_BLOCK = 64;
+__host__ __device__ __forceinline__ size_t dq_acc_rows(int T) { return (size_t)(T + DQ_BLOCK - 1) / DQ_BLOCK * DQ_BLOCK; }
+// Offset of row t, column c of one head's accumulator (t from the head's first row, or from any multiple of 64).
+__host__ __device__ __forceinline__ int dq_acc_offset(int t, int c, int dh) {
+    const int r = t % DQ_BLOCK, slice = r / 16, half = (r / 8) % 2, g = r % 8;
+    return (t - r) * dh + (((slice * (dh / 8) + c / 8) * 2 + half) * 32 + g * 4 + (c % 8) / 2) * 2 + c % 2;
+}
+
 // Forward block shape. WG: the Hopper warpgroup-MMA path, 8 warps of 16 rows; mma.sync: each warp owns MT
 // row tiles of 16, so every K/V fragment read from smem feeds MT mma.
 template <int DH, bool WG = false> struct FwdCfg {
@@ -60,10 +73,9 @@ template <int DH, int BN, int ST = 2> constexpr size_t fwd_ws_smem_bytes() {
     return (size_t)(FWD_BM + 2 * ST * BN) * DH * 2 + (ST * BN + (ST + 1) / 2 * 2) * 4 + (1 + 4 * ST) * 8;
 }
 
-// Backward tile configuration: BM query rows per tile, MINB blocks per SM (register cap). WG: the
-// warpgroup-MMA path, whose M is 64 (dQ = dS K has the tile's queries as rows).
-template <int DH, bool WG = false> struct BwdCfg {
-    static constexpr int BM = DH == 64 || WG ? 64 : 32;  // mma.sync dh 128: 32 keeps dK, dV and S^T in registers
+// The mma.sync backward's tiles (bwd_kernel): BM query rows per tile, MINB blocks per SM (register cap).
+template <int DH> struct BwdCfg {
+    static constexpr int BM = DH == 64 ? 64 : 32;  // dh 128: 32 keeps dK, dV and S^T in registers
     static constexpr int MINB = 1;
 };
 
@@ -75,17 +87,27 @@ template <int DH, int BM> size_t bwd_smem_bytes() {
 // Backward smem with a TMA producer (bwd_ws_kernel, 384 threads: two compute warpgroups and a third that holds
 // the sync warp and the producer): bwd_smem_bytes' tiles, then the mbarriers (K/V full, Q/dO/row-stat full and
 // empty per stage, 2 stages).
-template <int DH, int BM> size_t bwd_ws_smem_bytes() { return bwd_smem_bytes<DH, BM>() + 5 * 8; }
+// With DQ_BULK, before the mbarriers: the query tile's dQ in the accumulator's order (dq_acc_offset) and its dc
+// row sums, for the copy engine's and the sync warp's adds.
+template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
+    return bwd_smem_bytes<DH, BM>() + (DQ_BULK ? (size_t)BM * (DH + 1) * 4 : 0) + 5 * 8;
+}
 
 // The deterministic Hopper backward's form per head size (bwd_ws_kernel; each measured faster at its size,
 // dev/cuda/NOTES.md sessions 8 and 9): TMA, a producer warp loads Q, dO and the row stats (else the compute
 // warps, with cp.async); TURNS, the compute warpgroups take turns issuing their MMAs (0: never, 1: at each
 // tile's first issue, 2: at every issue); MASK_PASS, the causal mask as a pass over S^T (else two copies of
-// the P^T / dS^T loop); BM, the query rows per tile: 64, or 128 at d_h 64 (two sub-tiles of 64 per tile).
+// the P^T / dS^T loop); BM, the query rows per tile: 64, or 128 at d_h 64 (two sub-tiles of 64 per tile);
+// DQ_BULK, a tile's dQ goes through smem to one bulk add by the copy engine (else fp32 atomics from registers);
+// ORDER, the key blocks add a query tile in the fixed order (else as they come: --deterministic 0).
 template <int DH> struct BwdDetCfg {
-    static constexpr bool TMA = true, MASK_PASS = DH == 64;
+    static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true;
     static constexpr int TURNS = DH == 128 ? 2 : 0;
     static constexpr int BM = DH == 64 ? 128 : 64;
+};
+// The same kernel form without the order (the API's nondeterministic backward on Hopper).
+template <int DH> struct BwdAtomicCfg : BwdDetCfg<DH> {
+    static constexpr bool ORDER = false;
 };
 
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24

@@ -21,6 +21,7 @@
 #include "kernels.cuh"      // FOX_WARPS, warp_index, warp_blocks
 #include "acp.h"            // FOX_ACP_BLOCK: the attention kernel's tile grid the window is cut on
 #include "config.h"         // FoxConfig
+#include "attention_traits.cuh"  // dq_acc_rows, dq_acc_offset: the attention backward's dq accumulator
 
 // The shapes the kernels share: B sequences of T tokens, H heads of dh, blocks of K tokens, memories of M rows.
 typedef struct {
@@ -199,7 +200,7 @@ __device__ __forceinline__ float fam_row_keys_backward(float dq[PL], const float
 }
 
 // Backward, queries: with the merged lse and D_i = dO_i·o_i (the attention backward's), p_m = exp(s_m − lse_i),
-// ds_m = p_m (dO_i·v_m − D_i): dq_acc_i += Σ_m ds_m k_m (unscaled, as the attention backward's accumulator), and
+// ds_m = p_m (dO_i·v_m − D_i): dq_acc_i += Σ_m ds_m k_m (unscaled, in the attention backward's accumulator), and
 // with c: dc_i += Σ_m ds_m (a row sum), ds_rows_i = the same (for the memory's column term). CPU:
 // fam_token_attention_backward.
 template <int PL>
@@ -217,8 +218,9 @@ __global__ void fam_token_memory_backward_q_kernel(float *dq_acc, float *dc, flo
     float dq[PL] = {};
     float dsum = fam_row_keys_backward<PL>(dq, qs[wid], gs[wid], kF + fq.fo, vF + fq.fo, d.M, NULL, 0.0f, fq.bias, lse[w],
                                            Dg[w], d.scale, lane);
+    float *acc = dq_acc + (w / d.T) * fox_attn::dq_acc_rows(d.T) * dh;  // this (b, h)'s rows
 #pragma unroll
-    for (int e = 0; e < PL; e++) dq_acc[w * dh + lane + 32 * e] += dq[e];
+    for (int e = 0; e < PL; e++) acc[fox_attn::dq_acc_offset(fq.i, lane + 32 * e, dh)] += dq[e];
     if (lane == 0 && dc) {
         dc[w] += dsum;
         ds_rows[w] = dsum;

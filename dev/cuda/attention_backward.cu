@@ -1,9 +1,10 @@
 // dev/cuda/attention_backward.cu: the Forgetting Attention backward (step 2, the dK / dV / dQ / dS-sums
 // kernel) in every version tried, numbered by the order of the dQ / dc adds across key blocks, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are versions 1 and 3 on mma.sync, 38 (bwd_ws_kernel) and 14 on warpgroup MMA
-// at d_h 64, 33 and 16 at d_h 128; its deterministic ones were 13 and 15 until session 8, 35 at d_h 64 until
-// session 9).
+// (fox/attention.cuh, whose kernels are versions 1 and 3 on mma.sync, and 40 (bwd_ws_kernel, in the order or,
+// for the nondeterministic API, without it) on warpgroup MMA at both head sizes; its deterministic ones were 13
+// and 15 until session 8, 35 / 33 at d_h 64 / 128 until session 9, 38 / 33 until session 10, and its
+// nondeterministic warpgroup-MMA kernels 14 / 16 until session 10).
 //   make attention_backward
 //   ./attention_backward            every version: checks, then timings
 //   ./attention_backward 13         version 13 only (and the API); 13,15,21: those three
@@ -101,6 +102,14 @@
 // 34 32 + turns at each tile's first MMA issue only: 0 / 0. 267.5 / 305.0 | 332.0 / 379.2.
 // 35 29 with the mask as a pass setting S^T to -inf before one copy of the loop: 0 / 12.
 //    286.2 / 329.1 | 313.0 / 354.9: the API's form at d_h 64.
+// 36-39 (session 9): BM, query tiles of 128 rows at d_h 64 walked as two sub-tiles of 64 (NOTES.md session 9):
+//    36 = 35 with them (cp.async), 37 = 36 + turns, 38 = 36 + the TMA producer (the API's form at d_h 64 until
+//    session 10), 39 = 38 + turns. T 4096 / 16384 (B 2, H 16): 272.0 / 311.2, 246.1 / 280.1, 286.9 / 334.5,
+//    287.0 / 333.9 beside 35's 283.6 / 325.9 (H200).
+// 40 (session 10): 38 (d_h 64) / 33 (d_h 128) with DQ_BULK: each tile's dQ stored to smem in the accumulator's
+//    fragment order and added by the copy engine in one bulk reduction, issued by the sync warp inside the
+//    order (NOTES.md session 10). The API's form at both head sizes: T 4096 / 16384, d_h 64: 342.9 / 426.1
+//    beside 38's 285.2 / 337.4; d_h 128: 400 / 481 against 33's 352 / 406 (H200).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
@@ -672,10 +681,11 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                         if (j0 > i) p0 = 0.f;
                         if (j1 > i) p1 = 0.f;
                     }
-                    const float ds0 = p0 * (dpt[nt][e] - d), ds1 = p1 * (dpt[nt][2 + e] - d);
-                    cs0 += ds0;
-                    cs1 += ds1;
-                    rsum[2 * nt + e] = ds0 + ds1;
+                    // rounded one by one, as the product's bwd_p_ds_pair
+                    const float ds0 = __fmul_rn(p0, dpt[nt][e] - d), ds1 = __fmul_rn(p1, dpt[nt][2 + e] - d);
+                    cs0 = __fadd_rn(cs0, ds0);
+                    cs1 = __fadd_rn(cs1, ds1);
+                    rsum[2 * nt + e] = __fadd_rn(ds0, ds1);
                     st[nt][e] = p0;
                     st[nt][2 + e] = p1;
                     dpt[nt][e] = ds0;
@@ -797,7 +807,20 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     }
 }
 
-// Steps 1 to 4 of the backward with version MODE as step 2 (steps 1, 3, 4 are the product's).
+// Step 3 for these versions, whose dq accumulator is row-major (B, H, T, dh): dq = scale * it, as bf16 (the
+// product's dq_convert_kernel before its accumulator took the fragment order, fox/attention_traits.cuh).
+__global__ void dq_convert_rowmajor_kernel(const float4 *__restrict__ acc, __nv_bfloat16 *__restrict__ dq, float scale,
+                                           size_t n4) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        const float4 x = acc[i];
+        uint2 out;
+        out.x = pack_bf16(x.x * scale, x.y * scale);
+        out.y = pack_bf16(x.z * scale, x.w * scale);
+        reinterpret_cast<uint2 *>(dq)[i] = out;
+    }
+}
+
+// Steps 1 to 4 of the backward with version MODE as step 2 (steps 1 and 4 are the product's).
 template <int DH, int BM, int MINB, int MODE, bool WG>
 void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                   const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
@@ -822,7 +845,7 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
                                                                 sem, H, T, q_last);
     FOX_LAUNCH_CHECK();
     const size_t conv_blocks = (nq / 4 + 255) / 256;
-    dq_convert_kernel<<<(unsigned)(conv_blocks < 4096 ? conv_blocks : 4096), 256, 0, s>>>(
+    dq_convert_rowmajor_kernel<<<(unsigned)(conv_blocks < 4096 ? conv_blocks : 4096), 256, 0, s>>>(
         reinterpret_cast<const float4 *>(dq_acc), dq, 1.f / sqrtf((float)DH), nq / 4);
     FOX_LAUNCH_CHECK();
     fox_attention_reverse_scan(dc, colsum, dlogf, B * H, T, s);
@@ -836,19 +859,21 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
 // diagonal-only mask is in every form. Every form gives the previous API's results (13 / 15) bit for bit.
 // Versions 36-39 (session 9): BM, query tiles of 128 rows at d_h 64 (FlashAttention-3's 128 x 128 tile: S^T and
 // dP^T as m64n128 products, half the tiles and so half the per-tile barriers and order handshakes).
-template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64> struct DevDetCfg {
+// Version 40 (session 10): DQ_BULK, a tile's dQ through smem to one bulk add by the copy engine (the sync warp
+// issues it after its acquire and waits for it before its release; the accumulator in fragment order).
+template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = false> struct DevDetCfg {
     static constexpr int TURNS = TURNS_;
-    static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_;
+    static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true;
     static constexpr int BM = BM_;
 };
 
-// Steps 1 to 4 of the backward with bwd_ws_kernel in the form DevDetCfg<TURNS, TMA, MASK_PASS, BM> as step 2.
-template <int DH, int TURNS, bool TMA, bool MASK_PASS = false, int BM = 64>
+// Steps 1 to 4 of the backward with bwd_ws_kernel in the form DevDetCfg<TURNS, TMA, MASK_PASS, BM, DQ_BULK> as step 2.
+template <int DH, int TURNS, bool TMA, bool MASK_PASS = false, int BM = 64, bool DQ_BULK = false>
 void backward_det_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                       const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
                       __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                       const int *q_last, cudaStream_t s) {
-    backward_ws<DH, DevDetCfg<TURNS, TMA, MASK_PASS, BM>>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
+    backward_ws<DH, DevDetCfg<TURNS, TMA, MASK_PASS, BM, DQ_BULK>>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
     const BwdSums p = bwd_sums(scratch, B, H, T, DH);
     bwd_dq(p.dq_acc, dq, B, H, T, DH, s);
     fox_attention_reverse_scan(dc, p.colsum, dlogf, B * H, T, s);
@@ -934,6 +959,8 @@ static const Version versions[] = {
     {37, "36 + turns at every MMA issue", nullptr, nullptr, backward_det_cfg<64, 2, false, true, 128>, nullptr, false, true},
     {38, "36 + a TMA producer warp", nullptr, nullptr, backward_det_cfg<64, 0, true, true, 128>, nullptr, false, true},
     {39, "38 + turns at every MMA issue", nullptr, nullptr, backward_det_cfg<64, 2, true, true, 128>, nullptr, false, true},
+    {40, "38 (d_h 64) / 33 (d_h 128) with dQ added by the copy engine: one bulk add a tile", nullptr, nullptr,
+     backward_det_cfg<64, 0, true, true, 128, true>, backward_det_cfg<128, 2, true, false, 64, true>, false, true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).

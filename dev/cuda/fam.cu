@@ -40,7 +40,7 @@ static void check_tokens(const Cfg &g, Group &gf, Group &gb) {
     std::vector<bf16> q = rand_bf16(nt, -2, 2), kF = rand_bf16(nf, -2, 2), vF = rand_bf16(nf, -1, 1), ow = rand_bf16(nt, -1, 1),
                       dO = rand_bf16(nt, -1, 1);
     std::vector<float> c = g.gate ? rand_c(BH, T) : std::vector<float>(), lw = rand_f32((size_t)BH * T, -1, 2),
-                       Dg = rand_f32((size_t)BH * T, -0.5, 0.5), acc0 = rand_f32(nt, -1, 1),
+                       Dg = rand_f32((size_t)BH * T, -0.5, 0.5), acc0 = rand_f32(BH * fox_attn::dq_acc_rows(T) * dh, -1, 1),
                        dc0 = rand_f32((size_t)BH * T, -1, 1), cs0 = rand_f32((size_t)BH * T, -1, 1);
     // forward: the memory's softmax merged with the window's (o_w in (B, T, H, dh))
     std::vector<double> ro(nt), rl((size_t)BH * T), racc(acc0.begin(), acc0.end()), rdc(dc0.begin(), dc0.end()),
@@ -85,7 +85,7 @@ static void check_tokens(const Cfg &g, Group &gf, Group &gb) {
                     double ds = pm * (dotd(&dO[orow], &vF[fo + (size_t)m * dh], dh) - Dg[row]);
                     dsum += ds;
                     for (int e = 0; e < dh; e++) {
-                        racc[row * dh + e] += ds * bf(kF[fo + (size_t)m * dh + e]);
+                        racc[bh * fox_attn::dq_acc_rows(T) * dh + fox_attn::dq_acc_offset(i, e, dh)] += ds * bf(kF[fo + (size_t)m * dh + e]);
                         rdk[fo + (size_t)m * dh + e] += scale * ds * bf(q[row * dh + e]);
                         rdv[fo + (size_t)m * dh + e] += pm * bf(dO[orow + e]);
                     }
@@ -301,7 +301,7 @@ static void bench() {
          *dO = to_device(rand_bf16(nt, -1, 1)), *dk = to_device(rand_bf16(nt, -1, 1)), *dv = to_device(rand_bf16(nt, -1, 1)),
          *dqF = dmalloc<bf16>(nf);
     float *c = to_device(rand_c(BH, T)), *lse = to_device(rand_f32((size_t)BH * T, 4, 5)), *D = to_device(rand_f32((size_t)BH * T, -1, 1)),
-          *acc = to_device(rand_f32(nt, -1, 1)), *dc = to_device(rand_f32((size_t)BH * T, -1, 1)),
+          *acc = to_device(rand_f32(BH * fox_attn::dq_acc_rows(T) * dh, -1, 1)), *dc = to_device(rand_f32((size_t)BH * T, -1, 1)),
           *cs = to_device(rand_f32((size_t)BH * T, -1, 1)), *dFk = dmalloc<float>(nf), *dFv = dmalloc<float>(nf),
           *rows = dmalloc<float>((size_t)BH * T), *lseF = to_device(rand_f32((size_t)BH * M, 4, 5)),
           *rows3 = dmalloc<float>((size_t)BH * M * 3);
