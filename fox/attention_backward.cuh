@@ -75,6 +75,27 @@ __device__ __forceinline__ float bwd_p_ds_pair(float &s0, float &s1, float &dp0,
     return __fadd_rn(ds0, ds1);
 }
 
+// dQ = dS K of one parked tile on mma.sync, into dqa: this warp's 16 query rows from dq_r and DQC columns from
+// dq_c (A = dS from the swizzled dS^T buffer dSb of BM query columns, B = K's BWD_BN rows).
+template <int DH, int BM, int DQC>
+__device__ __forceinline__ void dq_tile_mma_sync(float (&dqa)[DQC / 8][4], const __nv_bfloat16 *dSb,
+                                                 const __nv_bfloat16 *Ks, int dq_r, int dq_c, int lane) {
+#pragma unroll
+    for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < BWD_BN / 16; kk++) {
+        uint32_t a[4];
+        load_a_trans<BM>(a, dSb, kk * 16, dq_r, lane);
+#pragma unroll
+        for (int np = 0; np < DQC / 16; np++) {
+            uint32_t bk[4];
+            load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
+            mma16816(dqa[2 * np], a, bk[0], bk[1]);
+            mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
+        }
+    }
+}
+
 // The end of step 2 for this thread's keys j0, j1 of the head at head_off: dK (scaled) and dV as bf16, and the
 // dS column sums (quad-reduced, negated) into colsum.
 template <int DH>
@@ -167,7 +188,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
 
     const int tid = threadIdx.x, lane = tid & 31;
-    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
     const int nblk = gridDim.x;
     const int nb = nblk - 1 - blockIdx.x;  // key block: highest first (see above)
@@ -245,21 +266,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     // dQ = dS K of tile it-1 from its parked dS^T, added with the dc row sums to the fp32 accumulators.
     auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
         const int pb = (it - 1) & 1, qt = qt_first + it - 1, i0 = qt * BM;
-        const __nv_bfloat16 *dSb = dSt + pb * BN * BM;
-#pragma unroll
-        for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t a[4];
-            load_a_trans<BM>(a, dSb, kk * 16, dq_r, lane);
-#pragma unroll
-            for (int np = 0; np < DQC / 16; np++) {
-                uint32_t bk[4];
-                load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
-                mma16816(dqa[2 * np], a, bk[0], bk[1]);
-                mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
-            }
-        }
+        dq_tile_mma_sync<DH, BM, DQC>(dqa, dSt + pb * BN * BM, Ks, dq_r, dq_c, lane);
         float rtot = 0.f;
         if (tid < BM) {
 #pragma unroll
@@ -332,22 +339,21 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             for (int i = 0; i < BM / 8; i++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
-            {
+            // S^T = K Q^T, dP^T = V dO^T for this warp's 16 keys
 #pragma unroll
-                for (int kk = 0; kk < DH / 16; kk++) {
-                    uint32_t ka[4], va[4];
-                    load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
-                    load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
+            for (int kk = 0; kk < DH / 16; kk++) {
+                uint32_t ka[4], va[4];
+                load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
+                load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
 #pragma unroll
-                    for (int np = 0; np < BM / 16; np++) {
-                        uint32_t bq[4], bo[4];
-                        load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
-                        mma16816(st[2 * np], ka, bq[0], bq[1]);
-                        mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
-                        load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
-                        mma16816(dpt[2 * np], va, bo[0], bo[1]);
-                        mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
-                    }
+                for (int np = 0; np < BM / 16; np++) {
+                    uint32_t bq[4], bo[4];
+                    load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
+                    mma16816(st[2 * np], ka, bq[0], bq[1]);
+                    mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
+                    load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
+                    mma16816(dpt[2 * np], va, bo[0], bo[1]);
+                    mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
                 }
             }
 
@@ -523,7 +529,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 const int i0 = t * BM, rows = min(BM, T - i0);
                 if (lane == 0) {
                     fence_proxy_async_global();  // the acquire before the copy engine's add
-                    bulk_reduce_add_f32(dqh + (size_t)i0 * DH, dQs, (rows + DQ_BLOCK - 1) / DQ_BLOCK * DQ_BLOCK * DH * 4);
+                    bulk_reduce_add_f32(dqh + (size_t)i0 * DH, dQs, (uint32_t)(dq_acc_rows(rows) * DH * 4));
                     bulk_commit();
                 }
                 for (int r = lane; r < rows; r += 32) atomicAdd(dc + head_off + i0 + r, dcs[r]);
@@ -860,8 +866,9 @@ __global__ void dq_convert_kernel(const float4 *__restrict__ acc, __nv_bfloat16 
 // Scratch layout (fp32 unless noted): dq accumulator (B H Tp dh, dq_acc_offset's order), D (B H T), dS column
 // sums (B H T), order counters (int, B H ceil(T/16): enough for any query tile of >= 16 rows).
 inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)B * H * ((T + 15) / 16); }
+inline size_t bwd_dq_acc_count(int B, int H, int T, int dh) { return (size_t)B * H * dq_acc_rows(T) * dh; }
 inline size_t bwd_scratch_bytes(int B, int H, int T, int dh) {
-    return (size_t)B * H * (dq_acc_rows(T) * dh + 2 * (size_t)T) * sizeof(float) + bwd_sem_count(B, H, T) * sizeof(int);
+    return (bwd_dq_acc_count(B, H, T, dh) + 2 * (size_t)B * H * T) * sizeof(float) + bwd_sem_count(B, H, T) * sizeof(int);
 }
 
 // The scratch's parts: the fp32 dq accumulator (unscaled: Σ_j dS_ij k_j), D = rowsum(dO * o), the minus dS
@@ -874,7 +881,7 @@ inline BwdSums bwd_sums(void *scratch, int B, int H, int T, int dh) {
     const size_t nvec = (size_t)B * H * T;
     BwdSums p;
     p.dq_acc = static_cast<float *>(scratch);
-    p.D = p.dq_acc + (size_t)B * H * dq_acc_rows(T) * dh;
+    p.D = p.dq_acc + bwd_dq_acc_count(B, H, T, dh);
     p.colsum = p.D + nvec;
     return p;
 }
@@ -888,7 +895,7 @@ void bwd_prepare(const __nv_bfloat16 *o, const __nv_bfloat16 *dout, float *dc, c
     const int rows = B * T * H;
     dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, p.D, H, T, rows);
     FOX_LAUNCH_CHECK();
-    FOX_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, (size_t)B * H * dq_acc_rows(T) * DH * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, bwd_dq_acc_count(B, H, T, DH) * sizeof(float), s));
     FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
     FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
 }
@@ -940,7 +947,7 @@ void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 
 // Step 3: dq = scale · the accumulator, in bf16.
 inline void bwd_dq(const float *dq_acc, __nv_bfloat16 *dq, int B, int H, int T, int dh, cudaStream_t s) {
-    const size_t n4 = (size_t)B * H * dq_acc_rows(T) * dh / 4, blocks = (n4 + 255) / 256;
+    const size_t n4 = bwd_dq_acc_count(B, H, T, dh) / 4, blocks = (n4 + 255) / 256;
     const unsigned grid = (unsigned)(blocks < 4096 ? blocks : 4096);
     const float4 *acc = reinterpret_cast<const float4 *>(dq_acc);
     if (dh == 64) dq_convert_kernel<64><<<grid, 256, 0, s>>>(acc, dq, 1.f / sqrtf((float)dh), T, n4);

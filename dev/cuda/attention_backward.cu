@@ -503,20 +503,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             dq_mma_issue(it, dqa);
             wg_commit_wait();
         } else if constexpr (!WG) {
-#pragma unroll
-            for (int i = 0; i < DQC / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
-                uint32_t a[4];
-                load_a_trans<BM>(a, dSb, kk * 16, dq_r, lane);
-#pragma unroll
-                for (int np = 0; np < DQC / 16; np++) {
-                    uint32_t bk[4];
-                    load_b_kn<DH>(bk, Ks, kk * 16, dq_c + np * 16, lane);
-                    mma16816(dqa[2 * np], a, bk[0], bk[1]);
-                    mma16816(dqa[2 * np + 1], a, bk[2], bk[3]);
-                }
-            }
+            dq_tile_mma_sync<DH, BM, DQC>(dqa, dSb, Ks, dq_r, dq_c, lane);
         }
         float rtot = 0.f;
         if (tid < BM) {
@@ -786,25 +773,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         if (tid == 0) red_release_gpu_add(semh + qt_first + ntiles - 1, 1);
     }
 
-    __nv_bfloat16 *dkh = dk + head_off * DH, *dvh = dv + head_off * DH;
-#pragma unroll
-    for (int nt = 0; nt < DH / 8; nt++) {
-        const int col = nt * 8 + 2 * tq;
-        if (j0 < T) {
-            *reinterpret_cast<uint32_t *>(dkh + (size_t)j0 * DH + col) = pack_bf16(dka[nt][0] * scale, dka[nt][1] * scale);
-            *reinterpret_cast<uint32_t *>(dvh + (size_t)j0 * DH + col) = pack_bf16(dva[nt][0], dva[nt][1]);
-        }
-        if (j1 < T) {
-            *reinterpret_cast<uint32_t *>(dkh + (size_t)j1 * DH + col) = pack_bf16(dka[nt][2] * scale, dka[nt][3] * scale);
-            *reinterpret_cast<uint32_t *>(dvh + (size_t)j1 * DH + col) = pack_bf16(dva[nt][2], dva[nt][3]);
-        }
-    }
-    cs0 = quad_sum(cs0);
-    cs1 = quad_sum(cs1);
-    if (tq == 0) {
-        if (j0 < T) colsum[head_off + j0] = -cs0;
-        if (j1 < T) colsum[head_off + j1] = -cs1;
-    }
+    bwd_store_keys<DH>(dk, dv, colsum, head_off, j0, j1, T, tq, dka, dva, cs0, cs1, scale);
 }
 
 // Step 3 for these versions, whose dq accumulator is row-major (B, H, T, dh): dq = scale * it, as bf16 (the
