@@ -75,6 +75,65 @@ __device__ __forceinline__ float bwd_p_ds_pair(float &s0, float &s1, float &dp0,
     return __fadd_rn(ds0, ds1);
 }
 
+// S^T = K Q^T and dP^T = V dO^T of one query tile on mma.sync, into st and dpt: this warp's 16 keys from row
+// 16 warp of the K / V tiles against the tile's BM queries.
+template <int DH, int BM>
+__device__ __forceinline__ void scores_mma_sync(float (&st)[BM / 8][4], float (&dpt)[BM / 8][4], const __nv_bfloat16 *Ks,
+                                                const __nv_bfloat16 *Vs, const __nv_bfloat16 *Qb,
+                                                const __nv_bfloat16 *dOb, int warp, int lane) {
+#pragma unroll
+    for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < DH / 16; kk++) {
+        uint32_t ka[4], va[4];
+        load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
+        load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int np = 0; np < BM / 16; np++) {
+            uint32_t bq[4], bo[4];
+            load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
+            mma16816(st[2 * np], ka, bq[0], bq[1]);
+            mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
+            load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
+            mma16816(dpt[2 * np], va, bo[0], bo[1]);
+            mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
+        }
+    }
+}
+
+// dV += P^T dO and dK += dS^T Q of one query tile on mma.sync (P^T in st, dS^T in dpt: this warp's 16 keys), and
+// dS^T parked in the swizzled buffer dSb for the dQ product.
+template <int DH, int BM>
+__device__ __forceinline__ void dkdv_mma_sync(float (&dka)[DH / 8][4], float (&dva)[DH / 8][4], const float (&st)[BM / 8][4],
+                                              const float (&dpt)[BM / 8][4], __nv_bfloat16 *dSb, const __nv_bfloat16 *Qb,
+                                              const __nv_bfloat16 *dOb, int warp, int lane) {
+    const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++) {
+        uint32_t pa[4], sa[4];
+        acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+        acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+        // sa[0] / sa[2] are dS^T row (key) g, sa[1] / sa[3] row g + 8
+        const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
+        *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[0];
+        *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[1];
+        *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[2];
+        *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[3];
+#pragma unroll
+        for (int np = 0; np < DH / 16; np++) {
+            uint32_t bo[4], bq[4];
+            load_b_kn<DH>(bo, dOb, kk * 16, np * 16, lane);
+            mma16816(dva[2 * np], pa, bo[0], bo[1]);
+            mma16816(dva[2 * np + 1], pa, bo[2], bo[3]);
+            load_b_kn<DH>(bq, Qb, kk * 16, np * 16, lane);
+            mma16816(dka[2 * np], sa, bq[0], bq[1]);
+            mma16816(dka[2 * np + 1], sa, bq[2], bq[3]);
+        }
+    }
+}
+
 // dQ = dS K of one parked tile on mma.sync, into dqa: this warp's 16 query rows from dq_r and DQC columns from
 // dq_c (A = dS from the swizzled dS^T buffer dSb of BM query columns, B = K's BWD_BN rows).
 template <int DH, int BM, int DQC>
@@ -335,27 +394,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             __nv_bfloat16 *dSb = dSt + buf * BN * BM;
 
             float st[BM / 8][4], dpt[BM / 8][4];
-#pragma unroll
-            for (int i = 0; i < BM / 8; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
-            // S^T = K Q^T, dP^T = V dO^T for this warp's 16 keys
-#pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++) {
-                uint32_t ka[4], va[4];
-                load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
-                load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
-#pragma unroll
-                for (int np = 0; np < BM / 16; np++) {
-                    uint32_t bq[4], bo[4];
-                    load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
-                    mma16816(st[2 * np], ka, bq[0], bq[1]);
-                    mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
-                    load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
-                    mma16816(dpt[2 * np], va, bo[0], bo[1]);
-                    mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
-                }
-            }
+            scores_mma_sync<DH, BM>(st, dpt, Ks, Vs, Qb, dOb, warp, lane);
 
             // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
             const bool diag = i0 < k0 + BN - 1;
@@ -369,28 +408,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                                                      nb0, nb1, sl2, diag, i, j0, j1, cs0, cs1);
                 }
             }
-#pragma unroll
-            for (int kk = 0; kk < BM / 16; kk++) {
-                uint32_t pa[4], sa[4];
-                acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-                acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
-                // park dS^T rows (keys) for the dQ product: sa[0]/sa[2] are row g, sa[1]/sa[3] row g+8
-                const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[0];
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[1];
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[2];
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[3];
-#pragma unroll
-                for (int np = 0; np < DH / 16; np++) {
-                    uint32_t bo[4], bq[4];
-                    load_b_kn<DH>(bo, dOb, kk * 16, np * 16, lane);
-                    mma16816(dva[2 * np], pa, bo[0], bo[1]);
-                    mma16816(dva[2 * np + 1], pa, bo[2], bo[3]);
-                    load_b_kn<DH>(bq, Qb, kk * 16, np * 16, lane);
-                    mma16816(dka[2 * np], sa, bq[0], bq[1]);
-                    mma16816(dka[2 * np + 1], sa, bq[2], bq[3]);
-                }
-            }
+            dkdv_mma_sync<DH, BM>(dka, dva, st, dpt, dSb, Qb, dOb, warp, lane);
             park_row_sums(rsum, buf);
         }
         if (!early && it > 0) dq_phase(it, dqp);

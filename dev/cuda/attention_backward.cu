@@ -608,12 +608,6 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
             __nv_bfloat16 *dSb = dSt + buf * BN * BM;
 
             float st[BM / 8][4], dpt[BM / 8][4];
-            if constexpr (!WG) {
-#pragma unroll
-                for (int i = 0; i < BM / 8; i++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) st[i][e] = dpt[i][e] = 0.f;
-            }
             if constexpr (WG) {
                 // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
                 wg_fence();
@@ -635,22 +629,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     wg_wait<0>();
                 }
             } else {
-#pragma unroll
-                for (int kk = 0; kk < DH / 16; kk++) {
-                    uint32_t ka[4], va[4];
-                    load_a<DH>(ka, Ks, warp * 16, kk * 16, lane);
-                    load_a<DH>(va, Vs, warp * 16, kk * 16, lane);
-#pragma unroll
-                    for (int np = 0; np < BM / 16; np++) {
-                        uint32_t bq[4], bo[4];
-                        load_b_nk<DH>(bq, Qb, np * 16, kk * 16, lane);
-                        mma16816(st[2 * np], ka, bq[0], bq[1]);
-                        mma16816(st[2 * np + 1], ka, bq[2], bq[3]);
-                        load_b_nk<DH>(bo, dOb, np * 16, kk * 16, lane);
-                        mma16816(dpt[2 * np], va, bo[0], bo[1]);
-                        mma16816(dpt[2 * np + 1], va, bo[2], bo[3]);
-                    }
-                }
+                scores_mma_sync<DH, BM>(st, dpt, Ks, Vs, Qb, dOb, warp, lane);
             }
 
             // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
@@ -707,28 +686,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     }
                 if constexpr (PIPE) wg_commit();  // waited for after tile it-1's dQ adds
                 else wg_commit_wait();
-            } else
-#pragma unroll
-            for (int kk = 0; kk < BM / 16; kk++) {
-                uint32_t pa[4], sa[4];
-                acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-                acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
-                // park dS^T rows (keys) for the dQ product: sa[0]/sa[2] are row g, sa[1]/sa[3] row g+8
-                const int kr = warp * 16 + g, qc = kk * 16 + 2 * tq;
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc)) = sa[0];
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc)) = sa[1];
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr, qc + 8)) = sa[2];
-                *reinterpret_cast<uint32_t *>(dSb + swz<BM>(kr + 8, qc + 8)) = sa[3];
-#pragma unroll
-                for (int np = 0; np < DH / 16; np++) {
-                    uint32_t bo[4], bq[4];
-                    load_b_kn<DH>(bo, dOb, kk * 16, np * 16, lane);
-                    mma16816(dva[2 * np], pa, bo[0], bo[1]);
-                    mma16816(dva[2 * np + 1], pa, bo[2], bo[3]);
-                    load_b_kn<DH>(bq, Qb, kk * 16, np * 16, lane);
-                    mma16816(dka[2 * np], sa, bq[0], bq[1]);
-                    mma16816(dka[2 * np + 1], sa, bq[2], bq[3]);
-                }
+            } else {
+                dkdv_mma_sync<DH, BM>(dka, dva, st, dpt, dSb, Qb, dOb, warp, lane);
             }
             if constexpr (!DQ_LATE) park_row_sums(rsum, buf);
         }
