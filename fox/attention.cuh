@@ -1,7 +1,8 @@
 // fox/attention.cuh: Forgetting Attention (docs/model.md §1.1; FoX paper eq. 11-13 and Appendix E), forward
 // and backward, FlashAttention-2 style on tensor cores, bf16 operands with fp32 accumulation: warpgroup MMA
-// (wgmma) on Hopper (sm_90a builds), with FlashAttention-3's warp specialisation where it measured faster (a
-// TMA producer warp: the forward, and the deterministic backward at d_h 128), mma.sync m16n8k16 otherwise
+// (wgmma) on Hopper (sm_90a builds), with FlashAttention-3's warp specialisation (a TMA producer warp feeding
+// consumer warpgroups that take turns on the tensor cores: three in the forward at d_h 64, two at 128; the
+// backward in attention_backward.cuh), mma.sync m16n8k16 otherwise
 // (sm_80), at d_h = 64 and 128.
 // FOX_ATTN_NO_WGMMA=1 forces mma.sync. The CPU references are attention_forward and attention_backward in
 // train_fox.c; dev/cuda/attention.cu checks this API against an fp64 reference and times it.

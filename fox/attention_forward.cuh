@@ -241,69 +241,84 @@ void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 // warpgroup commits S(t), then P(t-1) V(t-1), waits for S(t) only, forms tile t's exponentials and row
 // sums, then waits for P V and rescales O (the same operations on O in the same order as a P V issued
 // right after tile t-1's softmax). The P V issue is unconditional (at t = 0 a zero P on V(0)): under a
-// branch ptxas would serialize the kernel's warpgroup MMAs. The causal mask is applied on the diagonal
-// tile alone (a uniform branch between two copies of the score loop), not tested per score on every tile.
-// Warps 0-7 are two consumer warpgroups of 64 query rows; warp 8 is the producer: one lane issues
-// the bulk tensor copies (TMA) of Q, then of each key tile's K and V (each 64-column half one box of the
-// 3-D map [B H][T][d_h], landing in the 128-byte-swizzle layout the descriptors read; rows past T come in
-// as zeros), and the warp's 32 lanes form the tile's gate terms nb_j and c_ref into the stage's smem
-// before arriving on its mbarrier. The producer warpgroup gives its registers to the consumers (setmaxnreg
-// 24 / 240, FwdWsCfg). K, V and the gate terms have 2 stages each, with "full" mbarriers (32 producer
-// arrivals + the copies' bytes) and "empty" ones (one arrival per consumer warp): a consumer frees K(t)
-// and the gate terms once S(t) is complete and its gate terms are read, V(t-1) once P(t-1) V(t-1) is; no
-// __syncthreads in the tile loop; V(0) is waited for before the zero P V of t = 0. The two consumer warpgroups take turns issuing their MMAs (named barriers 1 and 2, FA3's warp scheduler
-// barrier), so that one warpgroup's softmax runs while the other's products occupy the tensor cores.
+// branch ptxas would serialize the kernel's warpgroup MMAs.
+// Warps 0..4 NWG - 1 are NWG consumer warpgroups of 64 query rows (FwdWsCfg: three at d_h 64, two at 128);
+// the next warp is the producer: one lane issues the bulk tensor copies (TMA) of Q, then of each key tile's
+// K and V (each 64-column half one box of the 3-D map [B H][T][d_h], landing in the 128-byte-swizzle layout
+// the descriptors read; rows past T come in as zeros), and the warp's 32 lanes form the tile's gate terms
+// nb_j and c_ref into the stage's smem before arriving on its mbarrier. K, V and the gate terms have
+// STAGES stages, with "full" mbarriers (32 producer arrivals + the copies' bytes) and "empty" ones (one
+// arrival per consumer warp): a consumer frees K(t) and the gate terms once S(t) is complete and its gate
+// terms are read, V(t-1) once P(t-1) V(t-1) is; no __syncthreads in the tile loop. The consumer
+// warpgroups take turns issuing their MMAs, round robin (named barriers 1..NWG, FA3's warp scheduler
+// barrier), so that one warpgroup's softmax runs while another's products occupy the tensor cores.
+// A block of 192 rows spans two ACP row blocks and parts of two diagonal key tiles, so every warpgroup walks
+// the block's key range (from the lowest of its warpgroups' first live tiles to the block's last tile) and
+// classifies each tile for its own rows: live, diagonal (the causal mask, the score loop's masked copy,
+// chosen by a uniform branch), or dead (above its rows' diagonal, or pruned by ACP for its row block). A
+// dead tile's scores are all masked to -inf: the exponentials are 0 and the max and O's rescale unchanged
+// (factor ex2(0) = 1), so the result has the bits of skipping the tile.
 template <int DH>
-__global__ void __launch_bounds__(FwdWsCfg<1>::THREADS, 1)
+__global__ void __launch_bounds__(FwdWsCfg<DH>::THREADS, 1)
 fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
               const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
               float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    constexpr int BM = FWD_BM, BN = FWD_WS_BN, ST = FwdWsCfg<1>::STAGES;
-    static_assert(ST == 2, "stage and parity arithmetic below assumes 2 stages");
+    using Cfg = FwdWsCfg<DH>;
+    constexpr int BM = Cfg::BM, BN = FWD_WS_BN, NWG = Cfg::NWG, ST = Cfg::STAGES;
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
     __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
     __nv_bfloat16 *Vs = Ks + ST * BN * DH;     // [ST][BN][DH]
     float *nbs = reinterpret_cast<float *>(Vs + ST * BN * DH);  // [ST][BN]: -(c_j - c_ref) log2e
     float *crefs = nbs + ST * BN;                                // [ST]
-    uint64_t *q_full = reinterpret_cast<uint64_t *>(crefs + ST);
+    uint64_t *q_full = reinterpret_cast<uint64_t *>(crefs + (ST + 1) / 2 * 2);
     uint64_t *k_full = q_full + 1, *k_empty = k_full + ST, *v_full = k_empty + ST, *v_empty = v_full + ST;
 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
-    const int nqb = gridDim.x;
-    const int mb = nqb - 1 - blockIdx.x;  // longest rows first
-    const int bh = blockIdx.y, b = bh / H, h = bh % H;
-    const size_t head_off = (size_t)bh * T;
-    const float *ch = c + head_off;
+    const int nqb = Cfg::HEADS_FIRST ? gridDim.y : gridDim.x;
+    const int mb = nqb - 1 - (Cfg::HEADS_FIRST ? blockIdx.y : blockIdx.x);  // longest rows first
+    const int bh = Cfg::HEADS_FIRST ? blockIdx.x : blockIdx.y;
+    const float *ch = c + (size_t)bh * T;
     const int q0 = mb * BM;
     const int n_last = min((T - 1) / BN, (q0 + BM - 1) / BN);
-    const int n_first = kv_first ? kv_first[(size_t)bh * nqb + mb] * (FOX_ACP_BLOCK / BN) : 0;
-    const int ntiles = n_last - n_first + 1;
+    const int nacp = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
+    auto wg_first = [&](int w) {  // the first live key tile of warpgroup w's ACP row block
+        const int a = min((q0 + 64 * w) / FOX_ACP_BLOCK, nacp - 1);
+        return kv_first ? kv_first[(size_t)bh * nacp + a] * (FOX_ACP_BLOCK / BN) : 0;
+    };
+    auto count_tiles = [&]() {  // the block's key tiles: n_last down to its warpgroups' lowest first live tile
+        int n_first = wg_first(0);
+#pragma unroll
+        for (int w = 1; w < NWG; w++) n_first = min(n_first, wg_first(w));
+        return n_last - n_first + 1;
+    };
 
     if (tid == 0) {
         mbar_init(q_full, 1);
         for (int s = 0; s < ST; s++) {
             mbar_init(k_full + s, 32);
-            mbar_init(k_empty + s, 8);
+            mbar_init(k_empty + s, 4 * NWG);
             mbar_init(v_full + s, 1);
-            mbar_init(v_empty + s, 8);
+            mbar_init(v_empty + s, 4 * NWG);
         }
         mbar_fence_init();
     }
     __syncthreads();
 
-    if (warp >= FwdWsCfg<1>::PRODUCER_WARP) {  // the producer
-        setmaxnreg_dec<FwdWsCfg<1>::REGS_PRODUCER>();
-        if (warp != FwdWsCfg<1>::PRODUCER_WARP) return;
+    if (warp >= Cfg::PRODUCER_WARP) {  // the producer
+        setmaxnreg_dec<Cfg::REGS_PRODUCER>();
+        if (warp != Cfg::PRODUCER_WARP) return;
+        const int ntiles = count_tiles();
         if (lane == 0) {
             mbar_arrive_expect_tx(q_full, BM * DH * 2);
 #pragma unroll
             for (int hf = 0; hf < DH / 64; hf++) tma_load_3d(Qs + hf * BM * 64, &tm_q, q_full, hf * 64, q0, bh);
         }
+        int s = 0, parity = 1;  // stage, and the parity of its release by the tile ST earlier
         for (int it = 0; it < ntiles; it++) {
-            const int n = n_last - it, s = it & 1, parity = ((it >> 1) & 1) ^ 1;  // the release of tile it-2
+            const int n = n_last - it;
             if (it >= ST) mbar_wait(k_empty + s, parity);
             const float cref = ch[n * BN];
 #pragma unroll
@@ -327,133 +342,137 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 for (int hf = 0; hf < DH / 64; hf++)
                     tma_load_3d(Vs + s * BN * DH + hf * BN * 64, &tm_v, v_full + s, hf * 64, n * BN, bh);
             }
+            if (++s == ST) s = 0, parity ^= 1;
         }
         return;
-    } else {  // the consumers
-        setmaxnreg_inc<FwdWsCfg<1>::REGS_CONSUMER>();
-        const int w4 = warp >> 2;
-        int row[2];
-        float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
+    }
+    // the consumers
+    setmaxnreg_inc<Cfg::REGS_CONSUMER>();
+    const int wg = warp >> 2;
+    const int r0 = q0 + 64 * wg;  // this warpgroup's first row
+    const int my_first = wg_first(wg), ntiles = count_tiles();
+    int row[2];
+    float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            row[hf] = q0 + warp * 16 + g + 8 * hf;
-            crow[hf] = row[hf] < T ? ch[row[hf]] : 0.f;
-            m[hf] = -INFINITY;
-            l[hf] = 0.f;
-        }
-        const float sl2 = LOG2E / sqrtf((float)DH);
-        uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
+    for (int hf = 0; hf < 2; hf++) {
+        row[hf] = q0 + warp * 16 + g + 8 * hf;
+        crow[hf] = row[hf] < T ? ch[row[hf]] : 0.f;
+        m[hf] = -INFINITY;
+        l[hf] = 0.f;
+    }
+    const float sl2 = LOG2E / sqrtf((float)DH);
+    uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
-        float oacc[DH / 8][4];
+    for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
+    float oacc[DH / 8][4];
 #pragma unroll
-        for (int i = 0; i < DH / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
-        // O += P V for the previous tile's P (pprev) and V tile Vp, one m64n64 product per half of V
-        auto pv_issue = [&](const __nv_bfloat16 *Vp) {
+    for (int i = 0; i < DH / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+    auto pv_issue = [&](const __nv_bfloat16 *Vp) {  // O += P(t-1) V(t-1), one m64n64 product per half of V
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
+        for (int kk = 0; kk < BN / 16; kk++)
 #pragma unroll
-                for (int hf = 0; hf < DH / 64; hf++)
-                    wgmma_m64n64_rs<1>(acc_half(oacc, hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
-        };
-        // Warp lane 0 arrives for its warp once every lane's reads of the stage are done.
-        auto release = [&](uint64_t *bar) {
-            __syncwarp();
-            if (lane == 0) mbar_arrive(bar);
-        };
+            for (int hf = 0; hf < DH / 64; hf++)
+                wgmma_m64n64_rs<1>(acc_half(oacc, hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
+    };
+    auto release = [&](uint64_t *bar) {  // lane 0 arrives for its warp once every lane's reads are done
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+    };
 
-        mbar_wait(q_full, 0);
-        if (w4 == 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
-        for (int it = 0; it < ntiles; it++) {
-            const int n = n_last - it, s = it & 1;
-            const int vi = it > 0 ? it - 1 : 0, vs = vi & 1;  // V(t-1); V(0) under the zero P of t = 0
-            mbar_wait(k_full + s, (it >> 1) & 1);
-            mbar_wait(v_full + vs, (vi >> 1) & 1);
-            if (w4 == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
-            else named_bar_sync(2, 256);
-            float sacc[BN / 8][4];
-            wg_fence();
-            static_assert(BN == 128, "S: one m64n128 product per k16 step");
+    mbar_wait(q_full, 0);
+    if (wg == NWG - 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
+    int s = 0, ks_par = 0, vs = 0, vs_par = 0;      // K(t)'s stage and parity, V(t-1)'s
+    for (int it = 0; it < ntiles; it++) {
+        const int n = n_last - it;
+        mbar_wait(k_full + s, ks_par);
+        mbar_wait(v_full + vs, vs_par);
+        if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
+        else if (wg == 1) named_bar_sync(2, 256);
+        else named_bar_sync(3, 256);
+        float sacc[BN / 8][4];
+        wg_fence();
+        static_assert(BN == 128, "S: one m64n128 product per k16 step");
 #pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++)
-                wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, w4 * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
-            wg_commit();  // then tile t-1's P V; only S is waited for here
-            pv_issue(Vs + vs * BN * DH);
-            wg_commit();
-            if (w4 == 0) named_bar_arrive(2, 256);  // the other warpgroup's turn (none after warpgroup 1's last tile)
-            else if (it + 1 < ntiles) named_bar_arrive(1, 256);
-            wg_wait<1>();
+        for (int kk = 0; kk < DH / 16; kk++)
+            wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
+        wg_commit();  // then tile t-1's P V; only S is waited for here
+        pv_issue(Vs + vs * BN * DH);
+        wg_commit();
+        if (wg == 0) named_bar_arrive(2, 256);  // the next warpgroup's turn (none after the last one's last tile)
+        else if (wg == 1 && NWG == 3) named_bar_arrive(3, 256);
+        else if (it + 1 < ntiles) named_bar_arrive(1, 256);
+        wg_wait<1>();
 
-            const bool diag = n * BN + BN - 1 > q0;
-            const float cref = crefs[s];
-            // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
-            float mt_max[2] = {-INFINITY, -INFINITY};
-            auto scores = [&](auto diag_tile) {  // std::true_type on the diagonal tile: the causal mask
+        const float cref = crefs[s];
+        float mt_max[2] = {-INFINITY, -INFINITY};
+        // Dead for these rows: every key masked (a key limit of -1; a separate all -inf branch spills).
+        const bool dead = n * BN > r0 + 63 || n < my_first;
+        const int jmax[2] = {dead ? -1 : row[0], dead ? -1 : row[1]};
+        // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
+        auto scores = [&](auto masked) {  // std::true_type on this warpgroup's diagonal tile or a dead one
 #pragma unroll
-                for (int nt = 0; nt < BN / 8; nt++) {
-                    const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
-#pragma unroll
-                    for (int x = 0; x < 4; x++) {
-                        const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
-                        float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
-                        if (decltype(diag_tile)::value && j > row[hf]) t = -INFINITY;
-                        sacc[nt][x] = t;
-                        mt_max[hf] = fmaxf(mt_max[hf], t);
-                    }
-                }
-            };
-            if (diag) scores(std::true_type{});
-            else scores(std::false_type{});
-            release(k_empty + s);  // S(t) is complete and the gate terms read
-            float sh[2], al[2], ps[2] = {0.f, 0.f};
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const float a = (crow[hf] - cref) * LOG2E;
-                const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
-                // Rows with nothing live yet keep max -inf: shift by 0 so exp2 sees -inf, not NaN.
-                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
-                al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
-                m[hf] = mn;
-            }
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++)
+            for (int nt = 0; nt < BN / 8; nt++) {
+                const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
 #pragma unroll
                 for (int x = 0; x < 4; x++) {
-                    sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
-                    ps[x >> 1] += sacc[nt][x];
+                    const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
+                    float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
+                    if (decltype(masked)::value && j > jmax[hf]) t = -INFINITY;
+                    sacc[nt][x] = t;
+                    mt_max[hf] = fmaxf(mt_max[hf], t);
                 }
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];  // quad-reduced at the end
-            wg_wait<0>();  // tile t-1's P V has landed in O
-            if (it > 0) release(v_empty + vs);
-#pragma unroll
-            for (int i = 0; i < DH / 8; i++)
-#pragma unroll
-                for (int x = 0; x < 4; x++) oacc[i][x] *= al[x >> 1];
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
-        }
-        {  // the last tile's P V
-            const int vi = ntiles - 1;
-            mbar_wait(v_full + (vi & 1), (vi >> 1) & 1);
-            wg_fence();
-            pv_issue(Vs + (vi & 1) * BN * DH);
-            wg_commit_wait();
-        }
-        const size_t ld_o = (size_t)H * DH;
-        __nv_bfloat16 *ob = o + (size_t)b * T * ld_o + (size_t)h * DH;
-        constexpr float LN2 = 0.6931471805599453f;
+            }
+        };
+        if (n * BN + BN - 1 > r0 || dead) scores(std::true_type{});
+        else scores(std::false_type{});
+        release(k_empty + s);  // S(t) is complete and the gate terms read
+        float sh[2], al[2], ps[2] = {0.f, 0.f};
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
-            const int r = row[hf];
-            const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
-            if (r >= T) continue;
-#pragma unroll
-            for (int nt = 0; nt < DH / 8; nt++)
-                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
-                    pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
-            if (tq == 0) lse[head_off + r] = (m[hf] + log2f(lsum)) * LN2;
+            const float a = (crow[hf] - cref) * LOG2E;
+            const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
+            // Rows with nothing live yet keep max -inf: shift by 0 so exp2 sees -inf, not NaN.
+            sh[hf] = mn == -INFINITY ? 0.f : mn - a;
+            al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
+            m[hf] = mn;
         }
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+            for (int x = 0; x < 4; x++) {
+                sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
+                ps[x >> 1] += sacc[nt][x];
+            }
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];  // quad-reduced at the end
+        wg_wait<0>();  // tile t-1's P V has landed in O
+        if (it > 0) release(v_empty + vs);
+#pragma unroll
+        for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+            for (int x = 0; x < 4; x++) oacc[i][x] *= al[x >> 1];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+        if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;  // V(t) is the next tile's V(t-1)
+        if (++s == ST) s = 0, ks_par ^= 1;
+    }
+    mbar_wait(v_full + vs, vs_par);  // the last tile's P V
+    wg_fence();
+    pv_issue(Vs + vs * BN * DH);
+    wg_commit_wait();
+    const size_t ld_o = (size_t)H * DH;
+    __nv_bfloat16 *ob = o + (size_t)(bh / H) * T * ld_o + (size_t)(bh % H) * DH;
+    constexpr float LN2 = 0.6931471805599453f;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int r = row[hf];
+        const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
+        if (r >= T) continue;
+#pragma unroll
+        for (int nt = 0; nt < DH / 8; nt++)
+            *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
+                pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
+        if (tq == 0) lse[(size_t)bh * T + r] = (m[hf] + log2f(lsum)) * LN2;
     }
 }
 
@@ -461,12 +480,14 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 template <int DH>
 void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                 __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_ws_smem_bytes<DH, FWD_WS_BN>();
+    using Cfg = FwdWsCfg<DH>;
+    const size_t smem = fwd_ws_smem_bytes<DH>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, FWD_BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
+    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
-    dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_ws_kernel<DH><<<grid, FwdWsCfg<1>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
+    const int nqb = (T + Cfg::BM - 1) / Cfg::BM;
+    const dim3 grid = Cfg::HEADS_FIRST ? dim3(B * H, nqb) : dim3(nqb, B * H);
+    fwd_ws_kernel<DH><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 

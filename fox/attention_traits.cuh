@@ -50,27 +50,31 @@ template <int DH, bool PIPE = false, int BN = FWD_BN> size_t fwd_smem_bytes() {
     return (size_t)(FWD_BM + (PIPE ? 5 : 4) * BN) * DH * 2 + (2 * BN + 2) * 4;
 }
 
-// Forward with a TMA producer (warp-specialized): consumer warps 0-7 (two warpgroups of 64 query rows)
-// and a producer warpgroup (warps 8-11) whose warp 8 issues the K and V tiles' bulk tensor copies and forms
-// the gate terms. The producer warpgroup gives its registers to the consumers (setmaxnreg), within what the
-// block was launched with (__launch_bounds__(384, MINB): 168 registers a thread at MINB 1, 80 at 2):
-// MINB 1: 128 x 24 + 256 x 240 = 64.5k of 384 x 168; MINB 2: 128 x 24 + 256 x 104 = 29.7k of 384 x 80.
-// K, V and the gate terms in 2 stages; key tiles of FWD_WS_BN (S one m64n128 product per k16 step).
+// The Hopper forward (fwd_ws_kernel): NWG consumer warpgroups of 64 query rows (a block of 64 NWG rows)
+// and a producer warpgroup whose first warp issues the bulk tensor copies of Q, K and V and forms the gate
+// terms. One block per SM; setmaxnreg moves the producer's registers to the consumers within the block's
+// 65,536: d_h 64 has three consumer warpgroups, 128 x 24 + 384 x 160; d_h 128 two, 128 x 24 + 256 x 240 (S and
+// O alone take 128 registers a thread there). K, V and the gate terms in STAGES stages; key tiles of FWD_WS_BN
+// (S one m64n128 product per k16 step). HEADS_FIRST: the grid is (heads, query blocks), so every head's
+// longest query block starts before any shorter one; at d_h 128 the grid (query blocks, heads) measured
+// faster (dev/cuda/NOTES.md, session 11).
 inline constexpr int FWD_WS_BN = 128;
-template <int MINB> struct FwdWsCfg {
-    static constexpr int THREADS = 384;
-    static constexpr int PRODUCER_WARP = 8;
-    static constexpr int STAGES = 2;
-    static constexpr int REGS_CONSUMER = MINB == 1 ? 240 : 104, REGS_PRODUCER = 24;
-    static_assert(REGS_PRODUCER * 128 + REGS_CONSUMER * 256 <= (MINB == 1 ? 168 : 80) * THREADS, "the block's registers");
+template <int DH> struct FwdWsCfg {
+    static constexpr int NWG = DH == 64 ? 3 : 2;
+    static constexpr int BM = 64 * NWG, THREADS = 128 * (NWG + 1), PRODUCER_WARP = 4 * NWG;
+    static constexpr int STAGES = DH == 64 ? 3 : 2;
+    static constexpr bool HEADS_FIRST = DH == 64;
+    static constexpr int REGS_CONSUMER = NWG == 3 ? 160 : 240, REGS_PRODUCER = 24;
+    static_assert(REGS_PRODUCER * 128 + REGS_CONSUMER * 128 * NWG <= 65536, "the block's registers");
+    static_assert(FOX_ACP_BLOCK % FWD_WS_BN == 0 && FOX_ACP_BLOCK % 64 == 0, "key tiles and warpgroups nest in the ACP grid");
 };
 
-// Forward smem with a TMA producer: the Q tile, K and V in ST stages each, the gate terms of ST stages
-// (c_ref padded to an even count: the mbarriers are 8-byte aligned), then the mbarriers (Q full, K full /
-// empty, V full / empty per stage).
-template <int DH, int BN, int ST = 2> constexpr size_t fwd_ws_smem_bytes() {
-    static_assert(FOX_ACP_BLOCK % BN == 0, "key tiles nest in the ACP grid");
-    return (size_t)(FWD_BM + 2 * ST * BN) * DH * 2 + (ST * BN + (ST + 1) / 2 * 2) * 4 + (1 + 4 * ST) * 8;
+// Its smem: the Q tile, K and V in STAGES stages each, the gate terms of each stage (c_ref padded to an even
+// count: the mbarriers are 8-byte aligned), then the mbarriers (Q full, K full / empty, V full / empty per stage).
+template <int DH> constexpr size_t fwd_ws_smem_bytes() {
+    using Cfg = FwdWsCfg<DH>;
+    constexpr int ST = Cfg::STAGES;
+    return (size_t)(Cfg::BM + 2 * ST * FWD_WS_BN) * DH * 2 + (ST * FWD_WS_BN + (ST + 1) / 2 * 2) * 4 + (1 + 4 * ST) * 8;
 }
 
 // The mma.sync backward's tiles (bwd_kernel): BM query rows per tile, MINB blocks per SM (register cap).

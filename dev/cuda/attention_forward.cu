@@ -1,6 +1,7 @@
 // dev/cuda/attention_forward.cu: the Forgetting Attention forward kernel in every version tried, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are versions 1 and 10; 3 and 6 before session 8).
+// (fox/attention.cuh, whose kernels are versions 1 and 18 at d_h 64, 1 and 16 at d_h 128; 3 and 6 before
+// session 8, 10 before session 11).
 //   make attention_forward
 //   ./attention_forward            every version: checks, then timings
 //   ./attention_forward 3          version 3 only (and the API); 10,11,12: those three
@@ -46,7 +47,7 @@
 // 10 8 with the causal mask on the diagonal tile only (a uniform branch between two copies of the score
 //    loop; 8 compares and selects every score of every tile). d_h 64: 332.9 at T 4096, 402.9 at T 16384
 //    (399.3 at B 1 H 12, 407.9 at B 1 H 24, beside 3's 311.5 / 336.8); d_h 128: 507.8, 586.8 (run 3). The
-//    API's forward on Hopper at both d_h since session 8 (its PTX equals this version's).
+//    API's forward on Hopper at both d_h from session 8 to session 11.
 // Session 8, later (H200 at 1980 MHz, one run; each figure beside the same run's 10: d_h 64 333.3 at T 4096,
 // 401.3 at T 16384 B 2 H 16, 398.0 at B 1 H 12, 399.1 at B 1 H 24; d_h 128 508.1 at T 4096, 574.8 at T 16384):
 // 11 10 with S(t+1) issued before tile t's softmax into a second score accumulator, K / V / gate terms in 3
@@ -64,7 +65,8 @@
 //    T 4096, 575-633 at T 16384 (10: 573-587 in the same runs; the first-timed row runs ~630 there).
 // 17 16 with 3 K / V stages: 354-358, 436-441, 413-415, 432-436.
 // 18 17 with the grid (heads, query blocks), every head's longest block first: 358-361, 436-450, 450-451,
-//    435-442; at d_h 128 (2 stages) 450-453 and 543-554: slower there.
+//    435-442; at d_h 128 (2 stages) 450-453 and 543-554: slower there. The API's forward on Hopper since
+//    session 11: 18 at d_h 64, 16 at d_h 128 (fox/attention_forward.cuh's fwd_ws_kernel).
 // 19 18 persistent (a block per SM, items in 18's order, static stride): 314-320, 405-421, 396, 391: slower,
 //    not measured why.
 // 20 16 with 18's order (2 stages): 314-320, 409-422, 437-440, 415-418.
@@ -375,6 +377,23 @@ __device__ __forceinline__ float ex2_fma(float x) {
     return __int_as_float(__float_as_int(p) + (__float_as_int(j) << 23));  // the low bits of j: i
 }
 
+// Versions 7-15's block: consumer warps 0-7 (two warpgroups of 64 query rows) and a producer warpgroup
+// (warps 8-11). setmaxnreg moves the producer's registers to the consumers within what the block was launched
+// with (__launch_bounds__(384, MINB): 168 registers a thread at MINB 1, 80 at 2): MINB 1: 128 x 24 + 256 x 240
+// = 64.5k of 384 x 168; MINB 2: 128 x 24 + 256 x 104 = 29.7k of 384 x 80. K, V and the gate terms in 2
+// stages (11-15: 3). The API's Hopper forward until session 11 (fox/attention_traits.cuh's FwdWsCfg now).
+template <int MINB> struct Fwd2Cfg {
+    static constexpr int THREADS = 384;
+    static constexpr int PRODUCER_WARP = 8;
+    static constexpr int STAGES = 2;
+    static constexpr int REGS_CONSUMER = MINB == 1 ? 240 : 104, REGS_PRODUCER = 24;
+    static_assert(REGS_PRODUCER * 128 + REGS_CONSUMER * 256 <= (MINB == 1 ? 168 : 80) * THREADS, "the block's registers");
+};
+template <int DH, int BN, int ST = 2> constexpr size_t fwd2_smem_bytes() {
+    static_assert(FOX_ACP_BLOCK % BN == 0, "key tiles nest in the ACP grid");
+    return (size_t)(FWD_BM + 2 * ST * BN) * DH * 2 + (ST * BN + (ST + 1) / 2 * 2) * 4 + (1 + 4 * ST) * 8;
+}
+
 // Versions 7-9: the warpgroup-MMA forward with its loads taken off the consumer warps (FA3's recipe, our
 // code). Warps 0-7 are two consumer warpgroups of 64 query rows each (as in 3 and 6); warp 8 is the
 // producer: one lane issues the bulk tensor copies (TMA) of Q, then of each key tile's K and V (each
@@ -395,11 +414,11 @@ __device__ __forceinline__ float ex2_fma(float x) {
 // POLY: the exponentials of the first POLY of the tile's BN / 8 column tiles of 8 on the FMA pipe (ex2_fma),
 // the others on the MUFU pipe (ex2).
 template <int DH, int BN, int MINB, bool SCHED, bool SPLIT, int POLY = 0>
-__global__ void __launch_bounds__(FwdWsCfg<MINB>::THREADS, MINB)
+__global__ void __launch_bounds__(Fwd2Cfg<MINB>::THREADS, MINB)
 fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
               const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
               float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    constexpr int BM = FWD_BM, ST = FwdWsCfg<MINB>::STAGES;
+    constexpr int BM = FWD_BM, ST = Fwd2Cfg<MINB>::STAGES;
     static_assert(ST == 2, "stage and parity arithmetic below assumes 2 stages");
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
@@ -435,9 +454,9 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     }
     __syncthreads();
 
-    if (warp >= FwdWsCfg<MINB>::PRODUCER_WARP) {  // the producer
-        setmaxnreg_dec<FwdWsCfg<MINB>::REGS_PRODUCER>();
-        if (warp != FwdWsCfg<MINB>::PRODUCER_WARP) return;
+    if (warp >= Fwd2Cfg<MINB>::PRODUCER_WARP) {  // the producer
+        setmaxnreg_dec<Fwd2Cfg<MINB>::REGS_PRODUCER>();
+        if (warp != Fwd2Cfg<MINB>::PRODUCER_WARP) return;
         if (lane == 0) {
             mbar_arrive_expect_tx(q_full, BM * DH * 2);
 #pragma unroll
@@ -471,7 +490,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         }
         return;
     } else {  // the consumers
-        setmaxnreg_inc<FwdWsCfg<MINB>::REGS_CONSUMER>();
+        setmaxnreg_inc<Fwd2Cfg<MINB>::REGS_CONSUMER>();
         const int w4 = warp >> 2;
         int row[2];
         float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
@@ -609,12 +628,12 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 template <int DH, int BN, int MINB, bool SCHED, bool SPLIT = false, int POLY = 0>
 void forward_ws(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                 const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_ws_smem_bytes<DH, BN>();
+    const size_t smem = fwd2_smem_bytes<DH, BN>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH, BN, MINB, SCHED, SPLIT, POLY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, FWD_BM), tk = tma_map_bf16_3d(k, DH, T, B * H, BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, BN);
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_ws_kernel<DH, BN, MINB, SCHED, SPLIT, POLY><<<grid, FwdWsCfg<MINB>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
+    fwd_ws_kernel<DH, BN, MINB, SCHED, SPLIT, POLY><<<grid, Fwd2Cfg<MINB>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
@@ -633,7 +652,7 @@ void forward_ws(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf1
 // 112 KB). Turns between the warpgroups: a prologue turn issues S(0), each tile's turn P V(t-1) and
 // S(t+1). The operations on O are those of 10 in the same order. POLY as in fwd_ws_kernel above.
 template <int DH, int POLY>
-__global__ void __launch_bounds__(FwdWsCfg<1>::THREADS, 1)
+__global__ void __launch_bounds__(Fwd2Cfg<1>::THREADS, 1)
 fwd_la_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
               const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
               float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
@@ -673,9 +692,9 @@ fwd_la_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     }
     __syncthreads();
 
-    if (warp >= FwdWsCfg<1>::PRODUCER_WARP) {  // the producer: version 10's, with ST stages
-        setmaxnreg_dec<FwdWsCfg<1>::REGS_PRODUCER>();
-        if (warp != FwdWsCfg<1>::PRODUCER_WARP) return;
+    if (warp >= Fwd2Cfg<1>::PRODUCER_WARP) {  // the producer: version 10's, with ST stages
+        setmaxnreg_dec<Fwd2Cfg<1>::REGS_PRODUCER>();
+        if (warp != Fwd2Cfg<1>::PRODUCER_WARP) return;
         if (lane == 0) {
             mbar_arrive_expect_tx(q_full, BM * DH * 2);
             tma_load_3d(Qs, &tm_q, q_full, 0, q0, bh);
@@ -705,7 +724,7 @@ fwd_la_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         }
         return;
     } else {  // the consumers
-        setmaxnreg_inc<FwdWsCfg<1>::REGS_CONSUMER>();
+        setmaxnreg_inc<Fwd2Cfg<1>::REGS_CONSUMER>();
         const int w4 = warp >> 2;
         int row[2];
         float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
@@ -851,12 +870,12 @@ fwd_la_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 template <int DH, int POLY>
 void forward_la(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                 const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_ws_smem_bytes<DH, FWD_WS_BN, 3>();
+    const size_t smem = fwd2_smem_bytes<DH, FWD_WS_BN, 3>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_la_kernel<DH, POLY>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, FWD_BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_la_kernel<DH, POLY><<<grid, FwdWsCfg<1>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
+    fwd_la_kernel<DH, POLY><<<grid, Fwd2Cfg<1>::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
