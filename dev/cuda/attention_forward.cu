@@ -906,7 +906,7 @@ template <int DH, int NWG, int ST> constexpr size_t fwd3_smem_bytes() {
            (2 + 4 * ST) * 8;
 }
 
-template <int DH, int NWG, int ST, int ORDER>
+template <int DH, int NWG, int ST, int ORDER, bool SKIP = false>
 __global__ void __launch_bounds__(Fwd3Cfg<NWG>::THREADS, 1)
 fwd_wg3_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
@@ -1046,8 +1046,11 @@ fwd_wg3_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__
         };
 
         mbar_wait(q_full, j & 1);
+        bool live_prev = false;  // SKIP: tile t-1 was live for these rows (its P V is not zero)
         for (int it = 0; it < w.ntiles; it++) {
             const int n = w.n_last - it;
+            // Dead for these rows: every key masked (a key limit of -1; a separate all -inf branch spills).
+            const bool dead = n * BN > r0 + 63 || n < my_first;
             mbar_wait(k_full + s, ks_par);
             mbar_wait(v_full + vs, vs_par);
             if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
@@ -1056,11 +1059,12 @@ fwd_wg3_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__
             float sacc[BN / 8][4];
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++)
-                wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
+                for (int kk = 0; kk < DH / 16; kk++)
+                    if (!SKIP || kk == 0 || !dead) wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
             wg_commit();  // then tile t-1's P V; only S is waited for here
-            pv_issue(Vs + vs * BN * DH);
+            if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
             wg_commit();
+            live_prev = !dead;
             const bool more = it + 1 < w.ntiles || !last_item;  // none after the last warpgroup's last tile
             if (wg == 0) named_bar_arrive(2, 256);               // the next warpgroup's turn
             else if (wg == 1 && NWG == 3) named_bar_arrive(3, 256);
@@ -1068,10 +1072,16 @@ fwd_wg3_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__
             wg_wait<1>();
             if (ORDER == 2 && it + 1 == w.ntiles) release(q_empty);  // the item's last S is complete
 
+            if (SKIP && dead) {  // nothing of this tile reaches O: the stages go back, m, l and O stay
+                release(k_empty + s);
+                wg_wait<0>();
+                if (it > 0) release(v_empty + vs);
+                if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;
+                if (++s == ST) s = 0, ks_par ^= 1;
+                continue;
+            }
             const float cref = crefs[s];
             float mt_max[2] = {-INFINITY, -INFINITY};
-            // Dead for these rows: every key masked (a key limit of -1; a separate all -inf branch spills).
-            const bool dead = n * BN > r0 + 63 || n < my_first;
             const int jmax[2] = {dead ? -1 : row[0], dead ? -1 : row[1]};
             // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
             auto scores = [&](auto masked) {  // std::true_type on this warpgroup's diagonal or a dead tile
@@ -1123,7 +1133,7 @@ fwd_wg3_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__
         }
         mbar_wait(v_full + vs, vs_par);  // the last tile's P V
         wg_fence();
-        pv_issue(Vs + vs * BN * DH);
+        if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
         wg_commit_wait();
         if (ORDER == 2) {  // its V stage goes back to the producer; the next item starts on the next stage
             release(v_empty + vs);
@@ -1156,17 +1166,17 @@ static int device_sms() {
     return sms;
 }
 
-template <int DH, int NWG, int ST, int ORDER>
+template <int DH, int NWG, int ST, int ORDER, bool SKIP = false>
 void forward_wg3(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                  const int *kv_first, cudaStream_t s) {
     using Cfg = Fwd3Cfg<NWG>;
     const size_t smem = fwd3_smem_bytes<DH, NWG, ST>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_wg3_kernel<DH, NWG, ST, ORDER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_wg3_kernel<DH, NWG, ST, ORDER, SKIP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
     const int nqb = (T + Cfg::BM - 1) / Cfg::BM;
     const dim3 grid = ORDER == 0 ? dim3(nqb, B * H) : ORDER == 1 ? dim3(B * H, nqb) : dim3(std::min(nqb * B * H, device_sms()));
-    fwd_wg3_kernel<DH, NWG, ST, ORDER><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, B * H, H, T, kv_first);
+    fwd_wg3_kernel<DH, NWG, ST, ORDER, SKIP><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, B * H, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
@@ -1477,6 +1487,7 @@ static const Version versions[] = {
      fox_attn_dev::forward_pers<128, 2, 2, false>, true},
     {22, "21 with the items handed out by an atomic counter", fox_attn_dev::forward_pers<64, 3, 3, true>,
      fox_attn_dev::forward_pers<128, 2, 2, true>, true},
+    {23, "18 with a warpgroup's dead tiles' S cut to one k16 step, their softmax and P V skipped", fox_attn_dev::forward_wg3<64, 3, 3, 1, true>, nullptr, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
