@@ -502,9 +502,20 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
-    const int nblk = gridDim.x;
-    const int nb = nblk - 1 - blockIdx.x;  // key block: highest first
-    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    // Key block nb of head bh: highest first in each head (see above), or with LONGEST_FIRST (BwdAtomicCfg; a
+    // 1-D grid) key block 0 first in each group of BWD_HEAD_GROUP heads.
+    const int nblk = (T + BWD_BN - 1) / BWD_BN;
+    int nb, bh;
+    if constexpr (Cfg::LONGEST_FIRST) {
+        const int per = BWD_HEAD_GROUP * nblk, g0 = (int)blockIdx.x / per * BWD_HEAD_GROUP, r = (int)blockIdx.x % per;
+        const int heads = min(BWD_HEAD_GROUP, (int)gridDim.x / nblk - g0);
+        nb = r / heads;
+        bh = g0 + r % heads;
+    } else {
+        nb = nblk - 1 - blockIdx.x;
+        bh = blockIdx.y;
+    }
+    const int b = bh / H, h = bh % H;
     const size_t head_off = (size_t)bh * T;
     const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
     const float *ch = c + head_off, *lh = lse + head_off, *Dsh = Dg + head_off;
@@ -957,7 +968,8 @@ void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
         tv = tma_map_bf16_3d(v, DH, T, B * H, BWD_BN);
         tdo = tma_map_bf16_3d(dout, H * DH, T, B, BM);
     }
-    dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
+    const int nblk = (T + BWD_BN - 1) / BWD_BN;
+    const dim3 grid = Cfg::LONGEST_FIRST ? dim3(nblk * B * H) : dim3(nblk, B * H);
     bwd_ws_kernel<DH, Cfg><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc,
                                                               dk, dv, dc, p.colsum, sem, H, T, q_last);
     FOX_LAUNCH_CHECK();

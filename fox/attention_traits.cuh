@@ -106,13 +106,19 @@ template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
 // ORDER, the key blocks add a query tile in the fixed order (else as they come: --deterministic 0).
 template <int DH> struct BwdDetCfg {
     static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true;
+    static constexpr bool LONGEST_FIRST = false;  // the grid's order (bwd_ws_kernel)
     static constexpr int TURNS = DH == 128 ? 2 : 0;
     static constexpr int BM = DH == 64 ? 128 : 64;
 };
-// The same kernel form without the order (the API's nondeterministic backward on Hopper).
+// The same kernel form without the order (the API's nondeterministic backward on Hopper), its blocks launched
+// longest first: with no order to keep, nothing waits on a block launched later.
 template <int DH> struct BwdAtomicCfg : BwdDetCfg<DH> {
-    static constexpr bool ORDER = false;
+    static constexpr bool ORDER = false, LONGEST_FIRST = true;
 };
+// LONGEST_FIRST's launch order: groups of BWD_HEAD_GROUP heads, in each every head's key block 0 (the longest
+// walk), then every head's key block 1, ... Small groups keep a head's Q and dO tiles shared by the ~33 of its
+// blocks resident at once (in L2); all heads at once measured 33% slower at T 4096 (dev/cuda/NOTES.md, session 11).
+inline constexpr int BWD_HEAD_GROUP = 4;
 
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24
 // = 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).

@@ -791,9 +791,24 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
 // issues it after its acquire and waits for it before its release; the accumulator in fragment order).
 template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = false> struct DevDetCfg {
     static constexpr int TURNS = TURNS_;
-    static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true;
+    static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, LONGEST_FIRST = false;
     static constexpr int BM = BM_;
 };
+// Version 42: the API's nondeterministic form (41) launched as the deterministic one, highest key block first in
+// each head, head after head.
+template <int DH> struct DevAtomicHeadMajorCfg : BwdAtomicCfg<DH> {
+    static constexpr bool LONGEST_FIRST = false;
+};
+template <int DH, class Cfg>
+void backward_ws_steps(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                       const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
+                       __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
+                       const int *q_last, cudaStream_t s) {
+    backward_ws<DH, Cfg>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
+    const BwdSums p = bwd_sums(scratch, B, H, T, DH);
+    bwd_dq(p.dq_acc, dq, B, H, T, DH, s);
+    fox_attention_reverse_scan(dc, p.colsum, dlogf, B * H, T, s);
+}
 
 // Steps 1 to 4 of the backward with bwd_ws_kernel in the form DevDetCfg<TURNS, TMA, MASK_PASS, BM, DQ_BULK> as step 2.
 template <int DH, int TURNS, bool TMA, bool MASK_PASS = false, int BM = 64, bool DQ_BULK = false>
@@ -889,6 +904,12 @@ static const Version versions[] = {
     {39, "38 + turns at every MMA issue", nullptr, nullptr, backward_det_cfg<64, 2, true, true, 128>, nullptr, false, true},
     {40, "38 (d_h 64) / 33 (d_h 128) with dQ added by the copy engine: one bulk add a tile", nullptr, nullptr,
      backward_det_cfg<64, 0, true, true, 128, true>, backward_det_cfg<128, 2, true, false, 64, true>, false, true},
+    {41, "the nondeterministic API: 40 without the order, key block 0 first in each group of 4 heads", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn::BwdAtomicCfg<64>>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn::BwdAtomicCfg<128>>, true, false},
+    {42, "41 launched in 40's order (highest key block first, head after head)", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicHeadMajorCfg<64>>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicHeadMajorCfg<128>>, true, false},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
