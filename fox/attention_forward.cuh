@@ -255,9 +255,9 @@ void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 // A block of 192 rows spans two ACP row blocks and parts of two diagonal key tiles, so every warpgroup walks
 // the block's key range (from the lowest of its warpgroups' first live tiles to the block's last tile) and
 // classifies each tile for its own rows: live, diagonal (the causal mask, the score loop's masked copy,
-// chosen by a uniform branch), or dead (above its rows' diagonal, or pruned by ACP for its row block). A
-// dead tile's scores are all masked to -inf: the exponentials are 0 and the max and O's rescale unchanged
-// (factor ex2(0) = 1), so the result has the bits of skipping the tile.
+// chosen by a uniform branch), or dead (above its rows' diagonal, or pruned by ACP for its row block). For a
+// dead tile the warpgroup issues S's first k16 step alone, skips the softmax and the next tile's P V, and
+// hands the stages back: O, m and l have the bits of a kernel that never saw the tile.
 template <int DH>
 __global__ void __launch_bounds__(FwdWsCfg<DH>::THREADS, 1)
 fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -265,6 +265,9 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
               float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
     using Cfg = FwdWsCfg<DH>;
     constexpr int BM = Cfg::BM, BN = FWD_WS_BN, NWG = Cfg::NWG, ST = Cfg::STAGES;
+    // Dead tiles exist only in three-warpgroup blocks: with two, both warpgroups share the block's ACP row and
+    // diagonal key tile.
+    constexpr bool SKIP = NWG == 3;
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
     __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
@@ -382,8 +385,11 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     mbar_wait(q_full, 0);
     if (wg == NWG - 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
     int s = 0, ks_par = 0, vs = 0, vs_par = 0;      // K(t)'s stage and parity, V(t-1)'s
+    bool live_prev = false;  // tile t-1 was live for these rows (its P V is not zero)
     for (int it = 0; it < ntiles; it++) {
         const int n = n_last - it;
+        // Dead for these rows: above their diagonal, or pruned by ACP for their row block.
+        const bool dead = SKIP && (n * BN > r0 + 63 || n < my_first);
         mbar_wait(k_full + s, ks_par);
         mbar_wait(v_full + vs, vs_par);
         if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
@@ -392,24 +398,33 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         float sacc[BN / 8][4];
         wg_fence();
         static_assert(BN == 128, "S: one m64n128 product per k16 step");
+        // A dead tile's S: its first k16 step alone (the product defines sacc; a branch around all of it would
+        // serialize the kernel's warpgroup MMAs); the P V after a dead tile (P = 0) is skipped.
 #pragma unroll
         for (int kk = 0; kk < DH / 16; kk++)
-            wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
+            if (!SKIP || kk == 0 || !dead)
+                wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
         wg_commit();  // then tile t-1's P V; only S is waited for here
-        pv_issue(Vs + vs * BN * DH);
+        if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
         wg_commit();
+        live_prev = !dead;
         if (wg == 0) named_bar_arrive(2, 256);  // the next warpgroup's turn (none after the last one's last tile)
         else if (wg == 1 && NWG == 3) named_bar_arrive(3, 256);
         else if (it + 1 < ntiles) named_bar_arrive(1, 256);
         wg_wait<1>();
+        if (dead) {  // nothing of this tile reaches O: the stages go back, m, l and O keep their bits
+            release(k_empty + s);
+            wg_wait<0>();
+            if (it > 0) release(v_empty + vs);
+            if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;
+            if (++s == ST) s = 0, ks_par ^= 1;
+            continue;
+        }
 
         const float cref = crefs[s];
         float mt_max[2] = {-INFINITY, -INFINITY};
-        // Dead for these rows: every key masked (a key limit of -1; a separate all -inf branch spills).
-        const bool dead = n * BN > r0 + 63 || n < my_first;
-        const int jmax[2] = {dead ? -1 : row[0], dead ? -1 : row[1]};
         // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
-        auto scores = [&](auto masked) {  // std::true_type on this warpgroup's diagonal tile or a dead one
+        auto scores = [&](auto masked) {  // std::true_type on this warpgroup's diagonal tile
 #pragma unroll
             for (int nt = 0; nt < BN / 8; nt++) {
                 const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
@@ -417,13 +432,13 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 for (int x = 0; x < 4; x++) {
                     const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
                     float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
-                    if (decltype(masked)::value && j > jmax[hf]) t = -INFINITY;
+                    if (decltype(masked)::value && j > row[hf]) t = -INFINITY;
                     sacc[nt][x] = t;
                     mt_max[hf] = fmaxf(mt_max[hf], t);
                 }
             }
         };
-        if (n * BN + BN - 1 > r0 || dead) scores(std::true_type{});
+        if (n * BN + BN - 1 > r0) scores(std::true_type{});
         else scores(std::false_type{});
         release(k_empty + s);  // S(t) is complete and the gate terms read
         float sh[2], al[2], ps[2] = {0.f, 0.f};
@@ -458,7 +473,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     }
     mbar_wait(v_full + vs, vs_par);  // the last tile's P V
     wg_fence();
-    pv_issue(Vs + vs * BN * DH);
+    if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
     wg_commit_wait();
     const size_t ld_o = (size_t)H * DH;
     __nv_bfloat16 *ob = o + (size_t)(bh / H) * T * ld_o + (size_t)(bh % H) * DH;
