@@ -1,7 +1,7 @@
 // dev/cuda/attention_forward.cu: the Forgetting Attention forward kernel in every version tried, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are versions 1 and 18 at d_h 64, 1 and 16 at d_h 128; 3 and 6 before
-// session 8, 10 before session 11).
+// (fox/attention.cuh, whose kernels are version 1 and, on Hopper, 18 with 23's dead-tile skip at d_h 64 and
+// 16 at d_h 128; 3 and 6 before session 8, 10 before session 11).
 //   make attention_forward
 //   ./attention_forward            every version: checks, then timings
 //   ./attention_forward 3          version 3 only (and the API); 10,11,12: those three
@@ -65,8 +65,9 @@
 //    T 4096, 575-633 at T 16384 (10: 573-587 in the same runs; the first-timed row runs ~630 there).
 // 17 16 with 3 K / V stages: 354-358, 436-441, 413-415, 432-436.
 // 18 17 with the grid (heads, query blocks), every head's longest block first: 358-361, 436-450, 450-451,
-//    435-442; at d_h 128 (2 stages) 450-453 and 543-554: slower there. The API's forward on Hopper since
-//    session 11: 18 at d_h 64, 16 at d_h 128 (fox/attention_forward.cuh's fwd_ws_kernel).
+//    435-442; at d_h 128 (2 stages) 450-453 and 543-554: slower there. With 23's dead-tile skip (and no
+//    key-limit select in the masked loop) the API's forward on Hopper at d_h 64 since session 11: 364-366,
+//    469-472, 464-466, 470 (fox/attention_forward.cuh's fwd_ws_kernel; 16's form at d_h 128).
 // 19 18 persistent (a block per SM, items in 18's order, static stride): 314-320, 405-421, 396, 391: slower,
 //    not measured why.
 // 20 16 with 18's order (2 stages): 314-320, 409-422, 437-440, 415-418.
