@@ -257,17 +257,16 @@ void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 // classifies each tile for its own rows: live, diagonal (the causal mask, the score loop's masked copy,
 // chosen by a uniform branch), or dead (above its rows' diagonal, or pruned by ACP for its row block). For a
 // dead tile the warpgroup issues S's first k16 step alone, skips the softmax and the next tile's P V, and
-// hands the stages back: O, m and l have the bits of a kernel that never saw the tile.
-template <int DH>
-__global__ void __launch_bounds__(FwdWsCfg<DH>::THREADS, 1)
+// hands the stages back: O, m and l have the bits of a kernel that never saw the tile (Cfg::SKIP_DEAD; without
+// it, dev/cuda's forms, a dead tile's scores are masked whole, with the same result).
+// Cfg: FwdWsCfg<DH> (the API), or another form of dev/cuda/attention_forward.cu.
+template <int DH, class Cfg = FwdWsCfg<DH>>
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
 fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
               const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
               float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    using Cfg = FwdWsCfg<DH>;
     constexpr int BM = Cfg::BM, BN = FWD_WS_BN, NWG = Cfg::NWG, ST = Cfg::STAGES;
-    // Dead tiles exist only in three-warpgroup blocks: with two, both warpgroups share the block's ACP row and
-    // diagonal key tile.
-    constexpr bool SKIP = NWG == 3;
+    constexpr bool SKIP = Cfg::SKIP_DEAD;
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
     __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
@@ -388,8 +387,9 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     bool live_prev = false;  // tile t-1 was live for these rows (its P V is not zero)
     for (int it = 0; it < ntiles; it++) {
         const int n = n_last - it;
-        // Dead for these rows: above their diagonal, or pruned by ACP for their row block.
-        const bool dead = SKIP && (n * BN > r0 + 63 || n < my_first);
+        // Dead for these rows: above their diagonal, or pruned by ACP for their row block (only with three
+        // warpgroups: two share the block's ACP row and diagonal key tile).
+        const bool dead = NWG == 3 && (n * BN > r0 + 63 || n < my_first);
         mbar_wait(k_full + s, ks_par);
         mbar_wait(v_full + vs, vs_par);
         if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
@@ -412,7 +412,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         else if (wg == 1 && NWG == 3) named_bar_arrive(3, 256);
         else if (it + 1 < ntiles) named_bar_arrive(1, 256);
         wg_wait<1>();
-        if (dead) {  // nothing of this tile reaches O: the stages go back, m, l and O keep their bits
+        if (SKIP && dead) {  // nothing of this tile reaches O: the stages go back, m, l and O keep their bits
             release(k_empty + s);
             wg_wait<0>();
             if (it > 0) release(v_empty + vs);
@@ -423,8 +423,10 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 
         const float cref = crefs[s];
         float mt_max[2] = {-INFINITY, -INFINITY};
+        const bool mask_all = !SKIP && dead;  // every key masked: a key limit of -1 (an all -inf branch spills)
+        const int jmax[2] = {mask_all ? -1 : row[0], mask_all ? -1 : row[1]};
         // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
-        auto scores = [&](auto masked) {  // std::true_type on this warpgroup's diagonal tile
+        auto scores = [&](auto masked) {  // std::true_type on this warpgroup's diagonal tile (or masked whole)
 #pragma unroll
             for (int nt = 0; nt < BN / 8; nt++) {
                 const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
@@ -432,13 +434,13 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 for (int x = 0; x < 4; x++) {
                     const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
                     float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
-                    if (decltype(masked)::value && j > row[hf]) t = -INFINITY;
+                    if (decltype(masked)::value && j > jmax[hf]) t = -INFINITY;
                     sacc[nt][x] = t;
                     mt_max[hf] = fmaxf(mt_max[hf], t);
                 }
             }
         };
-        if (n * BN + BN - 1 > r0) scores(std::true_type{});
+        if (n * BN + BN - 1 > r0 || mask_all) scores(std::true_type{});
         else scores(std::false_type{});
         release(k_empty + s);  // S(t) is complete and the gate terms read
         float sh[2], al[2], ps[2] = {0.f, 0.f};
@@ -492,17 +494,16 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 }
 
 // The tensor maps are encoded per call (host work only; they carry the pointers) and passed by value.
-template <int DH>
+template <int DH, class Cfg = FwdWsCfg<DH>>
 void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                 __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    using Cfg = FwdWsCfg<DH>;
-    const size_t smem = fwd_ws_smem_bytes<DH>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = fwd_ws_smem_bytes<DH, Cfg>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
     const int nqb = (T + Cfg::BM - 1) / Cfg::BM;
     const dim3 grid = Cfg::HEADS_FIRST ? dim3(B * H, nqb) : dim3(nqb, B * H);
-    fwd_ws_kernel<DH><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
+    fwd_ws_kernel<DH, Cfg><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 

@@ -57,22 +57,22 @@ template <int DH, bool PIPE = false, int BN = FWD_BN> size_t fwd_smem_bytes() {
 // O alone take 128 registers a thread there). K, V and the gate terms in STAGES stages; key tiles of FWD_WS_BN
 // (S one m64n128 product per k16 step). HEADS_FIRST: the grid is (heads, query blocks), so every head's
 // longest query block starts before any shorter one; at d_h 128 the grid (query blocks, heads) measured
-// faster (dev/cuda/NOTES.md, session 11).
+// faster (dev/cuda/NOTES.md, session 11). SKIP_DEAD: a warpgroup's dead tiles (fwd_ws_kernel) skip the
+// softmax and P V rather than being masked whole. FwdWsShape: the fields from NWG, the rest from the form.
 inline constexpr int FWD_WS_BN = 128;
-template <int DH> struct FwdWsCfg {
-    static constexpr int NWG = DH == 64 ? 3 : 2;
+template <int NWG_, int STAGES_, bool HEADS_FIRST_, bool SKIP_DEAD_> struct FwdWsShape {
+    static constexpr int NWG = NWG_, STAGES = STAGES_;
+    static constexpr bool HEADS_FIRST = HEADS_FIRST_, SKIP_DEAD = SKIP_DEAD_;
     static constexpr int BM = 64 * NWG, THREADS = 128 * (NWG + 1), PRODUCER_WARP = 4 * NWG;
-    static constexpr int STAGES = DH == 64 ? 3 : 2;
-    static constexpr bool HEADS_FIRST = DH == 64;
     static constexpr int REGS_CONSUMER = NWG == 3 ? 160 : 240, REGS_PRODUCER = 24;
     static_assert(REGS_PRODUCER * 128 + REGS_CONSUMER * 128 * NWG <= 65536, "the block's registers");
     static_assert(FOX_ACP_BLOCK % FWD_WS_BN == 0 && FOX_ACP_BLOCK % 64 == 0, "key tiles and warpgroups nest in the ACP grid");
 };
+template <int DH> struct FwdWsCfg : FwdWsShape<DH == 64 ? 3 : 2, DH == 64 ? 3 : 2, DH == 64, DH == 64> {};
 
 // Its smem: the Q tile, K and V in STAGES stages each, the gate terms of each stage (c_ref padded to an even
 // count: the mbarriers are 8-byte aligned), then the mbarriers (Q full, K full / empty, V full / empty per stage).
-template <int DH> constexpr size_t fwd_ws_smem_bytes() {
-    using Cfg = FwdWsCfg<DH>;
+template <int DH, class Cfg = FwdWsCfg<DH>> constexpr size_t fwd_ws_smem_bytes() {
     constexpr int ST = Cfg::STAGES;
     return (size_t)(Cfg::BM + 2 * ST * FWD_WS_BN) * DH * 2 + (ST * FWD_WS_BN + (ST + 1) / 2 * 2) * 4 + (1 + 4 * ST) * 8;
 }

@@ -60,19 +60,22 @@
 // 15 11 with 5 of 16 on the FMA pipe: 293.5, 356.6, 354.0, 355.0.
 // Session 11 (H100 80GB HBM3 at 1980 MHz, 2026-11-26; d_h 64 at T 4096 B 8 H 16, T 16384 B 2 H 16, B 1 H 12,
 // B 1 H 24, beside the same run's 10: 334-337, 406-409, 402-405, 404-407; ranges over 4 runs):
-// 16 three consumer warpgroups of 64 rows, 192-row blocks, 512 threads, setmaxnreg 160 / 24 (fwd_wg3_kernel;
-//    at d_h 128 two warpgroups, version 10's shape): 356-360, 437-450, 410-415, 432-436; d_h 128 512-517 at
+// 16-18, 20, 23 are fox/attention_forward.cuh's fwd_ws_kernel in other forms (FwdWsShape); their figures are
+// from its first text (a dev copy, commit ff0b4dd), whose dead tiles were masked whole with a key-limit select.
+// 16 three consumer warpgroups of 64 rows, 192-row blocks, 512 threads, setmaxnreg 160 / 24 (at d_h 128 two
+//    warpgroups, version 10's shape): 356-360, 437-450, 410-415, 432-436; d_h 128 512-517 at
 //    T 4096, 575-633 at T 16384 (10: 573-587 in the same runs; the first-timed row runs ~630 there).
 // 17 16 with 3 K / V stages: 354-358, 436-441, 413-415, 432-436.
 // 18 17 with the grid (heads, query blocks), every head's longest block first: 358-361, 436-450, 450-451,
-//    435-442; at d_h 128 (2 stages) 450-453 and 543-554: slower there. With 23's dead-tile skip (and no
-//    key-limit select in the masked loop) the API's forward on Hopper at d_h 64 since session 11: 364-366,
-//    469-472, 464-466, 470 (fox/attention_forward.cuh's fwd_ws_kernel; 16's form at d_h 128).
-// 19 18 persistent (a block per SM, items in 18's order, static stride): 314-320, 405-421, 396, 391: slower,
-//    not measured why.
+//    435-442; at d_h 128 (2 stages) 450-453 and 543-554: slower there.
+// 19 18 persistent (a block per SM, items in 18's order, static stride, the item in registers: 12 / 28 bytes
+//    of spills): 314-320, 405-421, 396, 391. Removed (code at commit 71a45d2); 21 and 22 are its forms.
 // 20 16 with 18's order (2 stages): 314-320, 409-422, 437-440, 415-418.
 // 21 18 persistent with the work item passed through smem (no spills): 320-328, 401-418, 394-399, 415-419.
 // 22 21 with the items handed out by an atomic counter: 346, 415-443, 431-435, 431-442. Still below 18.
+// 23 18 with a warpgroup's dead tiles' S cut to its first k16 step, their softmax and the P V after them
+//    skipped: first text (with the key-limit select) 355-364, 435-457, 443-461, 435-464; without the select
+//    the API's forward on Hopper at d_h 64 since session 11: 364-366, 469-472, 464-466, 470 (16 at d_h 128).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -882,279 +885,16 @@ void forward_la(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf1
     FOX_LAUNCH_CHECK();
 }
 
-// Versions 16-19: NWG consumer warpgroups of 64 query rows (FlashAttention-3's d_h 64 forward has three),
-// blocks of 64 NWG rows, 128 (NWG + 1) threads; setmaxnreg gives the consumers what the producer warpgroup
-// leaves (NWG 3: 128 x 24 + 384 x 160 = 63k of 512 x 128; NWG 2: 240, as version 10). The warpgroups take
-// turns to issue their MMAs, round robin (named barriers 1..NWG). Otherwise version 10's per-tile work.
-// A block of 192 rows spans two ACP row blocks and parts of two diagonal key tiles, so every warpgroup walks
-// the block's key range (from the lowest of its warpgroups' first live tiles to the block's last tile) and
-// classifies each tile for its own rows: live, diagonal (the causal mask), or dead (above its rows'
-// diagonal, or pruned by ACP for its row block). A dead tile's scores are all masked to -inf: the
-// exponentials are 0 and the max and O's rescale unchanged (factor ex2(0) = 1), so the result has the bits
-// of skipping the tile.
-// ORDER: 0 the grid (query blocks, heads), a head's blocks longest first; 1 the grid (heads, query blocks):
-// every head's longest block before any shorter one; 2 persistent: one block per SM walking work items in
-// 1's order (item i = blockIdx.x + k gridDim.x), the producer loading the next item's Q, K and V while the
-// consumers finish the current one (K, V and the gate terms' stages run on across items; Q waits for the
-// consumers to release it once the item's last S is complete).
-template <int NWG> struct Fwd3Cfg {
-    static constexpr int BM = 64 * NWG, THREADS = 128 * (NWG + 1), PRODUCER_WARP = 4 * NWG;
-    static constexpr int REGS_CONSUMER = NWG == 3 ? 160 : 240, REGS_PRODUCER = 24;
-    static_assert(REGS_PRODUCER * 128 + REGS_CONSUMER * 128 * NWG <= 65536, "the block's registers");
-};
-template <int DH, int NWG, int ST> constexpr size_t fwd3_smem_bytes() {
-    return (size_t)(Fwd3Cfg<NWG>::BM + 2 * ST * FWD_WS_BN) * DH * 2 + (ST * FWD_WS_BN + (ST + 1) / 2 * 2) * 4 +
-           (2 + 4 * ST) * 8;
-}
-
-template <int DH, int NWG, int ST, int ORDER, bool SKIP = false>
-__global__ void __launch_bounds__(Fwd3Cfg<NWG>::THREADS, 1)
-fwd_wg3_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-               const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
-               float *__restrict__ lse, int BH, int H, int T, const int *__restrict__ kv_first) {
-    using Cfg = Fwd3Cfg<NWG>;
-    constexpr int BM = Cfg::BM, BN = FWD_WS_BN;
-    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
-    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
-    __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
-    __nv_bfloat16 *Vs = Ks + ST * BN * DH;     // [ST][BN][DH]
-    float *nbs = reinterpret_cast<float *>(Vs + ST * BN * DH);  // [ST][BN]: -(c_j - c_ref) log2e
-    float *crefs = nbs + ST * BN;                                // [ST]
-    uint64_t *q_full = reinterpret_cast<uint64_t *>(crefs + (ST + 1) / 2 * 2), *q_empty = q_full + 1;
-    uint64_t *k_full = q_full + 2, *k_empty = k_full + ST, *v_full = k_empty + ST, *v_empty = v_full + ST;
-
-    const int tid = threadIdx.x, lane = tid & 31;
-    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
-    const int g = lane >> 2, tq = lane & 3;
-    const int nqb = (T + BM - 1) / BM, nacp = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
-    const int nitems = ORDER == 2 ? nqb * BH : 1;
-    // Work item: query block mb (longest first) of head bh, its key tiles n_last down to n_first.
-    struct Item {
-        int mb, bh, q0, n_last, n_first, ntiles;
-    };
-    auto wg_first = [&](int bh, int q0, int w) {  // the first live key tile of warpgroup w's ACP row block
-        const int a = min((q0 + 64 * w) / FOX_ACP_BLOCK, nacp - 1);
-        return kv_first ? kv_first[(size_t)bh * nacp + a] * (FOX_ACP_BLOCK / BN) : 0;
-    };
-    auto item = [&](int i) {
-        Item it;
-        if (ORDER == 0) it.mb = nqb - 1 - blockIdx.x, it.bh = blockIdx.y;
-        else if (ORDER == 1) it.mb = nqb - 1 - blockIdx.y, it.bh = blockIdx.x;
-        else it.mb = nqb - 1 - i / BH, it.bh = i % BH;
-        it.q0 = it.mb * BM;
-        it.n_last = min((T - 1) / BN, (it.q0 + BM - 1) / BN);
-        it.n_first = wg_first(it.bh, it.q0, 0);
-#pragma unroll
-        for (int w = 1; w < NWG; w++) it.n_first = min(it.n_first, wg_first(it.bh, it.q0, w));
-        it.ntiles = it.n_last - it.n_first + 1;
-        return it;
-    };
-    const int i0 = ORDER == 2 ? blockIdx.x : 0, istep = ORDER == 2 ? gridDim.x : 1;
-
-    if (tid == 0) {
-        mbar_init(q_full, 1);
-        mbar_init(q_empty, 4 * NWG);
-        for (int s = 0; s < ST; s++) {
-            mbar_init(k_full + s, 32);
-            mbar_init(k_empty + s, 4 * NWG);
-            mbar_init(v_full + s, 1);
-            mbar_init(v_empty + s, 4 * NWG);
-        }
-        mbar_fence_init();
-    }
-    __syncthreads();
-
-    if (warp >= Cfg::PRODUCER_WARP) {  // the producer: version 10's, with ST stages run on across items
-        setmaxnreg_dec<Cfg::REGS_PRODUCER>();
-        if (warp != Cfg::PRODUCER_WARP) return;
-        int s = 0, parity = 1, nload = 0;  // stage, the parity of its release by the tile ST earlier, tiles loaded
-        for (int i = i0, j = 0; i < nitems; i += istep, j++) {
-            const Item w = item(i);
-            const float *ch = c + (size_t)w.bh * T;
-            if (lane == 0) {
-                if (j > 0) mbar_wait(q_empty, (j - 1) & 1);
-                mbar_arrive_expect_tx(q_full, BM * DH * 2);
-#pragma unroll
-                for (int hf = 0; hf < DH / 64; hf++) tma_load_3d(Qs + hf * BM * 64, &tm_q, q_full, hf * 64, w.q0, w.bh);
-            }
-            for (int it = 0; it < w.ntiles; it++, nload++) {
-                const int n = w.n_last - it;
-                if (nload >= ST) mbar_wait(k_empty + s, parity);
-                const float cref = ch[n * BN];
-#pragma unroll
-                for (int x = lane; x < BN; x += 32) {
-                    const int jj = n * BN + x;
-                    nbs[s * BN + x] = -((jj < T ? ch[jj] : cref) - cref) * LOG2E;
-                }
-                if (lane == 0) {
-                    crefs[s] = cref;
-                    mbar_arrive_expect_tx(k_full + s, BN * DH * 2);
-#pragma unroll
-                    for (int hf = 0; hf < DH / 64; hf++)
-                        tma_load_3d(Ks + s * BN * DH + hf * BN * 64, &tm_k, k_full + s, hf * 64, n * BN, w.bh);
-                } else {
-                    mbar_arrive(k_full + s);
-                }
-                if (nload >= ST) mbar_wait(v_empty + s, parity);
-                if (lane == 0) {
-                    mbar_arrive_expect_tx(v_full + s, BN * DH * 2);
-#pragma unroll
-                    for (int hf = 0; hf < DH / 64; hf++)
-                        tma_load_3d(Vs + s * BN * DH + hf * BN * 64, &tm_v, v_full + s, hf * 64, n * BN, w.bh);
-                }
-                if (++s == ST) s = 0, parity ^= 1;
-            }
-        }
-        return;
-    }
-    // the consumers
-    setmaxnreg_inc<Cfg::REGS_CONSUMER>();
-    const int wg = warp >> 2;
-    const float sl2 = LOG2E / sqrtf((float)DH);
-    auto release = [&](uint64_t *bar) {  // lane 0 arrives for its warp once every lane's reads are done
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar);
-    };
-    if (wg == NWG - 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
-    int s = 0, ks_par = 0, vs = 0, vs_par = 0;      // K(t)'s stage and parity, V(t-1)'s
-    for (int i = i0, j = 0; i < nitems; i += istep, j++) {
-        const Item w = item(i);
-        const bool last_item = i + istep >= nitems;
-        const float *ch = c + (size_t)w.bh * T;
-        const int r0 = w.q0 + 64 * wg;  // this warpgroup's first row
-        const int my_first = wg_first(w.bh, w.q0, wg);
-        int row[2];
-        float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            row[hf] = w.q0 + warp * 16 + g + 8 * hf;
-            crow[hf] = row[hf] < T ? ch[row[hf]] : 0.f;
-            m[hf] = -INFINITY;
-            l[hf] = 0.f;
-        }
-        uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
-        float oacc[DH / 8][4];
-#pragma unroll
-        for (int x = 0; x < DH / 8; x++) oacc[x][0] = oacc[x][1] = oacc[x][2] = oacc[x][3] = 0.f;
-        auto pv_issue = [&](const __nv_bfloat16 *Vp) {  // O += P(t-1) V(t-1), one m64n64 product per half of V
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-#pragma unroll
-                for (int hf = 0; hf < DH / 64; hf++)
-                    wgmma_m64n64_rs<1>(acc_half(oacc, hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
-        };
-
-        mbar_wait(q_full, j & 1);
-        bool live_prev = false;  // SKIP: tile t-1 was live for these rows (its P V is not zero)
-        for (int it = 0; it < w.ntiles; it++) {
-            const int n = w.n_last - it;
-            // Dead for these rows: every key masked (a key limit of -1; a separate all -inf branch spills).
-            const bool dead = n * BN > r0 + 63 || n < my_first;
-            mbar_wait(k_full + s, ks_par);
-            mbar_wait(v_full + vs, vs_par);
-            if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
-            else if (wg == 1) named_bar_sync(2, 256);
-            else named_bar_sync(3, 256);
-            float sacc[BN / 8][4];
-            wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < DH / 16; kk++)
-                    if (!SKIP || kk == 0 || !dead) wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
-            wg_commit();  // then tile t-1's P V; only S is waited for here
-            if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
-            wg_commit();
-            live_prev = !dead;
-            const bool more = it + 1 < w.ntiles || !last_item;  // none after the last warpgroup's last tile
-            if (wg == 0) named_bar_arrive(2, 256);               // the next warpgroup's turn
-            else if (wg == 1 && NWG == 3) named_bar_arrive(3, 256);
-            else if (more) named_bar_arrive(1, 256);
-            wg_wait<1>();
-            if (ORDER == 2 && it + 1 == w.ntiles) release(q_empty);  // the item's last S is complete
-
-            if (SKIP && dead) {  // nothing of this tile reaches O: the stages go back, m, l and O stay
-                release(k_empty + s);
-                wg_wait<0>();
-                if (it > 0) release(v_empty + vs);
-                if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;
-                if (++s == ST) s = 0, ks_par ^= 1;
-                continue;
-            }
-            const float cref = crefs[s];
-            float mt_max[2] = {-INFINITY, -INFINITY};
-            const int jmax[2] = {dead ? -1 : row[0], dead ? -1 : row[1]};
-            // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
-            auto scores = [&](auto masked) {  // std::true_type on this warpgroup's diagonal or a dead tile
-#pragma unroll
-                for (int nt = 0; nt < BN / 8; nt++) {
-                    const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
-#pragma unroll
-                    for (int x = 0; x < 4; x++) {
-                        const int hf = x >> 1, jj = n * BN + nt * 8 + 2 * tq + (x & 1);
-                        float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
-                        if (decltype(masked)::value && jj > jmax[hf]) t = -INFINITY;
-                        sacc[nt][x] = t;
-                        mt_max[hf] = fmaxf(mt_max[hf], t);
-                    }
-                }
-            };
-            if (n * BN + BN - 1 > r0 || dead) scores(std::true_type{});
-            else scores(std::false_type{});
-            release(k_empty + s);  // S(t) is complete and the gate terms read
-            float sh[2], al[2], ps[2] = {0.f, 0.f};
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const float a = (crow[hf] - cref) * LOG2E;
-                const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
-                // Rows with nothing live yet keep max -inf: shift by 0 so exp2 sees -inf, not NaN.
-                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
-                al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
-                m[hf] = mn;
-            }
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
-                    ps[x >> 1] += sacc[nt][x];
-                }
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];  // quad-reduced at the end
-            wg_wait<0>();  // tile t-1's P V has landed in O
-            if (it > 0) release(v_empty + vs);
-#pragma unroll
-            for (int x = 0; x < DH / 8; x++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) oacc[x][e] *= al[e >> 1];
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
-            if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;  // V(t) is the next tile's V(t-1)
-            if (++s == ST) s = 0, ks_par ^= 1;
-        }
-        mbar_wait(v_full + vs, vs_par);  // the last tile's P V
-        wg_fence();
-        if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
-        wg_commit_wait();
-        if (ORDER == 2) {  // its V stage goes back to the producer; the next item starts on the next stage
-            release(v_empty + vs);
-            if (++vs == ST) vs = 0, vs_par ^= 1;
-        }
-        const size_t ld_o = (size_t)H * DH;
-        __nv_bfloat16 *ob = o + (size_t)(w.bh / H) * T * ld_o + (size_t)(w.bh % H) * DH;
-        constexpr float LN2 = 0.6931471805599453f;
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int r = row[hf];
-            const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
-            if (r >= T) continue;
-#pragma unroll
-            for (int nt = 0; nt < DH / 8; nt++)
-                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
-                    pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
-            if (tq == 0) lse[(size_t)w.bh * T + r] = (m[hf] + log2f(lsum)) * LN2;
-        }
-    }
+// Versions 16-18, 20, 23: fox/attention_forward.cuh's fwd_ws_kernel in other forms (FwdWsShape: NWG consumer
+// warpgroups of 64 query rows, FlashAttention-3's d_h 64 forward has three; STAGES; HEADS_FIRST, the grid
+// (heads, query blocks); SKIP_DEAD, a warpgroup's dead tiles skipped rather than masked whole). 19 (version 18
+// persistent, the work item kept in registers) was measured at commit 71a45d2 and removed: 21 and 22 are its
+// forms that keep the item in smem.
+template <int NWG, int ST, bool HEADS_FIRST, bool SKIP = false> using Fwd3Cfg = FwdWsShape<NWG, ST, HEADS_FIRST, SKIP>;
+template <int DH, int NWG, int ST, bool HEADS_FIRST, bool SKIP = false>
+void forward_wg3(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
+                 const int *kv_first, cudaStream_t s) {
+    fox_attn::forward_ws<DH, Fwd3Cfg<NWG, ST, HEADS_FIRST, SKIP>>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 
 static int device_sms() {
@@ -1165,20 +905,6 @@ static int device_sms() {
         FOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     }
     return sms;
-}
-
-template <int DH, int NWG, int ST, int ORDER, bool SKIP = false>
-void forward_wg3(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
-                 const int *kv_first, cudaStream_t s) {
-    using Cfg = Fwd3Cfg<NWG>;
-    const size_t smem = fwd3_smem_bytes<DH, NWG, ST>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_wg3_kernel<DH, NWG, ST, ORDER, SKIP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
-                      tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
-    const int nqb = (T + Cfg::BM - 1) / Cfg::BM;
-    const dim3 grid = ORDER == 0 ? dim3(nqb, B * H) : ORDER == 1 ? dim3(B * H, nqb) : dim3(std::min(nqb * B * H, device_sms()));
-    fwd_wg3_kernel<DH, NWG, ST, ORDER, SKIP><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, B * H, H, T, kv_first);
-    FOX_LAUNCH_CHECK();
 }
 
 // Version 21: 18 persistent, with the work item passed through shared memory (19 kept it in registers on
@@ -1193,11 +919,11 @@ void forward_wg3(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf
 // spanning many query blocks, the same blocks always get the longest).
 __device__ int fwd_pers_next_item;
 template <int DH, int NWG, int ST, bool DYN>
-__global__ void __launch_bounds__(Fwd3Cfg<NWG>::THREADS, 1)
+__global__ void __launch_bounds__(Fwd3Cfg<NWG, ST, true>::THREADS, 1)
 fwd_pers_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                 const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
                 float *__restrict__ lse, int BH, int H, int T, const int *__restrict__ kv_first) {
-    using Cfg = Fwd3Cfg<NWG>;
+    using Cfg = Fwd3Cfg<NWG, ST, true>;
     constexpr int BM = Cfg::BM, BN = FWD_WS_BN;
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
@@ -1430,8 +1156,9 @@ fwd_pers_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant_
 template <int DH, int NWG, int ST, bool DYN>
 void forward_pers(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                   const int *kv_first, cudaStream_t s) {
-    using Cfg = Fwd3Cfg<NWG>;
-    const size_t smem = fwd3_smem_bytes<DH, NWG, ST>() + 4 * sizeof(int);
+    using Cfg = Fwd3Cfg<NWG, ST, true>;
+    // fwd_ws_kernel's smem, one more mbarrier (Q empty) and the item (4 ints)
+    const size_t smem = fwd_ws_smem_bytes<DH, Cfg>() + 8 + 4 * sizeof(int);
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_pers_kernel<DH, NWG, ST, DYN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     if (DYN) {
         void *counter;
@@ -1477,18 +1204,17 @@ static const Version versions[] = {
     {14, "11 with 2 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 2>, nullptr, true},
     {15, "11 with 5 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 5>, nullptr, true},
     {16, "10 with three consumer warpgroups (192-row blocks; d_h 128: two, version 10's shape)",
-     fox_attn_dev::forward_wg3<64, 3, 2, 0>, fox_attn_dev::forward_wg3<128, 2, 2, 0>, true},
-    {17, "16 with K, V and the gate terms in 3 stages at d_h 64", fox_attn_dev::forward_wg3<64, 3, 3, 0>, nullptr, true},
+     fox_attn_dev::forward_wg3<64, 3, 2, false>, fox_attn_dev::forward_wg3<128, 2, 2, false>, true},
+    {17, "16 with K, V and the gate terms in 3 stages at d_h 64", fox_attn_dev::forward_wg3<64, 3, 3, false>, nullptr, true},
     {18, "17 with every head's longest query block first (grid: heads, query blocks)",
-     fox_attn_dev::forward_wg3<64, 3, 3, 1>, fox_attn_dev::forward_wg3<128, 2, 2, 1>, true},
-    {19, "18 persistent: a block per SM walks the work items, the next item's loads under the current one",
-     fox_attn_dev::forward_wg3<64, 3, 3, 2>, fox_attn_dev::forward_wg3<128, 2, 2, 2>, true},
-    {20, "16 with every head's longest query block first (2 stages)", fox_attn_dev::forward_wg3<64, 3, 2, 1>, nullptr, true},
+     fox_attn_dev::forward_wg3<64, 3, 3, true>, fox_attn_dev::forward_wg3<128, 2, 2, true>, true},
+    {20, "16 with every head's longest query block first (2 stages)", fox_attn_dev::forward_wg3<64, 3, 2, true>, nullptr, true},
     {21, "18 persistent, the work item passed through smem", fox_attn_dev::forward_pers<64, 3, 3, false>,
      fox_attn_dev::forward_pers<128, 2, 2, false>, true},
     {22, "21 with the items handed out by an atomic counter", fox_attn_dev::forward_pers<64, 3, 3, true>,
      fox_attn_dev::forward_pers<128, 2, 2, true>, true},
-    {23, "18 with a warpgroup's dead tiles' S cut to one k16 step, their softmax and P V skipped", fox_attn_dev::forward_wg3<64, 3, 3, 1, true>, nullptr, true},
+    {23, "18 with a warpgroup's dead tiles' S cut to one k16 step, their softmax and P V skipped (the API)",
+     fox_attn_dev::forward_wg3<64, 3, 3, true, true>, nullptr, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
