@@ -26,8 +26,7 @@
 // the same inputs give bitwise the same outputs, run after run; the dQ and dc adds of the key blocks come
 // in a fixed order, fox/attention_backward.cuh); deterministic = 0 adds them in arrival order (the low bits of
 // dq, dc and dlogf can differ between runs; faster: with mma.sync, and on Hopper, where with no order to keep
-// the key blocks are launched longest first). On Hopper from T = 16384 the deterministic backward mirrors its
-// fixed order (lowest key block first) so that it too launches longest first; still the same bits run after run.
+// the key blocks are launched longest first).
 #ifndef FOX_ATTENTION_CUH
 #define FOX_ATTENTION_CUH
 

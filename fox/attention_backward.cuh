@@ -502,15 +502,13 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
-    // Key block nb of head bh: highest first in each head (see above), or with LONGEST_FIRST (a 1-D grid) key
-    // block 0 first in each group of Cfg::HEAD_GROUP heads.
-    static_assert(!Cfg::DOWNWARD || (Cfg::ORDER && Cfg::LONGEST_FIRST && TMA), "the mirrored order launches longest first");
+    // Key block nb of head bh: highest first in each head (see above), or with LONGEST_FIRST (BwdAtomicCfg; a
+    // 1-D grid) key block 0 first in each group of BWD_HEAD_GROUP heads.
     const int nblk = (T + BWD_BN - 1) / BWD_BN;
     int nb, bh;
     if constexpr (Cfg::LONGEST_FIRST) {
-        const int group = min(Cfg::HEAD_GROUP, (int)gridDim.x / nblk), per = group * nblk;
-        const int g0 = (int)blockIdx.x / per * group, r = (int)blockIdx.x % per;
-        const int heads = min(group, (int)gridDim.x / nblk - g0);
+        const int per = BWD_HEAD_GROUP * nblk, g0 = (int)blockIdx.x / per * BWD_HEAD_GROUP, r = (int)blockIdx.x % per;
+        const int heads = min(BWD_HEAD_GROUP, (int)gridDim.x / nblk - g0);
         nb = r / heads;
         bh = g0 + r % heads;
     } else {
@@ -533,8 +531,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int qt_first = k0 / BM;
     const int qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
     const int ntiles = qt_last - qt_first + 1;
-    // The query tile of step it: upward from the diagonal, or (DOWNWARD) down from the last live one.
-    auto tile = [&](int it) { return Cfg::DOWNWARD ? qt_last - it : qt_first + it; };
     int *semh = sem + (size_t)bh * nqt;
 
     if constexpr (TMA) {
@@ -557,7 +553,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             // (barrier 1), lane 0 has the copy engine add the dQ tile (one contiguous range of the accumulator,
             // whole 64-row blocks), the lanes add the dc sums, the smem tile goes back to the compute warps
             // (barrier 2) once read, and the adds are complete before the release.
-            auto bulk_add_dq = [&](int t, bool more) {
+            auto bulk_add_dq = [&](int t) {
                 named_bar_sync(1, NTHREADS + 32);
                 const int i0 = t * BM, rows = min(BM, T - i0);
                 if (lane == 0) {
@@ -568,38 +564,19 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 for (int r = lane; r < rows; r += 32) atomicAdd(dc + head_off + i0 + r, dcs[r]);
                 if (lane == 0) bulk_wait<true>();
                 __syncwarp();
-                if (more) named_bar_arrive(2, NTHREADS + 32);
+                if (t < qt_last) named_bar_arrive(2, NTHREADS + 32);
                 if (lane == 0) {
                     bulk_wait<false>();
                     fence_proxy_async_global();  // the copy engine's add before the release
                 }
                 __syncwarp();
             };
-            // DOWNWARD: the live key blocks below nb in row m, [first, nb): first never grows as the rows go down
-            // (the staircase), so a scan for the first row, then a step down now and then.
-            int first = 0;
-            if (Cfg::DOWNWARD && qlh) {  // the blocks below nb dead in row m are a prefix: count them, 4 loads a lane in flight
-                const int m = qt_last / TPB;
-                for (int n0 = 0; n0 < nb; n0 += 128) {
-                    int ql[4];
-#pragma unroll
-                    for (int i = 0; i < 4; i++) ql[i] = n0 + 32 * i + lane < nb ? qlh[n0 + 32 * i + lane] : m;
-#pragma unroll
-                    for (int i = 0; i < 4; i++) first += __popc(__ballot_sync(0xffffffffu, ql[i] < m));
-                }
-            }
             if (DQ_BULK) named_bar_arrive(2, NTHREADS + 32);  // the smem dQ tile starts free
-            for (int it = 0; it < ntiles; it++) {
-                const int t = tile(it), m = t / TPB;
+            for (int t = qt_first; t <= qt_last; t++) {
+                const int m = t / TPB;
                 if (m != ord_row) {
                     ord_row = m;
-                    if constexpr (Cfg::DOWNWARD) {
-                        if (qlh)
-                            while (first > 0 && qlh[first - 1] >= m) first--;
-                        before = nb - first;
-                    } else {
-                        acp_order(m, nb, qlh, before, last);
-                    }
+                    acp_order(m, nb, qlh, before, last);
                 }
                 if (Cfg::ORDER && lane == 0 && before > 0) {
                     unsigned spins = 0;
@@ -610,7 +587,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 }
                 __syncwarp();
                 if constexpr (DQ_BULK) {
-                    bulk_add_dq(t, it + 1 < ntiles);
+                    bulk_add_dq(t);
                 } else {
                     named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
                     named_bar_arrive(3, 128 + 32);
@@ -629,7 +606,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 }
             }
             for (int it = 0; it < ntiles; it++) {
-                const int s = it & 1, i0 = tile(it) * BM;
+                const int s = it & 1, i0 = (qt_first + it) * BM;
                 if (it >= 2) mbar_wait(empty + s, ((it >> 1) & 1) ^ 1);  // tile it-2's release
 #pragma unroll
                 for (int r = lane; r < BM; r += 32)
@@ -668,11 +645,11 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     if constexpr (!TMA) {
         load_tile_async<DH, BN, NTHREADS, true>(Ks, kh, DH, k0, T, tid);
         load_tile_async<DH, BN, NTHREADS, true>(Vs, vh, DH, k0, T, tid);
-        load_tile_async<DH, BM, NTHREADS, true>(Qs, qh, DH, tile(0) * BM, T, tid);
-        load_tile_async<DH, BM, NTHREADS, true>(dOs, doh, (int)ld_o, tile(0) * BM, T, tid);
+        load_tile_async<DH, BM, NTHREADS, true>(Qs, qh, DH, qt_first * BM, T, tid);
+        load_tile_async<DH, BM, NTHREADS, true>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
         cp_async_commit();
         float r = 0.f, d = 0.f;
-        fetch_rows(tile(0), r, d);
+        fetch_rows(qt_first, r, d);
         store_rows(0, r, d);
     }
 
@@ -710,7 +687,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     };
     // dQ (and dc row sums) of tile it-1 added in the sync warp's order (the API's).
     auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
-        const int pb = (it - 1) & 1, i0 = tile(it - 1) * BM;
+        const int pb = (it - 1) & 1, i0 = (qt_first + it - 1) * BM;
         float rtot = 0.f;
         if (tid < BM) {
 #pragma unroll
@@ -779,14 +756,14 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         const bool more = it + 1 < ntiles;
         float r_next = 0.f, d_next = 0.f;
         if (!TMA && more) {
-            const int i1 = tile(it + 1) * BM;
+            const int i1 = (qt_first + it + 1) * BM;
             load_tile_async<DH, BM, NTHREADS, true>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
             load_tile_async<DH, BM, NTHREADS, true>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
             cp_async_commit();
-            fetch_rows(tile(it + 1), r_next, d_next);
+            fetch_rows(qt_first + it + 1, r_next, d_next);
         }
         if (it < ntiles) {
-            const int i0 = tile(it) * BM;
+            const int i0 = (qt_first + it) * BM;
             const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
             const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
             __nv_bfloat16 *dSb = dSt + buf * BN * BM;
@@ -1017,8 +994,6 @@ void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat1
               __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, bool det, cudaStream_t s) {
     constexpr int BM = BwdCfg<DH>::BM, MINB = BwdCfg<DH>::MINB;
     if (use_wgmma()) {
-        if (det && T >= BWD_DOWNWARD_MIN_T)
-            return backward_ws<DH, BwdDetDownCfg<DH>>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
         if (det) return backward_ws<DH>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
         return backward_ws<DH, BwdAtomicCfg<DH>>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
     }

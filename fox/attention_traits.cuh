@@ -104,32 +104,21 @@ template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
 // the P^T / dS^T loop); BM, the query rows per tile: 64, or 128 at d_h 64 (two sub-tiles of 64 per tile);
 // DQ_BULK, a tile's dQ goes through smem to one bulk add by the copy engine (else fp32 atomics from registers);
 // ORDER, the key blocks add a query tile in the fixed order (else as they come: --deterministic 0).
-// LONGEST_FIRST, the launch order: groups of HEAD_GROUP heads, in each every head's key block 0 (the longest
-// walk), then every head's key block 1, ... (else a head's highest key block first, head after head).
-// DOWNWARD (with ORDER and LONGEST_FIRST): the order lowest key block first, each block walking its query
-// tiles from the last down, so that a block only waits on blocks launched before it (bwd_ws_kernel).
 template <int DH> struct BwdDetCfg {
     static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true;
-    static constexpr bool LONGEST_FIRST = false, DOWNWARD = false;
-    static constexpr int HEAD_GROUP = 4;
+    static constexpr bool LONGEST_FIRST = false;  // the grid's order (bwd_ws_kernel)
     static constexpr int TURNS = DH == 128 ? 2 : 0;
     static constexpr int BM = DH == 64 ? 128 : 64;
 };
 // The same kernel form without the order (the API's nondeterministic backward on Hopper), its blocks launched
-// longest first: with no order to keep, nothing waits on a block launched later. Groups of 4 heads keep a head's
-// Q and dO tiles and dQ accumulator shared by the ~33 of its blocks resident at once (in L2); all heads at
-// once measured 33% slower at T 4096 (dev/cuda/NOTES.md, session 11).
+// longest first: with no order to keep, nothing waits on a block launched later.
 template <int DH> struct BwdAtomicCfg : BwdDetCfg<DH> {
     static constexpr bool ORDER = false, LONGEST_FIRST = true;
 };
-// The deterministic backward launched longest first (the API's from T = BWD_DOWNWARD_MIN_T): the order
-// mirrored (DOWNWARD), all heads in one group so that the blocks starting together are few per head (two
-// blocks of a head that start together reach each tile at the same step, the upper one a bulk add behind).
-template <int DH> struct BwdDetDownCfg : BwdDetCfg<DH> {
-    static constexpr bool LONGEST_FIRST = true, DOWNWARD = true;
-    static constexpr int HEAD_GROUP = 1 << 30;
-};
-inline constexpr int BWD_DOWNWARD_MIN_T = 16384;
+// LONGEST_FIRST's launch order: groups of BWD_HEAD_GROUP heads, in each every head's key block 0 (the longest
+// walk), then every head's key block 1, ... Small groups keep a head's Q and dO tiles shared by the ~33 of its
+// blocks resident at once (in L2); all heads at once measured 33% slower at T 4096 (dev/cuda/NOTES.md, session 11).
+inline constexpr int BWD_HEAD_GROUP = 4;
 
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24
 // = 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).

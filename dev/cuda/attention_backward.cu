@@ -792,14 +792,7 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
 template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = false> struct DevDetCfg {
     static constexpr int TURNS = TURNS_;
     static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, LONGEST_FIRST = false;
-    static constexpr bool DOWNWARD = false;
-    static constexpr int HEAD_GROUP = 4;
     static constexpr int BM = BM_;
-};
-// Version 44: 43 (the deterministic order mirrored, longest first) in groups of 4 heads, as the nondeterministic
-// API (41).
-template <int DH> struct DevDetDownGroupCfg : BwdDetDownCfg<DH> {
-    static constexpr int HEAD_GROUP = 4;
 };
 // Version 42: the API's nondeterministic form (41) launched as the deterministic one, highest key block first in
 // each head, head after head.
@@ -917,11 +910,6 @@ static const Version versions[] = {
     {42, "41 launched in 40's order (highest key block first, head after head)", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicHeadMajorCfg<64>>,
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicHeadMajorCfg<128>>, true, false},
-    {43, "40 with its order mirrored (lowest key block first, tiles walked down), longest first over all heads "
-         "(the API's from T 16384)", nullptr, nullptr, fox_attn_dev::backward_ws_steps<64, fox_attn::BwdDetDownCfg<64>>,
-     fox_attn_dev::backward_ws_steps<128, fox_attn::BwdDetDownCfg<128>>, false, false},
-    {44, "43 in groups of 4 heads", nullptr, nullptr, fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetDownGroupCfg<64>>,
-     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetDownGroupCfg<128>>, false, false},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
