@@ -240,8 +240,9 @@ void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 // columns 64 hf.. (acc_half). Tile t-1's P V runs on the tensor cores during tile t's softmax: per tile a
 // warpgroup commits S(t), then P(t-1) V(t-1), waits for S(t) only, forms tile t's exponentials and row
 // sums, then waits for P V and rescales O (the same operations on O in the same order as a P V issued
-// right after tile t-1's softmax). The P V issue is unconditional (at t = 0 a zero P on V(0)): under a
-// branch ptxas would serialize the kernel's warpgroup MMAs.
+// right after tile t-1's softmax). A P V is skipped only where P is zero (t = 0, after a dead tile; with
+// Cfg::SKIP_DEAD), never an S: ptxas keeps the warpgroup MMAs asynchronous while every accumulator they write
+// is defined by one on every path (a branch around a whole S product serializes them, C7515).
 // Warps 0..4 NWG - 1 are NWG consumer warpgroups of 64 query rows (FwdWsCfg: three at d_h 64, two at 128);
 // the next warp is the producer: one lane issues the bulk tensor copies (TMA) of Q, then of each key tile's
 // K and V (each 64-column half one box of the 3-D map [B H][T][d_h], landing in the 128-byte-swizzle layout

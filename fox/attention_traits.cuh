@@ -58,7 +58,8 @@ template <int DH, bool PIPE = false, int BN = FWD_BN> size_t fwd_smem_bytes() {
 // (S one m64n128 product per k16 step). HEADS_FIRST: the grid is (heads, query blocks), so every head's
 // longest query block starts before any shorter one; at d_h 128 the grid (query blocks, heads) measured
 // faster (dev/cuda/NOTES.md, session 11). SKIP_DEAD: a warpgroup's dead tiles (fwd_ws_kernel) skip the
-// softmax and P V rather than being masked whole. FwdWsShape: the fields from NWG, the rest from the form.
+// softmax and P V rather than being masked whole. FwdWsShape derives the block's rows, threads and register
+// split from NWG; FwdWsCfg<DH> is the API's form, dev/cuda/attention_forward.cu instantiates others.
 inline constexpr int FWD_WS_BN = 128;
 template <int NWG_, int STAGES_, bool HEADS_FIRST_, bool SKIP_DEAD_> struct FwdWsShape {
     static constexpr int NWG = NWG_, STAGES = STAGES_;
