@@ -799,6 +799,7 @@ template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = 
 template <int DH> struct DevAtomicHeadMajorCfg : BwdAtomicCfg<DH> {
     static constexpr bool LONGEST_FIRST = false;
 };
+// Steps 1 to 4 of the backward with bwd_ws_kernel in the form Cfg as step 2.
 template <int DH, class Cfg>
 void backward_ws_steps(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                        const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
@@ -816,10 +817,8 @@ void backward_det_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv
                       const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
                       __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                       const int *q_last, cudaStream_t s) {
-    backward_ws<DH, DevDetCfg<TURNS, TMA, MASK_PASS, BM, DQ_BULK>>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
-    const BwdSums p = bwd_sums(scratch, B, H, T, DH);
-    bwd_dq(p.dq_acc, dq, B, H, T, DH, s);
-    fox_attention_reverse_scan(dc, p.colsum, dlogf, B * H, T, s);
+    backward_ws_steps<DH, DevDetCfg<TURNS, TMA, MASK_PASS, BM, DQ_BULK>>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv,
+                                                                         scratch, B, H, T, q_last, s);
 }
 
 }  // namespace fox_attn_dev
