@@ -117,8 +117,9 @@ template <int DH> struct BwdAtomicCfg : BwdDetCfg<DH> {
     static constexpr bool ORDER = false, LONGEST_FIRST = true;
 };
 // LONGEST_FIRST's launch order: groups of BWD_HEAD_GROUP heads, in each every head's key block 0 (the longest
-// walk), then every head's key block 1, ... Small groups keep a head's Q and dO tiles shared by the ~33 of its
-// blocks resident at once (in L2); all heads at once measured 33% slower at T 4096 (dev/cuda/NOTES.md, session 11).
+// walk), then every head's key block 1, ... Small groups are meant to keep a head's Q, dO and dQ accumulator in
+// L2 for the ~33 of its blocks resident at once; all heads at once measured 33% slower at T 4096
+// (dev/cuda/NOTES.md, session 11).
 inline constexpr int BWD_HEAD_GROUP = 4;
 
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24
