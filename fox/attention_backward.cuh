@@ -448,8 +448,9 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 // - with Cfg::TMA (the API), the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies
 //   (TMA) of K and V once, then per query tile of Q and dO (each 64-column half one box, landing in the
 //   128-byte-swizzle layout the descriptors read; dO through a map [B][T][H dh] whose box starts at column
-//   h dh + 64 hf; rows past T come in as zeros), and its 32 lanes write the tile's row stats (bwd_row_stats)
-//   before arriving on the stage's "full" mbarrier (32 arrivals + the bytes). Q, dO and the row stats have
+//   h dh + 64 hf; rows past T come in as zeros), and its 32 lanes load the tile's row stats (bwd_row_stats)
+//   before waiting for the stage, store them once the copies are issued, and arrive on the stage's "full"
+//   mbarrier (32 arrivals + the bytes). Q, dO and the row stats have
 //   2 stages; each compute warp frees a stage ("empty", one arrival per warp) once the tile's dV / dK
 //   products are complete. The compute warps issue no loads; their per-tile named barrier 0 remains (dS^T
 //   and the row sums cross warpgroups). Without it the compute warps load Q, dO and the row stats a tile
@@ -507,10 +508,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int nblk = (T + BWD_BN - 1) / BWD_BN;
     int nb, bh;
     if constexpr (Cfg::LONGEST_FIRST) {
-        const int per = BWD_HEAD_GROUP * nblk, g0 = (int)blockIdx.x / per * BWD_HEAD_GROUP, r = (int)blockIdx.x % per;
-        const int heads = min(BWD_HEAD_GROUP, (int)gridDim.x / nblk - g0);
-        nb = r / heads;
-        bh = g0 + r % heads;
+        grouped_longest_first((int)blockIdx.x, nblk, (int)gridDim.x / nblk, BWD_HEAD_GROUP, nb, bh);
     } else {
         nb = nblk - 1 - blockIdx.x;
         bh = blockIdx.y;
@@ -607,20 +605,25 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             }
             for (int it = 0; it < ntiles; it++) {
                 const int s = it & 1, i0 = (qt_first + it) * BM;
-                if (it >= 2) mbar_wait(empty + s, ((it >> 1) & 1) ^ 1);  // tile it-2's release
+                // The row stats' loads are in flight during the wait and the copies; stored after them.
+                float r[BM / 32], d[BM / 32];
 #pragma unroll
-                for (int r = lane; r < BM; r += 32)
-                    bwd_row_stats(ch, lh, Dsh, i0 + r, T, c_ref, rs[s * BM + r], Ds[s * BM + r]);
+                for (int x = 0; x < BM / 32; x++) bwd_row_stats(ch, lh, Dsh, i0 + lane + 32 * x, T, c_ref, r[x], d[x]);
+                if (it >= 2) mbar_wait(empty + s, ((it >> 1) & 1) ^ 1);  // tile it-2's release
                 if (lane == 0) {
-                    mbar_arrive_expect_tx(full + s, 2 * BM * DH * 2);
+                    mbar_expect_tx(full + s, 2 * BM * DH * 2);
 #pragma unroll
                     for (int hf = 0; hf < DH / 64; hf++) {
                         tma_load_3d(Qs + s * BM * DH + hf * BM * 64, &tm_q, full + s, hf * 64, i0, bh);
                         tma_load_3d(dOs + s * BM * DH + hf * BM * 64, &tm_do, full + s, h * DH + hf * 64, i0, b);
                     }
-                } else {
-                    mbar_arrive(full + s);
                 }
+#pragma unroll
+                for (int x = 0; x < BM / 32; x++) {
+                    rs[s * BM + lane + 32 * x] = r[x];
+                    Ds[s * BM + lane + 32 * x] = d[x];
+                }
+                mbar_arrive(full + s);
             }
         }
         return;

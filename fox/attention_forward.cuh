@@ -247,7 +247,8 @@ void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 // the next warp is the producer: one lane issues the bulk tensor copies (TMA) of Q, then of each key tile's
 // K and V (each 64-column half one box of the 3-D map [B H][T][d_h], landing in the 128-byte-swizzle layout
 // the descriptors read; rows past T come in as zeros), and the warp's 32 lanes form the tile's gate terms
-// nb_j and c_ref into the stage's smem before arriving on its mbarrier. K, V and the gate terms have
+// nb_j and c_ref into the stage's smem before arriving on its mbarrier (K's copy is issued first, with
+// the c loads already in flight, so neither waits for the other). K, V and the gate terms have
 // STAGES stages, with "full" mbarriers (32 producer arrivals + the copies' bytes) and "empty" ones (one
 // arrival per consumer warp): a consumer frees K(t) and the gate terms once S(t) is complete and its gate
 // terms are read, V(t-1) once P(t-1) V(t-1) is; no __syncthreads in the tile loop. The consumer
@@ -265,7 +266,7 @@ template <int DH, class Cfg = FwdWsCfg<DH>>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
               const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
-              float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
+              float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first, int head_group) {
     constexpr int BM = Cfg::BM, BN = FWD_WS_BN, NWG = Cfg::NWG, ST = Cfg::STAGES;
     constexpr bool SKIP = Cfg::SKIP_DEAD;
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
@@ -280,9 +281,15 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
-    const int nqb = Cfg::HEADS_FIRST ? gridDim.y : gridDim.x;
-    const int mb = nqb - 1 - (Cfg::HEADS_FIRST ? blockIdx.y : blockIdx.x);  // longest rows first
-    const int bh = Cfg::HEADS_FIRST ? blockIdx.x : blockIdx.y;
+    const int nqb = (T + BM - 1) / BM;
+    int mb, bh;  // query block (the highest first: the longest rows) and head, in the launch order (Cfg::GROUPED)
+    if constexpr (Cfg::GROUPED) {
+        grouped_longest_first((int)blockIdx.x, nqb, (int)gridDim.x / nqb, head_group, mb, bh);
+    } else {
+        mb = blockIdx.x;
+        bh = blockIdx.y;
+    }
+    mb = nqb - 1 - mb;
     const float *ch = c + (size_t)bh * T;
     const int q0 = mb * BM;
     const int n_last = min((T - 1) / BN, (q0 + BM - 1) / BN);
@@ -322,22 +329,25 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         int s = 0, parity = 1;  // stage, and the parity of its release by the tile ST earlier
         for (int it = 0; it < ntiles; it++) {
             const int n = n_last - it;
-            if (it >= ST) mbar_wait(k_empty + s, parity);
+            // The tile's c loads are in flight during the wait and K's copy; the gate terms are stored after.
             const float cref = ch[n * BN];
+            float cj[BN / 32];
 #pragma unroll
-            for (int i = lane; i < BN; i += 32) {
-                const int j = n * BN + i;
-                nbs[s * BN + i] = -((j < T ? ch[j] : cref) - cref) * LOG2E;
+            for (int i = 0; i < BN / 32; i++) {
+                const int j = n * BN + lane + 32 * i;
+                cj[i] = j < T ? ch[j] : cref;
             }
+            if (it >= ST) mbar_wait(k_empty + s, parity);
             if (lane == 0) {
-                crefs[s] = cref;
-                mbar_arrive_expect_tx(k_full + s, BN * DH * 2);
+                mbar_expect_tx(k_full + s, BN * DH * 2);
 #pragma unroll
                 for (int hf = 0; hf < DH / 64; hf++)
                     tma_load_3d(Ks + s * BN * DH + hf * BN * 64, &tm_k, k_full + s, hf * 64, n * BN, bh);
-            } else {
-                mbar_arrive(k_full + s);
+                crefs[s] = cref;
             }
+#pragma unroll
+            for (int i = 0; i < BN / 32; i++) nbs[s * BN + lane + 32 * i] = -(cj[i] - cref) * LOG2E;
+            mbar_arrive(k_full + s);
             if (it >= ST) mbar_wait(v_empty + s, parity);
             if (lane == 0) {
                 mbar_arrive_expect_tx(v_full + s, BN * DH * 2);
@@ -494,17 +504,29 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     }
 }
 
+// The API's group of heads in the forward's launch order (Cfg::GROUPED) at nqb query blocks a head, as
+// measured (`./attention_forward 0 orders`, dev/cuda/NOTES.md session 12): at d_h 64, 16 heads (all heads at
+// once lost up to 5% from 128 heads on, smaller groups lost at T 16384); at d_h 128, about one wave of blocks
+// (head after head at T 16384, 2 heads at T 8192, 4 at T 4096).
+template <int DH> int fwd_head_group(int nqb) {
+    if (DH == 64) return 16;
+    const int g = device_sm_count() / nqb;
+    return g > 1 ? g : 1;
+}
+
 // The tensor maps are encoded per call (host work only; they carry the pointers) and passed by value.
+// head_group: the launch order's group of heads with Cfg::GROUPED (0: fwd_head_group's).
 template <int DH, class Cfg = FwdWsCfg<DH>>
 void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
-                __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
+                __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s, int head_group = 0) {
     const size_t smem = fwd_ws_smem_bytes<DH, Cfg>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
     const int nqb = (T + Cfg::BM - 1) / Cfg::BM;
-    const dim3 grid = Cfg::HEADS_FIRST ? dim3(B * H, nqb) : dim3(nqb, B * H);
-    fwd_ws_kernel<DH, Cfg><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first);
+    const dim3 grid = Cfg::GROUPED ? dim3(nqb * B * H) : dim3(nqb, B * H);
+    const int want = head_group > 0 ? head_group : fwd_head_group<DH>(nqb), group = want < B * H ? want : B * H;
+    fwd_ws_kernel<DH, Cfg><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first, group);
     FOX_LAUNCH_CHECK();
 }
 

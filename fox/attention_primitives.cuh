@@ -341,6 +341,13 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t by
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
 #endif
 }
+// Announces `bytes` more to come from the copy engine in the current phase, without an arrival: a producer
+// issues a tile's copies first and arrives once its own smem stores for that stage are done.
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+#endif
+}
 // Waits until the phase of the given parity has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity) {
 #if __CUDA_ARCH__ >= 900

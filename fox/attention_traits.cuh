@@ -55,21 +55,31 @@ template <int DH, bool PIPE = false, int BN = FWD_BN> size_t fwd_smem_bytes() {
 // terms. One block per SM; setmaxnreg moves the producer's registers to the consumers within the block's
 // 65,536: d_h 64 has three consumer warpgroups, 128 x 24 + 384 x 160; d_h 128 two, 128 x 24 + 256 x 240 (S and
 // O alone take 128 registers a thread there). K, V and the gate terms in STAGES stages; key tiles of FWD_WS_BN
-// (S one m64n128 product per k16 step). HEADS_FIRST: the grid is (heads, query blocks), so every head's
-// longest query block starts before any shorter one; at d_h 128 the grid (query blocks, heads) measured
-// faster (dev/cuda/NOTES.md, session 11). SKIP_DEAD: a warpgroup's dead tiles (fwd_ws_kernel) skip the
-// softmax and P V rather than being masked whole. FwdWsShape derives the block's rows, threads and register
-// split from NWG; FwdWsCfg<DH> is the API's form, dev/cuda/attention_forward.cu instantiates others.
+// (S one m64n128 product per k16 step). GROUPED, the launch order: a 1-D grid in groups of heads, each
+// group's longest query blocks first (grouped_longest_first; the group size is the launcher's, the API's
+// fwd_head_group); else the grid (query blocks, heads), head after head (a group of one head). SKIP_DEAD: a warpgroup's dead tiles (fwd_ws_kernel) skip the softmax
+// and P V rather than being masked whole. FwdWsShape derives the block's rows, threads and register split from
+// NWG; FwdWsCfg<DH> is the API's form, dev/cuda/attention_forward.cu instantiates others.
 inline constexpr int FWD_WS_BN = 128;
-template <int NWG_, int STAGES_, bool HEADS_FIRST_, bool SKIP_DEAD_> struct FwdWsShape {
+template <int NWG_, int STAGES_, bool GROUPED_, bool SKIP_DEAD_> struct FwdWsShape {
     static constexpr int NWG = NWG_, STAGES = STAGES_;
-    static constexpr bool HEADS_FIRST = HEADS_FIRST_, SKIP_DEAD = SKIP_DEAD_;
+    static constexpr bool GROUPED = GROUPED_, SKIP_DEAD = SKIP_DEAD_;
     static constexpr int BM = 64 * NWG, THREADS = 128 * (NWG + 1), PRODUCER_WARP = 4 * NWG;
     static constexpr int REGS_CONSUMER = NWG == 3 ? 160 : 240, REGS_PRODUCER = 24;
     static_assert(REGS_PRODUCER * 128 + REGS_CONSUMER * 128 * NWG <= 65536, "the block's registers");
     static_assert(FOX_ACP_BLOCK % FWD_WS_BN == 0 && FOX_ACP_BLOCK % 64 == 0, "key tiles and warpgroups nest in the ACP grid");
 };
-template <int DH> struct FwdWsCfg : FwdWsShape<DH == 64 ? 3 : 2, DH == 64 ? 3 : 2, DH == 64, DH == 64> {};
+template <int DH> struct FwdWsCfg : FwdWsShape<DH == 64 ? 3 : 2, DH == 64 ? 3 : 2, true, DH == 64> {};
+
+// The order "longest first in groups of heads" of a 1-D grid of nheads x nblk blocks: block i lies in group
+// i / (group nblk) of `group` heads (1 <= group <= nheads; the last group may have fewer), where every head's longest walk comes first,
+// then every head's second longest, ... rank: the block's place in its head's walks (0: the longest); bh: the head.
+__device__ __forceinline__ void grouped_longest_first(int i, int nblk, int nheads, int group, int &rank, int &bh) {
+    const int per = group * nblk, g0 = i / per * group, r = i % per;
+    const int heads = min(group, nheads - g0);
+    rank = r / heads;
+    bh = g0 + r % heads;
+}
 
 // Its smem: the Q tile, K and V in STAGES stages each, the gate terms of each stage (c_ref padded to an even
 // count: the mbarriers are 8-byte aligned), then the mbarriers (Q full, K full / empty, V full / empty per stage).
@@ -116,8 +126,8 @@ template <int DH> struct BwdDetCfg {
 template <int DH> struct BwdAtomicCfg : BwdDetCfg<DH> {
     static constexpr bool ORDER = false, LONGEST_FIRST = true;
 };
-// LONGEST_FIRST's launch order: groups of BWD_HEAD_GROUP heads, in each every head's key block 0 (the longest
-// walk), then every head's key block 1, ... Small groups are meant to keep a head's Q, dO and dQ accumulator in
+// LONGEST_FIRST's launch order (grouped_longest_first): groups of BWD_HEAD_GROUP heads, in each every head's
+// key block 0 (the longest walk), then every head's key block 1, ... Small groups are meant to keep a head's Q, dO and dQ accumulator in
 // L2 for the ~33 of its blocks resident at once; all heads at once measured 33% slower at T 4096
 // (dev/cuda/NOTES.md, session 11).
 inline constexpr int BWD_HEAD_GROUP = 4;
@@ -125,6 +135,17 @@ inline constexpr int BWD_HEAD_GROUP = 4;
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24
 // = 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).
 inline constexpr int BWD_REGS_COMPUTE = 240, BWD_REGS_SYNC = 24;
+
+// The current device's SM count (queried once).
+inline int device_sm_count() {
+    static const int sms = [] {
+        int dev = 0, n = 0;
+        FOX_CUDA_CHECK(cudaGetDevice(&dev));
+        FOX_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+        return n;
+    }();
+    return sms;
+}
 
 // Whether the kernels take the warpgroup-MMA path: the current device (queried once) is a Hopper
 // (compute capability 9.x; the build must then be sm_90a), and FOX_ATTN_NO_WGMMA is unset or "0"

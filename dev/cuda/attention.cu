@@ -47,8 +47,8 @@ static bool run_bench() {
 // (b, h, t), at the decay speeds r that make the staircase prune about 0, 25, 50, 75, 90 and 97% of the tiles
 // (a bisection on the host staircase; r = 0 for 0%). U comes from QK-norm weights set so that it bounds
 // these inputs' |q·k|/√d_h (fox-pro's bound, fox/acp.h). Per speed, medians of 20 timed runs (after 3
-// warm-up) of the trainers' scan (fox_acp_tables), the forward with kv_first and the deterministic backward
-// with q_last, and of both without ACP on the same inputs; "ideal" is the time without ACP × the fraction of
+// warm-up) of the trainers' scan (fox_acp_tables), the forward with kv_first and the backward with q_last
+// (deterministic, and nondeterministic: --deterministic 0), and of each without ACP on the same inputs; "ideal" is the time without ACP × the fraction of
 // tiles computed. The outputs with ACP must equal those without to bf16 rounding: the pruned weights are
 // below e^-10/T of their row's largest (a live tile skipped would move them by whole weights); two more
 // backward runs with ACP must repeat the timed one bit for bit (the add order of the pruned staircase).
@@ -110,32 +110,40 @@ static bool acp_point(BenchInputs &b, AcpOut &a, const float *w, int *kvf, int *
     unsigned long long n_live = 0;
     for (unsigned long long x : hl) n_live += x;
     const double frac = (double)n_live / ((double)BH * fox_acp_tiles(b.T));
-    cudaEvent_t e[6];
+    // Each rep: the scan, then with ACP the forward, the nondeterministic and the deterministic backward, then
+    // the same three without ACP (the deterministic runs last: the checks below compare their outputs).
+    cudaEvent_t e[8];
     for (cudaEvent_t &x : e) FOX_CUDA_CHECK(cudaEventCreate(&x));
-    std::vector<float> ts, tf, tb, tf0, tb0;
+    std::vector<float> ts, tf, tn, tb, tf0, tn0, tb0;
     for (int rep = 0; rep < 23; rep++) {
         FOX_CUDA_CHECK(cudaEventRecord(e[0]));
         fox_acp_tables(kvf, ql, nullptr, b.c, b.q, b.k, w, w, 0, nullptr, b.B, b.H, b.T, b.dh, 0);
         FOX_CUDA_CHECK(cudaEventRecord(e[1]));
         fox_attention_forward(b.q, b.k, b.v, b.c, a.o, a.lse, b.B, b.H, b.T, b.dh, kvf, 0);
-        FOX_CUDA_CHECK(cudaEventRecord(e[2]));
-        fox_attention_backward(b.q, b.k, b.v, b.c, a.o, a.lse, b.dout, a.dc, a.dlogf, a.gq, a.gk, a.gv, b.scratch, b.B, b.H,
-                               b.T, b.dh, ql, 1, 0);
-        FOX_CUDA_CHECK(cudaEventRecord(e[3]));
-        fox_attention_forward(b.q, b.k, b.v, b.c, b.o, b.lse, b.B, b.H, b.T, b.dh, nullptr, 0);
+        for (int det = 0; det < 2; det++) {
+            FOX_CUDA_CHECK(cudaEventRecord(e[2 + det]));
+            fox_attention_backward(b.q, b.k, b.v, b.c, a.o, a.lse, b.dout, a.dc, a.dlogf, a.gq, a.gk, a.gv, b.scratch, b.B,
+                                   b.H, b.T, b.dh, ql, det, 0);
+        }
         FOX_CUDA_CHECK(cudaEventRecord(e[4]));
-        fox_attention_backward(b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv, b.scratch, b.B, b.H,
-                               b.T, b.dh, nullptr, 1, 0);
-        FOX_CUDA_CHECK(cudaEventRecord(e[5]));
-        FOX_CUDA_CHECK(cudaEventSynchronize(e[5]));
-        float t[5];
-        for (int i = 0; i < 5; i++) FOX_CUDA_CHECK(cudaEventElapsedTime(&t[i], e[i], e[i + 1]));
+        fox_attention_forward(b.q, b.k, b.v, b.c, b.o, b.lse, b.B, b.H, b.T, b.dh, nullptr, 0);
+        for (int det = 0; det < 2; det++) {
+            FOX_CUDA_CHECK(cudaEventRecord(e[5 + det]));
+            fox_attention_backward(b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv, b.scratch, b.B,
+                                   b.H, b.T, b.dh, nullptr, det, 0);
+        }
+        FOX_CUDA_CHECK(cudaEventRecord(e[7]));
+        FOX_CUDA_CHECK(cudaEventSynchronize(e[7]));
+        float t[7];
+        for (int i = 0; i < 7; i++) FOX_CUDA_CHECK(cudaEventElapsedTime(&t[i], e[i], e[i + 1]));
         if (rep < 3) continue;
         ts.push_back(t[0]);
         tf.push_back(t[1]);
-        tb.push_back(t[2]);
-        tf0.push_back(t[3]);
-        tb0.push_back(t[4]);
+        tn.push_back(t[2]);
+        tb.push_back(t[3]);
+        tf0.push_back(t[4]);
+        tn0.push_back(t[5]);
+        tb0.push_back(t[6]);
     }
     for (cudaEvent_t &x : e) FOX_CUDA_CHECK(cudaEventDestroy(x));
     std::vector<bf16> q1 = to_host(a.gq, b.nqkv), k1 = to_host(a.gk, b.nqkv);
@@ -154,12 +162,13 @@ static bool acp_point(BenchInputs &b, AcpOut &a, const float *w, int *kvf, int *
     const double err_c = std::max(rel_max_diff(a.dc, b.dc, b.nvec), rel_max_diff(a.dlogf, b.dlogf, b.nvec));
     const bool ok = err_o <= 1e-2 && err_lse <= 1e-4 && err_g <= 1e-2 && err_c <= 1e-2 && same &&
                     fabs(frac - (1.0 - host_pruned)) < 1e-12;
-    const float s = median(ts), f = median(tf), bw = median(tb), f0 = median(tf0), b0 = median(tb0);
+    const float s = median(ts), f = median(tf), bw = median(tb), f0 = median(tf0), b0 = median(tb0), nd = median(tn),
+                nd0 = median(tn0);
     bench_header(b);
     printf("target %2.0f%% r %.4f | pruned %5.1f%% (computed %.4f) | scan %.3f ms | fwd %7.3f ms vs %7.3f (ideal %7.3f) | "
-           "bwd %7.3f vs %7.3f (ideal %7.3f) | scan+fwd+bwd %7.3f vs %7.3f: %5.2fx (ideal %5.2fx) | rel err o %.1e lse "
-           "%.1e dq,dk,dv %.1e dc,dlogf %.1e | bwd bitwise repeat %s | %s\n",
-           100 * target, r, 100 * (1.0 - frac), frac, s, f, f0, f0 * frac, bw, b0, b0 * frac, s + f + bw, f0 + b0,
+           "bwd %7.3f vs %7.3f (ideal %7.3f) | nondet bwd %7.3f vs %7.3f | scan+fwd+bwd %7.3f vs %7.3f: %5.2fx (ideal %5.2fx) | "
+           "rel err o %.1e lse %.1e dq,dk,dv %.1e dc,dlogf %.1e | bwd bitwise repeat %s | %s\n",
+           100 * target, r, 100 * (1.0 - frac), frac, s, f, f0, f0 * frac, bw, b0, b0 * frac, nd, nd0, s + f + bw, f0 + b0,
            (f0 + b0) / (s + f + bw), 1.0 / frac, err_o, err_lse, err_g, err_c, same ? "yes" : "NO", ok ? "PASS" : "FAIL");
     return ok;
 }

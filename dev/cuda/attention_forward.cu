@@ -1,11 +1,13 @@
 // dev/cuda/attention_forward.cu: the Forgetting Attention forward kernel in every version tried, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are version 1 and, on Hopper, 18 with 23's dead-tile skip at d_h 64 and
-// 16 at d_h 128; 3 and 6 before session 8, 10 before session 11).
+// (fox/attention.cuh, whose kernels are version 1 and, on Hopper, 27; 3 and 6 before session 8, 10 before
+// session 11, 23 (d_h 128: 16) before session 12).
 //   make attention_forward
 //   ./attention_forward            every version: checks, then timings
 //   ./attention_forward 3          version 3 only (and the API); 10,11,12: those three
 //   ./attention_forward 3 check    (or bench) one half
+//   ./attention_forward 0 blocks   the API's cost per key tile and per block (an ACP staircase of n tiles)
+//   ./attention_forward 0 orders   the API kernel's launch orders (groups of heads) at the trainers' shapes
 //
 // Versions (figures: forward TFLOP/s; NOTES.md has the full tables):
 //  1 mma.sync, d_h 64: 4 warps x 2 row tiles of 16, 2 blocks/SM; d_h 128: 8 warps x 1 row tile.
@@ -75,7 +77,16 @@
 // 22 21 with the items handed out by an atomic counter: 346, 415-443, 431-435, 431-442. Still below 18.
 // 23 18 with a warpgroup's dead tiles' S cut to its first k16 step, their softmax and the P V after them
 //    skipped: first text (with the key-limit select) 355-364, 435-457, 443-461, 435-464; without the select
-//    the API's forward on Hopper at d_h 64 since session 11: 364-366, 469-472, 464-466, 470 (16 at d_h 128).
+//    the API's forward on Hopper at d_h 64 in session 11: 364-366, 469-472, 464-466, 470 (16 at d_h 128).
+// Session 12 (H100 80GB HBM3; the producer issues K's copy before it stores the gate terms, in every form
+// from 16 on; T 4096 B 8 H 16, T 16384 B 2 H 16, B 1 H 12, B 1 H 24, beside the same runs' 23: 369-372,
+// 457, 466-467, 459-463; `./attention_forward 0 orders` has group sizes 2-16 at 16 shapes):
+// 24 23 launched longest first in groups of 2 heads (d_h 128: 16 in groups of 2): 354-356, 457-460,
+//    441-448, 449-450; d_h 128 523-524 at T 4096, 588 at T 16384 (16: 634-644).
+// 25 groups of 4: 358-381, 469-470, 446-457, 451; d_h 128 530-541, 588-590.
+// 26 groups of 8: 386-388, 472, 456-460, 458-460; d_h 128 502-536, 561-565.
+// 27 groups of 16 (d_h 128: of about one wave of blocks, fwd_head_group): the API's forward on Hopper since
+//    session 12.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -886,15 +897,18 @@ void forward_la(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf1
 }
 
 // Versions 16-18, 20, 23: fox/attention_forward.cuh's fwd_ws_kernel in other forms (FwdWsShape: NWG consumer
-// warpgroups of 64 query rows, FlashAttention-3's d_h 64 forward has three; STAGES; HEADS_FIRST, the grid
-// (heads, query blocks); SKIP_DEAD, a warpgroup's dead tiles skipped rather than masked whole). 19 (version 18
+// warpgroups of 64 query rows, FlashAttention-3's d_h 64 forward has three; STAGES; GROUPED, the launch order
+// longest first in groups of G heads (G = ALL_HEADS: every head's longest query block first, the grid (heads,
+// query blocks) before session 12), else head after head; SKIP_DEAD, a warpgroup's dead tiles skipped rather
+// than masked whole). 19 (version 18
 // persistent, the work item kept in registers) was measured at commit 71a45d2 and removed: 21 and 22 are its
 // forms that keep the item in smem.
-template <int NWG, int ST, bool HEADS_FIRST, bool SKIP = false> using Fwd3Cfg = FwdWsShape<NWG, ST, HEADS_FIRST, SKIP>;
-template <int DH, int NWG, int ST, bool HEADS_FIRST, bool SKIP = false>
+constexpr int ALL_HEADS = 1 << 20;  // a group size above any head count: one group
+template <int NWG, int ST, bool GROUPED, bool SKIP = false> using Fwd3Cfg = FwdWsShape<NWG, ST, GROUPED, SKIP>;
+template <int DH, int NWG, int ST, int G, bool SKIP = false>  // G: the group of heads, 0 head after head
 void forward_wg3(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                  const int *kv_first, cudaStream_t s) {
-    fox_attn::forward_ws<DH, Fwd3Cfg<NWG, ST, HEADS_FIRST, SKIP>>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    fox_attn::forward_ws<DH, Fwd3Cfg<NWG, ST, G != 0, SKIP>>(q, k, v, c, o, lse, B, H, T, kv_first, s, G);
 }
 
 static int device_sms() {
@@ -1204,17 +1218,25 @@ static const Version versions[] = {
     {14, "11 with 2 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 2>, nullptr, true},
     {15, "11 with 5 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 5>, nullptr, true},
     {16, "10 with three consumer warpgroups (192-row blocks; d_h 128: two, version 10's shape)",
-     fox_attn_dev::forward_wg3<64, 3, 2, false>, fox_attn_dev::forward_wg3<128, 2, 2, false>, true},
-    {17, "16 with K, V and the gate terms in 3 stages at d_h 64", fox_attn_dev::forward_wg3<64, 3, 3, false>, nullptr, true},
+     fox_attn_dev::forward_wg3<64, 3, 2, 0>, fox_attn_dev::forward_wg3<128, 2, 2, 0>, true},
+    {17, "16 with K, V and the gate terms in 3 stages at d_h 64", fox_attn_dev::forward_wg3<64, 3, 3, 0>, nullptr, true},
     {18, "17 with every head's longest query block first (grid: heads, query blocks)",
-     fox_attn_dev::forward_wg3<64, 3, 3, true>, fox_attn_dev::forward_wg3<128, 2, 2, true>, true},
-    {20, "16 with every head's longest query block first (2 stages)", fox_attn_dev::forward_wg3<64, 3, 2, true>, nullptr, true},
+     fox_attn_dev::forward_wg3<64, 3, 3, fox_attn_dev::ALL_HEADS>, fox_attn_dev::forward_wg3<128, 2, 2, fox_attn_dev::ALL_HEADS>, true},
+    {20, "16 with every head's longest query block first (2 stages)", fox_attn_dev::forward_wg3<64, 3, 2, fox_attn_dev::ALL_HEADS>, nullptr, true},
     {21, "18 persistent, the work item passed through smem", fox_attn_dev::forward_pers<64, 3, 3, false>,
      fox_attn_dev::forward_pers<128, 2, 2, false>, true},
     {22, "21 with the items handed out by an atomic counter", fox_attn_dev::forward_pers<64, 3, 3, true>,
      fox_attn_dev::forward_pers<128, 2, 2, true>, true},
     {23, "18 with a warpgroup's dead tiles' S cut to one k16 step, their softmax and P V skipped (the API)",
-     fox_attn_dev::forward_wg3<64, 3, 3, true, true>, nullptr, true},
+     fox_attn_dev::forward_wg3<64, 3, 3, fox_attn_dev::ALL_HEADS, true>, nullptr, true},
+    {24, "23 (d_h 128: 16) launched longest first in groups of 2 heads", fox_attn_dev::forward_wg3<64, 3, 3, 2, true>,
+     fox_attn_dev::forward_wg3<128, 2, 2, 2>, true},
+    {25, "23 (d_h 128: 16) launched longest first in groups of 4 heads", fox_attn_dev::forward_wg3<64, 3, 3, 4, true>,
+     fox_attn_dev::forward_wg3<128, 2, 2, 4>, true},
+    {26, "23 (d_h 128: 16) launched longest first in groups of 8 heads", fox_attn_dev::forward_wg3<64, 3, 3, 8, true>,
+     fox_attn_dev::forward_wg3<128, 2, 2, 8>, true},
+    {27, "23 in groups of 16 heads (d_h 128: 16 in groups of about one wave of blocks): the API",
+     api_forward<64>, api_forward<128>, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
@@ -1256,15 +1278,126 @@ static void run_bench(const char *only) {
     }
 }
 
+// What a block costs beside its tiles: the API forward on an ACP staircase that leaves every query block
+// about n key tiles (kv_first[a] = a - n + 1 for ACP row a), for several n at a fixed grid; a least-squares
+// line through (key tiles walked, ms) gives the per-tile cost (slope) and a fixed cost per block (the
+// intercept spread over the waves of blocks): load latency, pipeline fill and drain, the epilogue.
+template <int DH>
+static void block_cost(int B, int H, int T) {
+    using Cfg = fox_attn::FwdWsCfg<DH>;
+    constexpr int BN = fox_attn::FWD_WS_BN;
+    const int nacp = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK, nqb = (T + Cfg::BM - 1) / Cfg::BM;
+    BenchInputs b = make_bench_inputs(B, H, T, DH);
+    cudaEvent_t e0, e1;
+    FOX_CUDA_CHECK(cudaEventCreate(&e0));
+    FOX_CUDA_CHECK(cudaEventCreate(&e1));
+    const int ns[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int npts = 0;
+    for (int n : ns) {
+        std::vector<int> kvf((size_t)B * H * nacp);
+        for (int bh = 0; bh < B * H; bh++)
+            for (int a = 0; a < nacp; a++) kvf[(size_t)bh * nacp + a] = std::max(0, a - n + 1);
+        double tiles = 0;  // the kernel's count_tiles over every block
+        for (int mb = 0; mb < nqb; mb++) {
+            const int q0 = mb * Cfg::BM, n_last = std::min((T - 1) / BN, (q0 + Cfg::BM - 1) / BN);
+            int first = n_last;
+            for (int w = 0; w < Cfg::NWG; w++) first = std::min(first, kvf[std::min((q0 + 64 * w) / FOX_ACP_BLOCK, nacp - 1)] * (FOX_ACP_BLOCK / BN));
+            tiles += (double)B * H * (n_last - first + 1);
+        }
+        int *dkvf = to_device(kvf);
+        std::vector<float> tf;
+        for (int rep = 0; rep < 23; rep++) {
+            FOX_CUDA_CHECK(cudaEventRecord(e0));
+            api_forward<DH>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, dkvf, 0);
+            FOX_CUDA_CHECK(cudaEventRecord(e1));
+            FOX_CUDA_CHECK(cudaEventSynchronize(e1));
+            float f;
+            FOX_CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1));
+            if (rep >= 3) tf.push_back(f);
+        }
+        FOX_CUDA_CHECK(cudaFree(dkvf));
+        const double ms = median(tf);
+        bench_header(b);
+        printf("n %2d: %9.0f key tiles in %d blocks, %7.3f ms\n", n, tiles, B * H * nqb, ms);
+        sx += tiles, sy += ms, sxx += tiles * tiles, sxy += tiles * ms, npts++;
+    }
+    const double slope = (npts * sxy - sx * sy) / (npts * sxx - sx * sx), icpt = (sy - slope * sx) / npts;
+    const double waves = (double)B * H * nqb / fox_attn_dev::device_sms(), tile_us = slope * 1e3 * fox_attn_dev::device_sms();
+    bench_header(b);
+    printf("a key tile %.3f us of an SM, a block's fixed cost %.2f us (%.2f tiles; intercept %.3f ms over %.1f waves)\n",
+           tile_us, icpt * 1e3 / waves, icpt * 1e3 / waves / tile_us, icpt, waves);
+    FOX_CUDA_CHECK(cudaEventDestroy(e0));
+    FOX_CUDA_CHECK(cudaEventDestroy(e1));
+    free_bench_inputs(b);
+}
+
+// The API kernel's launch order: head after head, and longest first in groups of G heads, at the shapes of
+// the trainers (T 16384: B 1, 12 or 24 heads; shorter T: B = 16384 / T) and the bench's.
+template <int DH>
+static void launch_orders(int B, int H, int T) {
+    using Cfg = fox_attn::FwdWsCfg<DH>;
+    using Grouped = fox_attn::FwdWsShape<Cfg::NWG, Cfg::STAGES, true, Cfg::SKIP_DEAD>;
+    using HeadMajor = fox_attn::FwdWsShape<Cfg::NWG, Cfg::STAGES, false, Cfg::SKIP_DEAD>;
+    BenchInputs b = make_bench_inputs(B, H, T, DH);
+    const int groups[] = {0, 2, 4, 6, 8, 12, 16, fox_attn_dev::ALL_HEADS};
+    bench_header(b);
+    printf("forward TFLOP/s, head after head | groups of 2, 4, 6, 8, 12, 16, all heads:");
+    for (int g : groups) {
+        std::vector<float> tf;
+        cudaEvent_t e0, e1;
+        FOX_CUDA_CHECK(cudaEventCreate(&e0));
+        FOX_CUDA_CHECK(cudaEventCreate(&e1));
+        for (int rep = 0; rep < 23; rep++) {
+            FOX_CUDA_CHECK(cudaEventRecord(e0));
+            if (g == 0) fox_attn::forward_ws<DH, HeadMajor>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0);
+            else fox_attn::forward_ws<DH, Grouped>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0, g);
+            FOX_CUDA_CHECK(cudaEventRecord(e1));
+            FOX_CUDA_CHECK(cudaEventSynchronize(e1));
+            float f;
+            FOX_CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1));
+            if (rep >= 3) tf.push_back(f);
+        }
+        FOX_CUDA_CHECK(cudaEventDestroy(e0));
+        FOX_CUDA_CHECK(cudaEventDestroy(e1));
+        printf(" %6.1f%s", 2.0 * B * H * (double)T * T * DH / median(tf) * 1e-9, g == 0 ? " |" : "");
+    }
+    printf("\n");
+    free_bench_inputs(b);
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 && strcmp(argv[1], "0") != 0 ? argv[1] : nullptr;  // 0 or none: every version
     const char *mode = argc > 2 ? argv[2] : "all";
     if (only && !(only[0] >= '1' && only[0] <= '9')) {
-        fprintf(stderr, "usage: %s [0 | versions, e.g. 10,11,12 (of 1..%d)] [check|bench|all]\n", argv[0],
+        fprintf(stderr, "usage: %s [0 | versions, e.g. 10,11,12 (of 1..%d)] [check|bench|all|blocks|orders]\n", argv[0],
                 (int)(sizeof versions / sizeof versions[0]));
         return 2;
     }
     printf("attention kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
+    if (!strcmp(mode, "blocks")) {
+        if (!fox_attn::use_wgmma()) {
+            fprintf(stderr, "blocks: measures the Hopper kernel (fwd_ws_kernel); this device runs mma.sync\n");
+            return 1;
+        }
+        block_cost<64>(2, 16, 16384);
+        block_cost<64>(8, 16, 4096);
+        block_cost<128>(2, 8, 16384);
+        block_cost<128>(8, 8, 4096);
+        return 0;
+    }
+    if (!strcmp(mode, "orders")) {
+        if (!fox_attn::use_wgmma()) {
+            fprintf(stderr, "orders: measures the Hopper kernel (fwd_ws_kernel); this device runs mma.sync\n");
+            return 1;
+        }
+        const int shapes[][3] = {{1, 12, 16384}, {1, 24, 16384}, {2, 16, 16384}, {1, 16, 32768}, {2, 12, 8192}, {2, 24, 8192},
+                                 {4, 12, 4096}, {4, 24, 4096}, {8, 16, 4096}, {8, 12, 2048}, {8, 24, 2048}};
+        for (const auto &x : shapes) launch_orders<64>(x[0], x[1], x[2]);
+        const int shapes128[][3] = {{2, 8, 16384}, {1, 16, 16384}, {2, 8, 8192}, {8, 8, 4096}, {4, 16, 4096}};
+        for (const auto &x : shapes128) launch_orders<128>(x[0], x[1], x[2]);
+        return 0;
+    }
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok &= run_checks(only);
     if (strcmp(mode, "check") != 0) run_bench(only);
