@@ -504,11 +504,12 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
     // Key block nb of head bh: highest first in each head (see above), or with LONGEST_FIRST (BwdAtomicCfg; a
-    // 1-D grid) key block 0 first in each group of BWD_HEAD_GROUP heads.
+    // 1-D grid) key block 0 first in each group of Cfg::HEAD_GROUP heads.
     const int nblk = (T + BWD_BN - 1) / BWD_BN;
     int nb, bh;
     if constexpr (Cfg::LONGEST_FIRST) {
-        grouped_longest_first((int)blockIdx.x, nblk, (int)gridDim.x / nblk, BWD_HEAD_GROUP, nb, bh);
+        grouped_longest_first((int)blockIdx.x, nblk, (int)gridDim.x / nblk, min(Cfg::HEAD_GROUP, (int)gridDim.x / nblk), nb,
+                              bh);
     } else {
         nb = nblk - 1 - blockIdx.x;
         bh = blockIdx.y;

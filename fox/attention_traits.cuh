@@ -123,14 +123,14 @@ template <int DH> struct BwdDetCfg {
 };
 // The same kernel form without the order (the API's nondeterministic backward on Hopper), its blocks launched
 // longest first: with no order to keep, nothing waits on a block launched later.
+// LONGEST_FIRST's launch order (grouped_longest_first): groups of HEAD_GROUP heads, in each every head's key
+// block 0 (the longest walk), then every head's key block 1, ... Small groups are meant to keep a head's Q, dO
+// and dQ accumulator in L2 for the ~33 of its blocks resident at once; all heads at once measured 33% slower
+// at T 4096 (dev/cuda/NOTES.md, session 11).
 template <int DH> struct BwdAtomicCfg : BwdDetCfg<DH> {
     static constexpr bool ORDER = false, LONGEST_FIRST = true;
+    static constexpr int HEAD_GROUP = 4;
 };
-// LONGEST_FIRST's launch order (grouped_longest_first): groups of BWD_HEAD_GROUP heads, in each every head's
-// key block 0 (the longest walk), then every head's key block 1, ... Small groups are meant to keep a head's Q, dO and dQ accumulator in
-// L2 for the ~33 of its blocks resident at once; all heads at once measured 33% slower at T 4096
-// (dev/cuda/NOTES.md, session 11).
-inline constexpr int BWD_HEAD_GROUP = 4;
 
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24
 // = 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).

@@ -110,6 +110,10 @@
 //    fragment order and added by the copy engine in one bulk reduction, issued by the sync warp inside the
 //    order (NOTES.md session 10). The API's form at both head sizes: T 4096 / 16384, d_h 64: 342.9 / 426.1
 //    beside 38's 285.2 / 337.4; d_h 128: 400 / 481 against 33's 352 / 406 (H200).
+// 41 (session 11): the nondeterministic API, 40 without the order, launched longest first in groups of 4 heads;
+//    42 the same launched in 40's order (NOTES.md session 11).
+// 45, 46 (session 12): 41 in groups of 8 and 16 heads: level with 41 at every bench shape (H100: T 4096 351.9 /
+//    354.1 against 353.9, T 16384 B 1 H 12 435.1 / 427.1 against 434.4).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
@@ -799,6 +803,10 @@ template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = 
 template <int DH> struct DevAtomicHeadMajorCfg : BwdAtomicCfg<DH> {
     static constexpr bool LONGEST_FIRST = false;
 };
+// Versions 45, 46: the API's nondeterministic form (41) launched longest first in groups of G heads.
+template <int DH, int G> struct DevAtomicGroupCfg : BwdAtomicCfg<DH> {
+    static constexpr int HEAD_GROUP = G;
+};
 // Steps 1 to 4 of the backward with bwd_ws_kernel in the form Cfg as step 2.
 template <int DH, class Cfg>
 void backward_ws_steps(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
@@ -909,6 +917,11 @@ static const Version versions[] = {
     {42, "41 launched in 40's order (highest key block first, head after head)", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicHeadMajorCfg<64>>,
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicHeadMajorCfg<128>>, true, false},
+    {45, "41 in groups of 8 heads", nullptr, nullptr, fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicGroupCfg<64, 8>>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicGroupCfg<128, 8>>, true, false},
+    {46, "41 in groups of 16 heads", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicGroupCfg<64, 16>>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicGroupCfg<128, 16>>, true, false},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).

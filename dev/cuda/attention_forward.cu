@@ -82,11 +82,13 @@
 // from 16 on; T 4096 B 8 H 16, T 16384 B 2 H 16, B 1 H 12, B 1 H 24, beside the same runs' 23: 369-372,
 // 457, 466-467, 459-463; `./attention_forward 0 orders` has group sizes 2-16 at 16 shapes):
 // 24 23 launched longest first in groups of 2 heads (d_h 128: 16 in groups of 2): 354-356, 457-460,
-//    441-448, 449-450; d_h 128 523-524 at T 4096, 588 at T 16384 (16: 634-644).
+//    441-448, 449-450; d_h 128 513-524 at T 4096, 588 at T 16384 (the API then, head after head: 520-523, 635-639).
 // 25 groups of 4: 358-381, 469-470, 446-457, 451; d_h 128 530-541, 588-590.
 // 26 groups of 8: 386-388, 472, 456-460, 458-460; d_h 128 502-536, 561-565.
 // 27 groups of 16 (d_h 128: of about one wave of blocks, fwd_head_group): the API's forward on Hopper since
-//    session 12.
+//    session 12: 386-393 at T 4096, 463-475 / 463-466 / 450-470 at T 16384; d_h 128 537-542, 586-648.
+// 28 27 with 4 K / V stages at d_h 64 (3 at d_h 128, 231 KB of smem): 390-394 at T 4096, level at T 16384; d_h
+//    128 538-540 at T 4096, 561-591 at T 16384 (27: 586-641 in the same runs).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -910,6 +912,13 @@ void forward_wg3(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf
                  const int *kv_first, cudaStream_t s) {
     fox_attn::forward_ws<DH, Fwd3Cfg<NWG, ST, G != 0, SKIP>>(q, k, v, c, o, lse, B, H, T, kv_first, s, G);
 }
+// Version 28: the API's form and launch order (fwd_head_group) with ST stages.
+template <int DH, int ST>
+void forward_stages(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
+                    const int *kv_first, cudaStream_t s) {
+    using Cfg = FwdWsCfg<DH>;
+    fox_attn::forward_ws<DH, Fwd3Cfg<Cfg::NWG, ST, true, Cfg::SKIP_DEAD>>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+}
 
 static int device_sms() {
     static int sms = 0;
@@ -1237,6 +1246,7 @@ static const Version versions[] = {
      fox_attn_dev::forward_wg3<128, 2, 2, 8>, true},
     {27, "23 in groups of 16 heads (d_h 128: 16 in groups of about one wave of blocks): the API",
      api_forward<64>, api_forward<128>, true},
+    {28, "27 with 4 K / V stages (d_h 128: 3)", fox_attn_dev::forward_stages<64, 4>, fox_attn_dev::forward_stages<128, 3>, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
