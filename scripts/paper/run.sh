@@ -173,6 +173,12 @@ newest_ckpt() {  # the step of the newest complete checkpoint in OUT, 0 when non
 
 child=""
 stop_sig=""
+told=""              # the current child has been sent its SIGUSR1
+tell_child() {
+    [ -n "$child" ] && [ -z "$told" ] || return 0
+    told=1
+    kill -USR1 "$child" 2> /dev/null
+}
 on_signal() {
     if [ -z "$stop_sig" ]; then
         note "got SIG$1: asking the trainer to write a checkpoint and stop (SIGUSR1 to pid ${child:-none}); no relaunch"
@@ -180,7 +186,7 @@ on_signal() {
         note "got SIG$1 again"
     fi
     stop_sig=$1
-    [ -z "$child" ] || kill -USR1 "$child" 2> /dev/null
+    tell_child
 }
 for s in TERM INT USR1 HUP; do
     # shellcheck disable=SC2064  # $s is meant to expand now
@@ -235,6 +241,9 @@ while :; do
     note "launch $launches (from checkpoint step $last_ckpt): $line"
     "${cmd[@]}" < /dev/null &
     child=$!
+    told=""
+    # a signal that came between the launch and child=$! found no pid to pass on
+    [ -z "$stop_sig" ] || tell_child
     wait_child
     ckpt=$(newest_ckpt)
     note "launch $launches exited with code $rc (newest checkpoint: step $ckpt)"
