@@ -18,26 +18,47 @@
 
 namespace fox_attn {
 
-// Backward, step 1: D_i = dO_i . o_i in fp32 (both in (B, T, H, dh)); one warp per (b, t, h) row.
+// Backward, step 1: D_i = dO_i . o_i in fp32 (both in (B, T, H, dh), rows contiguous). A row's DH / 8 threads
+// each load 16 bytes (pairs 4j .. 4j + 3 of elements 2l, 2l + 1) of both; the sums then follow a warp a row
+// with pair l at lane l (and l + 32 at d_h 128) and a butterfly over lanes 16, 8, 4, 2, 1: between threads
+// for the distances 16 to 4, within a thread for 2 and 1. fp32 addition commutes, so every thread of a row
+// ends with the same bits, and D has the bits of that form (dev/cuda/NOTES.md session 12).
 template <int DH>
 __global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __nv_bfloat16 *__restrict__ o,
                                 float *__restrict__ D, int H, int T, int rows) {
-    const int row = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= rows) return;
-    const __nv_bfloat162 *a = reinterpret_cast<const __nv_bfloat162 *>(dout + (size_t)row * DH);
-    const __nv_bfloat162 *x = reinterpret_cast<const __nv_bfloat162 *>(o + (size_t)row * DH);
-    float sum = 0.f;
+    constexpr int L = DH / 8;  // threads a row
+    static_assert(DH == 64 || DH == 128, "pairs of one warp a row: 32 or 64");
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // this thread's 16-byte chunk of the rows
+    const size_t row = i / L;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    if (row < (size_t)rows) {
+        const uint4 a = reinterpret_cast<const uint4 *>(dout)[i], x = reinterpret_cast<const uint4 *>(o)[i];
+        const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a), *px = reinterpret_cast<const __nv_bfloat162 *>(&x);
 #pragma unroll
-    for (int i = lane; i < DH / 2; i += 32) {
-        const float2 fa = __bfloat1622float2(a[i]), fx = __bfloat1622float2(x[i]);
-        sum += fa.x * fx.x + fa.y * fx.y;
+        for (int k = 0; k < 4; k++) {
+            const float2 fa = __bfloat1622float2(pa[k]), fx = __bfloat1622float2(px[k]);
+            v[k] = 0.f + (fa.x * fx.x + fa.y * fx.y);
+        }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (lane == 0) {
-        const int h = row % H, bt = row / H, b = bt / T, t = bt % T;
+    for (int k = 0; k < 4; k++) {
+        if (DH == 128) v[k] += __shfl_xor_sync(0xffffffffu, v[k], 8);  // lane l's second pair, l + 32
+#pragma unroll
+        for (int off = 4; off > 0; off >>= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);  // lanes 16, 8, 4 apart
+    }
+    const float sum = (v[0] + v[2]) + (v[1] + v[3]);  // lanes 2 apart, then 1: (p0 + p2) + (p1 + p3)
+    if (i % L == 0 && row < (size_t)rows) {
+        const int h = (int)(row % H), bt = (int)(row / H), b = bt / T, t = bt % T;
         D[((size_t)b * H + h) * T + t] = sum;
     }
+}
+
+// Step 1's launch: D for the B T H rows.
+template <int DH>
+void dot_do_o(const __nv_bfloat16 *dout, const __nv_bfloat16 *o, float *D, int B, int H, int T, cudaStream_t s) {
+    const int rows = B * T * H;
+    dot_do_o_kernel<DH><<<(unsigned)(((size_t)rows * (DH / 8) + 255) / 256), 256, 0, s>>>(dout, o, D, H, T, rows);
+    FOX_LAUNCH_CHECK();
 }
 
 // Query row i's statistics for step 2, from the head's c (ch), lse (lh) and D (Dh): r = its term of the log2 score
@@ -925,9 +946,7 @@ template <int DH, int BM>
 void bwd_prepare(const __nv_bfloat16 *o, const __nv_bfloat16 *dout, float *dc, const BwdSums &p, int *sem, int B,
                  int H, int T, cudaStream_t s) {
     const size_t nvec = (size_t)B * H * T;
-    const int rows = B * T * H;
-    dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, p.D, H, T, rows);
-    FOX_LAUNCH_CHECK();
+    dot_do_o<DH>(dout, o, p.D, B, H, T, s);
     FOX_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, bwd_dq_acc_count(B, H, T, DH) * sizeof(float), s));
     FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
     FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));

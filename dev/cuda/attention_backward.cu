@@ -9,6 +9,7 @@
 //   ./attention_backward            every version: checks, then timings
 //   ./attention_backward 13         version 13 only (and the API); 13,15,21: those three
 //   ./attention_backward 13 check   (or bench) one half; bench 4: the first 4 bench shapes
+//   ./attention_backward 0 blocks   the API's cost per query tile and per key block (ACP staircases of n tiles)
 // Each version runs on the paths it was built for: mma.sync (d_h 64 with 64-row query tiles, d_h 128 with
 // 32) and / or warpgroup MMA (d_h 64 or 128 with 64-row tiles, Hopper; skipped where fox_attn::use_wgmma()
 // is false).
@@ -762,9 +763,7 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
     float *dq_acc = static_cast<float *>(scratch);
     float *D = dq_acc + nq, *colsum = D + nvec;
     int *sem = reinterpret_cast<int *>(colsum + nvec);
-    const int rows = B * T * H;
-    dot_do_o_kernel<DH><<<(rows + 7) / 8, 256, 0, s>>>(dout, o, D, H, T, rows);
-    FOX_LAUNCH_CHECK();
+    dot_do_o<DH>(dout, o, D, B, H, T, s);
     FOX_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, nq * sizeof(float), s));
     FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
     // two counters per query tile (BWD_WG_LANE's per warpgroup; the others use the first half)
@@ -1013,15 +1012,80 @@ static bool run_bench(const char *only, int nshapes) {
     return ok;
 }
 
+// What a key block costs beside its query tiles: the API backward (deterministic and not) on an ACP staircase that
+// leaves every key block n query tiles of 128 (q_last[nb] = nb + n - 1), for several n at a fixed grid; a
+// least-squares line through (query tiles walked, ms) gives the per-tile cost (slope) and the intercept: a key
+// block's fixed cost over the waves of blocks plus the passes over all of T (D = rowsum(dO o), the dQ
+// accumulator's zeroing and conversion, the reverse cumsum), which ACP does not shrink.
+template <int DH>
+static void block_cost(int B, int H, int T) {
+    const int nblk = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
+    BenchInputs b = make_bench_inputs(B, H, T, DH);
+    api_forward<DH>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0);
+    cudaEvent_t e0, e1;
+    FOX_CUDA_CHECK(cudaEventCreate(&e0));
+    FOX_CUDA_CHECK(cudaEventCreate(&e1));
+    const int ns[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    for (int det = 1; det >= 0; det--) {
+        double sx = 0, sy = 0, sxx = 0, sxy = 0;
+        int npts = 0;
+        for (int n : ns) {
+            std::vector<int> ql((size_t)B * H * nblk);
+            double tiles = 0;  // query tiles of 128 walked over every key block
+            for (int bh = 0; bh < B * H; bh++)
+                for (int nb = 0; nb < nblk; nb++) {
+                    ql[(size_t)bh * nblk + nb] = std::min(nblk - 1, nb + n - 1);
+                    tiles += ql[(size_t)bh * nblk + nb] - nb + 1;
+                }
+            int *dql = to_device(ql);
+            std::vector<float> tb;
+            for (int rep = 0; rep < 23; rep++) {
+                FOX_CUDA_CHECK(cudaEventRecord(e0));
+                fox_attention_backward(b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv, b.scratch, B,
+                                       H, T, DH, dql, det, 0);
+                FOX_CUDA_CHECK(cudaEventRecord(e1));
+                FOX_CUDA_CHECK(cudaEventSynchronize(e1));
+                float f;
+                FOX_CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1));
+                if (rep >= 3) tb.push_back(f);
+            }
+            FOX_CUDA_CHECK(cudaFree(dql));
+            const double ms = median(tb);
+            bench_header(b);
+            printf("%s n %2d: %9.0f query tiles in %d key blocks, %7.3f ms\n", det ? "det" : "nondet", n, tiles, B * H * nblk, ms);
+            sx += tiles, sy += ms, sxx += tiles * tiles, sxy += tiles * ms, npts++;
+        }
+        int dev, sms;
+        FOX_CUDA_CHECK(cudaGetDevice(&dev));
+        FOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        const double slope = (npts * sxy - sx * sy) / (npts * sxx - sx * sx), icpt = (sy - slope * sx) / npts;
+        const double waves = (double)B * H * nblk / sms, tile_us = slope * 1e3 * sms;
+        bench_header(b);
+        printf("%s: a query tile %.3f us of an SM; intercept %.3f ms (%.1f waves of key blocks: %.2f us, %.2f tiles a block "
+               "if the passes over T were free)\n",
+               det ? "det" : "nondet", tile_us, icpt, waves, icpt * 1e3 / waves, icpt * 1e3 / waves / tile_us);
+    }
+    FOX_CUDA_CHECK(cudaEventDestroy(e0));
+    FOX_CUDA_CHECK(cudaEventDestroy(e1));
+    free_bench_inputs(b);
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 && strcmp(argv[1], "0") != 0 ? argv[1] : nullptr;  // 0 or none: every version
     const char *mode = argc > 2 ? argv[2] : "all";
     if (only && !(only[0] >= '1' && only[0] <= '9')) {
-        fprintf(stderr, "usage: %s [0 | versions, e.g. 13,15,21 (of 1..%d)] [check|bench|all]\n", argv[0],
+        fprintf(stderr, "usage: %s [0 | versions, e.g. 13,15,21 (of 1..%d)] [check|bench|all|blocks]\n", argv[0],
                 (int)(sizeof versions / sizeof versions[0]));
         return 2;
     }
     printf("attention kernels: %s\n", fox_attn::use_wgmma() ? "warpgroup MMA (wgmma)" : "mma.sync (FOX_ATTN_NO_WGMMA or not Hopper)");
+    if (!strcmp(mode, "blocks")) {
+        block_cost<64>(2, 16, 16384);
+        block_cost<64>(8, 16, 4096);
+        block_cost<128>(2, 8, 16384);
+        block_cost<128>(8, 8, 4096);
+        return 0;
+    }
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok &= run_checks(only);
     const int nbench = (int)(sizeof bench_shapes / sizeof bench_shapes[0]);
