@@ -109,18 +109,33 @@ static inline void fox_forget_gate_forward(float *c, const float *proj, int ld, 
 // (the paper's dc = dc^q + dc^k, then the gradient through c_t = sum_{l <= t} log f_l), a true reverse scan
 // in fp32, one block per (b, h): each thread sums a contiguous chunk, the block scans the chunk totals,
 // then each thread walks its chunk backwards from its suffix offset. No output is formed as a difference
-// of large sums.
+// of large sums. The row passes through shared memory in segments of FOX_ATTN_SCAN_STAGE elements, loaded
+// and stored with consecutive threads on consecutive elements; each thread takes its chunk's part of a
+// segment from there (segments in order, then in reverse), so every sum is formed in the order above.
+#define FOX_ATTN_SCAN_STAGE 4096
+__device__ __forceinline__ int scan_pad(int j) { return j + (j >> 5); }  // a thread's chunk on distinct banks
 __global__ void __launch_bounds__(FOX_ATTN_SCAN_THREADS)
 fox_attention_reverse_scan_kernel(float *__restrict__ x, const float *__restrict__ xc, float *__restrict__ y, int T) {
     __shared__ float warp_tot[FOX_ATTN_SCAN_THREADS / 32];
+    __shared__ float seg_x[FOX_ATTN_SCAN_STAGE + FOX_ATTN_SCAN_STAGE / 32], seg_y[FOX_ATTN_SCAN_STAGE + FOX_ATTN_SCAN_STAGE / 32];
     float *xr = x + (size_t)blockIdx.x * T;
     const float *xcr = xc + (size_t)blockIdx.x * T;
     float *yr = y + (size_t)blockIdx.x * T;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int chunk = (T + FOX_ATTN_SCAN_THREADS - 1) / FOX_ATTN_SCAN_THREADS;
     const int lo = min(T, tid * chunk), hi = min(T, lo + chunk);
+    const int nseg = (T + FOX_ATTN_SCAN_STAGE - 1) / FOX_ATTN_SCAN_STAGE;
+    auto stage = [&](int s0, int s1) {  // seg_x = x + xc over [s0, s1)
+        __syncthreads();  // the previous segment's reads are done
+        for (int t = s0 + tid; t < s1; t += FOX_ATTN_SCAN_THREADS) seg_x[scan_pad(t - s0)] = xr[t] + xcr[t];
+        __syncthreads();
+    };
     float tot = 0.f;
-    for (int t = lo; t < hi; t++) tot += xr[t] + xcr[t];
+    for (int k = 0; k < nseg; k++) {
+        const int s0 = k * FOX_ATTN_SCAN_STAGE, s1 = min(T, s0 + FOX_ATTN_SCAN_STAGE);
+        stage(s0, s1);
+        for (int t = max(lo, s0); t < min(hi, s1); t++) tot += seg_x[scan_pad(t - s0)];
+    }
     // inclusive suffix scan across lanes (lane l gets sum over lanes >= l), then across warps
     float suf = tot;
 #pragma unroll
@@ -142,11 +157,18 @@ fox_attention_reverse_scan_kernel(float *__restrict__ x, const float *__restrict
     }
     __syncthreads();
     float run = (lane < 31 ? after_mine : 0.f) + (warp + 1 < FOX_ATTN_SCAN_THREADS / 32 ? warp_tot[warp + 1] : 0.f);
-    for (int t = hi - 1; t >= lo; t--) {
-        const float xt = xr[t] + xcr[t];
-        xr[t] = xt;
-        run += xt;
-        yr[t] = run;
+    for (int k = nseg - 1; k >= 0; k--) {
+        const int s0 = k * FOX_ATTN_SCAN_STAGE, s1 = min(T, s0 + FOX_ATTN_SCAN_STAGE);
+        stage(s0, s1);
+        for (int t = min(hi, s1) - 1; t >= max(lo, s0); t--) {
+            run += seg_x[scan_pad(t - s0)];
+            seg_y[scan_pad(t - s0)] = run;
+        }
+        __syncthreads();
+        for (int t = s0 + tid; t < s1; t += FOX_ATTN_SCAN_THREADS) {
+            xr[t] = seg_x[scan_pad(t - s0)];
+            yr[t] = seg_y[scan_pad(t - s0)];
+        }
     }
 }
 
