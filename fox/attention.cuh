@@ -117,7 +117,8 @@ __device__ __forceinline__ int scan_pad(int j) { return j + (j >> 5); }  // a th
 __global__ void __launch_bounds__(FOX_ATTN_SCAN_THREADS)
 fox_attention_reverse_scan_kernel(float *__restrict__ x, const float *__restrict__ xc, float *__restrict__ y, int T) {
     __shared__ float warp_tot[FOX_ATTN_SCAN_THREADS / 32];
-    __shared__ float seg_x[FOX_ATTN_SCAN_STAGE + FOX_ATTN_SCAN_STAGE / 32], seg_y[FOX_ATTN_SCAN_STAGE + FOX_ATTN_SCAN_STAGE / 32];
+    __shared__ float seg_x[FOX_ATTN_SCAN_STAGE + FOX_ATTN_SCAN_STAGE / 32];  // x + xc of a segment (scan_pad)
+    __shared__ float seg_y[FOX_ATTN_SCAN_STAGE + FOX_ATTN_SCAN_STAGE / 32];  // its y
     float *xr = x + (size_t)blockIdx.x * T;
     const float *xcr = xc + (size_t)blockIdx.x * T;
     float *yr = y + (size_t)blockIdx.x * T;

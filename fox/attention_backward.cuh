@@ -33,7 +33,8 @@ __global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __
     float v[4] = {0.f, 0.f, 0.f, 0.f};
     if (row < (size_t)rows) {
         const uint4 a = reinterpret_cast<const uint4 *>(dout)[i], x = reinterpret_cast<const uint4 *>(o)[i];
-        const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a), *px = reinterpret_cast<const __nv_bfloat162 *>(&x);
+        const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a);
+        const __nv_bfloat162 *px = reinterpret_cast<const __nv_bfloat162 *>(&x);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const float2 fa = __bfloat1622float2(pa[k]), fx = __bfloat1622float2(px[k]);

@@ -57,9 +57,10 @@ template <int DH, bool PIPE = false, int BN = FWD_BN> size_t fwd_smem_bytes() {
 // O alone take 128 registers a thread there). K, V and the gate terms in STAGES stages; key tiles of FWD_WS_BN
 // (S one m64n128 product per k16 step). GROUPED, the launch order: a 1-D grid in groups of heads, each
 // group's longest query blocks first (grouped_longest_first; the group size is the launcher's, the API's
-// fwd_head_group); else the grid (query blocks, heads), head after head (a group of one head). SKIP_DEAD: a warpgroup's dead tiles (fwd_ws_kernel) skip the softmax
-// and P V rather than being masked whole. FwdWsShape derives the block's rows, threads and register split from
-// NWG; FwdWsCfg<DH> is the API's form, dev/cuda/attention_forward.cu instantiates others.
+// fwd_head_group); else the grid (query blocks, heads), head after head (a group of one head). SKIP_DEAD: a
+// warpgroup's dead tiles (fwd_ws_kernel) skip the softmax and P V rather than being masked whole. FwdWsShape
+// derives the block's rows, threads and register split from NWG; FwdWsCfg<DH> is the API's form,
+// dev/cuda/attention_forward.cu instantiates others.
 inline constexpr int FWD_WS_BN = 128;
 template <int NWG_, int STAGES_, bool GROUPED_, bool SKIP_DEAD_> struct FwdWsShape {
     static constexpr int NWG = NWG_, STAGES = STAGES_;
@@ -72,8 +73,9 @@ template <int NWG_, int STAGES_, bool GROUPED_, bool SKIP_DEAD_> struct FwdWsSha
 template <int DH> struct FwdWsCfg : FwdWsShape<DH == 64 ? 3 : 2, DH == 64 ? 3 : 2, true, DH == 64> {};
 
 // The order "longest first in groups of heads" of a 1-D grid of nheads x nblk blocks: block i lies in group
-// i / (group nblk) of `group` heads (1 <= group <= nheads; the last group may have fewer), where every head's longest walk comes first,
-// then every head's second longest, ... rank: the block's place in its head's walks (0: the longest); bh: the head.
+// i / (group nblk) of `group` heads (1 <= group <= nheads; the last group may have fewer), where every head's
+// longest walk comes first, then every head's second longest, ... rank: the block's place in its head's walks
+// (0: the longest); bh: the head.
 __device__ __forceinline__ void grouped_longest_first(int i, int nblk, int nheads, int group, int &rank, int &bh) {
     const int per = group * nblk, g0 = i / per * group, r = i % per;
     const int heads = min(group, nheads - g0);
