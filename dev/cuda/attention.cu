@@ -115,23 +115,22 @@ static bool acp_point(BenchInputs &b, AcpOut &a, const float *w, int *kvf, int *
     cudaEvent_t e[8];
     for (cudaEvent_t &x : e) FOX_CUDA_CHECK(cudaEventCreate(&x));
     std::vector<float> ts, tf, tn, tb, tf0, tn0, tb0;
+    // events e[e0], e[e0 + 1], e[e0 + 2] before the forward and the two backwards into the given outputs
+    auto fwd_bwd = [&](int e0, bf16 *o, float *lse, float *dc, float *dlogf, bf16 *gq, bf16 *gk, bf16 *gv, const int *kf,
+                       const int *qlast) {
+        FOX_CUDA_CHECK(cudaEventRecord(e[e0]));
+        fox_attention_forward(b.q, b.k, b.v, b.c, o, lse, b.B, b.H, b.T, b.dh, kf, 0);
+        for (int det = 0; det < 2; det++) {
+            FOX_CUDA_CHECK(cudaEventRecord(e[e0 + 1 + det]));
+            fox_attention_backward(b.q, b.k, b.v, b.c, o, lse, b.dout, dc, dlogf, gq, gk, gv, b.scratch, b.B, b.H, b.T, b.dh,
+                                   qlast, det, 0);
+        }
+    };
     for (int rep = 0; rep < 23; rep++) {
         FOX_CUDA_CHECK(cudaEventRecord(e[0]));
         fox_acp_tables(kvf, ql, nullptr, b.c, b.q, b.k, w, w, 0, nullptr, b.B, b.H, b.T, b.dh, 0);
-        FOX_CUDA_CHECK(cudaEventRecord(e[1]));
-        fox_attention_forward(b.q, b.k, b.v, b.c, a.o, a.lse, b.B, b.H, b.T, b.dh, kvf, 0);
-        for (int det = 0; det < 2; det++) {
-            FOX_CUDA_CHECK(cudaEventRecord(e[2 + det]));
-            fox_attention_backward(b.q, b.k, b.v, b.c, a.o, a.lse, b.dout, a.dc, a.dlogf, a.gq, a.gk, a.gv, b.scratch, b.B,
-                                   b.H, b.T, b.dh, ql, det, 0);
-        }
-        FOX_CUDA_CHECK(cudaEventRecord(e[4]));
-        fox_attention_forward(b.q, b.k, b.v, b.c, b.o, b.lse, b.B, b.H, b.T, b.dh, nullptr, 0);
-        for (int det = 0; det < 2; det++) {
-            FOX_CUDA_CHECK(cudaEventRecord(e[5 + det]));
-            fox_attention_backward(b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv, b.scratch, b.B,
-                                   b.H, b.T, b.dh, nullptr, det, 0);
-        }
+        fwd_bwd(1, a.o, a.lse, a.dc, a.dlogf, a.gq, a.gk, a.gv, kvf, ql);
+        fwd_bwd(4, b.o, b.lse, b.dc, b.dlogf, b.gq, b.gk, b.gv, nullptr, nullptr);
         FOX_CUDA_CHECK(cudaEventRecord(e[7]));
         FOX_CUDA_CHECK(cudaEventSynchronize(e[7]));
         float t[7];

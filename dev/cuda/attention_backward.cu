@@ -1022,9 +1022,6 @@ static void block_cost(int B, int H, int T) {
     const int nblk = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
     BenchInputs b = make_bench_inputs(B, H, T, DH);
     api_forward<DH>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0);
-    cudaEvent_t e0, e1;
-    FOX_CUDA_CHECK(cudaEventCreate(&e0));
-    FOX_CUDA_CHECK(cudaEventCreate(&e1));
     const int ns[] = {1, 2, 3, 4, 6, 8, 12, 16};
     for (int det = 1; det >= 0; det--) {
         double sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -1038,19 +1035,11 @@ static void block_cost(int B, int H, int T) {
                     tiles += ql[(size_t)bh * nblk + nb] - nb + 1;
                 }
             int *dql = to_device(ql);
-            std::vector<float> tb;
-            for (int rep = 0; rep < 23; rep++) {
-                FOX_CUDA_CHECK(cudaEventRecord(e0));
+            const double ms = median_ms([&] {
                 fox_attention_backward(b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv, b.scratch, B,
                                        H, T, DH, dql, det, 0);
-                FOX_CUDA_CHECK(cudaEventRecord(e1));
-                FOX_CUDA_CHECK(cudaEventSynchronize(e1));
-                float f;
-                FOX_CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1));
-                if (rep >= 3) tb.push_back(f);
-            }
+            });
             FOX_CUDA_CHECK(cudaFree(dql));
-            const double ms = median(tb);
             bench_header(b);
             printf("%s n %2d: %9.0f query tiles in %d key blocks, %7.3f ms\n", det ? "det" : "nondet", n, tiles, B * H * nblk, ms);
             sx += tiles, sy += ms, sxx += tiles * tiles, sxy += tiles * ms, npts++;
@@ -1065,8 +1054,6 @@ static void block_cost(int B, int H, int T) {
                "if the passes over T were free)\n",
                det ? "det" : "nondet", tile_us, icpt, waves, icpt * 1e3 / waves, icpt * 1e3 / waves / tile_us);
     }
-    FOX_CUDA_CHECK(cudaEventDestroy(e0));
-    FOX_CUDA_CHECK(cudaEventDestroy(e1));
     free_bench_inputs(b);
 }
 

@@ -1298,9 +1298,6 @@ static void block_cost(int B, int H, int T) {
     constexpr int BN = fox_attn::FWD_WS_BN;
     const int nacp = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK, nqb = (T + Cfg::BM - 1) / Cfg::BM;
     BenchInputs b = make_bench_inputs(B, H, T, DH);
-    cudaEvent_t e0, e1;
-    FOX_CUDA_CHECK(cudaEventCreate(&e0));
-    FOX_CUDA_CHECK(cudaEventCreate(&e1));
     const int ns[] = {1, 2, 3, 4, 6, 8, 12, 16};
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     int npts = 0;
@@ -1316,18 +1313,8 @@ static void block_cost(int B, int H, int T) {
             tiles += (double)B * H * (n_last - first + 1);
         }
         int *dkvf = to_device(kvf);
-        std::vector<float> tf;
-        for (int rep = 0; rep < 23; rep++) {
-            FOX_CUDA_CHECK(cudaEventRecord(e0));
-            api_forward<DH>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, dkvf, 0);
-            FOX_CUDA_CHECK(cudaEventRecord(e1));
-            FOX_CUDA_CHECK(cudaEventSynchronize(e1));
-            float f;
-            FOX_CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1));
-            if (rep >= 3) tf.push_back(f);
-        }
+        const double ms = median_ms([&] { api_forward<DH>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, dkvf, 0); });
         FOX_CUDA_CHECK(cudaFree(dkvf));
-        const double ms = median(tf);
         bench_header(b);
         printf("n %2d: %9.0f key tiles in %d blocks, %7.3f ms\n", n, tiles, B * H * nqb, ms);
         sx += tiles, sy += ms, sxx += tiles * tiles, sxy += tiles * ms, npts++;
@@ -1337,8 +1324,6 @@ static void block_cost(int B, int H, int T) {
     bench_header(b);
     printf("a key tile %.3f us of an SM, a block's fixed cost %.2f us (%.2f tiles; intercept %.3f ms over %.1f waves)\n",
            tile_us, icpt * 1e3 / waves, icpt * 1e3 / waves / tile_us, icpt, waves);
-    FOX_CUDA_CHECK(cudaEventDestroy(e0));
-    FOX_CUDA_CHECK(cudaEventDestroy(e1));
     free_bench_inputs(b);
 }
 
@@ -1354,23 +1339,11 @@ static void launch_orders(int B, int H, int T) {
     bench_header(b);
     printf("forward TFLOP/s, head after head | groups of 2, 4, 6, 8, 12, 16, all heads:");
     for (int g : groups) {
-        std::vector<float> tf;
-        cudaEvent_t e0, e1;
-        FOX_CUDA_CHECK(cudaEventCreate(&e0));
-        FOX_CUDA_CHECK(cudaEventCreate(&e1));
-        for (int rep = 0; rep < 23; rep++) {
-            FOX_CUDA_CHECK(cudaEventRecord(e0));
+        const float ms = median_ms([&] {
             if (g == 0) fox_attn::forward_ws<DH, HeadMajor>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0);
             else fox_attn::forward_ws<DH, Grouped>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0, g);
-            FOX_CUDA_CHECK(cudaEventRecord(e1));
-            FOX_CUDA_CHECK(cudaEventSynchronize(e1));
-            float f;
-            FOX_CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1));
-            if (rep >= 3) tf.push_back(f);
-        }
-        FOX_CUDA_CHECK(cudaEventDestroy(e0));
-        FOX_CUDA_CHECK(cudaEventDestroy(e1));
-        printf(" %6.1f%s", 2.0 * B * H * (double)T * T * DH / median(tf) * 1e-9, g == 0 ? " |" : "");
+        });
+        printf(" %6.1f%s", 2.0 * B * H * (double)T * T * DH / ms * 1e-9, g == 0 ? " |" : "");
     }
     printf("\n");
     free_bench_inputs(b);

@@ -13,10 +13,8 @@
 // The values themselves are checked against fp64 references by ./attention, ./attention_backward and
 // ./forget_gate.
 //   make attention_passes && ./attention_passes
-#include <algorithm>
-#include <cstdio>
 #include <cstring>
-#include <vector>
+#include "kcheck.h"                 // urand, to_device, to_host, time_ms
 #include "../../fox/attention.cuh"  // fox_attention_reverse_scan, FOX_ATTN_SCAN_THREADS; dot_do_o
 
 namespace v1 {
@@ -85,55 +83,17 @@ reverse_scan_v1(float *__restrict__ x, const float *__restrict__ xc, float *__re
 
 }  // namespace v1
 
-static unsigned long long rs = 88172645463325252ull;
-static float urand() {  // [0, 1), xorshift
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (float)((rs >> 11) * (1.0 / 9007199254740992.0));
-}
-template <class T> static T *dev(const std::vector<T> &h) {
-    T *d;
-    FOX_CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
-    FOX_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <class T> static std::vector<T> host(const T *d, size_t n) {
-    std::vector<T> h(n);
-    FOX_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
-template <class F> static float median_ms(F f) {  // 10 runs after 3 warm-up
-    cudaEvent_t a, b;
-    FOX_CUDA_CHECK(cudaEventCreate(&a));
-    FOX_CUDA_CHECK(cudaEventCreate(&b));
-    std::vector<float> v;
-    for (int r = 0; r < 13; r++) {
-        FOX_CUDA_CHECK(cudaEventRecord(a));
-        f();
-        FOX_CUDA_CHECK(cudaEventRecord(b));
-        FOX_CUDA_CHECK(cudaEventSynchronize(b));
-        float x;
-        FOX_CUDA_CHECK(cudaEventElapsedTime(&x, a, b));
-        if (r >= 3) v.push_back(x);
-    }
-    FOX_CUDA_CHECK(cudaEventDestroy(a));
-    FOX_CUDA_CHECK(cudaEventDestroy(b));
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 // D of version 1 against the API's on random rows (one product -0, so that a sum of +0 and -0 is met).
 template <int DH> static bool row_dots(int B, int H, int T) {
     const size_t n = (size_t)B * T * H * DH, rows = (size_t)B * T * H;
     std::vector<__nv_bfloat16> a(n), x(n);
     for (size_t i = 0; i < n; i++) {
-        a[i] = __float2bfloat16(urand() * 2 - 1);
-        x[i] = __float2bfloat16(urand() * 2 - 1);
+        a[i] = __float2bfloat16((float)uniform(-1, 1));
+        x[i] = __float2bfloat16((float)uniform(-1, 1));
     }
     a[3] = __float2bfloat16(-0.f);
     x[3] = __float2bfloat16(1.f);
-    __nv_bfloat16 *da = dev(a), *dx = dev(x);
+    __nv_bfloat16 *da = to_device(a), *dx = to_device(x);
     float *D1, *D2;
     FOX_CUDA_CHECK(cudaMalloc(&D1, rows * 4));
     FOX_CUDA_CHECK(cudaMalloc(&D2, rows * 4));
@@ -142,9 +102,9 @@ template <int DH> static bool row_dots(int B, int H, int T) {
         FOX_LAUNCH_CHECK();
     };
     auto f2 = [&] { fox_attn::dot_do_o<DH>(da, dx, D2, B, H, T, 0); };
-    const float t1 = median_ms(f1), t2 = median_ms(f2);
+    const double t1 = time_ms(f1), t2 = time_ms(f2);
     FOX_CUDA_CHECK(cudaDeviceSynchronize());
-    const bool same = memcmp(host(D1, rows).data(), host(D2, rows).data(), rows * 4) == 0;
+    const bool same = memcmp(to_host(D1, rows).data(), to_host(D2, rows).data(), rows * 4) == 0;
     printf("D = rowsum(dO o)  B %d H %2d T %5d d_h %3d: version 1 %7.1f us, API %7.1f us; bits %s\n", B, H, T, DH, t1 * 1e3,
            t2 * 1e3, same ? "the same" : "DIFFERENT");
     FOX_CUDA_CHECK(cudaFree(da));
@@ -159,10 +119,10 @@ static bool reverse_scan(int BH, int T) {
     const size_t n = (size_t)BH * T;
     std::vector<float> x(n), xc(n);
     for (size_t i = 0; i < n; i++) {
-        x[i] = urand() - 0.5f;
-        xc[i] = urand() - 0.5f;
+        x[i] = (float)uniform(-0.5, 0.5);
+        xc[i] = (float)uniform(-0.5, 0.5);
     }
-    float *x0 = dev(x), *dxc = dev(xc), *x1 = dev(x), *x2 = dev(x), *y1, *y2;
+    float *x0 = to_device(x), *dxc = to_device(xc), *x1 = to_device(x), *x2 = to_device(x), *y1, *y2;
     FOX_CUDA_CHECK(cudaMalloc(&y1, n * 4));
     FOX_CUDA_CHECK(cudaMalloc(&y2, n * 4));
     auto f1 = [&] {
@@ -170,14 +130,14 @@ static bool reverse_scan(int BH, int T) {
         FOX_LAUNCH_CHECK();
     };
     auto f2 = [&] { fox_attention_reverse_scan(x2, dxc, y2, BH, T, 0); };
-    const float t1 = median_ms(f1), t2 = median_ms(f2);  // (the timed runs add into dc again and again)
+    const double t1 = time_ms(f1), t2 = time_ms(f2);  // (the timed runs add into dc again and again)
     FOX_CUDA_CHECK(cudaMemcpy(x1, x0, n * 4, cudaMemcpyDeviceToDevice));
     FOX_CUDA_CHECK(cudaMemcpy(x2, x0, n * 4, cudaMemcpyDeviceToDevice));
     f1();
     f2();
     FOX_CUDA_CHECK(cudaDeviceSynchronize());
-    const bool same = memcmp(host(y1, n).data(), host(y2, n).data(), n * 4) == 0 &&
-                      memcmp(host(x1, n).data(), host(x2, n).data(), n * 4) == 0;
+    const bool same = memcmp(to_host(y1, n).data(), to_host(y2, n).data(), n * 4) == 0 &&
+                      memcmp(to_host(x1, n).data(), to_host(x2, n).data(), n * 4) == 0;
     printf("reverse scan      %3d rows of T %5d: version 1 %7.1f us, API %7.1f us; bits %s\n", BH, T, t1 * 1e3, t2 * 1e3,
            same ? "the same" : "DIFFERENT");
     float *fl[] = {x0, dxc, x1, x2, y1, y2};

@@ -340,6 +340,26 @@ static float median(std::vector<float> x) {
     return x[x.size() / 2];
 }
 
+// Median of 20 timed runs of f (after 3 warm-up), in ms, by CUDA events around each.
+template <class F> static float median_ms(F f) {
+    cudaEvent_t e0, e1;
+    FOX_CUDA_CHECK(cudaEventCreate(&e0));
+    FOX_CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int rep = 0; rep < 23; rep++) {
+        FOX_CUDA_CHECK(cudaEventRecord(e0));
+        f();
+        FOX_CUDA_CHECK(cudaEventRecord(e1));
+        FOX_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms;
+        FOX_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (rep >= 3) t.push_back(ms);
+    }
+    FOX_CUDA_CHECK(cudaEventDestroy(e0));
+    FOX_CUDA_CHECK(cudaEventDestroy(e1));
+    return median(t);
+}
+
 // Bench-size inputs (no reference): random q = k = v = dO, log f ~ U[-0.5, 0], no ACP.
 struct BenchInputs {
     int B, H, T, dh;
@@ -384,25 +404,10 @@ static void bench_header(const BenchInputs &b) { printf("T=%5d dh=%3d B=%d H=%2d
 
 // Median over 20 runs (after 3 warm-up runs) of a forward, in ms and TFLOP/s.
 static void bench_forward(BenchInputs &b, FwdFn fn, const char *name) {
-    cudaEvent_t e0, e1;
-    FOX_CUDA_CHECK(cudaEventCreate(&e0));
-    FOX_CUDA_CHECK(cudaEventCreate(&e1));
-    std::vector<float> tf;
-    for (int rep = 0; rep < 23; rep++) {
-        FOX_CUDA_CHECK(cudaEventRecord(e0));
-        fn(b.q, b.k, b.v, b.c, b.o, b.lse, b.B, b.H, b.T, nullptr, 0);
-        FOX_CUDA_CHECK(cudaEventRecord(e1));
-        FOX_CUDA_CHECK(cudaEventSynchronize(e1));
-        float f;
-        FOX_CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1));
-        if (rep >= 3) tf.push_back(f);
-    }
+    const float mf = median_ms([&] { fn(b.q, b.k, b.v, b.c, b.o, b.lse, b.B, b.H, b.T, nullptr, 0); });
     const double flops_fwd = 2.0 * b.B * b.H * (double)b.T * b.T * b.dh;
-    const float mf = median(tf);
     bench_header(b);
     printf("fwd %7.3f ms %6.1f TFLOP/s | forward %s\n", mf, flops_fwd / mf * 1e-9, name);
-    FOX_CUDA_CHECK(cudaEventDestroy(e0));
-    FOX_CUDA_CHECK(cudaEventDestroy(e1));
 }
 
 // The API forward then the given backward, 20 timed runs (after 3 warm-up runs), medians of each and of
