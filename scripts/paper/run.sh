@@ -43,6 +43,7 @@
 # (mpirun kills the ranks a few seconds after a SIGTERM or SIGINT, but forwards SIGUSR1; for the trainer
 # the four signals are alike): the trainer finishes its step, writes a checkpoint and exits 75, then this
 # script exits 75 without relaunching. A signal during the pause before a relaunch: exit 75 at once.
+# (Under nohup SIGHUP stays ignored: a shell cannot trap a signal ignored when it started.)
 # Each launch and exit is also logged to OUT/relaunch.log.
 set -u
 # shellcheck source=scripts/paper/wait_status.sh
