@@ -13,7 +13,8 @@
 // Under the document mask (docs/model.md §1.8) the scan below puts log f = FOX_DOC_LOG_F at every separator
 // (with or without a gate), so c_i - c_j <= -512 across a document boundary; the attention is unchanged.
 // The backward returns dc = dL/dc and d log f, its reverse cumulative sum: dlogf_t = sum_{i >= t} dc_i.
-// Layouts: q, k, v, dq, dk, dv bf16 (B, H, T, dh); o, dO bf16 (B, T, H, dh); c, lse, dc, dlogf fp32 (B, H, T).
+// Layouts: q, k, v, dq, dk, dv bf16 (B, H, T, dh); o, dO bf16 (B, T, H, dh); c, lse, dc, dlogf fp32 (B, H, T);
+// the bf16 tensors 16-byte aligned (the kernels move 16 bytes at a time).
 //
 // Adaptive Computation Pruning hooks work on a grid of FOX_ACP_BLOCK x FOX_ACP_BLOCK tiles (fox/acp.h):
 // kv_first[(b*H + h)*nblk + m] is the first live key block of query block m, q_last[(b*H + h)*nblk + n]
@@ -32,6 +33,7 @@
 
 #include <stdio.h>                   // fprintf
 #include <stdlib.h>                  // exit
+#include <stdint.h>                  // uintptr_t
 #include <cuda_runtime.h>            // cudaStream_t
 #include <cuda_bf16.h>               // __nv_bfloat16
 #include "acp.h"                     // FOX_ACP_BLOCK: the grid of the kv_first / q_last hooks
@@ -109,9 +111,12 @@ static inline void fox_forget_gate_forward(float *c, const float *proj, int ld, 
 // (the paper's dc = dc^q + dc^k, then the gradient through c_t = sum_{l <= t} log f_l), a true reverse scan
 // in fp32, one block per (b, h): each thread sums a contiguous chunk, the block scans the chunk totals,
 // then each thread walks its chunk backwards from its suffix offset. No output is formed as a difference
-// of large sums. The row passes through shared memory in segments of FOX_ATTN_SCAN_STAGE elements, loaded
-// and stored with consecutive threads on consecutive elements; each thread takes its chunk's part of a
-// segment from there (segments in order, then in reverse), so every sum is formed in the order above.
+// of large sums. Up to T = 32 FOX_ATTN_SCAN_STAGE (a segment then holds 32 threads' chunks or more) the row
+// passes through shared memory in segments of FOX_ATTN_SCAN_STAGE elements, loaded and stored with
+// consecutive threads on consecutive elements, each thread taking its chunk's part of a segment from there
+// (segments in order, then in reverse): the loads are coalesced, but a segment's chunks are walked by its
+// threads alone, a serial walk that grows as T^2, so longer rows read each chunk from global memory. Both
+// form every sum in the order above (dev/cuda/attention_passes: the same bits as the unstaged form).
 #define FOX_ATTN_SCAN_STAGE 4096
 __device__ __forceinline__ int scan_pad(int j) { return j + (j >> 5); }  // a thread's chunk on distinct banks
 __global__ void __launch_bounds__(FOX_ATTN_SCAN_THREADS)
@@ -125,6 +130,7 @@ fox_attention_reverse_scan_kernel(float *__restrict__ x, const float *__restrict
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int chunk = (T + FOX_ATTN_SCAN_THREADS - 1) / FOX_ATTN_SCAN_THREADS;
     const int lo = min(T, tid * chunk), hi = min(T, lo + chunk);
+    const bool staged = chunk <= FOX_ATTN_SCAN_STAGE / 32;  // block-uniform
     const int nseg = (T + FOX_ATTN_SCAN_STAGE - 1) / FOX_ATTN_SCAN_STAGE;
     auto stage = [&](int s0, int s1) {  // seg_x = x + xc over [s0, s1)
         __syncthreads();  // the previous segment's reads are done
@@ -132,10 +138,14 @@ fox_attention_reverse_scan_kernel(float *__restrict__ x, const float *__restrict
         __syncthreads();
     };
     float tot = 0.f;
-    for (int k = 0; k < nseg; k++) {
-        const int s0 = k * FOX_ATTN_SCAN_STAGE, s1 = min(T, s0 + FOX_ATTN_SCAN_STAGE);
-        stage(s0, s1);
-        for (int t = max(lo, s0); t < min(hi, s1); t++) tot += seg_x[scan_pad(t - s0)];
+    if (staged) {
+        for (int k = 0; k < nseg; k++) {
+            const int s0 = k * FOX_ATTN_SCAN_STAGE, s1 = min(T, s0 + FOX_ATTN_SCAN_STAGE);
+            stage(s0, s1);
+            for (int t = max(lo, s0); t < min(hi, s1); t++) tot += seg_x[scan_pad(t - s0)];
+        }
+    } else {
+        for (int t = lo; t < hi; t++) tot += xr[t] + xcr[t];
     }
     // inclusive suffix scan across lanes (lane l gets sum over lanes >= l), then across warps
     float suf = tot;
@@ -158,6 +168,15 @@ fox_attention_reverse_scan_kernel(float *__restrict__ x, const float *__restrict
     }
     __syncthreads();
     float run = (lane < 31 ? after_mine : 0.f) + (warp + 1 < FOX_ATTN_SCAN_THREADS / 32 ? warp_tot[warp + 1] : 0.f);
+    if (!staged) {
+        for (int t = hi - 1; t >= lo; t--) {
+            const float xt = xr[t] + xcr[t];
+            xr[t] = xt;
+            run += xt;
+            yr[t] = run;
+        }
+        return;
+    }
     for (int k = nseg - 1; k >= 0; k--) {
         const int s0 = k * FOX_ATTN_SCAN_STAGE, s1 = min(T, s0 + FOX_ATTN_SCAN_STAGE);
         stage(s0, s1);
@@ -219,6 +238,10 @@ static inline FoxAttnSums fox_attention_backward_keys(const __nv_bfloat16 *q, co
                                                       int T, int dh, const int *q_last, int deterministic,
                                                       cudaStream_t s) {
     fox_attn_check_dh(dh);
+    if ((uintptr_t)o % 16 || (uintptr_t)dout % 16) {
+        fprintf(stderr, "error: the attention backward needs o and dO 16-byte aligned\n");
+        exit(EXIT_FAILURE);
+    }
     const bool det = deterministic != 0;
     if (dh == 64) fox_attn::backward<64>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, s);
     else fox_attn::backward<128>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, s);

@@ -506,7 +506,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 
 // The API's group of heads in the forward's launch order (Cfg::GROUPED) at nqb query blocks a head, as
 // measured (`./attention_forward 0 orders`, dev/cuda/NOTES.md session 12): at d_h 64, 16 heads (all heads at
-// once lost up to 5% from 128 heads on, smaller groups lost at T 16384); at d_h 128, about one wave of blocks
+// once lost up to 5% from about 100 heads on, smaller groups lost at T 16384); at d_h 128, about one wave of blocks
 // (head after head at T 16384, 2 heads at T 8192, 4 at T 4096).
 template <int DH> int fwd_head_group(int nqb) {
     if (DH == 64) return 16;

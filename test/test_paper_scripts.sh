@@ -140,7 +140,7 @@ code=${code:-${FAKE_DEFAULT:-1}}
 case "$code" in
 *+ckpt) mkdir -p "$out/$(printf 'ckpt_%08d' "$n")"; exit "${code%+ckpt}" ;;
 wait)
-    trap 'trap "" USR1; echo USR1 >> "$FAKE_DIR/signals"; kill $sp 2> /dev/null; exit 75' USR1
+    trap 'echo USR1 >> "$FAKE_DIR/signals"; kill $sp 2> /dev/null; exit 75' USR1
     trap 'echo TERM >> "$FAKE_DIR/signals"' TERM
     sleep 30 &
     sp=$!

@@ -898,7 +898,7 @@ void forward_la(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf1
     FOX_LAUNCH_CHECK();
 }
 
-// Versions 16-18, 20, 23: fox/attention_forward.cuh's fwd_ws_kernel in other forms (FwdWsShape: NWG consumer
+// Versions 16-18, 20, 23-26, 28: fox/attention_forward.cuh's fwd_ws_kernel in other forms (FwdWsShape: NWG consumer
 // warpgroups of 64 query rows, FlashAttention-3's d_h 64 forward has three; STAGES; GROUPED, the launch order
 // longest first in groups of G heads (G = ALL_HEADS: every head's longest query block first, the grid (heads,
 // query blocks) before session 12), else head after head; SKIP_DEAD, a warpgroup's dead tiles skipped rather
@@ -920,15 +920,6 @@ void forward_stages(const bf16 *q, const bf16 *k, const bf16 *v, const float *c,
     fox_attn::forward_ws<DH, Fwd3Cfg<Cfg::NWG, ST, true, Cfg::SKIP_DEAD>>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 
-static int device_sms() {
-    static int sms = 0;
-    if (!sms) {
-        int dev;
-        FOX_CUDA_CHECK(cudaGetDevice(&dev));
-        FOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    return sms;
-}
 
 // Version 21: 18 persistent, with the work item passed through shared memory (19 kept it in registers on
 // both sides and spilled). One block per SM; the producer walks items i = blockIdx.x + k gridDim.x in 18's
@@ -1191,7 +1182,7 @@ void forward_pers(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, b
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
     const int nitems = (T + Cfg::BM - 1) / Cfg::BM * B * H;
-    fwd_pers_kernel<DH, NWG, ST, DYN><<<std::min(nitems, device_sms()), Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, B * H, H, T, kv_first);
+    fwd_pers_kernel<DH, NWG, ST, DYN><<<std::min(nitems, device_sm_count()), Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, B * H, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
@@ -1320,7 +1311,7 @@ static void block_cost(int B, int H, int T) {
         sx += tiles, sy += ms, sxx += tiles * tiles, sxy += tiles * ms, npts++;
     }
     const double slope = (npts * sxy - sx * sy) / (npts * sxx - sx * sx), icpt = (sy - slope * sx) / npts;
-    const double waves = (double)B * H * nqb / fox_attn_dev::device_sms(), tile_us = slope * 1e3 * fox_attn_dev::device_sms();
+    const double waves = (double)B * H * nqb / fox_attn::device_sm_count(), tile_us = slope * 1e3 * fox_attn::device_sm_count();
     bench_header(b);
     printf("a key tile %.3f us of an SM, a block's fixed cost %.2f us (%.2f tiles; intercept %.3f ms over %.1f waves)\n",
            tile_us, icpt * 1e3 / waves, icpt * 1e3 / waves / tile_us, icpt, waves);

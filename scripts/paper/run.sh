@@ -240,11 +240,14 @@ while :; do
     fi
     launches=$((launches + 1))
     note "launch $launches (from checkpoint step $last_ckpt): $line"
+    told=""
     "${cmd[@]}" < /dev/null &
     child=$!
-    told=""
     # a signal that came between the launch and child=$! found no pid to pass on
-    [ -z "$stop_sig" ] || tell_child
+    if [ -n "$stop_sig" ] && [ -z "$told" ]; then
+        note "SIGUSR1 to pid $child (SIG$stop_sig came during the launch)"
+        tell_child
+    fi
     wait_child
     ckpt=$(newest_ckpt)
     note "launch $launches exited with code $rc (newest checkpoint: step $ckpt)"
