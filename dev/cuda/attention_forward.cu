@@ -75,6 +75,7 @@
 // 20 16 with 18's order (2 stages): 314-320, 409-422, 437-440, 415-418.
 // 21 18 persistent with the work item passed through smem (no spills): 320-328, 401-418, 394-399, 415-419.
 // 22 21 with the items handed out by an atomic counter: 346, 415-443, 431-435, 431-442. Still below 18.
+//    21 and 22 removed in session 12 (code at commit c91c701: fwd_pers_kernel, a near copy of the API kernel).
 // 23 18 with a warpgroup's dead tiles' S cut to its first k16 step, their softmax and the P V after them
 //    skipped: first text (with the key-limit select) 355-364, 435-457, 443-461, 435-464; without the select
 //    the API's forward on Hopper at d_h 64 in session 11: 364-366, 469-472, 464-466, 470 (16 at d_h 128).
@@ -902,9 +903,8 @@ void forward_la(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf1
 // warpgroups of 64 query rows, FlashAttention-3's d_h 64 forward has three; STAGES; GROUPED, the launch order
 // longest first in groups of G heads (G = ALL_HEADS: every head's longest query block first, the grid (heads,
 // query blocks) before session 12), else head after head; SKIP_DEAD, a warpgroup's dead tiles skipped rather
-// than masked whole). 19 (version 18
-// persistent, the work item kept in registers) was measured at commit 71a45d2 and removed: 21 and 22 are its
-// forms that keep the item in smem.
+// than masked whole). The persistent forms of 18 (19, 21, 22) were measured and removed: 19 at commit 71a45d2,
+// 21 and 22 at c91c701.
 constexpr int ALL_HEADS = 1 << 20;  // a group size above any head count: one group
 template <int NWG, int ST, bool GROUPED, bool SKIP = false> using Fwd3Cfg = FwdWsShape<NWG, ST, GROUPED, SKIP>;
 template <int DH, int NWG, int ST, int G, bool SKIP = false>  // G: the group of heads, 0 head after head
@@ -920,271 +920,6 @@ void forward_stages(const bf16 *q, const bf16 *k, const bf16 *v, const float *c,
     fox_attn::forward_ws<DH, Fwd3Cfg<Cfg::NWG, ST, true, Cfg::SKIP_DEAD>>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 
-
-// Version 21: 18 persistent, with the work item passed through shared memory (19 kept it in registers on
-// both sides and spilled). One block per SM; the producer walks items i = blockIdx.x + k gridDim.x in 18's
-// order, writes each item's (query block, head) into smem before the arrival that completes Q's copy, and
-// loads the next item's Q (once the consumers release Q after the item's last S) and its K, V stages
-// while the consumers finish the current item. After the last item the producer publishes an item of
-// no tiles, and the consumers leave. Otherwise the API's fwd_ws_kernel (its per-tile work, dead tiles,
-// turns; the last warpgroup's final turn is matched by warpgroup 0 on the way out).
-// DYN (version 22): the items handed out in order by an atomic counter (FA3's causal scheduler): a block
-// takes the next item when it is ready for one, instead of every gridDim.x-th (21: with rounds of items
-// spanning many query blocks, the same blocks always get the longest).
-__device__ int fwd_pers_next_item;
-template <int DH, int NWG, int ST, bool DYN>
-__global__ void __launch_bounds__(Fwd3Cfg<NWG, ST, true>::THREADS, 1)
-fwd_pers_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
-                float *__restrict__ lse, int BH, int H, int T, const int *__restrict__ kv_first) {
-    using Cfg = Fwd3Cfg<NWG, ST, true>;
-    constexpr int BM = Cfg::BM, BN = FWD_WS_BN;
-    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
-    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
-    __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
-    __nv_bfloat16 *Vs = Ks + ST * BN * DH;     // [ST][BN][DH]
-    float *nbs = reinterpret_cast<float *>(Vs + ST * BN * DH);  // [ST][BN]: -(c_j - c_ref) log2e
-    float *crefs = nbs + ST * BN;                                // [ST]
-    uint64_t *q_full = reinterpret_cast<uint64_t *>(crefs + (ST + 1) / 2 * 2), *q_empty = q_full + 1;
-    uint64_t *k_full = q_full + 2, *k_empty = k_full + ST, *v_full = k_empty + ST, *v_empty = v_full + ST;
-    int *item_smem = reinterpret_cast<int *>(v_empty + ST);  // the current item: query block, head, key tiles
-
-    const int tid = threadIdx.x, lane = tid & 31;
-    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
-    const int g = lane >> 2, tq = lane & 3;
-    const int nqb = (T + BM - 1) / BM, nacp = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
-    auto wg_first = [&](int bh, int q0, int w) {  // the first live key tile of warpgroup w's ACP row block
-        const int a = min((q0 + 64 * w) / FOX_ACP_BLOCK, nacp - 1);
-        return kv_first ? kv_first[(size_t)bh * nacp + a] * (FOX_ACP_BLOCK / BN) : 0;
-    };
-    auto last_tile = [&](int q0) { return min((T - 1) / BN, (q0 + BM - 1) / BN); };
-
-    if (tid == 0) {
-        mbar_init(q_full, 1);
-        mbar_init(q_empty, 4 * NWG);
-        for (int s = 0; s < ST; s++) {
-            mbar_init(k_full + s, 32);
-            mbar_init(k_empty + s, 4 * NWG);
-            mbar_init(v_full + s, 1);
-            mbar_init(v_empty + s, 4 * NWG);
-        }
-        mbar_fence_init();
-    }
-    __syncthreads();
-
-    if (warp >= Cfg::PRODUCER_WARP) {  // the producer
-        setmaxnreg_dec<Cfg::REGS_PRODUCER>();
-        if (warp != Cfg::PRODUCER_WARP) return;
-        int s = 0, parity = 1, nload = 0;  // stage, the parity of its release by the tile ST earlier, tiles loaded
-        for (int i = blockIdx.x, j = 0;; j++) {
-            int next = i + gridDim.x;  // DYN: the counter's next item, fetched early to hide the atomic's latency
-            if (DYN && lane == 0) next = gridDim.x + atomicAdd(&fwd_pers_next_item, 1);
-            if (j > 0 && lane == 0) mbar_wait(q_empty, (j - 1) & 1);
-            if (i >= nqb * BH) {  // no more items: an item of no tiles tells the consumers
-                if (lane == 0) {
-                    item_smem[2] = 0;
-                    mbar_arrive(q_full);
-                }
-                break;
-            }
-            const int bh = i % BH, q0 = (nqb - 1 - i / BH) * BM, n_last = last_tile(q0);
-            int n_first = wg_first(bh, q0, 0);
-#pragma unroll
-            for (int w = 1; w < NWG; w++) n_first = min(n_first, wg_first(bh, q0, w));
-            const int ntiles = n_last - n_first + 1;
-            const float *ch = c + (size_t)bh * T;
-            if (lane == 0) {
-                item_smem[0] = q0;
-                item_smem[1] = bh;
-                item_smem[2] = ntiles;
-                mbar_arrive_expect_tx(q_full, BM * DH * 2);
-#pragma unroll
-                for (int hf = 0; hf < DH / 64; hf++) tma_load_3d(Qs + hf * BM * 64, &tm_q, q_full, hf * 64, q0, bh);
-            }
-            for (int it = 0; it < ntiles; it++, nload++) {
-                const int n = n_last - it;
-                if (nload >= ST) mbar_wait(k_empty + s, parity);
-                const float cref = ch[n * BN];
-#pragma unroll
-                for (int x = lane; x < BN; x += 32) {
-                    const int jj = n * BN + x;
-                    nbs[s * BN + x] = -((jj < T ? ch[jj] : cref) - cref) * LOG2E;
-                }
-                if (lane == 0) {
-                    crefs[s] = cref;
-                    mbar_arrive_expect_tx(k_full + s, BN * DH * 2);
-#pragma unroll
-                    for (int hf = 0; hf < DH / 64; hf++)
-                        tma_load_3d(Ks + s * BN * DH + hf * BN * 64, &tm_k, k_full + s, hf * 64, n * BN, bh);
-                } else {
-                    mbar_arrive(k_full + s);
-                }
-                if (nload >= ST) mbar_wait(v_empty + s, parity);
-                if (lane == 0) {
-                    mbar_arrive_expect_tx(v_full + s, BN * DH * 2);
-#pragma unroll
-                    for (int hf = 0; hf < DH / 64; hf++)
-                        tma_load_3d(Vs + s * BN * DH + hf * BN * 64, &tm_v, v_full + s, hf * 64, n * BN, bh);
-                }
-                if (++s == ST) s = 0, parity ^= 1;
-            }
-            i = __shfl_sync(0xffffffffu, next, 0);
-        }
-        return;
-    }
-    // the consumers
-    setmaxnreg_inc<Cfg::REGS_CONSUMER>();
-    const int wg = warp >> 2;
-    const float sl2 = LOG2E / sqrtf((float)DH);
-    auto release = [&](uint64_t *bar) {  // lane 0 arrives for its warp once every lane's reads are done
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar);
-    };
-    if (wg == NWG - 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
-    int s = 0, ks_par = 0, vs = 0, vs_par = 0;      // K(t)'s stage and parity, V(t-1)'s
-    for (int j = 0;; j++) {
-        mbar_wait(q_full, j & 1);
-        const int q0 = item_smem[0], bh = item_smem[1], ntiles = item_smem[2];
-        if (ntiles == 0) break;
-        const float *ch = c + (size_t)bh * T;
-        const int n_last = last_tile(q0);
-        const int r0 = q0 + 64 * wg;  // this warpgroup's first row
-        const int my_first = wg_first(bh, q0, wg);
-        int row[2];
-        float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            row[hf] = q0 + warp * 16 + g + 8 * hf;
-            crow[hf] = row[hf] < T ? ch[row[hf]] : 0.f;
-            m[hf] = -INFINITY;
-            l[hf] = 0.f;
-        }
-        uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
-        float oacc[DH / 8][4];
-#pragma unroll
-        for (int x = 0; x < DH / 8; x++) oacc[x][0] = oacc[x][1] = oacc[x][2] = oacc[x][3] = 0.f;
-        auto pv_issue = [&](const __nv_bfloat16 *Vp) {  // O += P(t-1) V(t-1), one m64n64 product per half of V
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-#pragma unroll
-                for (int hf = 0; hf < DH / 64; hf++)
-                    wgmma_m64n64_rs<1>(acc_half(oacc, hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
-        };
-        for (int it = 0; it < ntiles; it++) {
-            const int n = n_last - it;
-            mbar_wait(k_full + s, ks_par);
-            mbar_wait(v_full + vs, vs_par);
-            if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
-            else if (wg == 1) named_bar_sync(2, 256);
-            else named_bar_sync(3, 256);
-            float sacc[BN / 8][4];
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++)
-                wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
-            wg_commit();  // then tile t-1's P V; only S is waited for here
-            pv_issue(Vs + vs * BN * DH);
-            wg_commit();
-            if (wg == 0) named_bar_arrive(2, 256);  // the next warpgroup's turn
-            else if (wg == 1 && NWG == 3) named_bar_arrive(3, 256);
-            else named_bar_arrive(1, 256);
-            wg_wait<1>();
-            if (it + 1 == ntiles) release(q_empty);  // the item's last S is complete
-
-            const float cref = crefs[s];
-            float mt_max[2] = {-INFINITY, -INFINITY};
-            const bool dead = n * BN > r0 + 63 || n < my_first;
-            const int jmax[2] = {dead ? -1 : row[0], dead ? -1 : row[1]};
-            auto scores = [&](auto masked) {
-#pragma unroll
-                for (int nt = 0; nt < BN / 8; nt++) {
-                    const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);
-#pragma unroll
-                    for (int x = 0; x < 4; x++) {
-                        const int hf = x >> 1, jj = n * BN + nt * 8 + 2 * tq + (x & 1);
-                        float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
-                        if (decltype(masked)::value && jj > jmax[hf]) t = -INFINITY;
-                        sacc[nt][x] = t;
-                        mt_max[hf] = fmaxf(mt_max[hf], t);
-                    }
-                }
-            };
-            if (n * BN + BN - 1 > r0 || dead) scores(std::true_type{});
-            else scores(std::false_type{});
-            release(k_empty + s);
-            float sh[2], al[2], ps[2] = {0.f, 0.f};
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const float a = (crow[hf] - cref) * LOG2E;
-                const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
-                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
-                al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
-                m[hf] = mn;
-            }
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
-                    ps[x >> 1] += sacc[nt][x];
-                }
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];
-            wg_wait<0>();
-            if (it > 0) release(v_empty + vs);
-#pragma unroll
-            for (int x = 0; x < DH / 8; x++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) oacc[x][e] *= al[e >> 1];
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
-            if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;
-            if (++s == ST) s = 0, ks_par ^= 1;
-        }
-        mbar_wait(v_full + vs, vs_par);  // the last tile's P V, then its V stage goes back to the producer
-        wg_fence();
-        pv_issue(Vs + vs * BN * DH);
-        wg_commit_wait();
-        release(v_empty + vs);
-        if (++vs == ST) vs = 0, vs_par ^= 1;
-        const size_t ld_o = (size_t)H * DH;
-        __nv_bfloat16 *ob = o + (size_t)(bh / H) * T * ld_o + (size_t)(bh % H) * DH;
-        constexpr float LN2 = 0.6931471805599453f;
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int r = row[hf];
-            const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
-            if (r >= T) continue;
-#pragma unroll
-            for (int nt = 0; nt < DH / 8; nt++)
-                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
-                    pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
-            if (tq == 0) lse[(size_t)bh * T + r] = (m[hf] + log2f(lsum)) * LN2;
-        }
-    }
-    if (wg == 0) named_bar_sync(1, 256);  // the last warpgroup's final turn
-}
-
-template <int DH, int NWG, int ST, bool DYN>
-void forward_pers(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
-                  const int *kv_first, cudaStream_t s) {
-    using Cfg = Fwd3Cfg<NWG, ST, true>;
-    // fwd_ws_kernel's smem, one more mbarrier (Q empty) and the item (4 ints)
-    const size_t smem = fwd_ws_smem_bytes<DH, Cfg>() + 8 + 4 * sizeof(int);
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_pers_kernel<DH, NWG, ST, DYN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    if (DYN) {
-        void *counter;
-        FOX_CUDA_CHECK(cudaGetSymbolAddress(&counter, fwd_pers_next_item));
-        FOX_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), s));
-    }
-    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
-                      tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
-    const int nitems = (T + Cfg::BM - 1) / Cfg::BM * B * H;
-    fwd_pers_kernel<DH, NWG, ST, DYN><<<std::min(nitems, device_sm_count()), Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, B * H, H, T, kv_first);
-    FOX_LAUNCH_CHECK();
-}
 
 }  // namespace fox_attn_dev
 
@@ -1223,10 +958,6 @@ static const Version versions[] = {
     {18, "17 with every head's longest query block first (grid: heads, query blocks)",
      fox_attn_dev::forward_wg3<64, 3, 3, fox_attn_dev::ALL_HEADS>, fox_attn_dev::forward_wg3<128, 2, 2, fox_attn_dev::ALL_HEADS>, true},
     {20, "16 with every head's longest query block first (2 stages)", fox_attn_dev::forward_wg3<64, 3, 2, fox_attn_dev::ALL_HEADS>, nullptr, true},
-    {21, "18 persistent, the work item passed through smem", fox_attn_dev::forward_pers<64, 3, 3, false>,
-     fox_attn_dev::forward_pers<128, 2, 2, false>, true},
-    {22, "21 with the items handed out by an atomic counter", fox_attn_dev::forward_pers<64, 3, 3, true>,
-     fox_attn_dev::forward_pers<128, 2, 2, true>, true},
     {23, "18 with a warpgroup's dead tiles' S cut to one k16 step, their softmax and P V skipped (the API)",
      fox_attn_dev::forward_wg3<64, 3, 3, fox_attn_dev::ALL_HEADS, true>, nullptr, true},
     {24, "23 (d_h 128: 16) launched longest first in groups of 2 heads", fox_attn_dev::forward_wg3<64, 3, 3, 2, true>,
