@@ -106,7 +106,6 @@ typedef struct {
     bf16 *dproj;      // (N, NINP); the padding columns stay zero
     bf16 *dq, *dk, *dv, *d_o;  // GSA: d_o (N + GSA_CHUNK, D), no dq, dk, dv (its kernels write dproj)
     float *dc, *dlogf, *dfg;  // (B, H, T), (B, H, T), (N, H)
-    float *dks;               // (N, D) fp32: gradient of the shifted keys
     float *colsum_rows;       // block partials of the fused norm-weight column sums
     float *colsum_part, *sumsq_part;
     double *sumsq;
@@ -121,7 +120,7 @@ typedef struct {
 typedef struct {
     float *dx, *dk, *dv;  // (nS, R, D): dL/d each state's rows, and its keys' and values' ((B, H, M, dh) layout)
     bf16 *dxbf;           // (R, D): a rows' gradient as a GEMM operand
-    float *dxn, *dh, *dks;  // (R, D), (R, I), (R, D)
+    float *dxn, *dh;      // (R, D), (R, I)
     bf16 *du, *dproj, *d_o, *dq, *dkb, *dvb;  // (R, 2I), (R, NINP), (R, D) each
     float *rows3;         // (B, H, M, 3): fam_update_backward's per-query sums
     float *ds_rows;       // (B, H, T): fam_token_memory_backward's
@@ -328,7 +327,6 @@ static void fam_alloc(Model *m, int B, int T) {
     g->dxbf = (bf16 *)dev_alloc(m, R * D * b, cnt);
     g->dxn = (float *)dev_alloc(m, R * D * f, cnt);
     g->dh = (float *)dev_alloc(m, R * I * f, cnt);
-    g->dks = (float *)dev_alloc(m, R * D * f, cnt);
     g->du = (bf16 *)dev_alloc(m, R * 2 * I * b, cnt);
     g->dproj = (bf16 *)dev_alloc(m, R * NINP * b, cnt);
     bf16 **rows_bf[] = {&g->d_o, &g->dq, &g->dkb, &g->dvb};
@@ -344,7 +342,7 @@ static void fam_free(Model *m) {
     FAM_FIELDS(X)
 #undef X
     void *bufs[] = {m->a.fam_kv_first, m->a.fam_q_last, m->fam_rope_cos, m->fam_rope_sin, g->dx, g->dk, g->dv, g->dxbf,
-                    g->dxn, g->dh, g->dks, g->du, g->dproj, g->d_o, g->dq, g->dkb, g->dvb, g->rows3, g->ds_rows,
+                    g->dxn, g->dh, g->du, g->dproj, g->d_o, g->dq, g->dkb, g->dvb, g->rows3, g->ds_rows,
                     g->dprompt[0], g->dprompt[1]};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
 }
@@ -425,7 +423,6 @@ static void model_alloc_acts(Model *m, int B, int T) {
         s->dc = (float *)dev_alloc(m, N * H * f, cnt);
         s->dlogf = (float *)dev_alloc(m, N * H * f, cnt);
         s->dfg = (float *)dev_alloc(m, N * H * f, cnt);
-        s->dks = (float *)dev_alloc(m, N * D * f, cnt);
         s->attn_scratch = dev_alloc(m, fox_attention_backward_scratch_bytes(B, (int)H, T, m->Dh), cnt);
     }
     s->colsum_rows = (float *)dev_alloc(m, 2 * colsum_rows_floats((int)N, (int)D) * f, cnt);
@@ -590,7 +587,7 @@ static void model_free(Model *m) {
                     a->losses, a->zero_c,
                     a->acp_kv_first, a->acp_q_last, a->doc_first, a->acp_live,
                     a->inputs, a->targets, s->dres, s->dres_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
-                    s->d_o, s->dc, s->dlogf, s->dfg, s->dks, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
+                    s->d_o, s->dc, s->dlogf, s->dfg, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
                     s->attn_scratch, s->bucket_token, s->bucket_start, s->bucket_pos, m->rope_cos, m->rope_sin,
                     a->gsa_dS, a->gsa_dU, a->gsa_decay, s->gsa_dSs, s->gsa_dUs, s->gsa_dsr, s->gsa_y, s->gsa_D1, s->gsa_Pt};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
@@ -695,9 +692,9 @@ static void mixer_input_backward(Model *m, int l, int B, int T) {
 static void attention_inputs_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
-    int N = B * T, H = c->n_head;
+    int H = c->n_head;
     mixer_input_forward(m, l, B, T);
-    LAUNCH_HEADS(qkv_forward_kernel, m->Dh, (size_t)N * H, m->stream, a->q, a->k, a->v, qkv_inputs(m, l, B, T));
+    fox_qkv_forward(a->q, a->k, a->v, qkv_inputs(m, l, B, T), m->stream);
     if (model_has_c(m)) {  // c from the gate (or 0 without one) and the document mask's separators
         int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
         fox_forget_gate_forward(a->c[l], a->proj[l], m->NINP, cf,
@@ -765,8 +762,7 @@ static void fam_project(Model *m, int l, FamRows f, int B, int tau) {
     int R = B * m->cfg.fam_memory, D = m->cfg.d_model;
     rmsnorm_forward(m, f.xn, f.x, param(m, FOX_P_ln1_w, l), R);
     linear_forward(&m->gemm, f.proj, NULL, CUDA_R_32F, m->NINP, f.xn, wbf(m, FOX_P_attn_in_w, l), R, D, m->NINP);
-    LAUNCH_HEADS(qkv_forward_kernel, m->Dh, (size_t)R * m->cfg.n_head, m->stream, f.q, f.k, f.v,
-                 fam_qkv_inputs(m, l, f, B, tau));
+    fox_qkv_forward(f.q, f.k, f.v, fam_qkv_inputs(m, l, f, B, tau), m->stream);
 }
 
 // The memory rows' update after their attention (f.o): output norm and gate, W_o, the residual (none for the
@@ -1067,8 +1063,7 @@ static void recompute_block(Model *m, int l, int B, int T) {
     if (m->cfg.arch == FOX_ARCH_GSA)
         gsa_features(m, l, B, T);
     else
-        LAUNCH_HEADS(qkv_forward_kernel, m->Dh, (size_t)B * T * m->cfg.n_head, m->stream, a->q, a->k, a->v,
-                     qkv_inputs(m, l, B, T));
+        fox_qkv_forward(a->q, a->k, a->v, qkv_inputs(m, l, B, T), m->stream);
     if (m->recompute == RECOMPUTE_NORM_MLP) mlp_up_forward(m, l, B, T);
 }
 
@@ -1117,7 +1112,7 @@ static void attention_inputs_backward(Model *m, int l, int B, int T) {
     }
     QkvInputs qs = qkv_inputs(m, l, B, T);
     fox_qkv_backward(s->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
-                     s->dq, s->dk, s->dv, qs, s->dks, s->colsum_rows, s->colsum_part, m->stream);
+                     s->dq, s->dk, s->dv, qs, s->colsum_rows, s->colsum_part, m->stream);
     mixer_input_backward(m, l, B, T);
 }
 
@@ -1172,7 +1167,7 @@ static void fam_project_backward(Model *m, int l, FamRows f, int B, int tau, con
     fam_to_bf16(g->dkb, dFk, (size_t)R * D, m->stream);
     fam_to_bf16(g->dvb, dFv, (size_t)R * D, m->stream);
     fox_qkv_backward(g->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
-                     g->dq, g->dkb, g->dvb, fam_qkv_inputs(m, l, f, B, tau), g->dks, s->colsum_rows, s->colsum_part,
+                     g->dq, g->dkb, g->dvb, fam_qkv_inputs(m, l, f, B, tau), s->colsum_rows, s->colsum_part,
                      m->stream);
     linear_backward_input(&m->gemm, g->dxn, g->dproj, m->NINP, wbf(m, FOX_P_attn_in_w, l), R, D, m->NINP, 1.0f);
     fox_rmsnorm_backward(dx, g->dxbf, NULL, grad(m, FOX_P_ln1_w, l), g->dxn, f.x, param(m, FOX_P_ln1_w, l), R, D, accumulate,

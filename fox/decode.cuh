@@ -100,7 +100,7 @@ __global__ void decode_qkv_kernel(bf16 *q, int *first, unsigned long long *keys_
         int i = h * s.dh + lane + 32 * e;
         float kt = row[s.cols.k + i], vt = row[s.cols.v + i];
         qv[e] = row[s.cols.q + i];
-        kv[e] = kp ? (starts ? 0.0f : ak * kp[i]) + (1.0f - ak) * kt : kt;  // load_shifted's arithmetic
+        kv[e] = kp ? (starts ? 0.0f : ak * kp[i]) + (1.0f - ak) * kt : kt;  // kv_shift's arithmetic
         vv[e] = vp ? (starts ? 0.0f : av * vp[i]) + (1.0f - av) * vt : vt;
         if (kp) {
             kp[i] = kt;

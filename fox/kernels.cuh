@@ -355,7 +355,7 @@ static inline void fox_rmsnorm_backward(float *dres, bf16 *dres_bf, bf16 *xn, fl
 
 // ----------------------------------------------------------------------------
 // Attention inputs: KV-shift, QK-norm and RoPE in one pass over the fp32 projection, writing the
-// attention's bf16 q, k, v in (B, H, T, dh). One warp per (token, head); lane l holds elements
+// attention's bf16 q, k, v in (B, H, T, dh). A warp takes one head of a run of tokens; lane l holds elements
 // l + 32e (e < PER_LANE = dh/32), so each RoPE pair (i, i + dh/2) lives in one lane (dh % 64 == 0).
 // Under the document mask (docs/model.md §1.8) KV-shift does not reach back across a separator: the
 // previous token counts as 0 there, as at t = 0 (fox_doc_has_prev).
@@ -372,25 +372,30 @@ typedef struct {
     int sep;                     // the document mask's separator (docs/model.md §1.8); -1: no mask
 } QkvInputs;
 
+// Rows of a block of the per-head kernels each warp of qkv_forward_kernel and qkv_backward_kernel walks.
+#define QKV_RUN (HEAD_BLOCK_ROWS / FOX_WARPS)
+static_assert(HEAD_BLOCK_ROWS % FOX_WARPS == 0, "the qkv kernels split a block's rows evenly among its warps");
+
 // Whether row n (position t of its sequence) takes KV-shift's previous row: t > 0 and, under the document
 // mask, the token is not a separator (fox_doc_has_prev). CPU: shift_prev.
 __device__ __forceinline__ int qkv_has_prev(const QkvInputs &s, size_t n, int t) {
     return s.sep >= 0 ? fox_doc_has_prev(s.tokens + (n - (size_t)t), t, s.sep) : t > 0;
 }
 
-// The KV-shifted (ca >= 0) or plain (ca < 0) column col of head h at row n: y = α x_{n−1} + (1 − α) x_n, the
-// previous row taken only when has_prev (qkv_has_prev), else 0.
+// Head h's columns col of a row: lane-strided elements h·dh + lane + 32e.
 template <int PER_LANE>
-__device__ __forceinline__ void load_shifted(float y[PER_LANE], const QkvInputs &s, size_t n, int has_prev, int col, int ca,
-                                             int h, int lane) {
-    const float *row = s.proj + n * s.ld;
-    float al = ca >= 0 ? sigmoidf_(row[ca + h]) : 0.0f;
+__device__ __forceinline__ void head_cols(float x[PER_LANE], const float *row, int col, int h, int dh, int lane) {
 #pragma unroll
-    for (int e = 0; e < PER_LANE; e++) {
-        int k = h * s.dh + lane + 32 * e;
-        float x = row[col + k];
-        y[e] = ca >= 0 ? (has_prev ? al * row[col + k - s.ld] : 0.0f) + (1.0f - al) * x : x;
-    }
+    for (int e = 0; e < PER_LANE; e++) x[e] = row[col + h * dh + lane + 32 * e];
+}
+
+// KV-shift (ca >= 0: y = α x_{n−1} + (1 − α) x_n, the previous row xp taken only when has_prev, qkv_has_prev,
+// else 0) or none (ca < 0: y = x).
+template <int PER_LANE>
+__device__ __forceinline__ void kv_shift(float y[PER_LANE], const float x[PER_LANE], const float xp[PER_LANE], float al,
+                                         int has_prev, int ca) {
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) y[e] = ca >= 0 ? (has_prev ? al * xp[e] : 0.0f) + (1.0f - al) * x[e] : x[e];
 }
 
 template <int PER_LANE>
@@ -436,28 +441,46 @@ __device__ __forceinline__ void qk_norm_rope(float qv[PER_LANE], float kv[PER_LA
 }
 
 // Paper eq. 15-19 (FoX Pro): q = QK-norm(W_q x); k = QK-norm(KV-shift(W_k x)), v = KV-shift(W_v x); then
-// RoPE (Transformer presets). CPU: kv_shift_forward, rmsnorm_forward (per head), rope_apply in
-// attention_block_forward.
+// RoPE (Transformer presets). Grid: (head, HEAD_BLOCK_ROWS tokens); a warp walks QKV_RUN rows in order,
+// so a row's k and v columns, read once, are the next row's shift input. CPU: kv_shift_forward,
+// rmsnorm_forward (per head), rope_apply in attention_block_forward.
 template <int PER_LANE>
 __global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
-    size_t w = warp_index();
-    int lane = threadIdx.x % 32;
-    if (w >= (size_t)s.B * s.T * s.H) return;
-    size_t n = w / s.H;
-    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T), hp = qkv_has_prev(s, n, t);
-    float qv[PER_LANE], kv[PER_LANE], vv[PER_LANE];
-    load_shifted<PER_LANE>(qv, s, n, hp, s.cols.q, -1, h, lane);
-    load_shifted<PER_LANE>(kv, s, n, hp, s.cols.k, s.cols.k_shift, h, lane);
-    load_shifted<PER_LANE>(vv, s, n, hp, s.cols.v, s.cols.v_shift, h, lane);
-    qk_norm_rope<PER_LANE>(qv, kv, s, h, t, lane);
-    size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
-#pragma unroll
-    for (int e = 0; e < PER_LANE; e++) {
-        int i = lane + 32 * e;
-        q[o + i] = __float2bfloat16(qv[e]);
-        k[o + i] = __float2bfloat16(kv[e]);
-        v[o + i] = __float2bfloat16(vv[e]);
+    int lane = threadIdx.x % 32, h = blockIdx.x, dh = s.dh, N = s.B * s.T;
+    int lo = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32 * QKV_RUN, hi = min(N, lo + QKV_RUN);
+    float kx[PER_LANE] = {}, vx[PER_LANE] = {};  // the previous row's k, v columns
+    if (lo > 0 && lo < hi) {
+        head_cols<PER_LANE>(kx, s.proj + (size_t)(lo - 1) * s.ld, s.cols.k, h, dh, lane);
+        head_cols<PER_LANE>(vx, s.proj + (size_t)(lo - 1) * s.ld, s.cols.v, h, dh, lane);
     }
+    for (int nn = lo; nn < hi; nn++) {
+        size_t n = (size_t)nn;
+        int t = (int)(n % s.T), b = (int)(n / s.T), hp = qkv_has_prev(s, n, t);
+        const float *row = s.proj + n * s.ld;
+        float qv[PER_LANE], kr[PER_LANE], vr[PER_LANE], kv[PER_LANE], vv[PER_LANE];
+        head_cols<PER_LANE>(qv, row, s.cols.q, h, dh, lane);
+        head_cols<PER_LANE>(kr, row, s.cols.k, h, dh, lane);
+        head_cols<PER_LANE>(vr, row, s.cols.v, h, dh, lane);
+        float ak = s.cols.k_shift >= 0 ? sigmoidf_(row[s.cols.k_shift + h]) : 0.0f;
+        float av = s.cols.v_shift >= 0 ? sigmoidf_(row[s.cols.v_shift + h]) : 0.0f;
+        kv_shift<PER_LANE>(kv, kr, kx, ak, hp, s.cols.k_shift);
+        kv_shift<PER_LANE>(vv, vr, vx, av, hp, s.cols.v_shift);
+        qk_norm_rope<PER_LANE>(qv, kv, s, h, t, lane);
+        size_t o = (((size_t)b * s.H + h) * s.T + t) * dh;
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) {
+            int i = lane + 32 * e;
+            q[o + i] = __float2bfloat16(qv[e]);
+            k[o + i] = __float2bfloat16(kv[e]);
+            v[o + i] = __float2bfloat16(vv[e]);
+            kx[e] = kr[e];
+            vx[e] = vr[e];
+        }
+    }
+}
+
+static inline void fox_qkv_forward(bf16 *q, bf16 *k, bf16 *v, const QkvInputs &s, cudaStream_t st) {
+    LAUNCH_HEAD_BLOCKS(qkv_forward_kernel, s.dh, s.B * s.T, s.H, st, q, k, v, s);
 }
 
 // Per-head RMSNorm backward (one warp, lane-strided elements): dx, and prod = dy⊙x̂ (the weight's part).
@@ -475,145 +498,196 @@ __device__ __forceinline__ void head_norm_backward(float dx[PER_LANE], float pro
     }
 }
 
-// One token's inputs of qk_backward_kernel, loaded a token ahead (two tokens' loads in flight per warp).
-template <int PER_LANE> struct QkIn {
-    float gq[PER_LANE], gk[PER_LANE], q[PER_LANE], k[PER_LANE], kp[PER_LANE], al;  // dq, dk; q, k columns of the row; k of the row before; α_t
-    int hp;  // KV-shift takes the row before (qkv_has_prev); kp is 0 when not
+// One row's inputs of qkv_backward_kernel (row n of head h), loaded a row ahead (two rows' loads in flight per
+// warp). The row's own k and v columns are not among them: the walk loaded them as the row after's kp, vp.
+template <int PER_LANE> struct QkvRowIn {
+    float gq[PER_LANE], gk[PER_LANE], gv[PER_LANE];  // dq, dk, dv
+    float q[PER_LANE];                                // the q columns of the row
+    float kp[PER_LANE], vp[PER_LANE];                 // the k, v columns of row n − 1 (0 when unread)
+    float ak, av;                                     // the shift logits (0 without KV-shift)
+    int hp;                                           // KV-shift takes row n − 1 (qkv_has_prev)
 };
 
+// Row n − 1 is read when KV-shift takes it or when it is the warp's next row (n − 1 >= lo).
 template <int PER_LANE>
-__device__ __forceinline__ void qk_load(QkIn<PER_LANE> &in, const bf16 *dq, const bf16 *dk, const QkvInputs &s, int nn, int h,
-                                        int lane) {
+__device__ __forceinline__ void qkv_row_load(QkvRowIn<PER_LANE> &in, const bf16 *dq, const bf16 *dk, const bf16 *dv,
+                                             const QkvInputs &s, int nn, int lo, int h, int lane) {
     size_t n = (size_t)nn;
     int t = (int)(n % s.T), b = (int)(n / s.T);
     size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
     const float *row = s.proj + n * s.ld;
-    in.al = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
+    in.ak = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
+    in.av = s.cols.v_shift >= 0 ? row[s.cols.v_shift + h] : 0.0f;
     in.hp = qkv_has_prev(s, n, t);
+    int above = in.hp || nn - 1 >= lo;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
-        int k = h * s.dh + lane + 32 * e;
-        in.gq[e] = __bfloat162float(dq[o + lane + 32 * e]);
-        in.gk[e] = __bfloat162float(dk[o + lane + 32 * e]);
+        int i = lane + 32 * e, k = h * s.dh + i;
+        in.gq[e] = __bfloat162float(dq[o + i]);
+        in.gk[e] = __bfloat162float(dk[o + i]);
+        in.gv[e] = __bfloat162float(dv[o + i]);
         in.q[e] = row[s.cols.q + k];
-        in.k[e] = row[s.cols.k + k];
-        in.kp[e] = s.cols.k_shift >= 0 && in.hp ? row[s.cols.k + k - s.ld] : 0.0f;
+        in.kp[e] = above ? row[s.cols.k + k - s.ld] : 0.0f;
+        in.vp[e] = above ? row[s.cols.v + k - s.ld] : 0.0f;
     }
 }
 
-// Backward through RoPE and QK-norm for q and the shifted k: dproj's q columns (bf16), dks (fp32
-// (N, D): the gradient of the shifted keys, consumed by kv_backward_kernel) and, with QK-norm, the
-// block partials of the weight gradients (qpart, kpart: head_partials_store). Grid: (head, token block).
-// Backward of eq. 15 and 17's QK-norm and RoPE for q and the shifted k. CPU: rope_apply (inverse) and
-// rmsnorm_backward in attention_block_backward.
+// dks: the gradient of row t's shifted key y_t = α_t k_{t−1} + (1−α_t) k_t (eq. 17), from dk (gk, turned back
+// in place when RoPE) through QK-norm; prod: the norm weight's part dks_norm ⊙ ŷ. k, kp: rows t and t − 1.
 template <int PER_LANE>
-__global__ void qk_backward_kernel(bf16 *dproj, float *dks, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk,
-                                   QkvInputs s) {
-    int lane = threadIdx.x % 32, h = blockIdx.x, D = s.H * s.dh, N = s.B * s.T;
-    int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
-    float qacc[PER_LANE] = {}, kacc[PER_LANE] = {};
-    int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32;
-    QkIn<PER_LANE> in, next;
-    if (nn < n1) qk_load<PER_LANE>(in, dq, dk, s, nn, h, lane);
-    for (; nn < n1; nn += FOX_WARPS) {
-        if (nn + FOX_WARPS < n1) qk_load<PER_LANE>(next, dq, dk, s, nn + FOX_WARPS, h, lane);
-        size_t n = (size_t)nn;
-        int t = (int)(n % s.T);
-        float x[PER_LANE], dx[PER_LANE], prod[PER_LANE];
-        if (s.rope_cos) {
-            rope_rotate<PER_LANE>(in.gq, s, t, lane, 1);
-            rope_rotate<PER_LANE>(in.gk, s, t, lane, 1);
-        }
-        // q
-        if (s.qw) head_norm_backward<PER_LANE>(dx, prod, in.q, in.gq, s.qw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
-#pragma unroll
-        for (int e = 0; e < PER_LANE; e++) {
-            dproj[n * s.ld + s.cols.q + h * s.dh + lane + 32 * e] = __float2bfloat16(s.qw ? dx[e] : in.gq[e]);
-            if (s.qw) qacc[e] += prod[e];
-        }
-        // k, shifted as in load_shifted
-        float al = sigmoidf_(in.al);
-#pragma unroll
-        for (int e = 0; e < PER_LANE; e++) x[e] = s.cols.k_shift >= 0 ? (in.hp ? al * in.kp[e] : 0.0f) + (1.0f - al) * in.k[e] : in.k[e];
-        if (s.qw) head_norm_backward<PER_LANE>(dx, prod, x, in.gk, s.kw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
-#pragma unroll
-        for (int e = 0; e < PER_LANE; e++) {
-            dks[n * D + h * s.dh + lane + 32 * e] = s.qw ? dx[e] : in.gk[e];
-            if (s.qw) kacc[e] += prod[e];
-        }
-        in = next;
-    }
+__device__ __forceinline__ void shifted_key_grad(float dks[PER_LANE], float prod[PER_LANE], float gk[PER_LANE],
+                                                 const float k[PER_LANE], const float kp[PER_LANE], float al, int hp,
+                                                 const QkvInputs &s, int h, int t, int lane) {
+    if (s.rope_cos) rope_rotate<PER_LANE>(gk, s, t, lane, 1);
+    float x[PER_LANE];
+    kv_shift<PER_LANE>(x, k, kp, al, hp, s.cols.k_shift);
     if (s.qw) {
-        head_partials_store<PER_LANE>(qpart, qacc, s.dh);
-        head_partials_store<PER_LANE>(kpart, kacc, s.dh);
+        head_norm_backward<PER_LANE>(dks, prod, x, gk, s.kw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+    } else {
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) dks[e] = gk[e];
     }
 }
 
-// Backward of the KV-shift y_t = α_t x_{t−1} + (1−α_t) x_t for keys (gradient dks fp32 (N, D)) and
-// values (gradient dv bf16 (B, H, T, dh)): dx_t = (1−α_t) dy_t + α_{t+1} dy_{t+1};
-// dα_t = Σ dy_t (x_{t−1} − x_t), through the sigmoid into the α columns. Without the shift, dx = dy.
-// has_prev: row t takes x_{t−1} (else x_{t−1} = 0: t = 0, or a separator); has_next: row t+1 takes x_t (it
-// exists in the sequence and is not a separator).
+// Backward of the KV-shift y_t = α_t x_{t−1} + (1−α_t) x_t of one head's columns col of row t (drow: its dproj
+// row): dx_t = (1−α_t) dy_t + α_{t+1} dy_{t+1} (gn, an: row t+1's, when has_next);
+// dα_t = Σ dy_t (x_{t−1} − x_t) (xp, x: rows t − 1 and t) through the sigmoid into column ca. ca < 0: no
+// shift, dx = dy.
 template <int PER_LANE>
-__device__ __forceinline__ void shift_backward(bf16 *dproj, const float gy[PER_LANE], const float gnext[PER_LANE], int has_next,
-                                               const QkvInputs &s, size_t n, int has_prev, int col, int ca, int h, int lane) {
-    const float *row = s.proj + n * s.ld;
+__device__ __forceinline__ void shift_backward(bf16 *drow, const float gy[PER_LANE], const float gn[PER_LANE], float an,
+                                               int has_next, const float x[PER_LANE], const float xp[PER_LANE], float al,
+                                               int has_prev, int col, int ca, int h, int dh, int lane) {
     if (ca < 0) {
 #pragma unroll
-        for (int e = 0; e < PER_LANE; e++) dproj[n * s.ld + col + h * s.dh + lane + 32 * e] = __float2bfloat16(gy[e]);
+        for (int e = 0; e < PER_LANE; e++) drow[col + h * dh + lane + 32 * e] = __float2bfloat16(gy[e]);
         return;
     }
-    float al = sigmoidf_(row[ca + h]), an = has_next ? sigmoidf_(row[s.ld + ca + h]) : 0.0f, dal = 0.0f;
+    float dal = 0.0f;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
-        int k = col + h * s.dh + lane + 32 * e;
-        float dx = (1.0f - al) * gy[e] + (has_next ? an * gnext[e] : 0.0f);
-        dproj[n * s.ld + k] = __float2bfloat16(dx);
-        dal += has_prev ? gy[e] * (row[k - s.ld] - row[k]) : -gy[e] * row[k];
+        float dx = (1.0f - al) * gy[e] + (has_next ? an * gn[e] : 0.0f);
+        drow[col + h * dh + lane + 32 * e] = __float2bfloat16(dx);
+        dal += has_prev ? gy[e] * (xp[e] - x[e]) : -gy[e] * x[e];
     }
     dal = warp_sum(dal);
-    if (lane == 0) dproj[n * s.ld + ca + h] = __float2bfloat16(dal * al * (1.0f - al));
+    if (lane == 0) drow[ca + h] = __float2bfloat16(dal * al * (1.0f - al));
 }
 
-// Backward of eq. 16-19's KV-shift. CPU: kv_shift_backward.
+// head_partials_store's sums from per-row values rows[r · dh + j] (r: the row in the block): warp w's rows
+// r = w, w + FOX_WARPS, ... in order, then the warps in order, so the bits are those of a warp accumulating
+// its strided rows. Called by one warp.
 template <int PER_LANE>
-__global__ void kv_backward_kernel(bf16 *dproj, const float *dks, const bf16 *dv, QkvInputs s) {
-    size_t w = warp_index();
-    int lane = threadIdx.x % 32;
-    if (w >= (size_t)s.B * s.T * s.H) return;
-    size_t n = w / s.H;
-    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T), D = s.H * s.dh;
-    int has_prev = qkv_has_prev(s, n, t), has_next = t + 1 < s.T && qkv_has_prev(s, n + 1, t + 1);
-    float gy[PER_LANE], gn[PER_LANE];
+__device__ __forceinline__ void head_row_partials_store(float *part, const float *rows, int nrows, int dh, int lane) {
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
-        int i = h * s.dh + lane + 32 * e;
-        gy[e] = dks[n * D + i];
-        gn[e] = has_next ? dks[(n + 1) * D + i] : 0.0f;
+        int j = lane + 32 * e;
+        float t = 0.0f;
+        for (int w = 0; w < FOX_WARPS; w++) {
+            float acc = 0.0f;
+            for (int r = w; r < nrows; r += FOX_WARPS) acc += rows[r * dh + j];
+            t += acc;
+        }
+        part[((size_t)blockIdx.y * gridDim.x + blockIdx.x) * dh + j] = t;
     }
-    shift_backward<PER_LANE>(dproj, gy, gn, has_next, s, n, has_prev, s.cols.k, s.cols.k_shift, h, lane);
-    size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
+}
+
+// Backward of eq. 15-19 in one pass: through RoPE and QK-norm for q and the shifted k, then KV-shift for k
+// and v: dproj's q, k, v and shift-logit columns and, with QK-norm, the weight gradients' block partials
+// (qpart, kpart; head_partials_accumulate). Grid: (head, HEAD_BLOCK_ROWS tokens); a warp walks its QKV_RUN
+// rows last first, so row t's dks and α_t are in registers when row t − 1 needs them, and row t − 1's k and
+// v, read as row t's shift input, are row t − 1's own. The row after the run has its dks computed again, by
+// the same loop (the same instructions, so the same bits as the warp that owns it).
+// Dynamic shared memory (QK-norm only): the rows' norm-weight parts, (2, HEAD_BLOCK_ROWS, dh) floats.
+// CPU: rope_apply (inverse), rmsnorm_backward and kv_shift_backward in attention_block_backward.
+// Bounded to 3 blocks an SM at d_h 64 (80 registers, a few bytes spilled) and 2 at d_h 128: the warps' loads in
+// flight are what the kernel's speed is (unbounded, 2 and 1 blocks, measured slower: docs/perf.md).
+template <int PER_LANE>
+__global__ void __launch_bounds__(FOX_WARPS * 32, PER_LANE == 2 ? 3 : 2)
+    qkv_backward_kernel(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,
+                        QkvInputs s) {
+    extern __shared__ float prods[];
+    int lane = threadIdx.x % 32, h = blockIdx.x, dh = s.dh, N = s.B * s.T, r0 = blockIdx.y * HEAD_BLOCK_ROWS;
+    int n1 = min(N, r0 + HEAD_BLOCK_ROWS), lo = r0 + threadIdx.x / 32 * QKV_RUN, hi = min(n1, lo + QKV_RUN);
+    float *qprod = prods, *kprod = prods + HEAD_BLOCK_ROWS * dh;
+    if (lo < hi) {
+        QkvRowIn<PER_LANE> cur, next;
+        float kc[PER_LANE], vc[PER_LANE];                                        // the current row's k, v columns
+        float dksn[PER_LANE] = {}, gvn[PER_LANE] = {}, akn = 0.0f, avn = 0.0f;  // the next row's dks, dv, α's
+        int hn = 0;                                                              // the next row takes this one
+        // the walk starts at the row after the run when that row takes the run's last (its dks alone)
+        int tn = (hi - 1) % s.T + 1, top = tn < s.T && qkv_has_prev(s, hi, tn) ? hi : hi - 1;
+        qkv_row_load<PER_LANE>(cur, dq, dk, dv, s, top, lo, h, lane);
+        head_cols<PER_LANE>(kc, s.proj + (size_t)top * s.ld, s.cols.k, h, dh, lane);
+        head_cols<PER_LANE>(vc, s.proj + (size_t)top * s.ld, s.cols.v, h, dh, lane);
+        for (int nn = top; nn >= lo; nn--) {
+            if (nn - 1 >= lo) qkv_row_load<PER_LANE>(next, dq, dk, dv, s, nn - 1, lo, h, lane);
+            int t = nn % s.T, r = nn - r0, own = nn < hi;
+            bf16 *drow = dproj + (size_t)nn * s.ld;
+            float dx[PER_LANE], prod[PER_LANE], dks[PER_LANE];
+            if (own) {
+                if (s.rope_cos) rope_rotate<PER_LANE>(cur.gq, s, t, lane, 1);
+                if (s.qw)
+                    head_norm_backward<PER_LANE>(dx, prod, cur.q, cur.gq, s.qw + h * s.wstride + lane, dh, FOX_QK_NORM_EPS);
 #pragma unroll
-    for (int e = 0; e < PER_LANE; e++) {
-        gy[e] = __bfloat162float(dv[o + lane + 32 * e]);
-        gn[e] = has_next ? __bfloat162float(dv[o + s.dh + lane + 32 * e]) : 0.0f;
+                for (int e = 0; e < PER_LANE; e++) {
+                    drow[s.cols.q + h * dh + lane + 32 * e] = __float2bfloat16(s.qw ? dx[e] : cur.gq[e]);
+                    if (s.qw) qprod[r * dh + lane + 32 * e] = prod[e];
+                }
+            }
+            float alk = s.cols.k_shift >= 0 ? sigmoidf_(cur.ak) : 0.0f;
+            float alv = s.cols.v_shift >= 0 ? sigmoidf_(cur.av) : 0.0f;
+            shifted_key_grad<PER_LANE>(dks, prod, cur.gk, kc, cur.kp, alk, cur.hp, s, h, t, lane);
+            if (own) {
+#pragma unroll
+                for (int e = 0; e < PER_LANE; e++)
+                    if (s.qw) kprod[r * dh + lane + 32 * e] = prod[e];
+                shift_backward<PER_LANE>(drow, dks, dksn, akn, hn, kc, cur.kp, alk, cur.hp, s.cols.k, s.cols.k_shift, h, dh,
+                                         lane);
+                shift_backward<PER_LANE>(drow, cur.gv, gvn, avn, hn, vc, cur.vp, alv, cur.hp, s.cols.v, s.cols.v_shift, h, dh,
+                                         lane);
+            }
+            // row t − 1's next row is this one (it takes row t − 1 exactly when this row has a previous)
+            hn = cur.hp;
+            akn = alk;
+            avn = alv;
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                dksn[e] = dks[e];
+                gvn[e] = cur.gv[e];
+                kc[e] = cur.kp[e];
+                vc[e] = cur.vp[e];
+            }
+            cur = next;
+        }
     }
-    shift_backward<PER_LANE>(dproj, gy, gn, has_next, s, n, has_prev, s.cols.v, s.cols.v_shift, h, lane);
+    if (s.qw) {
+        __syncthreads();
+        int w = threadIdx.x / 32;  // warp 0 sums q's parts, warp 1 k's
+        if (w < 2) head_row_partials_store<PER_LANE>(w ? kpart : qpart, w ? kprod : qprod, n1 - r0, dh, lane);
+    }
 }
 
 // The backward of the attention inputs (q, k, v → dproj's q, k, v and shift columns) and the QK-norm
-// weight gradients dqw, dkw (with QK-norm). dks: (N, D) fp32; part: 2·colsum_rows_floats(N, D) floats,
+// weight gradients dqw, dkw (with QK-norm). part: 2·colsum_rows_floats(N, D) floats,
 // part2: colsum_scratch_floats(head_blocks(N)·H, D).
 static inline void fox_qkv_backward(bf16 *dproj, float *dqw, float *dkw, const bf16 *dq, const bf16 *dk, const bf16 *dv,
-                                    const QkvInputs &s, float *dks, float *part, float *part2, cudaStream_t st) {
+                                    const QkvInputs &s, float *part, float *part2, cudaStream_t st) {
     int N = s.B * s.T;
     float *qpart = part, *kpart = part + colsum_rows_floats(N, s.H * s.dh);
-    LAUNCH_HEAD_BLOCKS(qk_backward_kernel, s.dh, N, s.H, st, dproj, dks, qpart, kpart, dq, dk, s);
+    dim3 grid = head_grid(N, s.H);
+    int smem = s.qw ? (int)(2 * HEAD_BLOCK_ROWS * s.dh * sizeof(float)) : 0;
+    if (s.dh == 64) {
+        FOX_CUDA_CHECK(cudaFuncSetAttribute(qkv_backward_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        qkv_backward_kernel<2><<<grid, FOX_WARPS * 32, smem, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
+    } else {
+        FOX_CUDA_CHECK(cudaFuncSetAttribute(qkv_backward_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        qkv_backward_kernel<4><<<grid, FOX_WARPS * 32, smem, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
+    }
+    FOX_LAUNCH_CHECK();
     if (s.qw) {
         head_partials_accumulate(dqw, qpart, N, s.H, s.dh, s.wstride == 0, part2, st);
         head_partials_accumulate(dkw, kpart, N, s.H, s.dh, s.wstride == 0, part2, st);
     }
-    LAUNCH_HEADS(kv_backward_kernel, s.dh, (size_t)N * s.H, st, dproj, dks, dv, s);
 }
 
 // ----------------------------------------------------------------------------

@@ -1,13 +1,203 @@
 // dev/cuda/attn_inputs.cu: checks the attention-input kernels of fox/kernels.cuh (KV-shift, QK-norm and
 // RoPE fused) against an fp64 CPU reference, then times them, with train_fox.cu's launches and order:
-//   forward:  qkv_forward_kernel (fp32 projection → bf16 q, k, v in (B, H, T, dh))
-//   backward: fox_qkv_backward: qk_backward_kernel (dproj's q columns, dks, and the QK-norm weight
-//             gradients' block partials), their column sums, kv_backward_kernel (dproj's k, v and
-//             shift-logit columns).
+//   forward:  qkv_forward_kernel (fp32 projection → bf16 q, k, v in (B, H, T, dh)); version 1 (until
+//             2026-11-26) a warp per (token, head), reading the previous row's k, v again for KV-shift;
+//             version 2 (fox/kernels.cuh) a warp walks 8 rows of a head, each row's k, v read once
+//   backward: fox_qkv_backward: qkv_backward_kernel (dproj's q, k, v and shift-logit columns, and the
+//             QK-norm weight gradients' block partials), then their column sums.
+// Backward versions (checked bitwise equal, timed side by side):
+//   version 1 (until 2026-11-26): qk_backward_kernel wrote the shifted keys' gradient dks (fp32, (N, D)),
+//     kv_backward_kernel read it back, row t and t + 1, for KV-shift's backward: 3 launches, dks written
+//     and read once more, each row's k and v read twice.
+//   version 2 (fox/kernels.cuh): one kernel; a warp walks 8 rows last first with row t + 1's dks and α in
+//     registers; the norm-weight parts go through shared memory to be summed in version 1's order.
 // With the document mask (docs/model.md §1.8; separators at random, position 0 among them) the KV-shift does
 // not reach back across a separator, forward and backward.
 //   make attn_inputs && ./attn_inputs
 #include "kcheck.h"
+
+// ---- version 1 of the forward, as fox/kernels.cuh had it
+// The KV-shifted (ca >= 0) or plain (ca < 0) column col of head h at row n: y = α x_{n−1} + (1 − α) x_n, the
+// previous row taken only when has_prev (qkv_has_prev), else 0.
+template <int PER_LANE>
+__device__ __forceinline__ void load_shifted_v1(float y[PER_LANE], const QkvInputs &s, size_t n, int has_prev, int col, int ca,
+                                             int h, int lane) {
+    const float *row = s.proj + n * s.ld;
+    float al = ca >= 0 ? sigmoidf_(row[ca + h]) : 0.0f;
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) {
+        int k = h * s.dh + lane + 32 * e;
+        float x = row[col + k];
+        y[e] = ca >= 0 ? (has_prev ? al * row[col + k - s.ld] : 0.0f) + (1.0f - al) * x : x;
+    }
+}
+
+// Paper eq. 15-19 (FoX Pro): q = QK-norm(W_q x); k = QK-norm(KV-shift(W_k x)), v = KV-shift(W_v x); then
+// RoPE (Transformer presets). CPU: kv_shift_forward, rmsnorm_forward (per head), rope_apply in
+// attention_block_forward.
+template <int PER_LANE>
+__global__ void qkv_forward_v1(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
+    size_t w = warp_index();
+    int lane = threadIdx.x % 32;
+    if (w >= (size_t)s.B * s.T * s.H) return;
+    size_t n = w / s.H;
+    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T), hp = qkv_has_prev(s, n, t);
+    float qv[PER_LANE], kv[PER_LANE], vv[PER_LANE];
+    load_shifted_v1<PER_LANE>(qv, s, n, hp, s.cols.q, -1, h, lane);
+    load_shifted_v1<PER_LANE>(kv, s, n, hp, s.cols.k, s.cols.k_shift, h, lane);
+    load_shifted_v1<PER_LANE>(vv, s, n, hp, s.cols.v, s.cols.v_shift, h, lane);
+    qk_norm_rope<PER_LANE>(qv, kv, s, h, t, lane);
+    size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) {
+        int i = lane + 32 * e;
+        q[o + i] = __float2bfloat16(qv[e]);
+        k[o + i] = __float2bfloat16(kv[e]);
+        v[o + i] = __float2bfloat16(vv[e]);
+    }
+}
+
+// ---- version 1 of the backward, as fox/kernels.cuh had it
+// One token's inputs of qk_backward_v1, loaded a token ahead (two tokens' loads in flight per warp).
+template <int PER_LANE> struct QkInV1 {
+    float gq[PER_LANE], gk[PER_LANE], q[PER_LANE], k[PER_LANE], kp[PER_LANE], al;  // dq, dk; q, k columns of the row; k of the row before; α_t
+    int hp;  // KV-shift takes the row before (qkv_has_prev); kp is 0 when not
+};
+
+template <int PER_LANE>
+__device__ __forceinline__ void qk_load_v1(QkInV1<PER_LANE> &in, const bf16 *dq, const bf16 *dk, const QkvInputs &s, int nn, int h,
+                                        int lane) {
+    size_t n = (size_t)nn;
+    int t = (int)(n % s.T), b = (int)(n / s.T);
+    size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
+    const float *row = s.proj + n * s.ld;
+    in.al = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
+    in.hp = qkv_has_prev(s, n, t);
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) {
+        int k = h * s.dh + lane + 32 * e;
+        in.gq[e] = __bfloat162float(dq[o + lane + 32 * e]);
+        in.gk[e] = __bfloat162float(dk[o + lane + 32 * e]);
+        in.q[e] = row[s.cols.q + k];
+        in.k[e] = row[s.cols.k + k];
+        in.kp[e] = s.cols.k_shift >= 0 && in.hp ? row[s.cols.k + k - s.ld] : 0.0f;
+    }
+}
+
+// Backward through RoPE and QK-norm for q and the shifted k: dproj's q columns (bf16), dks (fp32
+// (N, D): the gradient of the shifted keys, consumed by kv_backward_v1) and, with QK-norm, the
+// block partials of the weight gradients (qpart, kpart: head_partials_store). Grid: (head, token block).
+// Backward of eq. 15 and 17's QK-norm and RoPE for q and the shifted k. CPU: rope_apply (inverse) and
+// rmsnorm_backward in attention_block_backward.
+template <int PER_LANE>
+__global__ void qk_backward_v1(bf16 *dproj, float *dks, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk,
+                                   QkvInputs s) {
+    int lane = threadIdx.x % 32, h = blockIdx.x, D = s.H * s.dh, N = s.B * s.T;
+    int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
+    float qacc[PER_LANE] = {}, kacc[PER_LANE] = {};
+    int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32;
+    QkInV1<PER_LANE> in, next;
+    if (nn < n1) qk_load_v1<PER_LANE>(in, dq, dk, s, nn, h, lane);
+    for (; nn < n1; nn += FOX_WARPS) {
+        if (nn + FOX_WARPS < n1) qk_load_v1<PER_LANE>(next, dq, dk, s, nn + FOX_WARPS, h, lane);
+        size_t n = (size_t)nn;
+        int t = (int)(n % s.T);
+        float x[PER_LANE], dx[PER_LANE], prod[PER_LANE];
+        if (s.rope_cos) {
+            rope_rotate<PER_LANE>(in.gq, s, t, lane, 1);
+            rope_rotate<PER_LANE>(in.gk, s, t, lane, 1);
+        }
+        // q
+        if (s.qw) head_norm_backward<PER_LANE>(dx, prod, in.q, in.gq, s.qw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) {
+            dproj[n * s.ld + s.cols.q + h * s.dh + lane + 32 * e] = __float2bfloat16(s.qw ? dx[e] : in.gq[e]);
+            if (s.qw) qacc[e] += prod[e];
+        }
+        // k, shifted as in load_shifted
+        float al = sigmoidf_(in.al);
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) x[e] = s.cols.k_shift >= 0 ? (in.hp ? al * in.kp[e] : 0.0f) + (1.0f - al) * in.k[e] : in.k[e];
+        if (s.qw) head_norm_backward<PER_LANE>(dx, prod, x, in.gk, s.kw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) {
+            dks[n * D + h * s.dh + lane + 32 * e] = s.qw ? dx[e] : in.gk[e];
+            if (s.qw) kacc[e] += prod[e];
+        }
+        in = next;
+    }
+    if (s.qw) {
+        head_partials_store<PER_LANE>(qpart, qacc, s.dh);
+        head_partials_store<PER_LANE>(kpart, kacc, s.dh);
+    }
+}
+
+// Backward of the KV-shift y_t = α_t x_{t−1} + (1−α_t) x_t for keys (gradient dks fp32 (N, D)) and
+// values (gradient dv bf16 (B, H, T, dh)): dx_t = (1−α_t) dy_t + α_{t+1} dy_{t+1};
+// dα_t = Σ dy_t (x_{t−1} − x_t), through the sigmoid into the α columns. Without the shift, dx = dy.
+// has_prev: row t takes x_{t−1} (else x_{t−1} = 0: t = 0, or a separator); has_next: row t+1 takes x_t (it
+// exists in the sequence and is not a separator).
+template <int PER_LANE>
+__device__ __forceinline__ void shift_backward_v1(bf16 *dproj, const float gy[PER_LANE], const float gnext[PER_LANE], int has_next,
+                                               const QkvInputs &s, size_t n, int has_prev, int col, int ca, int h, int lane) {
+    const float *row = s.proj + n * s.ld;
+    if (ca < 0) {
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) dproj[n * s.ld + col + h * s.dh + lane + 32 * e] = __float2bfloat16(gy[e]);
+        return;
+    }
+    float al = sigmoidf_(row[ca + h]), an = has_next ? sigmoidf_(row[s.ld + ca + h]) : 0.0f, dal = 0.0f;
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) {
+        int k = col + h * s.dh + lane + 32 * e;
+        float dx = (1.0f - al) * gy[e] + (has_next ? an * gnext[e] : 0.0f);
+        dproj[n * s.ld + k] = __float2bfloat16(dx);
+        dal += has_prev ? gy[e] * (row[k - s.ld] - row[k]) : -gy[e] * row[k];
+    }
+    dal = warp_sum(dal);
+    if (lane == 0) dproj[n * s.ld + ca + h] = __float2bfloat16(dal * al * (1.0f - al));
+}
+
+// Backward of eq. 16-19's KV-shift. CPU: kv_shift_backward_v1.
+template <int PER_LANE>
+__global__ void kv_backward_v1(bf16 *dproj, const float *dks, const bf16 *dv, QkvInputs s) {
+    size_t w = warp_index();
+    int lane = threadIdx.x % 32;
+    if (w >= (size_t)s.B * s.T * s.H) return;
+    size_t n = w / s.H;
+    int h = (int)(w % s.H), t = (int)(n % s.T), b = (int)(n / s.T), D = s.H * s.dh;
+    int has_prev = qkv_has_prev(s, n, t), has_next = t + 1 < s.T && qkv_has_prev(s, n + 1, t + 1);
+    float gy[PER_LANE], gn[PER_LANE];
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) {
+        int i = h * s.dh + lane + 32 * e;
+        gy[e] = dks[n * D + i];
+        gn[e] = has_next ? dks[(n + 1) * D + i] : 0.0f;
+    }
+    shift_backward_v1<PER_LANE>(dproj, gy, gn, has_next, s, n, has_prev, s.cols.k, s.cols.k_shift, h, lane);
+    size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) {
+        gy[e] = __bfloat162float(dv[o + lane + 32 * e]);
+        gn[e] = has_next ? __bfloat162float(dv[o + s.dh + lane + 32 * e]) : 0.0f;
+    }
+    shift_backward_v1<PER_LANE>(dproj, gy, gn, has_next, s, n, has_prev, s.cols.v, s.cols.v_shift, h, lane);
+}
+
+// The backward of the attention inputs (q, k, v → dproj's q, k, v and shift columns) and the QK-norm
+// weight gradients dqw, dkw (with QK-norm). dks: (N, D) fp32; part: 2·colsum_rows_floats(N, D) floats,
+// part2: colsum_scratch_floats(head_blocks(N)·H, D).
+static void qkv_backward_v1(bf16 *dproj, float *dqw, float *dkw, const bf16 *dq, const bf16 *dk, const bf16 *dv,
+                            const QkvInputs &s, float *dks, float *part, float *part2, cudaStream_t st) {
+    int N = s.B * s.T;
+    float *qpart = part, *kpart = part + colsum_rows_floats(N, s.H * s.dh);
+    LAUNCH_HEAD_BLOCKS(qk_backward_v1, s.dh, N, s.H, st, dproj, dks, qpart, kpart, dq, dk, s);
+    if (s.qw) {
+        head_partials_accumulate(dqw, qpart, N, s.H, s.dh, s.wstride == 0, part2, st);
+        head_partials_accumulate(dkw, kpart, N, s.H, s.dh, s.wstride == 0, part2, st);
+    }
+    LAUNCH_HEADS(kv_backward_v1, s.dh, (size_t)N * s.H, st, dproj, dks, dv, s);
+}
 
 struct Cfg {
     int B, T, H, dh;
@@ -54,10 +244,12 @@ static void run(const Cfg &c) {
 
     float *d_proj = to_device(proj), *d_qw = to_device(qw), *d_kw = to_device(kw), *d_cs = to_device(cs),
           *d_sn = to_device(sn), *d_dks = dmalloc<float>(n), *d_rows = dmalloc<float>(2 * colsum_rows_floats(N, D)),
-          *d_dqw = dmalloc<float>(nw), *d_dkw = dmalloc<float>(nw),
+          *d_dqw = dmalloc<float>(nw), *d_dkw = dmalloc<float>(nw), *d_dqw1 = dmalloc<float>(nw), *d_dkw1 = dmalloc<float>(nw),
           *d_part = dmalloc<float>(colsum_scratch_floats((size_t)N * H, D));
-    bf16 *d_q = dmalloc<bf16>(n), *d_k = dmalloc<bf16>(n), *d_v = dmalloc<bf16>(n), *d_dq = to_device(dq),
-         *d_dk = to_device(dk), *d_dv = to_device(dv), *d_dproj = dmalloc<bf16>((size_t)N * ld);
+    bf16 *d_q = dmalloc<bf16>(n), *d_k = dmalloc<bf16>(n), *d_v = dmalloc<bf16>(n), *d_q1 = dmalloc<bf16>(n),
+         *d_k1 = dmalloc<bf16>(n), *d_v1 = dmalloc<bf16>(n), *d_dq = to_device(dq),
+         *d_dk = to_device(dk), *d_dv = to_device(dv), *d_dproj = dmalloc<bf16>((size_t)N * ld),
+         *d_dproj1 = dmalloc<bf16>((size_t)N * ld);
     QkvInputs s;
     s.proj = d_proj;
     s.ld = ld;
@@ -183,10 +375,14 @@ static void run(const Cfg &c) {
             }
 
     // ---- GPU
-    auto fwd = [&] { LAUNCH_HEADS(qkv_forward_kernel, dh, (size_t)N * H, 0, d_q, d_k, d_v, s); };
+    auto fwd = [&] { fox_qkv_forward(d_q, d_k, d_v, s, 0); };
+    auto fwd1 = [&] { LAUNCH_HEADS(qkv_forward_v1, dh, (size_t)N * H, 0, d_q1, d_k1, d_v1, s); };
     auto bwd = [&] {
-        fox_qkv_backward(d_dproj, c.norm ? d_dqw : nullptr, c.norm ? d_dkw : nullptr, d_dq, d_dk, d_dv, s, d_dks, d_rows,
-                         d_part, 0);
+        fox_qkv_backward(d_dproj, c.norm ? d_dqw : nullptr, c.norm ? d_dkw : nullptr, d_dq, d_dk, d_dv, s, d_rows, d_part, 0);
+    };
+    auto bwd1 = [&] {
+        qkv_backward_v1(d_dproj1, c.norm ? d_dqw1 : nullptr, c.norm ? d_dkw1 : nullptr, d_dq, d_dk, d_dv, s, d_dks, d_rows,
+                        d_part, 0);
     };
     Group gf, gb;
     poison(d_q, n);
@@ -196,12 +392,23 @@ static void run(const Cfg &c) {
     check_bf16(gf, "q", d_q, rq);
     check_bf16(gf, "k", d_k, rk);
     check_bf16(gf, "v", d_v, rv);
+    fwd1();
+    bf16 *outs[3][2] = {{d_q, d_q1}, {d_k, d_k1}, {d_v, d_v1}};
+    for (int i = 0; i < 3; i++) {
+        bool ok = to_host(outs[i][0], n) == to_host(outs[i][1], n);
+        printf("    %c = version 1's     %s\n", "qkv"[i], ok ? "bitwise ok" : "FAIL");
+        if (!ok) gf.ok = false, kc_failures++;
+    }
 
     poison(d_dproj, (size_t)N * ld);
+    poison(d_dproj1, (size_t)N * ld);
     poison(d_dks, n);
     upload(d_dqw, dqw0);
     upload(d_dkw, dkw0);
+    upload(d_dqw1, dqw0);
+    upload(d_dkw1, dkw0);
     bwd();
+    bwd1();
     std::vector<bf16> dp = to_host(d_dproj, (size_t)N * ld);
     auto cols = [&](int col, int w) {
         std::vector<double> v((size_t)N * w);
@@ -210,7 +417,7 @@ static void run(const Cfg &c) {
         return v;
     };
     check_values(gb, "dproj[q]", cols(cq, D), rdproj_q, TOL_BF16);
-    check_f32(gb, "dks", d_dks, dks, TOL_F32);
+    check_f32(gb, "dks (version 1)", d_dks, dks, TOL_F32);
     check_values(gb, "dproj[k]", cols(ck, D), rdproj_k, TOL_BF16);
     check_values(gb, "dproj[v]", cols(cv, D), rdproj_v, TOL_BF16);
     if (c.shift) {
@@ -221,22 +428,51 @@ static void run(const Cfg &c) {
         check_f32(gb, "dqw (colsum)", d_dqw, rdqw, TOL_F32_RED);
         check_f32(gb, "dkw (colsum)", d_dkw, rdkw, TOL_F32_RED);
     }
+    auto same = [&](const char *what, const void *a, const void *b, size_t bytes) {
+        bool ok = !memcmp(a, b, bytes);
+        printf("    %-20s %s\n", what, ok ? "bitwise ok" : "FAIL");
+        if (!ok) gb.ok = false, kc_failures++;
+    };
+    std::vector<bf16> dp1 = to_host(d_dproj1, (size_t)N * ld);
+    same("dproj = version 1's", dp.data(), dp1.data(), (size_t)N * ld * sizeof(bf16));
+    if (memcmp(dp.data(), dp1.data(), (size_t)N * ld * sizeof(bf16))) {  // where: elements that differ per column block
+        const char *names[] = {"q", "k", "v", "shift logits", "other"};
+        size_t count[5] = {};
+        for (size_t r = 0; r < (size_t)N; r++)
+            for (int k = 0; k < ld; k++) {
+                const size_t i = r * ld + k;
+                if (!memcmp(&dp[i], &dp1[i], sizeof(bf16))) continue;
+                const int blk = k < 3 * D ? k / D : (k < 4 * D + 2 * H && k >= 4 * D ? 3 : 4);
+                if (!count[blk]++)
+                    printf("      first in %s: row %zu (t %zu) column %d: %.9g against %.9g\n", names[blk], r, r % T, k,
+                           bf(dp[i]), bf(dp1[i]));
+            }
+        for (int b = 0; b < 5; b++)
+            if (count[b]) printf("      %s: %zu elements differ\n", names[b], count[b]);
+    }
+    if (c.norm) {
+        same("dqw = version 1's", to_host(d_dqw, nw).data(), to_host(d_dqw1, nw).data(), nw * sizeof(float));
+        same("dkw = version 1's", to_host(d_dkw, nw).data(), to_host(d_dkw1, nw).data(), nw * sizeof(float));
+    }
 
-    double tf = time_ms(fwd), tb = time_ms(bwd);
+    double tf = time_ms(fwd), tf1 = time_ms(fwd1), tb = time_ms(bwd), tb1 = time_ms(bwd1);
     // bytes per element of (N, D): fwd reads the q, k, v columns (fp32) and writes q, k, v (bf16); the
     // shift logits, RoPE tables and norm weights are per head / per position.
     const double al = c.shift ? 2.0 * N * H * 4 : 0.0, rt = c.rope ? 2.0 * T * half * 4 : 0.0;
     const double bytes_f = n * (12.0 + 6.0) + al + rt;
-    // bwd: qk reads dq, dk (bf16), proj q, k (fp32, for the norm), writes dproj q (bf16), dks (fp32); kv reads
-    // dks, dv, proj k, v (for dα), writes dproj k, v.
-    const double bytes_b = n * (4.0 + (c.norm ? 8.0 : 0.0) + 2.0 + 4.0 + 4.0 + 2.0 +
-                                (c.shift ? 8.0 : 0.0) + 4.0) +
-                           2 * al + rt;
+    // bwd: reads dq, dk, dv (bf16) and proj q, k, v (fp32), writes dproj q, k, v (bf16). Version 1: qk read
+    // dq, dk, proj q, k (for the norm), wrote dproj q, dks (fp32); kv read dks, dv, proj k, v (for dα), wrote
+    // dproj k, v.
+    const double bytes_b = n * (6.0 + 12.0 + 6.0) + 2 * al + rt;
+    const double bytes_b1 =
+        n * (4.0 + (c.norm ? 8.0 : 0.0) + 2.0 + 4.0 + 4.0 + 2.0 + (c.shift ? 8.0 : 0.0) + 4.0) + 2 * al + rt;
     summary("attn_inputs", "fwd", shape, gf, tf, bytes_f);
-    summary("attn_inputs", "bwd(qk+colsum+kv)", shape, gb, tb, bytes_b);
-    float *fl[] = {d_proj, d_qw, d_kw, d_cs, d_sn, d_dks, d_rows, d_dqw, d_dkw, d_part};
+    summary("attn_inputs", "v1 fwd", shape, gf, tf1, bytes_f);
+    summary("attn_inputs", "bwd(one pass+colsum)", shape, gb, tb, bytes_b);
+    summary("attn_inputs", "v1 bwd(qk+colsum+kv)", shape, gb, tb1, bytes_b1);
+    float *fl[] = {d_proj, d_qw, d_kw, d_cs, d_sn, d_dks, d_rows, d_dqw, d_dkw, d_dqw1, d_dkw1, d_part};
     for (float *p : fl) cudaFree(p);
-    bf16 *bl[] = {d_q, d_k, d_v, d_dq, d_dk, d_dv, d_dproj};
+    bf16 *bl[] = {d_q, d_k, d_v, d_q1, d_k1, d_v1, d_dq, d_dk, d_dv, d_dproj, d_dproj1};
     for (bf16 *p : bl) cudaFree(p);
     cudaFree(d_tokens);
 }

@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
     printf("--- forward (layer 0, x L)\n");
     TIME("rmsnorm fwd", 1, rmsnorm_forward(&m, a->xn, x, param(&m, FOX_P_ln1_w, 0), N));
     TIME("gemm attn_in (fp32 out)", 1, linear_forward(&m.gemm, a->proj[0], NULL, CUDA_R_32F, NINP, a->xn, wbf(&m, FOX_P_attn_in_w, 0), N, D, NINP));
-    TIME("qkv fwd (shift, qk-norm)", 1, LAUNCH_HEADS(qkv_forward_kernel, Dh, (size_t)N * H, m.stream, a->q, a->k, a->v, qs));
+    TIME("qkv fwd (shift, qk-norm)", 1, fox_qkv_forward(a->q, a->k, a->v, qs, m.stream));
     TIME("forget-gate scan", 1, fox_forget_gate_forward(a->c[0], a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T, m.stream));
     TIME("attention fwd", 1, fox_attention_forward(a->q, a->k, a->v, a->c[0], a->o[0], a->lse[0], B, H, T, Dh, NULL, m.stream));
     TIME("output norm+gate fwd", 1, LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m.stream, a->z, a->o[0], a->proj[0], NINP, m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh));
@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
     TIME("gemm lm_head dx", 0, linear_backward_input(&m.gemm, s->dxn, a->logits, m.VP, wbf(&m, FOX_P_lm_head_w, 0), N, D, m.VP, 1.0f));
     TIME("gemm lm_head dW", 0, linear_backward_weight(&m.gemm, grad(&m, FOX_P_lm_head_w, 0), a->logits, m.VP, a->xnf, N, D, V, 1.0f));
     printf("--- backward (layer 0, x L)\n");
-    TIME("qkv recompute (fwd kernel)", 1, LAUNCH_HEADS(qkv_forward_kernel, Dh, (size_t)N * H, m.stream, a->q, a->k, a->v, qs));
+    TIME("qkv recompute (fwd kernel)", 1, fox_qkv_forward(a->q, a->k, a->v, qs, m.stream));
     TIME("gemm mlp_out dx", 1, linear_backward_input(&m.gemm, s->dh, s->dres_bf, D, wbf(&m, FOX_P_mlp_out_w, 0), N, I, D, 1.0f));
     TIME("swiglu bwd (+h)", 1, fox_swiglu_backward(s->du, a->mlp_h, s->dh, a->mlp_u[0], N, I, m.stream));
     TIME("gemm mlp_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_mlp_out_w, 0), s->dres_bf, D, a->mlp_h, N, I, D, 1.0f));
@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
     TIME("gemm attn_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_out_w, 0), s->dres_bf, D, a->z, N, D, D, 1.0f));
     TIME("attention bwd", 1, fox_attention_backward(a->q, a->k, a->v, a->c[0], a->o[0], a->lse[0], s->d_o, s->dc, s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, NULL, 1, m.stream));
     TIME("forget-gate bwd + colsum", 1, forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m.stream>>>(s->dproj, s->dfg, s->dlogf, a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T); colsum_accumulate(grad(&m, FOX_P_fgate_b, 0), s->dfg, N, H, H, s->colsum_part, m.stream));
-    TIME("qkv bwd (qk + colsums + kv)", 1, fox_qkv_backward(s->dproj, grad(&m, FOX_P_qnorm_w, 0), grad(&m, FOX_P_knorm_w, 0), s->dq, s->dk, s->dv, qs, s->dks, s->colsum_rows, s->colsum_part, m.stream));
+    TIME("qkv bwd (one pass + colsums)", 1, fox_qkv_backward(s->dproj, grad(&m, FOX_P_qnorm_w, 0), grad(&m, FOX_P_knorm_w, 0), s->dq, s->dk, s->dv, qs, s->colsum_rows, s->colsum_part, m.stream));
     TIME("gemm attn_in dx", 1, linear_backward_input(&m.gemm, s->dxn, s->dproj, NINP, wbf(&m, FOX_P_attn_in_w, 0), N, D, NINP, 1.0f));
     TIME("gemm attn_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_in_w, 0), s->dproj, NINP, a->xn, N, D, m.cols.width, 1.0f));
     printf("--- once per step\n");
