@@ -1,6 +1,8 @@
 // fox/gemm.cuh: the GEMMs of train_fox.cu through cuBLASLt: bf16 operands, fp32 accumulation,
 // output bf16 (forward activations) or fp32 (gradients, and the residual stream through the
-// beta = 1 epilogue). Row-major helpers for the three products of a linear layer y = x Wᵀ.
+// beta = 1 epilogue). Row-major helpers for the three products of a linear layer y = x Wᵀ. Each shape's
+// algorithm is chosen at its first product by timing the heuristic's candidates that give the same bits
+// as its first choice (gemm_tune), so results do not depend on the choice.
 #ifndef FOX_GEMM_CUH
 #define FOX_GEMM_CUH
 
@@ -19,9 +21,9 @@ static inline void fox_cublas_check(cublasStatus_t st, const char *what, const c
 
 #define FOX_GEMM_WORKSPACE (32u << 20)
 #define FOX_GEMM_CACHE 128
+#define FOX_GEMM_TUNE_ALGOS 8  // the heuristic's algorithms a shape's first product tries (gemm_tune)
 
-// One GEMM shape and operand alignment; the cache maps it to the algorithm the heuristic chose the
-// first time.
+// One GEMM shape and operand alignment; the cache maps it to the algorithm gemm_tune chose the first time.
 typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldd, dtype, accumulate, align_a, align_b, align_cd;
 } GemmKey;
@@ -56,59 +58,170 @@ static inline void gemm_free(Gemm *g) {
     FOX_CUDA_CHECK(cudaFree(g->workspace));
 }
 
-// Column-major D (m×n, ldd) = alpha·op(A) op(B) + (accumulate ? C : 0), A/B bf16, C and D of type
-// dtype (CUDA_R_16BF or CUDA_R_32F) with C's leading dimension ldd.
-static void gemm_colmajor(Gemm *g, int ta, int tb, int m, int n, int k, const bf16 *A, int lda, const bf16 *B,
-                          int ldb, const void *C, void *D, int ldd, cudaDataType_t dtype, int accumulate, float alpha) {
+// One product's cuBLASLt description: column-major D (m×n, ldd) = alpha·op(A) op(B) + (accumulate ? C : 0),
+// A/B bf16, C and D of type dtype (CUDA_R_16BF or CUDA_R_32F) with C's leading dimension ldd.
+typedef struct {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
+    GemmKey key;
+} GemmOp;
+
+static void gemm_op_create(GemmOp *op, int ta, int tb, int m, int n, int k, const bf16 *A, int lda, const bf16 *B, int ldb,
+                           const void *C, void *D, int ldd, cudaDataType_t dtype, int accumulate) {
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    FOX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    FOX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
-    FOX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
-    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
-    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, dtype, m, n, ldd));
+    FOX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    FOX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    FOX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&op->la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda));
+    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&op->lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb));
+    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&op->lc, dtype, m, n, ldd));
     int align_c = accumulate && ptr_alignment(C) < ptr_alignment(D) ? ptr_alignment(C) : ptr_alignment(D);
     GemmKey key = {ta, tb, m, n, k, lda, ldb, ldd, (int)dtype, accumulate, ptr_alignment(A), ptr_alignment(B), align_c};
+    op->key = key;
+}
+
+static void gemm_op_destroy(GemmOp *op) {
+    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(op->la));
+    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(op->lb));
+    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(op->lc));
+    FOX_CUBLAS_CHECK(cublasLtMatmulDescDestroy(op->desc));
+}
+
+// Up to want of the heuristic's algorithms for op, best first, within the workspace and the operands'
+// alignment; returns how many (0: none).
+static int gemm_heuristics(Gemm *g, const GemmOp *op, int want, cublasLtMatmulHeuristicResult_t *res) {
+    cublasLtMatmulPreference_t pref;
+    size_t ws = FOX_GEMM_WORKSPACE;
+    FOX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    FOX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    uint32_t al[4] = {(uint32_t)op->key.align_a, (uint32_t)op->key.align_b, (uint32_t)op->key.align_cd,
+                      (uint32_t)op->key.align_cd};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) FOX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof(al[i])));
+    int found = 0;
+    FOX_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, op->desc, op->la, op->lb, op->lc, op->lc, pref, want, res, &found));
+    FOX_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    return found;
+}
+
+static void gemm_op_run(Gemm *g, const GemmOp *op, const cublasLtMatmulAlgo_t *algo, const bf16 *A, const bf16 *B,
+                        const void *C, void *D, float alpha) {
+    const float beta = op->key.accumulate ? 1.0f : 0.0f;
+    FOX_CUBLAS_CHECK(cublasLtMatmul(g->lt, op->desc, &alpha, A, op->la, B, op->lb, &beta, op->key.accumulate ? C : D, op->lc, D,
+                                    op->lc, algo, g->workspace, FOX_GEMM_WORKSPACE, g->stream));
+}
+
+// Counts (out[0]) the elements of the column-major m x n matrices x and y (leading dimension ld, elements of
+// T) whose bits differ, and (out[1]) x's nonzero ones.
+template <typename T>
+__global__ void gemm_compare_kernel(unsigned long long *out, const T *x, const T *y, int m, int n, int ld) {
+    unsigned long long differ = 0, nonzero = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)m * n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t at = i / m * ld + i % m;
+        differ += x[at] != y[at];
+        nonzero += x[at] != 0;
+    }
+    atomicAdd(&out[0], differ);
+    atomicAdd(&out[1], nonzero);
+}
+
+// Milliseconds of one run of algorithm a of op (the least of 3, after one to warm up).
+static float gemm_time(Gemm *g, const GemmOp *op, const cublasLtMatmulAlgo_t *a, const bf16 *A, const bf16 *B, const void *C,
+                       void *D, float alpha) {
+    cudaEvent_t e0, e1;
+    FOX_CUDA_CHECK(cudaEventCreate(&e0));
+    FOX_CUDA_CHECK(cudaEventCreate(&e1));
+    float best = 0.0f;
+    for (int rep = 0; rep < 4; rep++) {
+        FOX_CUDA_CHECK(cudaEventRecord(e0, g->stream));
+        gemm_op_run(g, op, a, A, B, C, D, alpha);
+        FOX_CUDA_CHECK(cudaEventRecord(e1, g->stream));
+        FOX_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms;
+        FOX_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (rep == 1 || (rep > 1 && ms < best)) best = ms;
+    }
+    FOX_CUDA_CHECK(cudaEventDestroy(e0));
+    FOX_CUDA_CHECK(cudaEventDestroy(e1));
+    return best;
+}
+
+// The algorithm a shape keeps: of the heuristic's first FOX_GEMM_TUNE_ALGOS, the fastest of those whose
+// product has the bits of the first's (on the call's own operands; the first writes the call's result D),
+// so the choice, which timing makes vary from run to run, never changes a result. A product that
+// accumulates in place (D = C) is tried from a copy of C. The heuristic's first where nothing can be
+// tried: a stream being captured into a CUDA graph, a zero result, no memory for the copies.
+static cublasLtMatmulAlgo_t gemm_tune(Gemm *g, const GemmOp *op, const bf16 *A, const bf16 *B, const void *C, void *D,
+                                      float alpha) {
+    cublasLtMatmulHeuristicResult_t res[FOX_GEMM_TUNE_ALGOS];
+    int found = gemm_heuristics(g, op, FOX_GEMM_TUNE_ALGOS, res);
+    if (!found) {
+        fprintf(stderr, "cuBLASLt: no algorithm for m=%d n=%d k=%d ta=%d tb=%d lda=%d ldb=%d ldd=%d\n", op->key.m, op->key.n,
+                op->key.k, op->key.ta, op->key.tb, op->key.lda, op->key.ldb, op->key.ldd);
+        exit(EXIT_FAILURE);
+    }
+    cudaStreamCaptureStatus capturing;
+    FOX_CUDA_CHECK(cudaStreamIsCapturing(g->stream, &capturing));
+    int m = op->key.m, n = op->key.n, ld = op->key.ldd, f32 = op->key.dtype == CUDA_R_32F;
+    int in_place = op->key.accumulate && C == D;
+    size_t bytes = (size_t)ld * n * (f32 ? 4 : 2);
+    void *S = NULL, *C0 = NULL;  // a candidate's output; in place, the C every candidate starts from
+    int tune = found > 1 && capturing == cudaStreamCaptureStatusNone, room = 1;
+    if (tune && cudaMalloc(&S, bytes) != cudaSuccess) room = 0, S = NULL;
+    if (tune && room && in_place && cudaMalloc(&C0, bytes) != cudaSuccess) room = 0, C0 = NULL;
+    if (!room) {  // the heuristic's first
+        (void)cudaGetLastError();  // the failed allocation's error
+        if (S) FOX_CUDA_CHECK(cudaFree(S));
+        S = NULL;
+    }
+    if (C0) FOX_CUDA_CHECK(cudaMemcpyAsync(C0, C, bytes, cudaMemcpyDeviceToDevice, g->stream));
+    gemm_op_run(g, op, &res[0].algo, A, B, C, D, alpha);
+    if (!S) return res[0].algo;
+    unsigned long long *count, host[2];
+    FOX_CUDA_CHECK(cudaMalloc(&count, 2 * sizeof(*count)));
+    int pick = 0;
+    float best = 0.0f;
+    for (int i = 0; i < found; i++) {
+        if (i > 0) {  // the product's bits against the first's
+            if (C0) FOX_CUDA_CHECK(cudaMemcpyAsync(S, C0, bytes, cudaMemcpyDeviceToDevice, g->stream));
+            gemm_op_run(g, op, &res[i].algo, A, B, in_place ? S : C, S, alpha);
+            FOX_CUDA_CHECK(cudaMemsetAsync(count, 0, 2 * sizeof(*count), g->stream));
+            if (f32) gemm_compare_kernel<<<256, 256, 0, g->stream>>>(count, (const uint32_t *)D, (const uint32_t *)S, m, n, ld);
+            else gemm_compare_kernel<<<256, 256, 0, g->stream>>>(count, (const uint16_t *)D, (const uint16_t *)S, m, n, ld);
+            FOX_LAUNCH_CHECK();
+            FOX_CUDA_CHECK(cudaMemcpyAsync(host, count, sizeof(host), cudaMemcpyDeviceToHost, g->stream));
+            FOX_CUDA_CHECK(cudaStreamSynchronize(g->stream));
+            if (host[0] || !host[1]) continue;
+        }
+        float ms = gemm_time(g, op, &res[i].algo, A, B, in_place ? S : C, S, alpha);
+        if (i == 0 || ms < best) best = ms, pick = i;
+    }
+    FOX_CUDA_CHECK(cudaFree(count));
+    FOX_CUDA_CHECK(cudaFree(S));
+    if (C0) FOX_CUDA_CHECK(cudaFree(C0));
+    return res[pick].algo;
+}
+
+// gemm_op_run with the algorithm gemm_tune chose at the shape's first product, cached by shape and alignment.
+static void gemm_colmajor(Gemm *g, int ta, int tb, int m, int n, int k, const bf16 *A, int lda, const bf16 *B,
+                          int ldb, const void *C, void *D, int ldd, cudaDataType_t dtype, int accumulate, float alpha) {
+    GemmOp op;
+    gemm_op_create(&op, ta, tb, m, n, k, A, lda, B, ldb, C, D, ldd, dtype, accumulate);
     int slot = -1;
     for (int i = 0; i < g->ncached && slot < 0; i++)
-        if (!memcmp(&g->keys[i], &key, sizeof(key))) slot = i;
-    cublasLtMatmulAlgo_t algo;
+        if (!memcmp(&g->keys[i], &op.key, sizeof(op.key))) slot = i;
     if (slot >= 0) {
-        algo = g->algos[slot];
+        gemm_op_run(g, &op, &g->algos[slot], A, B, C, D, alpha);
     } else {
-        cublasLtMatmulPreference_t pref;
-        size_t ws = FOX_GEMM_WORKSPACE;
-        FOX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-        FOX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-        uint32_t al[4] = {(uint32_t)key.align_a, (uint32_t)key.align_b, (uint32_t)key.align_cd, (uint32_t)key.align_cd};
-        const cublasLtMatmulPreferenceAttributes_t which[4] = {
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-        for (int i = 0; i < 4; i++)
-            FOX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof(al[i])));
-        cublasLtMatmulHeuristicResult_t heur;
-        int found = 0;
-        FOX_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt, desc, la, lb, lc, lc, pref, 1, &heur, &found));
-        if (!found) {
-            fprintf(stderr, "cuBLASLt: no algorithm for m=%d n=%d k=%d ta=%d tb=%d lda=%d ldb=%d ldd=%d\n", m, n, k, ta, tb, lda, ldb, ldd);
-            exit(EXIT_FAILURE);
-        }
-        FOX_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-        algo = heur.algo;
+        cublasLtMatmulAlgo_t algo = gemm_tune(g, &op, A, B, C, D, alpha);  // D written with the heuristic's first
         if (g->ncached < FOX_GEMM_CACHE) {
-            g->keys[g->ncached] = key;
+            g->keys[g->ncached] = op.key;
             g->algos[g->ncached++] = algo;
         }
     }
-    const float beta = accumulate ? 1.0f : 0.0f;
-    FOX_CUBLAS_CHECK(cublasLtMatmul(g->lt, desc, &alpha, A, la, B, lb, &beta, accumulate ? C : D, lc, D, lc, &algo,
-                                    g->workspace, FOX_GEMM_WORKSPACE, g->stream));
-    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-    FOX_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
-    FOX_CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+    gemm_op_destroy(&op);
 }
 
 // Row-major forward: out (N, OUT, ld ldo) = in (N, IN) · W (OUT, IN)ᵀ [+ C (N, OUT, ld ldo)].
@@ -124,10 +237,16 @@ static inline void linear_backward_input(Gemm *g, float *din, const bf16 *dout, 
 }
 
 // Row-major: dW (OUT, IN) fp32 += scale · dout (N, OUT, ld ldd)ᵀ · in (N, IN). Accumulating in fp32 across
-// micro-batches is what gradient accumulation needs.
+// micro-batches is what gradient accumulation needs. With OUT not a multiple of 8 (the vocabulary's
+// lm_head) cuBLASLt offers only slow algorithms, so the first OUT rounded down to 64 rows and the rest are
+// two products.
 static inline void linear_backward_weight(Gemm *g, float *dW, const bf16 *dout, int ldd, const bf16 *in, int N, int IN, int OUT,
                                           float scale) {
-    gemm_colmajor(g, 0, 1, IN, OUT, N, in, IN, dout, ldd, dW, dW, IN, CUDA_R_32F, 1, scale);
+    int head = OUT % 8 ? OUT / 64 * 64 : OUT;
+    if (head) gemm_colmajor(g, 0, 1, IN, head, N, in, IN, dout, ldd, dW, dW, IN, CUDA_R_32F, 1, scale);
+    if (head < OUT)
+        gemm_colmajor(g, 0, 1, IN, OUT - head, N, in, IN, dout + head, ldd, dW + (size_t)head * IN, dW + (size_t)head * IN, IN,
+                      CUDA_R_32F, 1, scale);
 }
 
 #endif
