@@ -21,7 +21,8 @@ static inline void fox_cublas_check(cublasStatus_t st, const char *what, const c
 
 #define FOX_GEMM_WORKSPACE (32u << 20)
 #define FOX_GEMM_CACHE 128
-#define FOX_GEMM_TUNE_ALGOS 8  // the heuristic's algorithms a shape's first product tries (gemm_tune)
+#define FOX_GEMM_TUNE_ALGOS 8        // the heuristic's algorithms a shape's first product tries (gemm_tune)
+#define FOX_GEMM_TUNE_MIN (1u << 20)  // the fewest outputs (m·n) a product must have to be tried
 
 // One GEMM shape and operand alignment; the cache maps it to the algorithm gemm_tune chose the first time.
 typedef struct {
@@ -148,13 +149,34 @@ static float gemm_time(Gemm *g, const GemmOp *op, const cublasLtMatmulAlgo_t *a,
     return best;
 }
 
-// The algorithm a shape keeps: of the heuristic's first FOX_GEMM_TUNE_ALGOS, the fastest of those whose
-// product has the bits of the first's (on the call's own operands; the first writes the call's result D),
-// so the choice, which timing makes vary from run to run, never changes a result. A product that
-// accumulates in place (D = C) is tried from a copy of C. The heuristic's first where nothing can be
-// tried: a stream being captured into a CUDA graph, a zero result, no memory for the copies.
+// An integer attribute of an algorithm's configuration (2 or 4 bytes in cuBLASLt).
+static int gemm_algo_config(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAttributes_t what) {
+    size_t size = 0;
+    FOX_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(a, what, NULL, 0, &size));
+    uint64_t v = 0;
+    if (size > sizeof(v)) return -1;
+    FOX_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(a, what, &v, size, &size));
+    return (int)(size == 2 ? (uint16_t)v : (uint32_t)v);
+}
+
+// Whether gemm_tune may try candidate b for first choice a: the same split of k and the same reduction of
+// its parts, so that every output element is summed in the same order, which the bitwise comparison then
+// confirms (the comparison alone could pass by chance on a small bf16 output).
+static int gemm_same_reduction(const cublasLtMatmulAlgo_t *a, const cublasLtMatmulAlgo_t *b) {
+    return gemm_algo_config(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) == gemm_algo_config(b, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) &&
+           gemm_algo_config(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) ==
+               gemm_algo_config(b, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+}
+
+// The algorithm a shape keeps: of the heuristic's first FOX_GEMM_TUNE_ALGOS, the fastest of those that sum
+// as its first does (gemm_same_reduction) and whose product has the first's bits (on the call's own
+// operands; the first writes the call's result D), so the choice, which timing makes vary from run to run,
+// never changes a result. A product that accumulates in place (D = C) is tried from a copy of C. The
+// heuristic's first, untried, for a product of fewer than FOX_GEMM_TUNE_MIN outputs, while a stream is
+// captured into a CUDA graph, when tune is 0 (no room left to keep a choice), for a zero result, or when
+// the copies do not fit.
 static cublasLtMatmulAlgo_t gemm_tune(Gemm *g, const GemmOp *op, const bf16 *A, const bf16 *B, const void *C, void *D,
-                                      float alpha) {
+                                      float alpha, int tune) {
     cublasLtMatmulHeuristicResult_t res[FOX_GEMM_TUNE_ALGOS];
     int found = gemm_heuristics(g, op, FOX_GEMM_TUNE_ALGOS, res);
     if (!found) {
@@ -166,28 +188,34 @@ static cublasLtMatmulAlgo_t gemm_tune(Gemm *g, const GemmOp *op, const bf16 *A, 
     FOX_CUDA_CHECK(cudaStreamIsCapturing(g->stream, &capturing));
     int m = op->key.m, n = op->key.n, ld = op->key.ldd, f32 = op->key.dtype == CUDA_R_32F;
     int in_place = op->key.accumulate && C == D;
-    size_t bytes = (size_t)ld * n * (f32 ? 4 : 2);
+    size_t span = ((size_t)(n - 1) * ld + m) * (f32 ? 4 : 2);  // the bytes of C and D the product covers
     void *S = NULL, *C0 = NULL;  // a candidate's output; in place, the C every candidate starts from
-    int tune = found > 1 && capturing == cudaStreamCaptureStatusNone, room = 1;
-    if (tune && cudaMalloc(&S, bytes) != cudaSuccess) room = 0, S = NULL;
-    if (tune && room && in_place && cudaMalloc(&C0, bytes) != cudaSuccess) room = 0, C0 = NULL;
-    if (!room) {  // the heuristic's first
-        (void)cudaGetLastError();  // the failed allocation's error
-        if (S) FOX_CUDA_CHECK(cudaFree(S));
-        S = NULL;
+    unsigned long long *count = NULL, host[2];  // gemm_compare_kernel's counts
+    tune = tune && found > 1 && (size_t)m * n >= FOX_GEMM_TUNE_MIN && capturing == cudaStreamCaptureStatusNone;
+    if (tune) {  // the copies, each pointer NULL unless allocated
+        int ok = cudaMalloc(&S, span) == cudaSuccess;
+        if (!ok) S = NULL;
+        if (ok && !(ok = cudaMalloc(&count, sizeof(host)) == cudaSuccess)) count = NULL;
+        if (ok && in_place && !(ok = cudaMalloc(&C0, span) == cudaSuccess)) C0 = NULL;
+        if (!ok) {  // no room: the heuristic's first
+            (void)cudaGetLastError();  // the failed allocation's error
+            void *got[3] = {S, count, C0};
+            for (int i = 0; i < 3; i++)
+                if (got[i]) FOX_CUDA_CHECK(cudaFree(got[i]));
+            tune = 0;
+        }
     }
-    if (C0) FOX_CUDA_CHECK(cudaMemcpyAsync(C0, C, bytes, cudaMemcpyDeviceToDevice, g->stream));
+    if (tune && in_place) FOX_CUDA_CHECK(cudaMemcpyAsync(C0, C, span, cudaMemcpyDeviceToDevice, g->stream));
     gemm_op_run(g, op, &res[0].algo, A, B, C, D, alpha);
-    if (!S) return res[0].algo;
-    unsigned long long *count, host[2];
-    FOX_CUDA_CHECK(cudaMalloc(&count, 2 * sizeof(*count)));
+    if (!tune) return res[0].algo;
     int pick = 0;
     float best = 0.0f;
     for (int i = 0; i < found; i++) {
         if (i > 0) {  // the product's bits against the first's
-            if (C0) FOX_CUDA_CHECK(cudaMemcpyAsync(S, C0, bytes, cudaMemcpyDeviceToDevice, g->stream));
+            if (!gemm_same_reduction(&res[0].algo, &res[i].algo)) continue;
+            if (in_place) FOX_CUDA_CHECK(cudaMemcpyAsync(S, C0, span, cudaMemcpyDeviceToDevice, g->stream));
             gemm_op_run(g, op, &res[i].algo, A, B, in_place ? S : C, S, alpha);
-            FOX_CUDA_CHECK(cudaMemsetAsync(count, 0, 2 * sizeof(*count), g->stream));
+            FOX_CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof(host), g->stream));
             if (f32) gemm_compare_kernel<<<256, 256, 0, g->stream>>>(count, (const uint32_t *)D, (const uint32_t *)S, m, n, ld);
             else gemm_compare_kernel<<<256, 256, 0, g->stream>>>(count, (const uint16_t *)D, (const uint16_t *)S, m, n, ld);
             FOX_LAUNCH_CHECK();
@@ -215,7 +243,8 @@ static void gemm_colmajor(Gemm *g, int ta, int tb, int m, int n, int k, const bf
     if (slot >= 0) {
         gemm_op_run(g, &op, &g->algos[slot], A, B, C, D, alpha);
     } else {
-        cublasLtMatmulAlgo_t algo = gemm_tune(g, &op, A, B, C, D, alpha);  // D written with the heuristic's first
+        // D is written with the heuristic's first; a choice is timed only when the cache can keep it
+        cublasLtMatmulAlgo_t algo = gemm_tune(g, &op, A, B, C, D, alpha, g->ncached < FOX_GEMM_CACHE);
         if (g->ncached < FOX_GEMM_CACHE) {
             g->keys[g->ncached] = op.key;
             g->algos[g->ncached++] = algo;

@@ -1,25 +1,16 @@
 // dev/cuda/gemm.cu: the block GEMMs of a fox-pro training step as train_fox.cu makes them (fox/gemm.cuh),
 // each timed with every algorithm cuBLASLt's heuristic offers (up to 16, best first): TFLOP/s of its first
-// choice, of the fastest whose product has the first's bits (what gemm_tune keeps, among the first
-// FOX_GEMM_TUNE_ALGOS) and of the fastest of all, with that one's configuration (tile, stages, split-K,
-// reduction scheme, cluster); fails if an algorithm's product differs between two runs. Operands random
-// bf16; accumulating products (beta = 1) start from the same C each time (the copy's time subtracted).
+// choice, of the one gemm_tune keeps by this run's timings (the fastest of the first FOX_GEMM_TUNE_ALGOS that
+// sum as the first does and give its bits; the first for products of fewer than FOX_GEMM_TUNE_MIN outputs)
+// and of the fastest of all, with that one's configuration (tile, stages, split-K, reduction scheme,
+// cluster); fails if an algorithm's product differs between two runs. Operands random bf16; accumulating
+// products (beta = 1) start from the same C each time (the copy's time subtracted).
 // First it checks linear_backward_weight against an fp64 product, at output widths it splits and not.
 //   make gemm && ./gemm [dim heads T [name]]   (default 760M: 1536 24 16384; 125M: 768 12 16384; name: only the
 //   products whose name contains it)
 #include "kcheck.h"
 #include "../../fox/gemm.cuh"
 #include "../../fox/config.h"
-
-// An attribute of an algorithm's configuration (they are 2- to 4-byte integers).
-static int algo_attr(const cublasLtMatmulAlgo_t &a, cublasLtMatmulAlgoConfigAttributes_t what) {
-    size_t size = 0;
-    FOX_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&a, what, NULL, 0, &size));
-    uint64_t v = 0;
-    if (size > sizeof(v)) return -1;
-    FOX_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&a, what, &v, size, &size));
-    return (int)(size == 2 ? (uint16_t)v : (uint32_t)v);
-}
 
 // Uniform values in [-1, 1) from a hash of the index (the operands are too large to draw on the host).
 template <typename T> __global__ void fill_kernel(T *x, size_t n, uint32_t seed) {
@@ -72,7 +63,8 @@ static void sweep(Gemm *g, const Product &p) {
         return d;
     };
     const std::vector<char> d0 = result(0);
-    int fastest = 0, same_fastest = 0;  // the fastest of all, and of those with the first's bits
+    int fastest = 0, kept = 0;  // the fastest of all, and what gemm_tune keeps (by this run's timings)
+    const bool tried = (size_t)p.m * p.n >= FOX_GEMM_TUNE_MIN;
     bool repeatable = true;
     for (int i = 0; i < found; i++) {
         double ms = time_ms([&] { run(i); });
@@ -81,17 +73,19 @@ static void sweep(Gemm *g, const Product &p) {
         const std::vector<char> di = result(i);
         repeatable = repeatable && di == result(i);
         if (tf[i] > tf[fastest]) fastest = i;
-        if (di == d0 && tf[i] > tf[same_fastest]) same_fastest = i;
+        if (tried && i < FOX_GEMM_TUNE_ALGOS && gemm_same_reduction(&res[0].algo, &res[i].algo) && di == d0 &&
+            tf[i] > tf[kept])
+            kept = i;
     }
     const cublasLtMatmulAlgo_t &a = res[fastest].algo;
     std::string shape =
         fmt("m %5d n %5d k %5d %s%s", p.m, p.n, p.k, p.dtype == CUDA_R_32F ? "fp32" : "bf16", p.accumulate ? "+C" : "");
-    printf("%-20s %s: %2d algos, first %6.1f, fastest with its bits %6.1f (#%d), fastest %6.1f TFLOP/s (#%d: tile %d "
-           "stages %d splitK %d reduction %d cluster %d)%s\n",
-           p.name, shape.c_str(), found, tf[0], tf[same_fastest], same_fastest, tf[fastest], fastest,
-           algo_attr(a, CUBLASLT_ALGO_CONFIG_TILE_ID), algo_attr(a, CUBLASLT_ALGO_CONFIG_STAGES_ID),
-           algo_attr(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), algo_attr(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
-           algo_attr(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), repeatable ? "" : " NOT REPEATABLE");
+    printf("%-20s %s: %2d algos, first %6.1f, kept %6.1f (#%d), fastest %6.1f TFLOP/s (#%d: tile %d stages %d splitK %d "
+           "reduction %d cluster %d)%s\n",
+           p.name, shape.c_str(), found, tf[0], tf[kept], kept, tf[fastest], fastest,
+           gemm_algo_config(&a, CUBLASLT_ALGO_CONFIG_TILE_ID), gemm_algo_config(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+           gemm_algo_config(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), gemm_algo_config(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+           gemm_algo_config(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), repeatable ? "" : " NOT REPEATABLE");
     if (!repeatable) kc_failures++;
     gemm_op_destroy(&op);
     cudaFree(A); cudaFree(B); cudaFree(C); cudaFree(D);
