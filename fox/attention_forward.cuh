@@ -9,7 +9,7 @@
 #include <cuda_runtime.h>             // dim3, cudaFuncSetAttribute, cudaStream_t
 #include <cuda_bf16.h>                // __nv_bfloat16
 #include "acp.h"                      // FOX_ACP_BLOCK: kv_first's grid
-#include "cuda_common.cuh"            // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK
+#include "cuda_common.cuh"            // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, fox_sm_count
 #include <type_traits>                // std::true_type, std::false_type
 #include "attention_primitives.cuh"   // cp.async, ldmatrix, mma.sync, wgmma, TMA, mbarriers, ex2, quad_max / quad_sum
 #include "attention_traits.cuh"       // LOG2E, FWD_BM, FWD_BN, FWD_WS_BN, FwdCfg, FwdWsCfg, smem sizes, use_wgmma
@@ -510,7 +510,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 // (head after head at T 16384, 2 heads at T 8192, 4 at T 4096).
 template <int DH> int fwd_head_group(int nqb) {
     if (DH == 64) return 16;
-    const int g = device_sm_count() / nqb;
+    const int g = fox_sm_count() / nqb;
     return g > 1 ? g : 1;
 }
 

@@ -138,17 +138,6 @@ template <int DH> struct BwdAtomicCfg : BwdDetCfg<DH> {
 // = 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).
 inline constexpr int BWD_REGS_COMPUTE = 240, BWD_REGS_SYNC = 24;
 
-// The current device's SM count (queried once).
-inline int device_sm_count() {
-    static const int sms = [] {
-        int dev = 0, n = 0;
-        FOX_CUDA_CHECK(cudaGetDevice(&dev));
-        FOX_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-        return n;
-    }();
-    return sms;
-}
-
 // Whether the kernels take the warpgroup-MMA path: the current device (queried once) is a Hopper
 // (compute capability 9.x; the build must then be sm_90a), and FOX_ATTN_NO_WGMMA is unset or "0"
 // (set it to fall back to the mma.sync kernels, e.g. to compare).

@@ -1,5 +1,5 @@
 // fox/cuda_common.cuh: what every CUDA file of fox.c shares: the checked CUDA call, the bf16 type, the
-// launch-size helper, the warp reductions and the sigmoids. Included by each .cuh that needs them.
+// launch-size helper, the device's SM count, the warp reductions and the sigmoids. Included by each .cuh that needs them.
 #ifndef FOX_CUDA_COMMON_CUH
 #define FOX_CUDA_COMMON_CUH
 
@@ -23,6 +23,17 @@ static inline void fox_cuda_check(cudaError_t err, const char *what, const char 
 
 // Blocks of `threads` threads that cover n items.
 static inline unsigned fox_blocks(size_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+// The current device's SM count (queried once: a process drives one GPU).
+static inline int fox_sm_count() {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        FOX_CUDA_CHECK(cudaGetDevice(&dev));
+        FOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return sms;
+}
 
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll

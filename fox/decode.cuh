@@ -18,7 +18,7 @@
 #define FOX_DECODE_CUH
 
 #include <stdint.h>
-#include "cuda_common.cuh"  // FOX_LAUNCH_CHECK, bf16, sigmoidf_, logsigmoidf_, warp_sum, warp_max
+#include "cuda_common.cuh"  // FOX_LAUNCH_CHECK, bf16, fox_sm_count, sigmoidf_, logsigmoidf_, warp_sum, warp_max
 #include "kernels.cuh"      // QkvInputs, qk_norm_rope, warp_index, load_w4, store_bf16x4: as the forward computes
 #include "io.h"             // fox_fatal
 #include "acp.h"            // fox_acp_first_key, fox_acp_threshold, fox_acp_bound_*: ACP's first key
@@ -345,9 +345,7 @@ __global__ void __launch_bounds__(DECODE_COMBINE_THREADS) decode_attention_combi
 #define DECODE_WAVES 4
 
 static inline int fox_decode_max_splits(int BH, int dh) {
-    int dev, sms, per_sm;
-    FOX_CUDA_CHECK(cudaGetDevice(&dev));
-    FOX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int sms = fox_sm_count(), per_sm;
     const void *kernel = dh == 64 ? (const void *)decode_attention_partial_kernel<64> : (const void *)decode_attention_partial_kernel<128>;
     FOX_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, DECODE_THREADS, 0));
     long long want = ((long long)DECODE_WAVES * sms * per_sm + BH - 1) / BH;

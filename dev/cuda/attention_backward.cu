@@ -1044,7 +1044,7 @@ static void block_cost(int B, int H, int T) {
             printf("%s n %2d: %9.0f query tiles in %d key blocks, %7.3f ms\n", det ? "det" : "nondet", n, tiles, B * H * nblk, ms);
             sx += tiles, sy += ms, sxx += tiles * tiles, sxy += tiles * ms, npts++;
         }
-        const int sms = fox_attn::device_sm_count();
+        const int sms = fox_sm_count();
         const double slope = (npts * sxy - sx * sy) / (npts * sxx - sx * sx), icpt = (sy - slope * sx) / npts;
         const double waves = (double)B * H * nblk / sms, tile_us = slope * 1e3 * sms;
         bench_header(b);

@@ -1042,7 +1042,7 @@ static void block_cost(int B, int H, int T) {
         sx += tiles, sy += ms, sxx += tiles * tiles, sxy += tiles * ms, npts++;
     }
     const double slope = (npts * sxy - sx * sy) / (npts * sxx - sx * sx), icpt = (sy - slope * sx) / npts;
-    const double waves = (double)B * H * nqb / fox_attn::device_sm_count(), tile_us = slope * 1e3 * fox_attn::device_sm_count();
+    const double waves = (double)B * H * nqb / fox_sm_count(), tile_us = slope * 1e3 * fox_sm_count();
     bench_header(b);
     printf("a key tile %.3f us of an SM, a block's fixed cost %.2f us (%.2f tiles; intercept %.3f ms over %.1f waves)\n",
            tile_us, icpt * 1e3 / waves, icpt * 1e3 / waves / tile_us, icpt, waves);
