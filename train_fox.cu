@@ -708,8 +708,8 @@ static void attention_output_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, H = c->n_head;
-    LAUNCH_HEADS(output_forward_kernel, m->Dh, (size_t)N * H, m->stream, a->z, a->o[l], a->proj[l], m->NINP,
-                 c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, m->Dh);
+    fox_output_forward(a->z, a->o[l], a->proj[l], m->NINP, c->output_gate ? m->cols.gate : -1,
+                       c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, m->Dh, m->stream);
     linear_forward(&m->gemm, a->mid[l], resid_at(m, l, B, T), CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), N, D, D);
 }
 
@@ -771,8 +771,8 @@ static void fam_project(Model *m, int l, FamRows f, int B, int tau) {
 static void fam_update(Model *m, int l, FamRows f, float *out, int R, int residual) {
     const FoxConfig *c = &m->cfg;
     int D = c->d_model, I = c->mlp_hidden;
-    LAUNCH_HEADS(output_forward_kernel, m->Dh, (size_t)R * c->n_head, m->stream, f.z, f.o, f.proj, m->NINP,
-                 c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, R, c->n_head, m->Dh);
+    fox_output_forward(f.z, f.o, f.proj, m->NINP, c->output_gate ? m->cols.gate : -1,
+                       c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, R, c->n_head, m->Dh, m->stream);
     linear_forward(&m->gemm, f.mid, residual ? f.x : NULL, CUDA_R_32F, D, f.z, wbf(m, FOX_P_attn_out_w, l), R, D, D);
     rmsnorm_forward(m, f.xn2, f.mid, param(m, FOX_P_ln2_w, l), R);
     linear_forward(&m->gemm, f.u, NULL, CUDA_R_16BF, 2 * I, f.xn2, wbf(m, FOX_P_mlp_in_w, l), R, D, 2 * I);
@@ -1655,8 +1655,8 @@ static void decode_attention_block(Model *m, int l, const float *x, float *mid) 
         fox_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, acp ? kc->first : NULL, kc->part, B * H, Dh, kc->max_len,
                              kc->pos, kc->max_splits, m->stream, 1);
     }
-    LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)B * H, m->stream, a->z, a->o[0], a->proj[0], m->NINP,
-                 c->output_gate ? m->cols.gate : -1, c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, B, H, Dh);
+    fox_output_forward(a->z, a->o[0], a->proj[0], m->NINP, c->output_gate ? m->cols.gate : -1,
+                       c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, B, H, Dh, m->stream);
     decode_linear(m, mid, x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), D, D, 1);
 }
 

@@ -41,6 +41,16 @@ __device__ __forceinline__ float warp_sum(float x) {
     return x;
 }
 
+// G independent warp_sums at once (each value's adds in warp_sum's order, so the same bits), their shuffles
+// interleaved rather than one chain after another.
+template <int G>
+__device__ __forceinline__ void warp_sums(float x[G]) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int g = 0; g < G; g++) x[g] += __shfl_xor_sync(0xffffffffu, x[g], off);
+}
+
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));

@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 #include "cuda_common.cuh"  // FOX_LAUNCH_CHECK, bf16, fox_sm_count, sigmoidf_, logsigmoidf_, warp_sum, warp_max
-#include "kernels.cuh"      // QkvInputs, qk_norm_rope, warp_index, load_w4, store_bf16x4: as the forward computes
+#include "kernels.cuh"      // QkvInputs, qk_weights, qk_norm_rope, warp_index, load_w4, store_bf16x4: as the forward computes
 #include "io.h"             // fox_fatal
 #include "acp.h"            // fox_acp_first_key, fox_acp_threshold, fox_acp_bound_*: ACP's first key
 #include "docmask.h"        // fox_doc_start, FOX_DOC_LOG_F: the document mask in a decode step
@@ -107,7 +107,9 @@ __global__ void decode_qkv_kernel(bf16 *q, int *first, unsigned long long *keys_
             vp[i] = vt;
         }
     }
-    qk_norm_rope<PER_LANE>(qv, kv, s, h, t, lane);
+    float qw[PER_LANE], kw[PER_LANE];
+    qk_weights<PER_LANE>(qw, kw, s, h, lane);
+    qk_norm_rope<PER_LANE>(qv, kv, s, qw, kw, t, lane);
     size_t at = ((size_t)w * cl.max_len + t) * s.dh;
     float q2 = 0.0f, k2 = 0.0f;  // of the bf16 values attention reads
 #pragma unroll

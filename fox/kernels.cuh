@@ -180,7 +180,18 @@ __device__ __forceinline__ void store_bf16x4(bf16 *p, float a, float b, float c,
 // the forward's output) take them from here, so their rstd agree bitwise.
 __device__ __forceinline__ float sumsq4(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
 
-__device__ __forceinline__ float rstd_of(float ss, int D, float eps) { return 1.0f / sqrtf(warp_sum(ss) / D + eps); }
+// rstd from the row's Σ x² (the lanes' parts summed).
+__device__ __forceinline__ float rstd_from_sum(float ss, int D, float eps) { return 1.0f / sqrtf(ss / D + eps); }
+
+__device__ __forceinline__ float rstd_of(float ss, int D, float eps) { return rstd_from_sum(warp_sum(ss), D, eps); }
+
+// The backward's rstd and mean(dy⊙w⊙x̂) from a lane's parts of Σ x² and Σ dy·w·x, their warp sums interleaved.
+__device__ __forceinline__ void rms_bwd_stats(float &rs, float &dot, float ss, float gwx, int D, float eps) {
+    float t[2] = {ss, gwx};
+    warp_sums<2>(t);
+    rs = rstd_from_sum(t[0], D, eps);
+    dot = rs * t[1] / D;
+}
 
 __device__ __forceinline__ float row_rstd(const float4 *x, int D4, int lane, float eps) {
     float ss = 0.0f;
@@ -279,7 +290,8 @@ __global__ void __launch_bounds__(FOX_WARPS * 32, 2) rmsnorm_backward_kernel(flo
         float ss = 0.0f, gwx = 0.0f;
         if constexpr (RV == 0) {
             for (int i = lane; i < D4; i += 32) rms_bwd_sums(ss, gwx, x[i], g[i], load_w4(w, i));
-            float rs = rstd_of(ss, 4 * D4, eps), dot = rs * warp_sum(gwx) / D;
+            float rs, dot;
+            rms_bwd_stats(rs, dot, ss, gwx, D, eps);
             for (int i = lane; i < D4; i += 32) rms_bwd_out(r, rb, xr, acc, x[i], g[i], w, i, rs, dot, accumulate);
         } else {
             float4 a[RV], b[RV];
@@ -292,7 +304,8 @@ __global__ void __launch_bounds__(FOX_WARPS * 32, 2) rmsnorm_backward_kernel(flo
 #pragma unroll
             for (int k = 0; k < RV; k++)
                 if (lane + 32 * k < D4) rms_bwd_sums(ss, gwx, a[k], b[k], load_w4(w, lane + 32 * k));
-            float rs = rstd_of(ss, 4 * D4, eps), dot = rs * warp_sum(gwx) / D;
+            float rs, dot;
+            rms_bwd_stats(rs, dot, ss, gwx, D, eps);
 #pragma unroll
             for (int k = 0; k < RV; k++)
                 if (lane + 32 * k < D4) rms_bwd_out(r, rb, xr, acc, a[k], b[k], w, lane + 32 * k, rs, dot, accumulate);
@@ -382,6 +395,47 @@ __device__ __forceinline__ int qkv_has_prev(const QkvInputs &s, size_t n, int t)
     return s.sep >= 0 ? fox_doc_has_prev(s.tokens + (n - (size_t)t), t, s.sep) : t > 0;
 }
 
+// A lane's elements lane + 32e of a head's norm weight w (w: the head's first), kept in registers by the
+// kernels that use them on every row.
+template <int PER_LANE>
+__device__ __forceinline__ void head_weights(float wl[PER_LANE], const float *w, int lane) {
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) wl[e] = w[lane + 32 * e];
+}
+
+// The lane's QK-norm weights of head h (zeros without QK-norm).
+template <int PER_LANE>
+__device__ __forceinline__ void qk_weights(float qw[PER_LANE], float kw[PER_LANE], const QkvInputs &s, int h, int lane) {
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) qw[e] = kw[e] = 0.0f;
+    if (s.qw) {
+        head_weights<PER_LANE>(qw, s.qw + h * s.wstride, lane);
+        head_weights<PER_LANE>(kw, s.kw + h * s.wstride, lane);
+    }
+}
+
+// Where a warp's walk over the rows of head h is: row n, position t of its sequence, and o, the row's offset
+// in the (B, H, T, dh) tensors. Stepping back by one row needs no division.
+struct QkvPos {
+    int n, t;
+    size_t o;
+};
+
+__device__ __forceinline__ QkvPos qkv_pos(const QkvInputs &s, int n, int h, int dh) {
+    int t = n % s.T, b = n / s.T;
+    return {n, t, (((size_t)b * s.H + h) * s.T + t) * dh};
+}
+
+__device__ __forceinline__ QkvPos qkv_pos_next(const QkvInputs &s, QkvPos p, int dh) {
+    if (p.t < s.T - 1) return {p.n + 1, p.t + 1, p.o + dh};
+    return {p.n + 1, 0, p.o + ((size_t)s.H * s.T - (s.T - 1)) * dh};  // the first row of sequence b + 1
+}
+
+__device__ __forceinline__ QkvPos qkv_pos_prev(const QkvInputs &s, QkvPos p, int dh) {
+    if (p.t > 0) return {p.n - 1, p.t - 1, p.o - dh};
+    return {p.n - 1, s.T - 1, p.o - ((size_t)s.H * s.T - (s.T - 1)) * dh};  // the last row of sequence b − 1
+}
+
 // Head h's columns col of a row: lane-strided elements h·dh + lane + 32e.
 template <int PER_LANE>
 __device__ __forceinline__ void head_cols(float x[PER_LANE], const float *row, int col, int h, int dh, int lane) {
@@ -398,12 +452,23 @@ __device__ __forceinline__ void kv_shift(float y[PER_LANE], const float x[PER_LA
     for (int e = 0; e < PER_LANE; e++) y[e] = ca >= 0 ? (has_prev ? al * xp[e] : 0.0f) + (1.0f - al) * x[e] : x[e];
 }
 
+// The head's size is PER_LANE·32 (64 or 128): a constant, so the means below divide by a power of 2, which the
+// compiler turns into an exact multiply.
 template <int PER_LANE>
-__device__ __forceinline__ float head_rstd(const float x[PER_LANE], int dh, float eps) {
+__device__ __forceinline__ float head_sumsq(const float x[PER_LANE]) {
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) ss += x[e] * x[e];
-    return 1.0f / sqrtf(warp_sum(ss) / dh + eps);
+    return ss;
+}
+
+// rstd from the warp's Σ x² (ss: the lanes' head_sumsq summed).
+template <int PER_LANE>
+__device__ __forceinline__ float head_rstd_of(float ss, float eps) { return 1.0f / sqrtf(ss / (PER_LANE * 32) + eps); }
+
+template <int PER_LANE>
+__device__ __forceinline__ float head_rstd(const float x[PER_LANE], float eps) {
+    return head_rstd_of<PER_LANE>(warp_sum(head_sumsq<PER_LANE>(x)), eps);
 }
 
 // inverse = 1 turns by −angle (the backward of the rotation is its transpose).
@@ -422,60 +487,101 @@ __device__ __forceinline__ void rope_rotate(float x[PER_LANE], const QkvInputs &
 }
 
 // The per-head RMSNorm of q and k (when s.qw) and their rotation at position t (when s.rope_cos), in place:
-// head h's lane-held dimensions. The forward's and the decode step's q and k (fox/decode.cuh) come from here.
-template <int PER_LANE>
-__device__ __forceinline__ void qk_norm_rope(float qv[PER_LANE], float kv[PER_LANE], const QkvInputs &s, int h, int t, int lane) {
+// head h's lane-held dimensions (qw, kw: the lane's norm weights, qk_weights), for G rows (positions t[g]) at
+// once, their reductions interleaved (warp_sums). The forward's and the decode step's q and k
+// (fox/decode.cuh) come from here.
+template <int PER_LANE, int G>
+__device__ __forceinline__ void qk_norm_rope_rows(float qv[G][PER_LANE], float kv[G][PER_LANE], const QkvInputs &s,
+                                                  const float qw[PER_LANE], const float kw[PER_LANE], const int t[G],
+                                                  int lane) {
     if (s.qw) {
-        float rq = head_rstd<PER_LANE>(qv, s.dh, FOX_QK_NORM_EPS), rk = head_rstd<PER_LANE>(kv, s.dh, FOX_QK_NORM_EPS);
+        float ss[2 * G];
 #pragma unroll
-        for (int e = 0; e < PER_LANE; e++) {
-            int i = h * s.wstride + lane + 32 * e;
-            qv[e] = qv[e] * rq * s.qw[i];
-            kv[e] = kv[e] * rk * s.kw[i];
+        for (int g = 0; g < G; g++) {
+            ss[2 * g] = head_sumsq<PER_LANE>(qv[g]);
+            ss[2 * g + 1] = head_sumsq<PER_LANE>(kv[g]);
+        }
+        warp_sums<2 * G>(ss);
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float rq = head_rstd_of<PER_LANE>(ss[2 * g], FOX_QK_NORM_EPS), rk = head_rstd_of<PER_LANE>(ss[2 * g + 1], FOX_QK_NORM_EPS);
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                qv[g][e] = qv[g][e] * rq * qw[e];
+                kv[g][e] = kv[g][e] * rk * kw[e];
+            }
         }
     }
     if (s.rope_cos) {
-        rope_rotate<PER_LANE>(qv, s, t, lane, 0);
-        rope_rotate<PER_LANE>(kv, s, t, lane, 0);
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            rope_rotate<PER_LANE>(qv[g], s, t[g], lane, 0);
+            rope_rotate<PER_LANE>(kv[g], s, t[g], lane, 0);
+        }
     }
 }
 
+template <int PER_LANE>
+__device__ __forceinline__ void qk_norm_rope(float qv[PER_LANE], float kv[PER_LANE], const QkvInputs &s, const float qw[PER_LANE],
+                                             const float kw[PER_LANE], int t, int lane) {
+    typedef float Row[PER_LANE];
+    qk_norm_rope_rows<PER_LANE, 1>((Row *)qv, (Row *)kv, s, qw, kw, &t, lane);
+}
+
 // Paper eq. 15-19 (FoX Pro): q = QK-norm(W_q x); k = QK-norm(KV-shift(W_k x)), v = KV-shift(W_v x); then
-// RoPE (Transformer presets). Grid: (head, HEAD_BLOCK_ROWS tokens); a warp walks QKV_RUN rows in order,
-// so a row's k and v columns, read once, are the next row's shift input. CPU: kv_shift_forward,
-// rmsnorm_forward (per head), rope_apply in attention_block_forward.
+// RoPE (Transformer presets). Grid: (head, HEAD_BLOCK_ROWS tokens); a warp walks QKV_RUN rows in order, two
+// at a time (their loads issued together, their norms' reductions interleaved), so a row's k and v columns,
+// read once, are the next row's shift input. CPU: kv_shift_forward, rmsnorm_forward (per head), rope_apply
+// in attention_block_forward.
 template <int PER_LANE>
 __global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
-    int lane = threadIdx.x % 32, h = blockIdx.x, dh = s.dh, N = s.B * s.T;
+    constexpr int dh = 32 * PER_LANE;
+    int lane = threadIdx.x % 32, h = blockIdx.x, N = s.B * s.T;
     int lo = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32 * QKV_RUN, hi = min(N, lo + QKV_RUN);
+    if (lo >= hi) return;
     float kx[PER_LANE] = {}, vx[PER_LANE] = {};  // the previous row's k, v columns
-    if (lo > 0 && lo < hi) {
+    if (lo > 0) {
         head_cols<PER_LANE>(kx, s.proj + (size_t)(lo - 1) * s.ld, s.cols.k, h, dh, lane);
         head_cols<PER_LANE>(vx, s.proj + (size_t)(lo - 1) * s.ld, s.cols.v, h, dh, lane);
     }
-    for (int nn = lo; nn < hi; nn++) {
-        size_t n = (size_t)nn;
-        int t = (int)(n % s.T), b = (int)(n / s.T), hp = qkv_has_prev(s, n, t);
-        const float *row = s.proj + n * s.ld;
-        float qv[PER_LANE], kr[PER_LANE], vr[PER_LANE], kv[PER_LANE], vv[PER_LANE];
-        head_cols<PER_LANE>(qv, row, s.cols.q, h, dh, lane);
-        head_cols<PER_LANE>(kr, row, s.cols.k, h, dh, lane);
-        head_cols<PER_LANE>(vr, row, s.cols.v, h, dh, lane);
-        float ak = s.cols.k_shift >= 0 ? sigmoidf_(row[s.cols.k_shift + h]) : 0.0f;
-        float av = s.cols.v_shift >= 0 ? sigmoidf_(row[s.cols.v_shift + h]) : 0.0f;
-        kv_shift<PER_LANE>(kv, kr, kx, ak, hp, s.cols.k_shift);
-        kv_shift<PER_LANE>(vv, vr, vx, av, hp, s.cols.v_shift);
-        qk_norm_rope<PER_LANE>(qv, kv, s, h, t, lane);
-        size_t o = (((size_t)b * s.H + h) * s.T + t) * dh;
+    float qw[PER_LANE], kw[PER_LANE];
+    qk_weights<PER_LANE>(qw, kw, s, h, lane);
+    QkvPos p = qkv_pos(s, lo, h, dh);
+    while (p.n < hi) {
+        QkvPos pr[2] = {p, qkv_pos_next(s, p, dh)};
+        int live[2] = {1, pr[1].n < hi}, t[2] = {pr[0].t, pr[1].t};
+        float qv[2][PER_LANE], kr[2][PER_LANE], vr[2][PER_LANE], kv[2][PER_LANE], vv[2][PER_LANE], ak[2], av[2];
 #pragma unroll
-        for (int e = 0; e < PER_LANE; e++) {
-            int i = lane + 32 * e;
-            q[o + i] = __float2bfloat16(qv[e]);
-            k[o + i] = __float2bfloat16(kv[e]);
-            v[o + i] = __float2bfloat16(vv[e]);
-            kx[e] = kr[e];
-            vx[e] = vr[e];
+        for (int g = 0; g < 2; g++) {
+            const float *row = s.proj + (size_t)(live[g] ? pr[g].n : p.n) * s.ld;
+            head_cols<PER_LANE>(qv[g], row, s.cols.q, h, dh, lane);
+            head_cols<PER_LANE>(kr[g], row, s.cols.k, h, dh, lane);
+            head_cols<PER_LANE>(vr[g], row, s.cols.v, h, dh, lane);
+            ak[g] = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
+            av[g] = s.cols.v_shift >= 0 ? row[s.cols.v_shift + h] : 0.0f;
         }
+#pragma unroll
+        for (int g = 0; g < 2; g++) {
+            int hp = live[g] && qkv_has_prev(s, (size_t)pr[g].n, pr[g].t);
+            float a = s.cols.k_shift >= 0 ? sigmoidf_(ak[g]) : 0.0f, b = s.cols.v_shift >= 0 ? sigmoidf_(av[g]) : 0.0f;
+            kv_shift<PER_LANE>(kv[g], kr[g], g ? kr[0] : kx, a, hp, s.cols.k_shift);
+            kv_shift<PER_LANE>(vv[g], vr[g], g ? vr[0] : vx, b, hp, s.cols.v_shift);
+        }
+        qk_norm_rope_rows<PER_LANE, 2>(qv, kv, s, qw, kw, t, lane);
+#pragma unroll
+        for (int g = 0; g < 2; g++) {
+            if (!live[g]) break;
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                int i = lane + 32 * e;
+                q[pr[g].o + i] = __float2bfloat16(qv[g][e]);
+                k[pr[g].o + i] = __float2bfloat16(kv[g][e]);
+                v[pr[g].o + i] = __float2bfloat16(vv[g][e]);
+                kx[e] = kr[g][e];
+                vx[e] = vr[g][e];
+            }
+        }
+        p = live[1] ? qkv_pos_next(s, pr[1], dh) : pr[1];
     }
 }
 
@@ -483,23 +589,54 @@ static inline void fox_qkv_forward(bf16 *q, bf16 *k, bf16 *v, const QkvInputs &s
     LAUNCH_HEAD_BLOCKS(qkv_forward_kernel, s.dh, s.B * s.T, s.H, st, q, k, v, s);
 }
 
-// Per-head RMSNorm backward (one warp, lane-strided elements): dx, and prod = dy⊙x̂ (the weight's part).
-template <int PER_LANE>
-__device__ __forceinline__ void head_norm_backward(float dx[PER_LANE], float prod[PER_LANE], const float x[PER_LANE], const float dy[PER_LANE],
-                                                   const float *w, int dh, float eps) {
-    float rs = head_rstd<PER_LANE>(x, dh, eps), dot = 0.0f;
+// Per-head RMSNorm backward (one warp, lane-strided elements; w: the lane's weights, head_weights) of G
+// independent rows at once (their reductions interleaved, warp_sums), given each row's rstd rs: dx, and
+// prod = dy⊙x̂ (the weight's part).
+template <int PER_LANE, int G>
+__device__ __forceinline__ void head_norm_backward_rs(float dx[G][PER_LANE], float prod[G][PER_LANE], const float x[G][PER_LANE],
+                                                      const float dy[G][PER_LANE], const float w[G][PER_LANE], const float rs[G]) {
+    float dot[G];
 #pragma unroll
-    for (int e = 0; e < PER_LANE; e++) dot += dy[e] * w[e * 32] * x[e] * rs;
-    dot = warp_sum(dot) / dh;
+    for (int g = 0; g < G; g++) {
+        dot[g] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < PER_LANE; e++) {
-        dx[e] = rs * (dy[e] * w[e * 32] - x[e] * rs * dot);
-        prod[e] = dy[e] * x[e] * rs;
+        for (int e = 0; e < PER_LANE; e++) dot[g] += dy[g][e] * w[g][e] * x[g][e] * rs[g];
+    }
+    warp_sums<G>(dot);
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        dot[g] /= PER_LANE * 32;
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) {
+            dx[g][e] = rs[g] * (dy[g][e] * w[g][e] - x[g][e] * rs[g] * dot[g]);
+            prod[g][e] = dy[g][e] * x[g][e] * rs[g];
+        }
     }
 }
 
-// One row's inputs of qkv_backward_kernel (row n of head h), loaded a row ahead (two rows' loads in flight per
-// warp). The row's own k and v columns are not among them: the walk loaded them as the row after's kp, vp.
+// The same with the rows' rstd computed here.
+template <int PER_LANE, int G>
+__device__ __forceinline__ void head_norm_backward_rows(float dx[G][PER_LANE], float prod[G][PER_LANE], const float x[G][PER_LANE],
+                                                        const float dy[G][PER_LANE], const float w[G][PER_LANE], float eps) {
+    float rs[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) rs[g] = head_sumsq<PER_LANE>(x[g]);
+    warp_sums<G>(rs);
+#pragma unroll
+    for (int g = 0; g < G; g++) rs[g] = head_rstd_of<PER_LANE>(rs[g], eps);
+    head_norm_backward_rs<PER_LANE, G>(dx, prod, x, dy, w, rs);
+}
+
+// The same for one row.
+template <int PER_LANE>
+__device__ __forceinline__ void head_norm_backward(float dx[PER_LANE], float prod[PER_LANE], const float x[PER_LANE],
+                                                   const float dy[PER_LANE], const float w[PER_LANE], float eps) {
+    typedef float Row[PER_LANE];
+    head_norm_backward_rows<PER_LANE, 1>((Row *)dx, (Row *)prod, (const Row *)x, (const Row *)dy, (const Row *)w, eps);
+}
+
+// One row's inputs of qkv_backward_kernel (row p.n of head h), loaded a row ahead (two rows' loads in flight
+// per warp). The row's own k and v columns are not among them: the walk loaded them as the row after's kp, vp.
 template <int PER_LANE> struct QkvRowIn {
     float gq[PER_LANE], gk[PER_LANE], gv[PER_LANE];  // dq, dk, dv
     float q[PER_LANE];                                // the q columns of the row
@@ -508,69 +645,43 @@ template <int PER_LANE> struct QkvRowIn {
     int hp;                                           // KV-shift takes row n − 1 (qkv_has_prev)
 };
 
-// Row n − 1 is read when KV-shift takes it or when it is the warp's next row (n − 1 >= lo).
+// Row n − 1 is read when KV-shift takes it or when it is the warp's next row (n − 1 >= lo). hc: the lane's
+// first column of head h, h·dh + lane.
 template <int PER_LANE>
 __device__ __forceinline__ void qkv_row_load(QkvRowIn<PER_LANE> &in, const bf16 *dq, const bf16 *dk, const bf16 *dv,
-                                             const QkvInputs &s, int nn, int lo, int h, int lane) {
-    size_t n = (size_t)nn;
-    int t = (int)(n % s.T), b = (int)(n / s.T);
-    size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
-    const float *row = s.proj + n * s.ld;
+                                             const QkvInputs &s, QkvPos p, int lo, int h, int hc, int lane) {
+    const float *row = s.proj + (size_t)p.n * s.ld;
     in.ak = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
     in.av = s.cols.v_shift >= 0 ? row[s.cols.v_shift + h] : 0.0f;
-    in.hp = qkv_has_prev(s, n, t);
-    int above = in.hp || nn - 1 >= lo;
+    in.hp = qkv_has_prev(s, (size_t)p.n, p.t);
+    int above = in.hp || p.n - 1 >= lo;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
-        int i = lane + 32 * e, k = h * s.dh + i;
-        in.gq[e] = __bfloat162float(dq[o + i]);
-        in.gk[e] = __bfloat162float(dk[o + i]);
-        in.gv[e] = __bfloat162float(dv[o + i]);
-        in.q[e] = row[s.cols.q + k];
-        in.kp[e] = above ? row[s.cols.k + k - s.ld] : 0.0f;
-        in.vp[e] = above ? row[s.cols.v + k - s.ld] : 0.0f;
+        int i = lane + 32 * e;
+        in.gq[e] = __bfloat162float(dq[p.o + i]);
+        in.gk[e] = __bfloat162float(dk[p.o + i]);
+        in.gv[e] = __bfloat162float(dv[p.o + i]);
+        in.q[e] = row[s.cols.q + hc + 32 * e];
+        in.kp[e] = above ? row[s.cols.k + hc + 32 * e - s.ld] : 0.0f;
+        in.vp[e] = above ? row[s.cols.v + hc + 32 * e - s.ld] : 0.0f;
     }
 }
 
-// dks: the gradient of row t's shifted key y_t = α_t k_{t−1} + (1−α_t) k_t (eq. 17), from dk (gk, turned back
-// in place when RoPE) through QK-norm; prod: the norm weight's part dks_norm ⊙ ŷ. k, kp: rows t and t − 1.
+// Backward of the KV-shift y_t = α_t x_{t−1} + (1−α_t) x_t of one head's columns of row t (eq. 17-18):
+// dx_t = (1−α_t) dy_t + α_{t+1} dy_{t+1} (gn, an: row t+1's, when has_next), and the lane's part of
+// dα_t = Σ dy_t (x_{t−1} − x_t) (xp, x: rows t − 1 and t; its warp sum goes through the sigmoid into the
+// shift-logit column). ca < 0 (no shift): dx = dy.
 template <int PER_LANE>
-__device__ __forceinline__ void shifted_key_grad(float dks[PER_LANE], float prod[PER_LANE], float gk[PER_LANE],
-                                                 const float k[PER_LANE], const float kp[PER_LANE], float al, int hp,
-                                                 const QkvInputs &s, int h, int t, int lane) {
-    if (s.rope_cos) rope_rotate<PER_LANE>(gk, s, t, lane, 1);
-    float x[PER_LANE];
-    kv_shift<PER_LANE>(x, k, kp, al, hp, s.cols.k_shift);
-    if (s.qw) {
-        head_norm_backward<PER_LANE>(dks, prod, x, gk, s.kw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
-    } else {
-#pragma unroll
-        for (int e = 0; e < PER_LANE; e++) dks[e] = gk[e];
-    }
-}
-
-// Backward of the KV-shift y_t = α_t x_{t−1} + (1−α_t) x_t of one head's columns col of row t (drow: its dproj
-// row): dx_t = (1−α_t) dy_t + α_{t+1} dy_{t+1} (gn, an: row t+1's, when has_next);
-// dα_t = Σ dy_t (x_{t−1} − x_t) (xp, x: rows t − 1 and t) through the sigmoid into column ca. ca < 0: no
-// shift, dx = dy.
-template <int PER_LANE>
-__device__ __forceinline__ void shift_backward(bf16 *drow, const float gy[PER_LANE], const float gn[PER_LANE], float an,
-                                               int has_next, const float x[PER_LANE], const float xp[PER_LANE], float al,
-                                               int has_prev, int col, int ca, int h, int dh, int lane) {
-    if (ca < 0) {
-#pragma unroll
-        for (int e = 0; e < PER_LANE; e++) drow[col + h * dh + lane + 32 * e] = __float2bfloat16(gy[e]);
-        return;
-    }
+__device__ __forceinline__ float shift_backward(float dx[PER_LANE], const float gy[PER_LANE], const float gn[PER_LANE],
+                                                float an, int has_next, const float x[PER_LANE], const float xp[PER_LANE],
+                                                float al, int has_prev, int ca) {
     float dal = 0.0f;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
-        float dx = (1.0f - al) * gy[e] + (has_next ? an * gn[e] : 0.0f);
-        drow[col + h * dh + lane + 32 * e] = __float2bfloat16(dx);
+        dx[e] = ca < 0 ? gy[e] : (1.0f - al) * gy[e] + (has_next ? an * gn[e] : 0.0f);
         dal += has_prev ? gy[e] * (xp[e] - x[e]) : -gy[e] * x[e];
     }
-    dal = warp_sum(dal);
-    if (lane == 0) drow[ca + h] = __float2bfloat16(dal * al * (1.0f - al));
+    return dal;
 }
 
 // head_partials_store's sums from per-row values rows[r · dh + j] (r: the row in the block): warp w's rows
@@ -605,46 +716,64 @@ template <int PER_LANE>
 __global__ void __launch_bounds__(FOX_WARPS * 32, PER_LANE == 2 ? 3 : 2)
     qkv_backward_kernel(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                         QkvInputs s) {
+    constexpr int dh = 32 * PER_LANE;
     extern __shared__ float prods[];
-    int lane = threadIdx.x % 32, h = blockIdx.x, dh = s.dh, N = s.B * s.T, r0 = blockIdx.y * HEAD_BLOCK_ROWS;
+    int lane = threadIdx.x % 32, h = blockIdx.x, hc = h * dh + lane, N = s.B * s.T, r0 = blockIdx.y * HEAD_BLOCK_ROWS;
     int n1 = min(N, r0 + HEAD_BLOCK_ROWS), lo = r0 + threadIdx.x / 32 * QKV_RUN, hi = min(n1, lo + QKV_RUN);
     float *qprod = prods, *kprod = prods + HEAD_BLOCK_ROWS * dh;
     if (lo < hi) {
+        float qw[PER_LANE], kw[PER_LANE];
+        qk_weights<PER_LANE>(qw, kw, s, h, lane);
         QkvRowIn<PER_LANE> cur, next;
         float kc[PER_LANE], vc[PER_LANE];                                        // the current row's k, v columns
         float dksn[PER_LANE] = {}, gvn[PER_LANE] = {}, akn = 0.0f, avn = 0.0f;  // the next row's dks, dv, α's
         int hn = 0;                                                              // the next row takes this one
         // the walk starts at the row after the run when that row takes the run's last (its dks alone)
         int tn = (hi - 1) % s.T + 1, top = tn < s.T && qkv_has_prev(s, hi, tn) ? hi : hi - 1;
-        qkv_row_load<PER_LANE>(cur, dq, dk, dv, s, top, lo, h, lane);
+        QkvPos p = qkv_pos(s, top, h, dh);
+        qkv_row_load<PER_LANE>(cur, dq, dk, dv, s, p, lo, h, hc, lane);
         head_cols<PER_LANE>(kc, s.proj + (size_t)top * s.ld, s.cols.k, h, dh, lane);
         head_cols<PER_LANE>(vc, s.proj + (size_t)top * s.ld, s.cols.v, h, dh, lane);
-        for (int nn = top; nn >= lo; nn--) {
-            if (nn - 1 >= lo) qkv_row_load<PER_LANE>(next, dq, dk, dv, s, nn - 1, lo, h, lane);
-            int t = nn % s.T, r = nn - r0, own = nn < hi;
-            bf16 *drow = dproj + (size_t)nn * s.ld;
-            float dx[PER_LANE], prod[PER_LANE], dks[PER_LANE];
-            if (own) {
-                if (s.rope_cos) rope_rotate<PER_LANE>(cur.gq, s, t, lane, 1);
-                if (s.qw)
-                    head_norm_backward<PER_LANE>(dx, prod, cur.q, cur.gq, s.qw + h * s.wstride + lane, dh, FOX_QK_NORM_EPS);
-#pragma unroll
-                for (int e = 0; e < PER_LANE; e++) {
-                    drow[s.cols.q + h * dh + lane + 32 * e] = __float2bfloat16(s.qw ? dx[e] : cur.gq[e]);
-                    if (s.qw) qprod[r * dh + lane + 32 * e] = prod[e];
-                }
+        while (p.n >= lo) {
+            QkvPos pn = qkv_pos_prev(s, p, dh);
+            if (pn.n >= lo) qkv_row_load<PER_LANE>(next, dq, dk, dv, s, pn, lo, h, hc, lane);
+            if (s.rope_cos) {
+                rope_rotate<PER_LANE>(cur.gq, s, p.t, lane, 1);
+                rope_rotate<PER_LANE>(cur.gk, s, p.t, lane, 1);
             }
             float alk = s.cols.k_shift >= 0 ? sigmoidf_(cur.ak) : 0.0f;
             float alv = s.cols.v_shift >= 0 ? sigmoidf_(cur.av) : 0.0f;
-            shifted_key_grad<PER_LANE>(dks, prod, cur.gk, kc, cur.kp, alk, cur.hp, s, h, t, lane);
-            if (own) {
+            // q (row 0) and the shifted key y_t (row 1) through QK-norm side by side; dx[1] is dks, y_t's gradient
+            float x[2][PER_LANE], g[2][PER_LANE], w[2][PER_LANE], dx[2][PER_LANE], prod[2][PER_LANE];
+            kv_shift<PER_LANE>(x[1], kc, cur.kp, alk, cur.hp, s.cols.k_shift);
 #pragma unroll
-                for (int e = 0; e < PER_LANE; e++)
-                    if (s.qw) kprod[r * dh + lane + 32 * e] = prod[e];
-                shift_backward<PER_LANE>(drow, dks, dksn, akn, hn, kc, cur.kp, alk, cur.hp, s.cols.k, s.cols.k_shift, h, dh,
-                                         lane);
-                shift_backward<PER_LANE>(drow, cur.gv, gvn, avn, hn, vc, cur.vp, alv, cur.hp, s.cols.v, s.cols.v_shift, h, dh,
-                                         lane);
+            for (int e = 0; e < PER_LANE; e++) {
+                x[0][e] = cur.q[e];
+                g[0][e] = dx[0][e] = cur.gq[e];
+                g[1][e] = dx[1][e] = cur.gk[e];
+                w[0][e] = qw[e];
+                w[1][e] = kw[e];
+            }
+            if (s.qw) head_norm_backward_rows<PER_LANE, 2>(dx, prod, x, g, w, FOX_QK_NORM_EPS);
+            float dkc[PER_LANE], dvc[PER_LANE], dal[2];  // the gradients of the k, v columns and shift logits
+            dal[0] = shift_backward<PER_LANE>(dkc, dx[1], dksn, akn, hn, kc, cur.kp, alk, cur.hp, s.cols.k_shift);
+            dal[1] = shift_backward<PER_LANE>(dvc, cur.gv, gvn, avn, hn, vc, cur.vp, alv, cur.hp, s.cols.v_shift);
+            warp_sums<2>(dal);
+            if (p.n < hi) {  // the row after the run is another warp's: its dks alone was wanted
+                int r = p.n - r0;
+                bf16 *drow = dproj + (size_t)p.n * s.ld;
+#pragma unroll
+                for (int e = 0; e < PER_LANE; e++) {
+                    drow[s.cols.q + hc + 32 * e] = __float2bfloat16(dx[0][e]);
+                    drow[s.cols.k + hc + 32 * e] = __float2bfloat16(dkc[e]);
+                    drow[s.cols.v + hc + 32 * e] = __float2bfloat16(dvc[e]);
+                    if (s.qw) {
+                        qprod[r * dh + lane + 32 * e] = prod[0][e];
+                        kprod[r * dh + lane + 32 * e] = prod[1][e];
+                    }
+                }
+                if (lane == 0 && s.cols.k_shift >= 0) drow[s.cols.k_shift + h] = __float2bfloat16(dal[0] * alk * (1.0f - alk));
+                if (lane == 0 && s.cols.v_shift >= 0) drow[s.cols.v_shift + h] = __float2bfloat16(dal[1] * alv * (1.0f - alv));
             }
             // row t − 1's next row is this one (it takes row t − 1 exactly when this row has a previous)
             hn = cur.hp;
@@ -652,12 +781,13 @@ __global__ void __launch_bounds__(FOX_WARPS * 32, PER_LANE == 2 ? 3 : 2)
             avn = alv;
 #pragma unroll
             for (int e = 0; e < PER_LANE; e++) {
-                dksn[e] = dks[e];
+                dksn[e] = dx[1][e];
                 gvn[e] = cur.gv[e];
                 kc[e] = cur.kp[e];
                 vc[e] = cur.vp[e];
             }
             cur = next;
+            p = pn;
         }
     }
     if (s.qw) {
@@ -796,88 +926,114 @@ static inline void fox_acp_tables(int *kv_first, int *q_last, unsigned long long
 }
 
 // ----------------------------------------------------------------------------
-// Attention output: z = RMSNorm_head(o) ⊙ σ(g) (each part optional), one warp per (token, head);
-// o and z are (N, D) bf16, g read from proj (fp32) at column cg (< 0: no gate); ow NULL: no norm.
+// Attention output: z = RMSNorm_head(o) ⊙ σ(g) (each part optional) on the (head, HEAD_BLOCK_ROWS tokens)
+// grid, a warp a token at a time; o and z are (N, D) bf16, g read from proj (fp32) at column cg (< 0: no
+// gate); ow NULL: no norm.
 
 // Paper eq. 21 and 23: z = RMSNorm(o) ⊙ σ(W_g x) (output norm and output gate, each optional). CPU:
 // rmsnorm_forward (per head) and output_gate_forward in attention_block_forward.
 template <int PER_LANE>
 __global__ void output_forward_kernel(bf16 *z, const bf16 *o, const float *proj, int ld, int cg, const float *ow,
-                                      int N, int H, int dh) {
-    size_t w = warp_index();
-    int lane = threadIdx.x % 32;
-    if (w >= (size_t)N * H) return;
-    size_t n = w / H;
-    int h = (int)(w % H), D = H * dh;
-    float x[PER_LANE];
+                                      int N, int H) {
+    constexpr int dh = 32 * PER_LANE;
+    int lane = threadIdx.x % 32, h = blockIdx.x, hc = h * dh + lane, D = H * dh;
+    int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
+    float w[PER_LANE] = {};
+    if (ow) head_weights<PER_LANE>(w, ow + h * dh, lane);
+    // two rows at a time (n and n + FOX_WARPS), their norms' reductions interleaved (warp_sums)
+    for (int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32; nn < n1; nn += 2 * FOX_WARPS) {
+        int live[2] = {1, nn + FOX_WARPS < n1};
+        float x[2][PER_LANE], gl[2][PER_LANE], ss[2];  // o and the gate logits
 #pragma unroll
-    for (int e = 0; e < PER_LANE; e++) x[e] = __bfloat162float(o[n * D + h * dh + lane + 32 * e]);
-    float rs = ow ? head_rstd<PER_LANE>(x, dh, FOX_NORM_EPS) : 1.0f;
+        for (int g = 0; g < 2; g++) {
+            size_t n = (size_t)(nn + g * FOX_WARPS);
 #pragma unroll
-    for (int e = 0; e < PER_LANE; e++) {
-        int i = h * dh + lane + 32 * e;
-        float y = ow ? x[e] * rs * ow[i] : x[e];
-        if (cg >= 0) y *= sigmoidf_(proj[n * ld + cg + i]);
-        z[n * D + i] = __float2bfloat16(y);
+            for (int e = 0; e < PER_LANE; e++) {
+                x[g][e] = live[g] ? __bfloat162float(o[n * D + hc + 32 * e]) : 0.0f;
+                gl[g][e] = live[g] && cg >= 0 ? proj[n * ld + cg + hc + 32 * e] : 0.0f;
+            }
+            ss[g] = head_sumsq<PER_LANE>(x[g]);
+        }
+        if (ow) warp_sums<2>(ss);
+#pragma unroll
+        for (int g = 0; g < 2; g++) {
+            if (!live[g]) continue;
+            size_t n = (size_t)(nn + g * FOX_WARPS);
+            float rs = ow ? head_rstd_of<PER_LANE>(ss[g], FOX_NORM_EPS) : 1.0f;
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                float y = ow ? x[g][e] * rs * w[e] : x[g][e];
+                if (cg >= 0) y *= sigmoidf_(gl[g][e]);
+                z[n * D + hc + 32 * e] = __float2bfloat16(y);
+            }
+        }
     }
 }
 
-// One token's inputs of output_backward_kernel (o, dz, gate logits), loaded a token ahead.
-template <int PER_LANE> struct OutIn {
-    float x[PER_LANE], g[PER_LANE], gl[PER_LANE];
-};
-
-template <int PER_LANE>
-__device__ __forceinline__ void output_load(OutIn<PER_LANE> &in, const float *dz, const bf16 *o, const float *proj, int ld,
-                                            int cg, size_t n, int h, int dh, int D, int lane) {
-#pragma unroll
-    for (int e = 0; e < PER_LANE; e++) {
-        int i = h * dh + lane + 32 * e;
-        in.x[e] = __bfloat162float(o[n * D + i]);
-        in.g[e] = dz[n * D + i];
-        in.gl[e] = cg >= 0 ? proj[n * ld + cg + i] : 0.0f;
-    }
+static inline void fox_output_forward(bf16 *z, const bf16 *o, const float *proj, int ld, int cg, const float *ow, int N,
+                                      int H, int dh, cudaStream_t s) {
+    LAUNCH_HEAD_BLOCKS(output_forward_kernel, dh, N, H, s, z, o, proj, ld, cg, ow, N, H);
 }
 
 // Backward of the above: dz (N, D) fp32 → d_o (N, D) bf16 (the attention's dO), the gate's dproj
 // columns, and with the norm the block partials of its weight gradient Σ d(on)⊙ô (head_partials_store).
-// z: the forward's output again, bitwise (head_rstd, the same products), for the attn_out weight-gradient
-// GEMM that follows, so the forward need not keep it per block. Grid: (head, token block).
+// z: the forward's output again, bitwise (head_sumsq, head_rstd_of: the same products), for the attn_out
+// weight-gradient GEMM that follows, so the forward need not keep it per block. Grid: (head, token block); a
+// warp takes two tokens at a time (n and n + FOX_WARPS), their norms' reductions interleaved (warp_sums).
 // Backward of eq. 21 and 23. CPU: output_gate_backward, rmsnorm_backward (per head).
 template <int PER_LANE>
 __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *part, const float *dz, const bf16 *o,
-                                       const float *proj, int ld, int cg, const float *ow, int N, int H, int dh) {
-    int lane = threadIdx.x % 32, h = blockIdx.x, D = H * dh;
+                                       const float *proj, int ld, int cg, const float *ow, int N, int H) {
+    constexpr int dh = 32 * PER_LANE;
+    int lane = threadIdx.x % 32, h = blockIdx.x, hc = h * dh + lane, D = H * dh;
     int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
-    float acc[PER_LANE] = {};
-    int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32;
-    OutIn<PER_LANE> in, next;
-    if (nn < n1) output_load<PER_LANE>(in, dz, o, proj, ld, cg, (size_t)nn, h, dh, D, lane);
-    for (; nn < n1; nn += FOX_WARPS) {
-        if (nn + FOX_WARPS < n1) output_load<PER_LANE>(next, dz, o, proj, ld, cg, (size_t)(nn + FOX_WARPS), h, dh, D, lane);
-        size_t n = (size_t)nn;
-        float don[PER_LANE], dx[PER_LANE], prod[PER_LANE];
-        float rs = ow ? head_rstd<PER_LANE>(in.x, dh, FOX_NORM_EPS) : 1.0f;
+    float acc[PER_LANE] = {}, w[PER_LANE] = {};
+    if (ow) head_weights<PER_LANE>(w, ow + h * dh, lane);
+    for (int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32; nn < n1; nn += 2 * FOX_WARPS) {
+        int live[2] = {1, nn + FOX_WARPS < n1};
+        float x[2][PER_LANE], gy[2][PER_LANE], gl[2][PER_LANE], rs[2];  // o, dz and the gate logits
 #pragma unroll
-        for (int e = 0; e < PER_LANE; e++) {
-            int i = h * dh + lane + 32 * e;
-            float g = in.g[e], on = ow ? in.x[e] * rs * ow[i] : in.x[e], y = on;
-            if (cg >= 0) {
-                float sg = sigmoidf_(in.gl[e]);
-                dproj[n * ld + cg + i] = __float2bfloat16(g * on * sg * (1.0f - sg));
-                g *= sg;
-                y *= sg;
+        for (int g = 0; g < 2; g++) {
+            size_t n = (size_t)(nn + g * FOX_WARPS);
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                x[g][e] = live[g] ? __bfloat162float(o[n * D + hc + 32 * e]) : 0.0f;
+                gy[g][e] = live[g] ? dz[n * D + hc + 32 * e] : 0.0f;
+                gl[g][e] = live[g] && cg >= 0 ? proj[n * ld + cg + hc + 32 * e] : 0.0f;
             }
-            z[n * D + i] = __float2bfloat16(y);
-            don[e] = g;
+            rs[g] = head_sumsq<PER_LANE>(x[g]);
         }
-        if (ow) head_norm_backward<PER_LANE>(dx, prod, in.x, don, ow + h * dh + lane, dh, FOX_NORM_EPS);
+        if (ow) warp_sums<2>(rs);
+        float don[2][PER_LANE], wr[2][PER_LANE], dx[2][PER_LANE], prod[2][PER_LANE];
 #pragma unroll
-        for (int e = 0; e < PER_LANE; e++) {
-            d_o[n * D + h * dh + lane + 32 * e] = __float2bfloat16(ow ? dx[e] : don[e]);
-            if (ow) acc[e] += prod[e];
+        for (int g = 0; g < 2; g++) {
+            size_t n = (size_t)(nn + g * FOX_WARPS);
+            rs[g] = ow ? head_rstd_of<PER_LANE>(rs[g], FOX_NORM_EPS) : 1.0f;
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                float gv = gy[g][e], on = ow ? x[g][e] * rs[g] * w[e] : x[g][e], y = on;
+                if (cg >= 0) {
+                    float sg = sigmoidf_(gl[g][e]);
+                    if (live[g]) dproj[n * ld + cg + hc + 32 * e] = __float2bfloat16(gv * on * sg * (1.0f - sg));
+                    gv *= sg;
+                    y *= sg;
+                }
+                if (live[g]) z[n * D + hc + 32 * e] = __float2bfloat16(y);
+                don[g][e] = gv;
+                wr[g][e] = w[e];
+            }
         }
-        in = next;
+        if (ow) head_norm_backward_rs<PER_LANE, 2>(dx, prod, x, don, wr, rs);
+#pragma unroll
+        for (int g = 0; g < 2; g++) {
+            if (!live[g]) continue;
+            size_t n = (size_t)(nn + g * FOX_WARPS);
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                d_o[n * D + hc + 32 * e] = __float2bfloat16(ow ? dx[g][e] : don[g][e]);
+                if (ow) acc[e] += prod[g][e];
+            }
+        }
     }
     if (ow) head_partials_store<PER_LANE>(part, acc, dh);
 }
@@ -887,7 +1043,7 @@ __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *p
 static inline void fox_output_backward(bf16 *d_o, bf16 *dproj, bf16 *z, float *dow, const float *dz, const bf16 *o,
                                        const float *proj, int ld, int cg, const float *ow, int N, int H, int dh,
                                        float *part, float *part2, cudaStream_t s) {
-    LAUNCH_HEAD_BLOCKS(output_backward_kernel, dh, N, H, s, d_o, dproj, z, part, dz, o, proj, ld, cg, ow, N, H, dh);
+    LAUNCH_HEAD_BLOCKS(output_backward_kernel, dh, N, H, s, d_o, dproj, z, part, dz, o, proj, ld, cg, ow, N, H);
     if (ow) head_partials_accumulate(dow, part, N, H, dh, 0, part2, s);
 }
 

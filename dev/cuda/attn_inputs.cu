@@ -2,18 +2,24 @@
 // RoPE fused) against an fp64 CPU reference, then times them, with train_fox.cu's launches and order:
 //   forward:  qkv_forward_kernel (fp32 projection → bf16 q, k, v in (B, H, T, dh)); version 1 (until
 //             2026-11-26) a warp per (token, head), reading the previous row's k, v again for KV-shift;
-//             version 2 (fox/kernels.cuh) a warp walks 8 rows of a head, each row's k, v read once
+//             version 2 (fox/kernels.cuh) a warp walks 8 rows of a head, each row's k, v read once; since
+//             session 14 its position stepped, not divided, and q's and k's norm reductions interleaved
 //   backward: fox_qkv_backward: qkv_backward_kernel (dproj's q, k, v and shift-logit columns, and the
 //             QK-norm weight gradients' block partials), then their column sums.
 // Backward versions (checked bitwise equal, timed side by side):
 //   version 1 (until 2026-11-26): qk_backward_kernel wrote the shifted keys' gradient dks (fp32, (N, D)),
 //     kv_backward_kernel read it back, row t and t + 1, for KV-shift's backward: 3 launches, dks written
 //     and read once more, each row's k and v read twice.
-//   version 2 (fox/kernels.cuh): one kernel; a warp walks 8 rows last first with row t + 1's dks and α in
-//     registers; the norm-weight parts go through shared memory to be summed in version 1's order.
+//   version 2: one kernel; a warp walks 8 rows last first with row t + 1's dks and α in registers; the
+//     norm-weight parts go through shared memory to be summed in version 1's order.
+//   version 3 (fox/kernels.cuh, session 14): version 2 with fewer instructions: positions stepped, not
+//     divided (QkvPos), d_h a constant, the norm weights in registers, q's and the shifted key's norm
+//     backward and the two dα sums with their reductions interleaved (warp_sums), straight-line.
+// Version 1 calls the same per-row helpers (head_norm_backward, qk_norm_rope), so the bitwise comparison shows
+// that the walk and the interleaving change nothing; KC_HASH=1 compares two builds (kcheck.h).
 // With the document mask (docs/model.md §1.8; separators at random, position 0 among them) the KV-shift does
 // not reach back across a separator, forward and backward.
-//   make attn_inputs && ./attn_inputs
+//   make attn_inputs && ./attn_inputs [train]   (train: the three training shapes alone)
 #include "kcheck.h"
 
 // ---- version 1 of the forward, as fox/kernels.cuh had it
@@ -46,7 +52,9 @@ __global__ void qkv_forward_v1(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
     load_shifted_v1<PER_LANE>(qv, s, n, hp, s.cols.q, -1, h, lane);
     load_shifted_v1<PER_LANE>(kv, s, n, hp, s.cols.k, s.cols.k_shift, h, lane);
     load_shifted_v1<PER_LANE>(vv, s, n, hp, s.cols.v, s.cols.v_shift, h, lane);
-    qk_norm_rope<PER_LANE>(qv, kv, s, h, t, lane);
+    float qw[PER_LANE], kw[PER_LANE];
+    qk_weights<PER_LANE>(qw, kw, s, h, lane);
+    qk_norm_rope<PER_LANE>(qv, kv, s, qw, kw, t, lane);
     size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
@@ -94,7 +102,8 @@ __global__ void qk_backward_v1(bf16 *dproj, float *dks, float *qpart, float *kpa
                                    QkvInputs s) {
     int lane = threadIdx.x % 32, h = blockIdx.x, D = s.H * s.dh, N = s.B * s.T;
     int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
-    float qacc[PER_LANE] = {}, kacc[PER_LANE] = {};
+    float qacc[PER_LANE] = {}, kacc[PER_LANE] = {}, qw[PER_LANE], kw[PER_LANE];
+    qk_weights<PER_LANE>(qw, kw, s, h, lane);
     int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32;
     QkInV1<PER_LANE> in, next;
     if (nn < n1) qk_load_v1<PER_LANE>(in, dq, dk, s, nn, h, lane);
@@ -108,7 +117,7 @@ __global__ void qk_backward_v1(bf16 *dproj, float *dks, float *qpart, float *kpa
             rope_rotate<PER_LANE>(in.gk, s, t, lane, 1);
         }
         // q
-        if (s.qw) head_norm_backward<PER_LANE>(dx, prod, in.q, in.gq, s.qw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+        if (s.qw) head_norm_backward<PER_LANE>(dx, prod, in.q, in.gq, qw, FOX_QK_NORM_EPS);
 #pragma unroll
         for (int e = 0; e < PER_LANE; e++) {
             dproj[n * s.ld + s.cols.q + h * s.dh + lane + 32 * e] = __float2bfloat16(s.qw ? dx[e] : in.gq[e]);
@@ -118,7 +127,7 @@ __global__ void qk_backward_v1(bf16 *dproj, float *dks, float *qpart, float *kpa
         float al = sigmoidf_(in.al);
 #pragma unroll
         for (int e = 0; e < PER_LANE; e++) x[e] = s.cols.k_shift >= 0 ? (in.hp ? al * in.kp[e] : 0.0f) + (1.0f - al) * in.k[e] : in.k[e];
-        if (s.qw) head_norm_backward<PER_LANE>(dx, prod, x, in.gk, s.kw + h * s.wstride + lane, s.dh, FOX_QK_NORM_EPS);
+        if (s.qw) head_norm_backward<PER_LANE>(dx, prod, x, in.gk, kw, FOX_QK_NORM_EPS);
 #pragma unroll
         for (int e = 0; e < PER_LANE; e++) {
             dks[n * D + h * s.dh + lane + 32 * e] = s.qw ? dx[e] : in.gk[e];
@@ -477,21 +486,24 @@ static void run(const Cfg &c) {
     cudaFree(d_tokens);
 }
 
-int main() {
+int main(int argc, char **argv) {
     print_device();
+    const bool train_only = argc > 1 && !strcmp(argv[1], "train");  // the three training shapes alone (for ncu)
     const int Ts[] = {1, 7, 255, 1000};
-    for (int T : Ts) run({2, T, 1, 64, true, true, false, true});    // D = 64
-    for (int T : Ts) run({2, T, 12, 64, true, true, false, true});   // D = 768, everything on
-    for (int T : Ts) run({2, T, 12, 128, true, true, false, true});  // D = 1536, dh 128
-    run({2, 255, 12, 64, false, true, false, true});
-    run({2, 255, 12, 64, true, false, false, true});
-    run({2, 255, 12, 64, true, true, true, true});
-    run({2, 255, 12, 64, true, true, false, false});
-    run({2, 255, 12, 64, false, false, false, false});
-    // the document mask: KV-shift stops at separators (a few per sequence; runs of them at p = 0.3)
-    run({2, 255, 12, 64, true, true, false, true, 0.02});
-    run({2, 255, 12, 64, true, true, false, false, 0.3});
-    run({2, 1000, 12, 128, true, false, false, true, 0.01});
+    if (!train_only) {
+        for (int T : Ts) run({2, T, 1, 64, true, true, false, true});    // D = 64
+        for (int T : Ts) run({2, T, 12, 64, true, true, false, true});   // D = 768, everything on
+        for (int T : Ts) run({2, T, 12, 128, true, true, false, true});  // D = 1536, dh 128
+        run({2, 255, 12, 64, false, true, false, true});
+        run({2, 255, 12, 64, true, false, false, true});
+        run({2, 255, 12, 64, true, true, true, true});
+        run({2, 255, 12, 64, true, true, false, false});
+        run({2, 255, 12, 64, false, false, false, false});
+        // the document mask: KV-shift stops at separators (a few per sequence; runs of them at p = 0.3)
+        run({2, 255, 12, 64, true, true, false, true, 0.02});
+        run({2, 255, 12, 64, true, true, false, false, 0.3});
+        run({2, 1000, 12, 128, true, false, false, true, 0.01});
+    }
     run({1, 16384, 24, 64, true, true, false, false});  // 760M fox-pro (no RoPE)
     run({1, 16384, 12, 64, true, true, false, false});  // 125M fox-pro
     run({1, 16384, 12, 128, true, true, false, true});  // dh 128 with RoPE

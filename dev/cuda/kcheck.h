@@ -17,6 +17,8 @@
 // Two outputs are cancellations whose error scales with their terms, not their value; their checks add a
 // per-element bound (see check_values' `extra`): the KV-shift dα (attn_inputs.cu) and the target entry of
 // a confident softmax row, p − 1 with p ≈ 1 (crossentropy.cu).
+// KC_HASH=1 in the environment adds each checked output's FNV-1a hash to its line: the same program built
+// from two commits, run on its fixed-seed inputs, shows which outputs changed bits (diff the hash lines).
 #ifndef FOX_KCHECK_H
 #define FOX_KCHECK_H
 
@@ -108,6 +110,12 @@ struct Group {
     bool ok = true;
 };
 
+static uint64_t fnv1a(const void *p, size_t bytes) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+
 // extra (optional): a per-element absolute tolerance added to the above, for outputs formed by
 // cancellation whose error bound scales with the size of the terms, not of the result.
 static void check_values(Group &g, const char *what, const std::vector<double> &gpu, const std::vector<double> &ref, Tol tol,
@@ -134,6 +142,7 @@ static void check_values(Group &g, const char *what, const std::vector<double> &
     printf("    %-14s n %-10zu max|err| %9.3e  rms(ref) %9.3e  err/tol %7.4f  %s", what, ref.size(), maxabs, rms,
            worst, ok ? "ok" : "FAIL");
     if (!ok) printf("  (%zu bad; first [%zu] gpu %.8g ref %.8g)", bad, first_bad, gpu[first_bad], ref[first_bad]);
+    if (getenv("KC_HASH")) printf("  hash %016llx", (unsigned long long)fnv1a(gpu.data(), gpu.size() * sizeof(double)));
     printf("\n");
     g.worst = std::max(g.worst, worst);
     if (!ok) {

@@ -1,9 +1,9 @@
 // dev/cuda/output_gate.cu: checks the attention-output kernels of fox/kernels.cuh against an fp64 CPU
-// reference, then times them: z = RMSNorm_head(o) ⊙ σ(g) (output_forward_kernel, one warp per (token,
-// head)) and its backward fox_output_backward (output_backward_kernel on the (64 tokens, head) grid: d_o,
-// the gate's dproj columns, the norm weight's block partials, then their column sums; and z again, which must
-// equal the forward's bitwise: the trainer keeps no per-block copy of it), as train_fox.cu launches them
-// (E = dh/32).
+// reference, then times them: z = RMSNorm_head(o) ⊙ σ(g) (fox_output_forward: output_forward_kernel on the
+// (64 tokens, head) grid, a warp a token at a time) and its backward fox_output_backward (output_backward_kernel
+// on the same grid: d_o, the gate's dproj columns, the norm weight's block partials, then their column sums; and
+// z again, which must equal the forward's bitwise: the trainer keeps no per-block copy of it), as train_fox.cu
+// launches them (E = dh/32).
 //   make output_gate && ./output_gate
 #include "kcheck.h"
 
@@ -61,7 +61,7 @@ static void run(const Cfg &c) {
             }
         }
 
-    auto fwd = [&] { LAUNCH_HEADS(output_forward_kernel, dh, (size_t)N * H, 0, dz_out, d_o_in, dproj_in, ld, cg, dow, N, H, dh); };
+    auto fwd = [&] { fox_output_forward(dz_out, d_o_in, dproj_in, ld, cg, dow, N, H, dh, 0); };
     auto bwd = [&] {
         fox_output_backward(dd_o, ddproj, dz2, ddow, ddz, d_o_in, dproj_in, ld, cg, dow, N, H, dh, drows, dpart, 0);
     };

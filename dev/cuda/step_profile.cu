@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
     TIME("qkv fwd (shift, qk-norm)", 1, fox_qkv_forward(a->q, a->k, a->v, qs, m.stream));
     TIME("forget-gate scan", 1, fox_forget_gate_forward(a->c[0], a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T, m.stream));
     TIME("attention fwd", 1, fox_attention_forward(a->q, a->k, a->v, a->c[0], a->o[0], a->lse[0], B, H, T, Dh, NULL, m.stream));
-    TIME("output norm+gate fwd", 1, LAUNCH_HEADS(output_forward_kernel, Dh, (size_t)N * H, m.stream, a->z, a->o[0], a->proj[0], NINP, m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh));
+    TIME("output norm+gate fwd", 1, fox_output_forward(a->z, a->o[0], a->proj[0], NINP, m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh, m.stream));
     TIME("gemm attn_out (+resid)", 1, linear_forward(&m.gemm, a->mid[0], x, CUDA_R_32F, D, a->z, wbf(&m, FOX_P_attn_out_w, 0), N, D, D));
     TIME("gemm mlp_in (bf16 out)", 1, linear_forward(&m.gemm, a->mlp_u[0], NULL, CUDA_R_16BF, 2 * I, a->xn, wbf(&m, FOX_P_mlp_in_w, 0), N, D, 2 * I));
     TIME("swiglu fwd", 1, fox_swiglu_forward(a->mlp_h, a->mlp_u[0], N, I, m.stream));
