@@ -466,11 +466,6 @@ __device__ __forceinline__ float head_sumsq(const float x[PER_LANE]) {
 template <int PER_LANE>
 __device__ __forceinline__ float head_rstd_of(float ss, float eps) { return 1.0f / sqrtf(ss / (PER_LANE * 32) + eps); }
 
-template <int PER_LANE>
-__device__ __forceinline__ float head_rstd(const float x[PER_LANE], float eps) {
-    return head_rstd_of<PER_LANE>(warp_sum(head_sumsq<PER_LANE>(x)), eps);
-}
-
 // inverse = 1 turns by −angle (the backward of the rotation is its transpose).
 template <int PER_LANE>
 __device__ __forceinline__ void rope_rotate(float x[PER_LANE], const QkvInputs &s, int t, int lane, int inverse) {
@@ -625,14 +620,6 @@ __device__ __forceinline__ void head_norm_backward_rows(float dx[G][PER_LANE], f
 #pragma unroll
     for (int g = 0; g < G; g++) rs[g] = head_rstd_of<PER_LANE>(rs[g], eps);
     head_norm_backward_rs<PER_LANE, G>(dx, prod, x, dy, w, rs);
-}
-
-// The same for one row.
-template <int PER_LANE>
-__device__ __forceinline__ void head_norm_backward(float dx[PER_LANE], float prod[PER_LANE], const float x[PER_LANE],
-                                                   const float dy[PER_LANE], const float w[PER_LANE], float eps) {
-    typedef float Row[PER_LANE];
-    head_norm_backward_rows<PER_LANE, 1>((Row *)dx, (Row *)prod, (const Row *)x, (const Row *)dy, (const Row *)w, eps);
 }
 
 // One row's inputs of qkv_backward_kernel (row p.n of head h), loaded a row ahead (two rows' loads in flight

@@ -15,8 +15,9 @@
 //   version 3 (fox/kernels.cuh, session 14): version 2 with fewer instructions: positions stepped, not
 //     divided (QkvPos), d_h a constant, the norm weights in registers, q's and the shifted key's norm
 //     backward and the two dα sums with their reductions interleaved (warp_sums), straight-line.
-// Version 1 calls the same per-row helpers (head_norm_backward, qk_norm_rope), so the bitwise comparison shows
-// that the walk and the interleaving change nothing; KC_HASH=1 compares two builds (kcheck.h).
+// Version 1 calls the same per-row helpers for one row at a time (head_norm_backward_rows, qk_norm_rope_rows),
+// so the bitwise comparison shows that the walk and the interleaving change nothing; KC_HASH=1 compares two
+// builds (kcheck.h).
 // With the document mask (docs/model.md §1.8; separators at random, position 0 among them) the KV-shift does
 // not reach back across a separator, forward and backward.
 //   make attn_inputs && ./attn_inputs [train]   (train: the three training shapes alone)
@@ -66,6 +67,14 @@ __global__ void qkv_forward_v1(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
 }
 
 // ---- version 1 of the backward, as fox/kernels.cuh had it
+// head_norm_backward_rows (fox/kernels.cuh) for one row.
+template <int PER_LANE>
+__device__ __forceinline__ void head_norm_backward(float dx[PER_LANE], float prod[PER_LANE], const float x[PER_LANE],
+                                                   const float dy[PER_LANE], const float w[PER_LANE], float eps) {
+    typedef float Row[PER_LANE];
+    head_norm_backward_rows<PER_LANE, 1>((Row *)dx, (Row *)prod, (const Row *)x, (const Row *)dy, (const Row *)w, eps);
+}
+
 // One token's inputs of qk_backward_v1, loaded a token ahead (two tokens' loads in flight per warp).
 template <int PER_LANE> struct QkInV1 {
     float gq[PER_LANE], gk[PER_LANE], q[PER_LANE], k[PER_LANE], kp[PER_LANE], al;  // dq, dk; q, k columns of the row; k of the row before; α_t
