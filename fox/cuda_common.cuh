@@ -1,5 +1,6 @@
 // fox/cuda_common.cuh: what every CUDA file of fox.c shares: the checked CUDA call, the bf16 type, the
-// launch-size helper, the device's SM count, the warp reductions and the sigmoids. Included by each .cuh that needs them.
+// launch-size helper, the device's SM count, the warp reductions and the sigmoids. Included by each .cuh that
+// needs them.
 #ifndef FOX_CUDA_COMMON_CUH
 #define FOX_CUDA_COMMON_CUH
 
@@ -35,20 +36,19 @@ static inline int fox_sm_count() {
     return sms;
 }
 
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-    return x;
-}
-
-// G independent warp_sums at once (each value's adds in warp_sum's order, so the same bits), their shuffles
-// interleaved rather than one chain after another.
+// G independent warp sums at once (each value's adds in the same butterfly order, so the same bits as one at a
+// time), their shuffles interleaved rather than one chain after another.
 template <int G>
 __device__ __forceinline__ void warp_sums(float x[G]) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
         for (int g = 0; g < G; g++) x[g] += __shfl_xor_sync(0xffffffffu, x[g], off);
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    warp_sums<1>(&x);
+    return x;
 }
 
 __device__ __forceinline__ float warp_max(float x) {

@@ -917,6 +917,29 @@ static inline void fox_acp_tables(int *kv_first, int *q_last, unsigned long long
 // grid, a warp a token at a time; o and z are (N, D) bf16, g read from proj (fp32) at column cg (< 0: no
 // gate); ow NULL: no norm.
 
+// Two tokens' inputs of the output norm+gate kernels, rows nn and nn + FOX_WARPS (the second only when
+// live[1]): o as x, the gate logits gl (0 without a gate), and each row's rstd rs (1 without the norm), the two
+// reductions interleaved. The forward and the backward (which writes z again) take them from here, so their z
+// agree bitwise.
+template <int PER_LANE>
+__device__ __forceinline__ void output_rows_load(float x[2][PER_LANE], float gl[2][PER_LANE], float rs[2], const int live[2],
+                                                 const bf16 *o, const float *proj, int ld, int cg, const float *ow, int nn,
+                                                 int D, int hc) {
+#pragma unroll
+    for (int g = 0; g < 2; g++) {
+        size_t n = (size_t)(nn + g * FOX_WARPS);
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) {
+            x[g][e] = live[g] ? __bfloat162float(o[n * D + hc + 32 * e]) : 0.0f;
+            gl[g][e] = live[g] && cg >= 0 ? proj[n * ld + cg + hc + 32 * e] : 0.0f;
+        }
+        rs[g] = head_sumsq<PER_LANE>(x[g]);
+    }
+    if (ow) warp_sums<2>(rs);
+#pragma unroll
+    for (int g = 0; g < 2; g++) rs[g] = ow ? head_rstd_of<PER_LANE>(rs[g], FOX_NORM_EPS) : 1.0f;
+}
+
 // Paper eq. 21 and 23: z = RMSNorm(o) ⊙ σ(W_g x) (output norm and output gate, each optional). CPU:
 // rmsnorm_forward (per head) and output_gate_forward in attention_block_forward.
 template <int PER_LANE>
@@ -930,26 +953,15 @@ __global__ void output_forward_kernel(bf16 *z, const bf16 *o, const float *proj,
     // two rows at a time (n and n + FOX_WARPS), their norms' reductions interleaved (warp_sums)
     for (int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32; nn < n1; nn += 2 * FOX_WARPS) {
         int live[2] = {1, nn + FOX_WARPS < n1};
-        float x[2][PER_LANE], gl[2][PER_LANE], ss[2];  // o and the gate logits
-#pragma unroll
-        for (int g = 0; g < 2; g++) {
-            size_t n = (size_t)(nn + g * FOX_WARPS);
-#pragma unroll
-            for (int e = 0; e < PER_LANE; e++) {
-                x[g][e] = live[g] ? __bfloat162float(o[n * D + hc + 32 * e]) : 0.0f;
-                gl[g][e] = live[g] && cg >= 0 ? proj[n * ld + cg + hc + 32 * e] : 0.0f;
-            }
-            ss[g] = head_sumsq<PER_LANE>(x[g]);
-        }
-        if (ow) warp_sums<2>(ss);
+        float x[2][PER_LANE], gl[2][PER_LANE], rs[2];
+        output_rows_load<PER_LANE>(x, gl, rs, live, o, proj, ld, cg, ow, nn, D, hc);
 #pragma unroll
         for (int g = 0; g < 2; g++) {
             if (!live[g]) continue;
             size_t n = (size_t)(nn + g * FOX_WARPS);
-            float rs = ow ? head_rstd_of<PER_LANE>(ss[g], FOX_NORM_EPS) : 1.0f;
 #pragma unroll
             for (int e = 0; e < PER_LANE; e++) {
-                float y = ow ? x[g][e] * rs * w[e] : x[g][e];
+                float y = ow ? x[g][e] * rs[g] * w[e] : x[g][e];
                 if (cg >= 0) y *= sigmoidf_(gl[g][e]);
                 z[n * D + hc + 32 * e] = __float2bfloat16(y);
             }
@@ -980,22 +992,14 @@ __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *p
         int live[2] = {1, nn + FOX_WARPS < n1};
         float x[2][PER_LANE], gy[2][PER_LANE], gl[2][PER_LANE], rs[2];  // o, dz and the gate logits
 #pragma unroll
-        for (int g = 0; g < 2; g++) {
-            size_t n = (size_t)(nn + g * FOX_WARPS);
+        for (int g = 0; g < 2; g++)
 #pragma unroll
-            for (int e = 0; e < PER_LANE; e++) {
-                x[g][e] = live[g] ? __bfloat162float(o[n * D + hc + 32 * e]) : 0.0f;
-                gy[g][e] = live[g] ? dz[n * D + hc + 32 * e] : 0.0f;
-                gl[g][e] = live[g] && cg >= 0 ? proj[n * ld + cg + hc + 32 * e] : 0.0f;
-            }
-            rs[g] = head_sumsq<PER_LANE>(x[g]);
-        }
-        if (ow) warp_sums<2>(rs);
+            for (int e = 0; e < PER_LANE; e++) gy[g][e] = live[g] ? dz[(size_t)(nn + g * FOX_WARPS) * D + hc + 32 * e] : 0.0f;
+        output_rows_load<PER_LANE>(x, gl, rs, live, o, proj, ld, cg, ow, nn, D, hc);
         float don[2][PER_LANE], wr[2][PER_LANE], dx[2][PER_LANE], prod[2][PER_LANE];
 #pragma unroll
         for (int g = 0; g < 2; g++) {
             size_t n = (size_t)(nn + g * FOX_WARPS);
-            rs[g] = ow ? head_rstd_of<PER_LANE>(rs[g], FOX_NORM_EPS) : 1.0f;
 #pragma unroll
             for (int e = 0; e < PER_LANE; e++) {
                 float gv = gy[g][e], on = ow ? x[g][e] * rs[g] * w[e] : x[g][e], y = on;
