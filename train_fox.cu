@@ -64,7 +64,7 @@ typedef struct {
                              I = (size_t)(m)->cfg.mlp_hidden
 
 // Per-layer activations: each ** entry points at its layer's slice, or, for what the recompute level
-// drops, at one slice shared by all layers that the backward pass refills. The * entries hold one block's
+// drops (q, k, v: from block qkv_kept on), at one slice shared by those layers that the backward pass refills. The * entries hold one block's
 // at every level: the backward writes them again before their weight-gradient GEMM or the attention
 // backward (recompute_block; the norm, output and SwiGLU backward kernels rewrite xn, z and mlp_h bitwise).
 typedef struct {
@@ -72,8 +72,8 @@ typedef struct {
     float **mid;    // (N, D): residual after attention
     bf16 *xn;       // (N, D): RMSNorm(resid) or RMSNorm(mid), attn_in_w's or mlp_in_w's operand
     float **proj;   // (N, NINP): attn_in_w outputs (fp32: gates and shifts are formed in fp32)
-    bf16 *q, *k, *v;     // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE; GSA: (N + GSA_CHUNK, D),
-                         // the Swish features (the rows past N stay zero)
+    bf16 **q, **k, **v;  // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE, kept for the
+                         // first qkv_kept blocks; GSA: (N + GSA_CHUNK, D), the Swish features (the rows past N stay zero)
     float **c, **lse;    // (B, H, T): c = Σ log f (a forget gate or the document mask); attention log-sum-exp
     bf16 **o;       // (N, D): attention output
     bf16 *z;        // (N, D): o output-normed and gated (attn_out_w's operand)
@@ -155,6 +155,7 @@ struct Model {
     FoxLayout lay;
     AttnCols cols;
     int NINP, VP, Dh, recompute;
+    int qkv_kept;                   // blocks [0, qkv_kept) keep their attention q, k, v for the backward
     int forward_only;               // --eval-only: no gradients, AdamW moments or backward scratch
     int planning;                   // the buffers are only counted (device_bytes_needed), not allocated
     int acp;                        // Adaptive Computation Pruning (--acp)
@@ -210,13 +211,13 @@ static void *dev_alloc(const Model *m, size_t bytes, size_t *counter) {
     return p;
 }
 
-// An array of L pointers into one allocation: per-layer slices when kept, else one shared slice
-// (NULL when planning).
+// An array of L pointers into one allocation: layers [0, kept) have a slice each, the others (if any)
+// share one more (NULL when planning).
 static void **layer_slices(const Model *m, int L, size_t bytes, int kept, size_t *counter) {
-    char *base = (char *)dev_alloc(m, kept ? bytes * L : bytes, counter);
+    char *base = (char *)dev_alloc(m, bytes * (kept < L ? kept + 1 : L), counter);
     if (m->planning) return NULL;
     void **p = (void **)fox_calloc((size_t)L, sizeof(void *));
-    for (int l = 0; l < L; l++) p[l] = base + (kept ? bytes * l : 0);
+    for (int l = 0; l < L; l++) p[l] = base + bytes * (l < kept ? l : kept);
     return p;
 }
 
@@ -356,16 +357,16 @@ static void model_alloc_acts(Model *m, int B, int T) {
     size_t N = (size_t)B * T, D = (size_t)c->d_model, H = (size_t)c->n_head, I = (size_t)c->mlp_hidden;
     size_t NINP = (size_t)m->NINP, f = sizeof(float), h = sizeof(bf16), *cnt = &m->bytes_acts;
     size_t NQ = gsa ? N + GSA_CHUNK : N;  // rows of q, k, v, d_o
-    int keep_block = r < RECOMPUTE_BLOCK, keep_norm_mlp = r < RECOMPUTE_NORM_MLP;
+    int keep_block = r < RECOMPUTE_BLOCK ? L : 0, keep_norm_mlp = r < RECOMPUTE_NORM_MLP ? L : 0;
     GsaSizes gz = gsa_sizes(m, B, T);
     Acts *a = &m->a;
     a->resid = (float *)dev_alloc(m, (L + 1) * N * D * f, cnt);
     a->mid = (float **)layer_slices(m, L, N * D * f, keep_block, cnt);
     a->xn = (bf16 *)dev_alloc(m, N * D * h, cnt);
     a->proj = (float **)layer_slices(m, L, N * NINP * f, keep_block, cnt);
-    a->q = (bf16 *)dev_alloc(m, NQ * D * h, cnt);
-    a->k = (bf16 *)dev_alloc(m, NQ * D * h, cnt);
-    a->v = (bf16 *)dev_alloc(m, NQ * D * h, cnt);
+    a->q = (bf16 **)layer_slices(m, L, NQ * D * h, m->qkv_kept, cnt);
+    a->k = (bf16 **)layer_slices(m, L, NQ * D * h, m->qkv_kept, cnt);
+    a->v = (bf16 **)layer_slices(m, L, NQ * D * h, m->qkv_kept, cnt);
     if (gsa) {
         a->gsa_S = (bf16 **)layer_slices(m, L, gz.state * h, keep_block, cnt);
         a->gsa_U = (bf16 **)layer_slices(m, L, gz.state * h, keep_block, cnt);
@@ -375,7 +376,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
         a->gsa_decay = (float *)dev_alloc(m, gz.decay * f, cnt);
     }
     // Without a forget gate c is the document mask's alone, the same in every block: one shared slice.
-    a->c = (float **)layer_slices(m, L, N * H * f, keep_block && c->forget_gate != FOX_FG_NONE, cnt);
+    a->c = (float **)layer_slices(m, L, N * H * f, c->forget_gate != FOX_FG_NONE ? keep_block : 0, cnt);
     a->lse = (float **)layer_slices(m, L, N * H * f, keep_block, cnt);
     a->o = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
     a->z = (bf16 *)dev_alloc(m, N * D * h, cnt);
@@ -522,6 +523,8 @@ static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, siz
     m->VP = (c->vocab_size + 63) / 64 * 64;
     m->recompute = o->recompute;
     m->forward_only = o->forward_only;
+    int keeps = o->recompute == RECOMPUTE_NONE && !o->forward_only;
+    m->qkv_kept = !keeps ? 0 : o->qkv_blocks < 0 || o->qkv_blocks > c->n_layer ? c->n_layer : o->qkv_blocks;
     m->acp = o->acp;
     m->doc_sep = o->doc_sep;
     m->deterministic = o->deterministic;
@@ -576,14 +579,15 @@ static void model_free(Model *m) {
     if (m->cfg.arch == FOX_ARCH_FAM) fam_free(m);
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    void **layered[] = {(void **)a->mid, (void **)a->proj, (void **)a->c, (void **)a->lse, (void **)a->o, (void **)a->mlp_u,
-                        (void **)a->gsa_S, (void **)a->gsa_U, (void **)a->gsa_s};
+    void **layered[] = {(void **)a->mid, (void **)a->proj, (void **)a->q, (void **)a->k, (void **)a->v, (void **)a->c,
+                        (void **)a->lse, (void **)a->o, (void **)a->mlp_u, (void **)a->gsa_S, (void **)a->gsa_U,
+                        (void **)a->gsa_s};
     for (size_t i = 0; i < sizeof(layered) / sizeof(layered[0]); i++) {
         if (!layered[i]) continue;  // GSA's arrays in an attention model
         FOX_CUDA_CHECK(cudaFree(layered[i][0]));
         free(layered[i]);
     }
-    void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xn, a->q, a->k, a->v, a->z, a->mlp_h, a->xnf, a->logits,
+    void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xn, a->z, a->mlp_h, a->xnf, a->logits,
                     a->losses, a->zero_c,
                     a->acp_kv_first, a->acp_q_last, a->doc_first, a->acp_live,
                     a->inputs, a->targets, s->dres, s->dres_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
@@ -662,7 +666,7 @@ static int acp_tables(Model *m, int l, int B, int T, int count) {
     if (!m->acp || !model_has_c(m)) return 0;
     Acts *a = &m->a;
     fox_acp_tables(a->acp_kv_first, a->acp_q_last, count ? a->acp_live + (size_t)l * c->n_head : NULL,
-                   c->forget_gate != FOX_FG_NONE ? a->c[l] : NULL, a->q, a->k,
+                   c->forget_gate != FOX_FG_NONE ? a->c[l] : NULL, a->q[l], a->k[l],
                    c->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL,
                    c->qk_norm_shared ? 0 : m->Dh, m->doc_sep >= 0 ? a->doc_first : NULL, B, c->n_head, T, m->Dh,
                    m->stream);
@@ -694,7 +698,7 @@ static void attention_inputs_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     int H = c->n_head;
     mixer_input_forward(m, l, B, T);
-    fox_qkv_forward(a->q, a->k, a->v, qkv_inputs(m, l, B, T), m->stream);
+    fox_qkv_forward(a->q[l], a->k[l], a->v[l], qkv_inputs(m, l, B, T), m->stream);
     if (model_has_c(m)) {  // c from the gate (or 0 without one) and the document mask's separators
         int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
         fox_forget_gate_forward(a->c[l], a->proj[l], m->NINP, cf,
@@ -721,7 +725,7 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     attention_inputs_forward(m, l, B, T);
     const int *kv_first = acp_tables(m, l, B, T, 1) ? a->acp_kv_first : NULL;
-    fox_attention_forward(a->q, a->k, a->v, attention_c(m, l), a->o[l], a->lse[l], B, m->cfg.n_head, T, m->Dh, kv_first,
+    fox_attention_forward(a->q[l], a->k[l], a->v[l], attention_c(m, l), a->o[l], a->lse[l], B, m->cfg.n_head, T, m->Dh, kv_first,
                           m->stream);
     attention_output_forward(m, l, B, T);
 }
@@ -805,7 +809,7 @@ static void fam_memory_forward(Model *m, int l, int B, int T) {
         FamRows f = fam_state(m, l, tau, B);
         fam_project(m, l, f, B, tau);
         if (tau + 1 == nb) break;
-        fam_update_forward(f.o, f.lse, f.q, f.k, f.v, a->k, a->v, fam_c(m, l), fam_dims(m, B, T), tau, m->stream);
+        fam_update_forward(f.o, f.lse, f.q, f.k, f.v, a->k[l], a->v[l], fam_c(m, l), fam_dims(m, B, T), tau, m->stream);
         fam_update(m, l, f, fam_state(m, l, tau + 1, B).x, B * M, tau > 0);
     }
 }
@@ -828,10 +832,10 @@ static void fam_block_forward(Model *m, int l, int B, int T) {
     attention_inputs_forward(m, l, B, T);
     if (l < m->cfg.n_layer - 1) fam_prompt_forward(m, l);
     fam_memory_forward(m, l, B, T);
-    fox_attention_forward(a->q, a->k, a->v, attention_c(m, l), a->o[l], a->lse[l], B, m->cfg.n_head, T, m->Dh,
+    fox_attention_forward(a->q[l], a->k[l], a->v[l], attention_c(m, l), a->o[l], a->lse[l], B, m->cfg.n_head, T, m->Dh,
                           a->fam_kv_first, m->stream);
     FamRows f0 = fam_state(m, l, 0, B);
-    fam_token_memory_forward(a->o[l], a->lse[l], a->q, f0.k, f0.v, fam_c(m, l), fam_dims(m, B, T), m->stream);
+    fam_token_memory_forward(a->o[l], a->lse[l], a->q[l], f0.k, f0.v, fam_c(m, l), fam_dims(m, B, T), m->stream);
     attention_output_forward(m, l, B, T);
 }
 
@@ -852,9 +856,9 @@ static GsaArgs gsa_args(Model *m, int l, int B, int T) {
     memset(&g, 0, sizeof(g));
     g.sh = gsa_shape(m, B, T);
     g.proj = a->proj[l];
-    g.q = a->q;
-    g.k = a->k;
-    g.v = a->v;
+    g.q = a->q[l];
+    g.k = a->k[l];
+    g.v = a->v[l];
     g.o = a->o[l];
     g.S = a->gsa_S[l];
     g.U = a->gsa_U[l];
@@ -884,7 +888,7 @@ static GsaArgs gsa_args(Model *m, int l, int B, int T) {
 // GSA's q, k, v: the Swish features of block l's proj columns (GSA paper eq. 8), into the shared slices.
 static void gsa_features(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
-    fox_gsa_features(a->q, a->k, a->v, a->proj[l], m->NINP, m->cols.q, m->cols.k, m->cols.v, B * T, m->cfg.d_model,
+    fox_gsa_features(a->q[l], a->k[l], a->v[l], a->proj[l], m->NINP, m->cols.q, m->cols.k, m->cols.v, B * T, m->cfg.d_model,
                      m->stream);
 }
 
@@ -969,8 +973,8 @@ static void cache_store(Model *m, int l, int B, int T) {
     CacheLayer cl = cache_layer(m, l);
     size_t BH = (size_t)B * m->cfg.n_head, f = sizeof(float), row = (size_t)T * m->Dh * sizeof(bf16);
     size_t pitch = (size_t)cl.max_len * m->Dh * sizeof(bf16), D = (size_t)m->cfg.d_model;
-    FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.k, pitch, a->k, row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
-    FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.v, pitch, a->v, row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
+    FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.k, pitch, a->k[l], row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
+    FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.v, pitch, a->v[l], row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
     if (cl.c)
         FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.c, cl.max_len * f, a->c[l], T * f, T * f, BH, cudaMemcpyDeviceToDevice, m->stream));
     if (cl.k_prev) {
@@ -1049,10 +1053,10 @@ static void model_logits_rows(Model *m, int r0, int rows, float *out) {
     }
 }
 
-// Refills what the forward did not keep for block l's backward: q, k, v from the kept proj (the attention
-// backward's operands, GSA's features; one slice for all blocks), with --recompute 1 also xn and u, with
-// --recompute 2 the whole block. xn, z and h come again from the backward kernels that precede their
-// weight-gradient GEMMs (GSA's z from its output norm again).
+// Refills what the forward did not keep for block l's backward: from block qkv_kept on (those blocks share
+// one slice), q, k, v from the kept proj (the attention backward's operands, GSA's features); with
+// --recompute 1 also xn and u, with --recompute 2 the whole block. xn, z and h come again from the
+// backward kernels that precede their weight-gradient GEMMs (GSA's z from its output norm again).
 static void recompute_block(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     if (m->recompute == RECOMPUTE_BLOCK) {
@@ -1060,10 +1064,10 @@ static void recompute_block(Model *m, int l, int B, int T) {
         mlp_block_forward(m, l, B, T);  // rewrites resid[l+1] with the bitwise same values
         return;
     }
-    if (m->cfg.arch == FOX_ARCH_GSA)
+    if (l >= m->qkv_kept && m->cfg.arch == FOX_ARCH_GSA)
         gsa_features(m, l, B, T);
-    else
-        fox_qkv_forward(a->q, a->k, a->v, qkv_inputs(m, l, B, T), m->stream);
+    else if (l >= m->qkv_kept)
+        fox_qkv_forward(a->q[l], a->k[l], a->v[l], qkv_inputs(m, l, B, T), m->stream);
     if (m->recompute == RECOMPUTE_NORM_MLP) mlp_up_forward(m, l, B, T);
 }
 
@@ -1122,7 +1126,7 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     Scratch *s = &m->s;
     attention_output_backward(m, l, B, T);
     const int *q_last = acp_tables(m, l, B, T, 0) ? a->acp_q_last : NULL;
-    fox_attention_backward(a->q, a->k, a->v, attention_c(m, l), a->o[l], a->lse[l], s->d_o, s->dc, s->dlogf, s->dq, s->dk,
+    fox_attention_backward(a->q[l], a->k[l], a->v[l], attention_c(m, l), a->o[l], a->lse[l], s->d_o, s->dc, s->dlogf, s->dq, s->dk,
                            s->dv, s->attn_scratch, B, m->cfg.n_head, T, m->Dh, q_last, m->deterministic, m->stream);
     attention_inputs_backward(m, l, B, T);
 }
@@ -1193,7 +1197,7 @@ static void fam_memory_backward(Model *m, int l, int B, int T, float *colsum) {
         if (tau + 1 < nb) {
             fam_update_backward_rows(m, l, f, dx + state, residual ? dx : NULL, R, 0);
             fam_update_backward(g->dq, dFk, dFv, m->s.dk, m->s.dv, m->s.dc, colsum, g->rows3, f.q, f.k, f.v, f.o, g->d_o,
-                                f.lse, a->k, a->v, fam_c(m, l), fam_dims(m, B, T), tau, m->stream);
+                                f.lse, a->k[l], a->v[l], fam_c(m, l), fam_dims(m, B, T), tau, m->stream);
         } else {  // F_{nb−1} is read by the last block's tokens alone: no update, no output gate
             FOX_CUDA_CHECK(cudaMemsetAsync(g->dq, 0, state * sizeof(bf16), m->stream));
             FOX_CUDA_CHECK(cudaMemsetAsync(g->dproj, 0, (size_t)R * m->NINP * sizeof(bf16), m->stream));
@@ -1228,11 +1232,11 @@ static void fam_block_backward(Model *m, int l, int B, int T) {
     FamScratch *g = &m->fs;
     int H = m->cfg.n_head;
     attention_output_backward(m, l, B, T);
-    FoxAttnSums sums = fox_attention_backward_keys(a->q, a->k, a->v, attention_c(m, l), a->o[l], a->lse[l], s->d_o, s->dc,
+    FoxAttnSums sums = fox_attention_backward_keys(a->q[l], a->k[l], a->v[l], attention_c(m, l), a->o[l], a->lse[l], s->d_o, s->dc,
                                                    s->dk, s->dv, s->attn_scratch, B, H, T, m->Dh, a->fam_q_last,
                                                    m->deterministic, m->stream);
     FamRows f0 = fam_state(m, l, 0, B);
-    fam_token_memory_backward(sums.dq_acc, s->dc, sums.colsum, g->dk, g->dv, g->ds_rows, a->q, f0.k, f0.v, s->d_o,
+    fam_token_memory_backward(sums.dq_acc, s->dc, sums.colsum, g->dk, g->dv, g->ds_rows, a->q[l], f0.k, f0.v, s->d_o,
                               a->lse[l], sums.D, fam_c(m, l), fam_dims(m, B, T), m->stream);
     fam_memory_backward(m, l, B, T, sums.colsum);
     fox_attention_backward_finish(sums, s->dc, s->dlogf, s->dq, B, H, T, m->Dh, m->stream);
@@ -1802,6 +1806,16 @@ static void check_device_memory(const Model *m, const Dist *d) {
               (need - ours) / gib, free_b / gib, d->local_rank, remedy);
 }
 
+// --recompute 0 keeps the attention q, k, v of as many blocks as the device's free memory holds with a
+// sixteenth of it to spare; the other blocks recompute theirs in the backward (the same bits).
+static void fit_qkv_kept(Model *m) {
+    size_t free_b = device_free_bytes(), spare = free_b / 16;
+    for (; m->qkv_kept > 0; m->qkv_kept--) {
+        size_t ours = device_bytes_needed(m, m->recompute, NULL, NULL, NULL);
+        if (ours + device_bytes_other(ours) + spare <= free_b) return;
+    }
+}
+
 // One GPU per rank: rank r of a node takes GPU r (or the one GPU a launcher left it, as srun's
 // --gpus-per-task does); the run must fit in its memory (check_device_memory); then the ranks' NCCL
 // communicator (rank 0 makes the id, MPI carries it to the others). ZeRO-1 (--zero 1, several ranks):
@@ -1819,6 +1833,7 @@ static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Di
     size_t lo = 0, hi = lay.total;
     if (d->world > 1 && o->zero) zero_shard(lay.total, d->world, d->rank, &lo, &hi);
     model_setup(m, c, o, lo, hi);
+    fit_qkv_kept(m);
     check_device_memory(m, d);
     model_create(m, o->seed);
     m->world = d->world;
@@ -1916,8 +1931,9 @@ static void run_model_report(Model *m) {
     size_t free_b, total_b;
     FOX_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    printf("memory (recompute %d): %.2f GiB in use on the device of %.2f | ours: weights+grads+AdamW %.2f, "
-           "activations %.2f, backward scratch %.2f GiB\n", m->recompute, (total_b - free_b) / gib, total_b / gib,
+    printf("memory (recompute %d, q, k, v kept in %d of %d blocks): %.2f GiB in use on the device of %.2f | ours: "
+           "weights+grads+AdamW %.2f, activations %.2f, backward scratch %.2f GiB\n", m->recompute, m->qkv_kept,
+           m->cfg.n_layer, (total_b - free_b) / gib, total_b / gib,
            m->bytes_weights / gib, m->bytes_acts / gib, m->bytes_scratch / gib);
 }
 

@@ -27,6 +27,9 @@ typedef struct {
     int deterministic;      // --deterministic: bitwise reproducible attention backward (GPU)
     size_t logits_bytes;    // largest logits buffer; longer batches run the lm_head in chunks (GPU;
                             // 0 = FOX_LOGITS_BYTES)
+    int qkv_blocks;         // --recompute 0: the blocks (the first ones) whose attention q, k, v the forward
+                            // keeps for the backward, the others' recomputed (GPU); -1: as many as the
+                            // device has room for
 } ModelOptions;
 
 #define FOX_LOGITS_BYTES ((size_t)2 << 30)

@@ -34,7 +34,7 @@ run() {  # name (the preset first), recompute level, size flags
     echo "$log" | awk -v name="$1$TAG" -v rc="$2" '
         /^step / && /tok\/s/ { n++; for (i = 1; i <= NF; i++) { if ($i == "tok/s") tps = $(i-1); if ($i == "MFU") mfu = $(i+1) }
                                if (n > 2) { st += tps; sm += mfu + 0; k++ } }
-        /^memory/ { mem = $0; sub(/^memory \(recompute [0-9]\): /, "", mem) }
+        /^memory/ { mem = $0; sub(/^memory \(recompute [0-9], /, "", mem); sub(/\): /, ": ", mem) }
         END { printf "%-24s recompute %s: %8.0f tok/s  MFU %5.1f%%  (mean of %d steps) | %s\n", name, rc, st / k, sm / k, k, mem }'
 }
 for size in $SIZES; do

@@ -2,7 +2,9 @@
 // arguments (default fox-pro 760M, batch 1 x 16384, random tokens), runs one step to warm up, then
 // times each piece of layer 0 (and the lm_head, embedding and optimizer) with CUDA events, scaled by
 // the number of layers where a piece runs once per layer.
-// Usage: ./step_profile [layers dim heads T]   (repository root: make -C dev/cuda step_profile)
+// Usage: ./step_profile [layers dim heads T kept]   (repository root: make -C dev/cuda step_profile)
+// kept: the blocks whose q, k, v the forward keeps (default -1: all, as train_fox where memory allows;
+// the q, k, v recompute is timed when some are not).
 #define TESTING
 #include "../../train_fox.cu"
 
@@ -25,7 +27,7 @@ static double total_ms;
 
 int main(int argc, char **argv) {
     int L = argc > 1 ? atoi(argv[1]) : 24, D = argc > 2 ? atoi(argv[2]) : 1536, H = argc > 3 ? atoi(argv[3]) : 24;
-    int T = argc > 4 ? atoi(argv[4]) : 16384, B = 1, N = B * T;
+    int T = argc > 4 ? atoi(argv[4]) : 16384, B = 1, N = B * T, kept = argc > 5 ? atoi(argv[5]) : -1;
     FoxConfig c;
     fox_config_defaults(&c);
     c.n_layer = L;
@@ -33,7 +35,7 @@ int main(int argc, char **argv) {
     c.n_head = H;
     fox_config_apply_preset(&c, "fox-pro");
     Model m;
-    ModelOptions opts = {B, T, 1337, 0, RECOMPUTE_NONE, 0, -1, 0, 1, 0};
+    ModelOptions opts = {B, T, 1337, 0, RECOMPUTE_NONE, 0, -1, 0, 1, 0, kept};
     model_init(&m, &c, &opts);
     int *in = (int *)fox_malloc((size_t)N * sizeof(int)), *tg = (int *)fox_malloc((size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) {
@@ -66,9 +68,9 @@ int main(int argc, char **argv) {
     printf("--- forward (layer 0, x L)\n");
     TIME("rmsnorm fwd", 1, rmsnorm_forward(&m, a->xn, x, param(&m, FOX_P_ln1_w, 0), N));
     TIME("gemm attn_in (fp32 out)", 1, linear_forward(&m.gemm, a->proj[0], NULL, CUDA_R_32F, NINP, a->xn, wbf(&m, FOX_P_attn_in_w, 0), N, D, NINP));
-    TIME("qkv fwd (shift, qk-norm)", 1, fox_qkv_forward(a->q, a->k, a->v, qs, m.stream));
+    TIME("qkv fwd (shift, qk-norm)", 1, fox_qkv_forward(a->q[0], a->k[0], a->v[0], qs, m.stream));
     TIME("forget-gate scan", 1, fox_forget_gate_forward(a->c[0], a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T, m.stream));
-    TIME("attention fwd", 1, fox_attention_forward(a->q, a->k, a->v, a->c[0], a->o[0], a->lse[0], B, H, T, Dh, NULL, m.stream));
+    TIME("attention fwd", 1, fox_attention_forward(a->q[0], a->k[0], a->v[0], a->c[0], a->o[0], a->lse[0], B, H, T, Dh, NULL, m.stream));
     TIME("output norm+gate fwd", 1, fox_output_forward(a->z, a->o[0], a->proj[0], NINP, m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh, m.stream));
     TIME("gemm attn_out (+resid)", 1, linear_forward(&m.gemm, a->mid[0], x, CUDA_R_32F, D, a->z, wbf(&m, FOX_P_attn_out_w, 0), N, D, D));
     TIME("gemm mlp_in (bf16 out)", 1, linear_forward(&m.gemm, a->mlp_u[0], NULL, CUDA_R_16BF, 2 * I, a->xn, wbf(&m, FOX_P_mlp_in_w, 0), N, D, 2 * I));
@@ -82,7 +84,7 @@ int main(int argc, char **argv) {
     TIME("gemm lm_head dx", 0, linear_backward_input(&m.gemm, s->dxn, a->logits, m.VP, wbf(&m, FOX_P_lm_head_w, 0), N, D, m.VP, 1.0f));
     TIME("gemm lm_head dW", 0, linear_backward_weight(&m.gemm, grad(&m, FOX_P_lm_head_w, 0), a->logits, m.VP, a->xnf, N, D, V, 1.0f));
     printf("--- backward (layer 0, x L)\n");
-    TIME("qkv recompute (fwd kernel)", 1, fox_qkv_forward(a->q, a->k, a->v, qs, m.stream));
+    if (m.qkv_kept < L) TIME("qkv recompute (fwd kernel)", 1, fox_qkv_forward(a->q[0], a->k[0], a->v[0], qs, m.stream));
     TIME("gemm mlp_out dx", 1, linear_backward_input(&m.gemm, s->dh, s->dres_bf, D, wbf(&m, FOX_P_mlp_out_w, 0), N, I, D, 1.0f));
     TIME("swiglu bwd (+h)", 1, fox_swiglu_backward(s->du, a->mlp_h, s->dh, a->mlp_u[0], N, I, m.stream));
     TIME("gemm mlp_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_mlp_out_w, 0), s->dres_bf, D, a->mlp_h, N, I, D, 1.0f));
@@ -92,7 +94,7 @@ int main(int argc, char **argv) {
     TIME("gemm attn_out dx", 1, linear_backward_input(&m.gemm, s->dxn, s->dres_bf, D, wbf(&m, FOX_P_attn_out_w, 0), N, D, D, 1.0f));
     TIME("output bwd + colsum (+z)", 1, fox_output_backward(s->d_o, s->dproj, a->z, grad(&m, FOX_P_onorm_w, 0), s->dxn, a->o[0], a->proj[0], NINP, m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh, s->colsum_rows, s->colsum_part, m.stream));
     TIME("gemm attn_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_out_w, 0), s->dres_bf, D, a->z, N, D, D, 1.0f));
-    TIME("attention bwd", 1, fox_attention_backward(a->q, a->k, a->v, a->c[0], a->o[0], a->lse[0], s->d_o, s->dc, s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, NULL, 1, m.stream));
+    TIME("attention bwd", 1, fox_attention_backward(a->q[0], a->k[0], a->v[0], a->c[0], a->o[0], a->lse[0], s->d_o, s->dc, s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, NULL, 1, m.stream));
     TIME("forget-gate bwd + colsum", 1, forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m.stream>>>(s->dproj, s->dfg, s->dlogf, a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T); colsum_accumulate(grad(&m, FOX_P_fgate_b, 0), s->dfg, N, H, H, s->colsum_part, m.stream));
     TIME("qkv bwd (one pass + colsums)", 1, fox_qkv_backward(s->dproj, grad(&m, FOX_P_qnorm_w, 0), grad(&m, FOX_P_knorm_w, 0), s->dq, s->dk, s->dv, qs, s->colsum_rows, s->colsum_part, m.stream));
     TIME("gemm attn_in dx", 1, linear_backward_input(&m.gemm, s->dxn, s->dproj, NINP, wbf(&m, FOX_P_attn_in_w, 0), N, D, NINP, 1.0f));
