@@ -101,7 +101,7 @@ typedef struct {
     float *dres;      // (N, D) dL/d residual
     bf16 *dres_bf;    // (N, D) the same as a GEMM operand
     float *dxn;       // (N, D) GEMM output: dL/d normed input, or dL/d z
-    float *dh;        // (N, I)
+    bf16 *dh;         // (N, I)
     bf16 *du;         // (N, 2I)
     bf16 *dproj;      // (N, NINP); the padding columns stay zero
     bf16 *dq, *dk, *dv, *d_o;  // GSA: d_o (N + GSA_CHUNK, D), no dq, dk, dv (its kernels write dproj)
@@ -120,7 +120,8 @@ typedef struct {
 typedef struct {
     float *dx, *dk, *dv;  // (nS, R, D): dL/d each state's rows, and its keys' and values' ((B, H, M, dh) layout)
     bf16 *dxbf;           // (R, D): a rows' gradient as a GEMM operand
-    float *dxn, *dh;      // (R, D), (R, I)
+    float *dxn;           // (R, D)
+    bf16 *dh;             // (R, I)
     bf16 *du, *dproj, *d_o, *dq, *dkb, *dvb;  // (R, 2I), (R, NINP), (R, D) each
     float *rows3;         // (B, H, M, 3): fam_update_backward's per-query sums
     float *ds_rows;       // (B, H, T): fam_token_memory_backward's
@@ -327,7 +328,7 @@ static void fam_alloc(Model *m, int B, int T) {
     g->dv = (float *)dev_alloc(m, nS * R * D * f, cnt);
     g->dxbf = (bf16 *)dev_alloc(m, R * D * b, cnt);
     g->dxn = (float *)dev_alloc(m, R * D * f, cnt);
-    g->dh = (float *)dev_alloc(m, R * I * f, cnt);
+    g->dh = (bf16 *)dev_alloc(m, R * I * b, cnt);
     g->du = (bf16 *)dev_alloc(m, R * 2 * I * b, cnt);
     g->dproj = (bf16 *)dev_alloc(m, R * NINP * b, cnt);
     bf16 **rows_bf[] = {&g->d_o, &g->dq, &g->dkb, &g->dvb};
@@ -406,7 +407,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     s->dres = (float *)dev_alloc(m, N * D * f, cnt);
     s->dres_bf = (bf16 *)dev_alloc(m, N * D * h, cnt);
     s->dxn = (float *)dev_alloc(m, N * D * f, cnt);
-    s->dh = (float *)dev_alloc(m, N * I * f, cnt);
+    s->dh = (bf16 *)dev_alloc(m, N * I * h, cnt);
     s->du = (bf16 *)dev_alloc(m, N * 2 * I * h, cnt);
     s->dproj = (bf16 *)dev_alloc(m, N * NINP * h, cnt);
     s->d_o = (bf16 *)dev_alloc(m, NQ * D * h, cnt);
@@ -687,7 +688,7 @@ static void mixer_input_backward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     Scratch *s = &m->s;
     int N = B * T, D = m->cfg.d_model, NINP = m->NINP;
-    linear_backward_input(&m->gemm, s->dxn, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
+    linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
     rmsnorm_backward(m, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn, N, D, m->cols.width, 1.0f);
 }
@@ -1076,10 +1077,10 @@ static void mlp_block_backward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     Scratch *s = &m->s;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
-    linear_backward_input(&m->gemm, s->dh, s->dres_bf, D, wbf(m, FOX_P_mlp_out_w, l), N, I, D, 1.0f);
+    linear_backward_input(&m->gemm, s->dh, CUDA_R_16BF, s->dres_bf, D, wbf(m, FOX_P_mlp_out_w, l), N, I, D, 1.0f);
     fox_swiglu_backward(s->du, a->mlp_h, s->dh, a->mlp_u[l], N, I, m->stream);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_out_w, l), s->dres_bf, D, a->mlp_h, N, I, D, 1.0f);
-    linear_backward_input(&m->gemm, s->dxn, s->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I, 1.0f);
+    linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I, 1.0f);
     rmsnorm_backward(m, a->xn, a->mid[l], param(m, FOX_P_ln2_w, l), grad(m, FOX_P_ln2_w, l), N, 1);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn, N, D, 2 * I, 1.0f);
 }
@@ -1091,7 +1092,7 @@ static void attention_output_backward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     Scratch *s = &m->s;
     int N = B * T, D = c->d_model;
-    linear_backward_input(&m->gemm, s->dxn, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
+    linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
     fox_output_backward(s->d_o, s->dproj, a->z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], m->NINP,
                         c->output_gate ? m->cols.gate : -1, ow, N, c->n_head, m->Dh, s->colsum_rows, s->colsum_part,
@@ -1141,14 +1142,14 @@ static void fam_update_backward_rows(Model *m, int l, FamRows f, float *dout, fl
     int D = c->d_model, I = c->mlp_hidden;
     size_t n = (size_t)R * D;
     fam_to_bf16(g->dxbf, dout, n, m->stream);
-    linear_backward_input(&m->gemm, g->dh, g->dxbf, D, wbf(m, FOX_P_mlp_out_w, l), R, I, D, 1.0f);
+    linear_backward_input(&m->gemm, g->dh, CUDA_R_16BF, g->dxbf, D, wbf(m, FOX_P_mlp_out_w, l), R, I, D, 1.0f);
     fox_swiglu_backward(g->du, f.h, g->dh, f.u, R, I, m->stream);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_out_w, l), g->dxbf, D, f.h, R, I, D, 1.0f);
-    linear_backward_input(&m->gemm, g->dxn, g->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), R, D, 2 * I, 1.0f);
+    linear_backward_input(&m->gemm, g->dxn, CUDA_R_32F, g->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), R, D, 2 * I, 1.0f);
     fox_rmsnorm_backward(dout, g->dxbf, NULL, grad(m, FOX_P_ln2_w, l), g->dxn, f.mid, param(m, FOX_P_ln2_w, l), R, D, 1,
                          s->colsum_rows, s->colsum_part, m->stream);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_in_w, l), g->du, 2 * I, f.xn2, R, D, 2 * I, 1.0f);
-    linear_backward_input(&m->gemm, g->dxn, g->dxbf, D, wbf(m, FOX_P_attn_out_w, l), R, D, D, 1.0f);
+    linear_backward_input(&m->gemm, g->dxn, CUDA_R_32F, g->dxbf, D, wbf(m, FOX_P_attn_out_w, l), R, D, D, 1.0f);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
     fox_output_backward(g->d_o, g->dproj, f.z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, g->dxn, f.o, f.proj, m->NINP,
                         c->output_gate ? m->cols.gate : -1, ow, R, c->n_head, m->Dh, s->colsum_rows, s->colsum_part,
@@ -1173,7 +1174,7 @@ static void fam_project_backward(Model *m, int l, FamRows f, int B, int tau, con
     fox_qkv_backward(g->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
                      g->dq, g->dkb, g->dvb, fam_qkv_inputs(m, l, f, B, tau), s->colsum_rows, s->colsum_part,
                      m->stream);
-    linear_backward_input(&m->gemm, g->dxn, g->dproj, m->NINP, wbf(m, FOX_P_attn_in_w, l), R, D, m->NINP, 1.0f);
+    linear_backward_input(&m->gemm, g->dxn, CUDA_R_32F, g->dproj, m->NINP, wbf(m, FOX_P_attn_in_w, l), R, D, m->NINP, 1.0f);
     fox_rmsnorm_backward(dx, g->dxbf, NULL, grad(m, FOX_P_ln1_w, l), g->dxn, f.x, param(m, FOX_P_ln1_w, l), R, D, accumulate,
                          s->colsum_rows, s->colsum_part, m->stream);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), g->dproj, m->NINP, f.xn, R, D, m->cols.width, 1.0f);
@@ -1252,7 +1253,7 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
     Scratch *s = &m->s;
     int N = B * T, D = c->d_model;
     const float *ow = param(m, FOX_P_onorm_w, l);
-    linear_backward_input(&m->gemm, s->dxn, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
+    linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
     fox_gsa_output_norm_backward(s->d_o, grad(m, FOX_P_onorm_w, l), s->dxn, a->o[l], ow, N, D, s->colsum_rows,
                                  s->colsum_part, m->stream);
     fox_gsa_output_norm(a->z, a->o[l], ow, N, D, m->stream);  // z again, the forward's bits (one slice for all blocks)
@@ -1319,7 +1320,7 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
             lm_head_forward(m, r0, rows);
             fox_crossentropy(NULL, a->logits, a->targets + r0, rows, V, m->VP, 1.0f / N, 1, m->stream);
         }
-        linear_backward_input(&m->gemm, s->dxn + (size_t)r0 * D, a->logits, m->VP, wbf(m, FOX_P_lm_head_w, 0), rows, D, m->VP,
+        linear_backward_input(&m->gemm, s->dxn + (size_t)r0 * D, CUDA_R_32F, a->logits, m->VP, wbf(m, FOX_P_lm_head_w, 0), rows, D, m->VP,
                               dloss_scale);
         linear_backward_weight(&m->gemm, grad(m, FOX_P_lm_head_w, 0), a->logits, m->VP, a->xnf + (size_t)r0 * D, rows, D, V,
                                dloss_scale);

@@ -259,10 +259,10 @@ static inline void linear_forward(Gemm *g, void *out, const void *C, cudaDataTyp
     gemm_colmajor(g, 1, 0, OUT, N, IN, W, IN, in, IN, C, out, ldo, dtype, C != NULL, 1.0f);
 }
 
-// Row-major: din (N, IN) fp32 = scale · dout (N, OUT, ld ldd) · W (OUT, IN).
-static inline void linear_backward_input(Gemm *g, float *din, const bf16 *dout, int ldd, const bf16 *W, int N, int IN, int OUT,
-                                         float scale) {
-    gemm_colmajor(g, 0, 0, IN, N, OUT, W, IN, dout, ldd, NULL, din, IN, CUDA_R_32F, 0, scale);
+// Row-major: din (N, IN) = scale · dout (N, OUT, ld ldd) · W (OUT, IN), din fp32 or bf16 (dtype).
+static inline void linear_backward_input(Gemm *g, void *din, cudaDataType_t dtype, const bf16 *dout, int ldd, const bf16 *W,
+                                         int N, int IN, int OUT, float scale) {
+    gemm_colmajor(g, 0, 0, IN, N, OUT, W, IN, dout, ldd, NULL, din, IN, dtype, 0, scale);
 }
 
 // Row-major: dW (OUT, IN) fp32 += scale · dout (N, OUT, ld ldd)ᵀ · in (N, IN). Accumulating in fp32 across

@@ -1083,26 +1083,20 @@ __global__ void swiglu_forward_kernel(bf16 *hout, const bf16 *u, int N, int I) {
     store_bf16_vec(hout + n * I + j, h, cnt, vec);
 }
 
-// du from dh, and h = silu(a) ⊙ b again, bitwise (the forward's products), for the mlp_out weight-gradient
-// GEMM that follows, so the forward need not keep it per block. CPU: swiglu_backward.
-__global__ void swiglu_backward_kernel(bf16 *du, bf16 *hout, const float *dh, const bf16 *u, int N, int I) {
+// du from dh (bf16, as the official code's autocast gives it), and h = silu(a) ⊙ b again, bitwise (the
+// forward's products), for the mlp_out weight-gradient GEMM that follows, so the forward need not keep it
+// per block. CPU: swiglu_backward.
+__global__ void swiglu_backward_kernel(bf16 *du, bf16 *hout, const bf16 *dh, const bf16 *u, int N, int I) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n;
     if (i >= swiglu_threads(N, I)) return;
     int j, cnt = swiglu_slot(i, I, &n, &j), vec = I % SWIGLU_VEC == 0;
     Bf16Vec a = load_bf16_vec(u + n * 2 * I + j, cnt, vec), b = load_bf16_vec(u + n * 2 * I + I + j, cnt, vec), da, db, h;
-    float g[SWIGLU_VEC];
-    const float *gp = dh + n * I + j;
-    if (vec) {
-        *(float4 *)g = *(const float4 *)gp;
-        *(float4 *)(g + 4) = *(const float4 *)(gp + 4);
-    } else {
-        for (int k = 0; k < SWIGLU_VEC; k++) g[k] = k < cnt ? gp[k] : 0.0f;
-    }
+    Bf16Vec gv = load_bf16_vec(dh + n * I + j, cnt, vec);
 #pragma unroll
     for (int k = 0; k < SWIGLU_VEC; k++) {
-        float x = __bfloat162float(a.x[k]), y = __bfloat162float(b.x[k]), sg = sigmoidf_(x);
-        da.x[k] = __float2bfloat16(g[k] * y * sg * (1.0f + x * (1.0f - sg)));
-        db.x[k] = __float2bfloat16(g[k] * x * sg);
+        float x = __bfloat162float(a.x[k]), y = __bfloat162float(b.x[k]), sg = sigmoidf_(x), g = __bfloat162float(gv.x[k]);
+        da.x[k] = __float2bfloat16(g * y * sg * (1.0f + x * (1.0f - sg)));
+        db.x[k] = __float2bfloat16(g * x * sg);
         h.x[k] = __float2bfloat16(x * sg * y);
     }
     store_bf16_vec(du + n * 2 * I + j, da, cnt, vec);
@@ -1115,7 +1109,7 @@ static inline void fox_swiglu_forward(bf16 *hout, const bf16 *u, int N, int I, c
     FOX_LAUNCH_CHECK();
 }
 
-static inline void fox_swiglu_backward(bf16 *du, bf16 *hout, const float *dh, const bf16 *u, int N, int I, cudaStream_t s) {
+static inline void fox_swiglu_backward(bf16 *du, bf16 *hout, const bf16 *dh, const bf16 *u, int N, int I, cudaStream_t s) {
     swiglu_backward_kernel<<<fox_blocks(swiglu_threads(N, I), 256), 256, 0, s>>>(du, hout, dh, u, N, I);
     FOX_LAUNCH_CHECK();
 }

@@ -1,12 +1,12 @@
 // dev/cuda/swiglu.cu: checks the SwiGLU kernels of fox/kernels.cuh (h = silu(a) ⊙ b over u = [a | b],
-// bf16 in and out; backward du from fp32 dh, and h again, which must equal the forward's bitwise: the
+// bf16 in and out; backward du from bf16 dh, and h again, which must equal the forward's bitwise: the
 // trainer keeps no per-block copy of it) against an fp64 CPU reference, then times them, with the
 // launchers train_fox.cu calls (8 units per thread; element by element when I % 8 != 0).
 //   make swiglu && ./swiglu
 #include "kcheck.h"
 
 static void launch_fwd(bf16 *h, const bf16 *u, int N, int I) { fox_swiglu_forward(h, u, N, I, 0); }
-static void launch_bwd(bf16 *du, bf16 *h, const float *dh, const bf16 *u, int N, int I) {
+static void launch_bwd(bf16 *du, bf16 *h, const bf16 *dh, const bf16 *u, int N, int I) {
     fox_swiglu_backward(du, h, dh, u, N, I, 0);
 }
 
@@ -20,15 +20,15 @@ static void run(int N, int I) {
             u[(size_t)r * 2 * I + j] = __float2bfloat16((float)uniform(-8, 8));      // a: the sigmoid's tails too
             u[(size_t)r * 2 * I + I + j] = __float2bfloat16((float)uniform(-2, 2));  // b
         }
-    std::vector<float> dh = rand_f32(n, -1, 1);
+    std::vector<bf16> dh = rand_bf16(n, -1, 1);
     bf16 *du_ = to_device(u), *dhout = dmalloc<bf16>(n), *ddu = dmalloc<bf16>(2 * n), *dh2 = dmalloc<bf16>(n);
-    float *ddh = to_device(dh);
+    bf16 *ddh = to_device(dh);
 
     std::vector<double> h(n), rdu(2 * n);
     for (int r = 0; r < N; r++)
         for (int j = 0; j < I; j++) {
             size_t ia = (size_t)r * 2 * I + j, ib = ia + I, i = (size_t)r * I + j;
-            double a = bf(u[ia]), b = bf(u[ib]), sg = sigmoid_d(a), g = dh[i];
+            double a = bf(u[ia]), b = bf(u[ib]), sg = sigmoid_d(a), g = bf(dh[i]);
             h[i] = a * sg * b;
             rdu[ia] = g * b * sg * (1.0 + a * (1.0 - sg));
             rdu[ib] = g * a * sg;
@@ -48,7 +48,7 @@ static void run(int N, int I) {
     double tf = time_ms([&] { launch_fwd(dhout, du_, N, I); });
     double tb = time_ms([&] { launch_bwd(ddu, dh2, ddh, du_, N, I); });
     summary("swiglu", "fwd", shape, gf, tf, n * (4.0 + 2.0));
-    summary("swiglu", "bwd (+h)", shape, gb, tb, n * (4.0 + 4.0 + 4.0 + 2.0));
+    summary("swiglu", "bwd (+h)", shape, gb, tb, n * (2.0 + 4.0 + 4.0 + 2.0));
     cudaFree(du_); cudaFree(dhout); cudaFree(ddu); cudaFree(ddh); cudaFree(dh2);
 }
 
