@@ -99,7 +99,9 @@ typedef struct {
 // Gradient scratch for one block at a time.
 typedef struct {
     float *dres;      // (N, D) dL/d residual
-    bf16 *dres_bf;    // (N, D) the same as a GEMM operand
+    bf16 *dres_bf;    // (N, D) the same as a GEMM operand: dL/d mid, the token mixer's output
+    bf16 *dres_up_bf; // (N, D) dL/d resid[l+1], the MLP's output (the MLP's weight gradients read it beside
+                      // the mixer's backward)
     float *dxn;       // (N, D) GEMM output: dL/d normed input, or dL/d z
     bf16 *dh;         // (N, I)
     bf16 *du;         // (N, 2I)
@@ -180,6 +182,11 @@ struct Model {
     FamScratch fs;
     Gemm gemm;
     cudaStream_t stream;
+    // The MLP's weight-gradient GEMMs run on wstream (lower priority) beside the token mixer's backward,
+    // filling the SMs its kernels leave idle (the attention backward's last blocks); not forward_only.
+    Gemm wgemm;
+    cudaStream_t wstream;
+    cudaEvent_t mlp_ready, mlp_dw_done;
     int world;                      // data-parallel ranks (1: no gradient averaging)
     size_t shard_lo, shard_hi;      // the elements whose AdamW moments this rank holds and updates
                                     // (ZeRO-1: rank r's 1/world of the flat vector; else all); m, v
@@ -406,6 +413,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     cnt = &m->bytes_scratch;
     s->dres = (float *)dev_alloc(m, N * D * f, cnt);
     s->dres_bf = (bf16 *)dev_alloc(m, N * D * h, cnt);
+    s->dres_up_bf = (bf16 *)dev_alloc(m, N * D * h, cnt);
     s->dxn = (float *)dev_alloc(m, N * D * f, cnt);
     s->dh = (bf16 *)dev_alloc(m, N * I * h, cnt);
     s->du = (bf16 *)dev_alloc(m, N * 2 * I * h, cnt);
@@ -540,8 +548,16 @@ static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, siz
 
 // Allocates a set-up model and fills it: the shared init (seed) on the host, copied to the device.
 static void model_create(Model *m, uint64_t seed) {
-    FOX_CUDA_CHECK(cudaStreamCreate(&m->stream));
+    int least, greatest;
+    FOX_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    FOX_CUDA_CHECK(cudaStreamCreateWithPriority(&m->stream, cudaStreamDefault, greatest));
     gemm_init(&m->gemm, m->stream);
+    if (!m->forward_only) {
+        FOX_CUDA_CHECK(cudaStreamCreateWithPriority(&m->wstream, cudaStreamDefault, least));
+        gemm_init(&m->wgemm, m->wstream);
+        FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->mlp_ready, cudaEventDisableTiming));
+        FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->mlp_dw_done, cudaEventDisableTiming));
+    }
     model_alloc(m, m->B, m->T);
     model_alloc_host(m, m->B, m->T);
     if (m->cfg.rope) upload_rope_tables(m, m->T);
@@ -591,13 +607,19 @@ static void model_free(Model *m) {
     void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xn, a->z, a->mlp_h, a->xnf, a->logits,
                     a->losses, a->zero_c,
                     a->acp_kv_first, a->acp_q_last, a->doc_first, a->acp_live,
-                    a->inputs, a->targets, s->dres, s->dres_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
+                    a->inputs, a->targets, s->dres, s->dres_bf, s->dres_up_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
                     s->d_o, s->dc, s->dlogf, s->dfg, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
                     s->attn_scratch, s->bucket_token, s->bucket_start, s->bucket_pos, m->rope_cos, m->rope_sin,
                     a->gsa_dS, a->gsa_dU, a->gsa_decay, s->gsa_dSs, s->gsa_dUs, s->gsa_dsr, s->gsa_y, s->gsa_D1, s->gsa_Pt};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
     for (int k = 0; k < FOX_NUM_PARAMS; k++) FOX_CUDA_CHECK(cudaFree(m->wbf[k]));
     gemm_free(&m->gemm);
+    if (!m->forward_only) {
+        gemm_free(&m->wgemm);
+        FOX_CUDA_CHECK(cudaStreamDestroy(m->wstream));
+        FOX_CUDA_CHECK(cudaEventDestroy(m->mlp_ready));
+        FOX_CUDA_CHECK(cudaEventDestroy(m->mlp_dw_done));
+    }
 #ifdef FOX_MPI
     if (m->nccl) {
         FOX_NCCL_CHECK(ncclCommDestroy(m->nccl));
@@ -647,9 +669,10 @@ static void rmsnorm_forward(Model *m, bf16 *out, const float *in, const float *w
 }
 
 // dres (+)= RMSNorm backward of dxn; dw += Σ dxn⊙x̂; xn (unless NULL) = the forward's RMSNorm(in)⊙w again.
-static void rmsnorm_backward(Model *m, bf16 *xn, const float *in, const float *w, float *dw, int N, int accumulate) {
+static void rmsnorm_backward(Model *m, bf16 *dres_bf, bf16 *xn, const float *in, const float *w, float *dw, int N,
+                             int accumulate) {
     Scratch *s = &m->s;
-    fox_rmsnorm_backward(s->dres, s->dres_bf, xn, dw, s->dxn, in, w, N, m->cfg.d_model, accumulate, s->colsum_rows,
+    fox_rmsnorm_backward(s->dres, dres_bf, xn, dw, s->dxn, in, w, N, m->cfg.d_model, accumulate, s->colsum_rows,
                          s->colsum_part, m->stream);
 }
 
@@ -689,7 +712,8 @@ static void mixer_input_backward(Model *m, int l, int B, int T) {
     Scratch *s = &m->s;
     int N = B * T, D = m->cfg.d_model, NINP = m->NINP;
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
-    rmsnorm_backward(m, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
+    FOX_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->mlp_dw_done, 0));  // mlp_weight_grads read xn and dres_up_bf
+    rmsnorm_backward(m, s->dres_up_bf, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn, N, D, m->cols.width, 1.0f);
 }
 
@@ -1072,17 +1096,34 @@ static void recompute_block(Model *m, int l, int B, int T) {
     if (m->recompute == RECOMPUTE_NORM_MLP) mlp_up_forward(m, l, B, T);
 }
 
+// Block l's MLP weight gradients, on m->wstream once the MLP's backward has written its operands (dres_up_bf,
+// mlp_h, du, xn); the main stream waits for them before it next writes xn and dres_up_bf (mixer_input_backward).
+// TransformerFAM's memory rows add to the same gradients during its mixer's backward: there they stay on the
+// main stream, in their order.
+static void mlp_weight_grads(Model *m, int l, int B, int T) {
+    Acts *a = &m->a;
+    Scratch *s = &m->s;
+    int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden, beside = m->cfg.arch != FOX_ARCH_FAM;
+    Gemm *g = beside ? &m->wgemm : &m->gemm;
+    if (beside) {
+        FOX_CUDA_CHECK(cudaEventRecord(m->mlp_ready, m->stream));
+        FOX_CUDA_CHECK(cudaStreamWaitEvent(m->wstream, m->mlp_ready, 0));
+    }
+    linear_backward_weight(g, grad(m, FOX_P_mlp_out_w, l), s->dres_up_bf, D, a->mlp_h, N, I, D, 1.0f);
+    linear_backward_weight(g, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn, N, D, 2 * I, 1.0f);
+    if (beside) FOX_CUDA_CHECK(cudaEventRecord(m->mlp_dw_done, m->wstream));
+}
+
 // Backward of block l's MLP: s.dres holds dL/d resid[l+1] on entry, dL/d mid[l] on exit.
 static void mlp_block_backward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     Scratch *s = &m->s;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
-    linear_backward_input(&m->gemm, s->dh, CUDA_R_16BF, s->dres_bf, D, wbf(m, FOX_P_mlp_out_w, l), N, I, D, 1.0f);
+    linear_backward_input(&m->gemm, s->dh, CUDA_R_16BF, s->dres_up_bf, D, wbf(m, FOX_P_mlp_out_w, l), N, I, D, 1.0f);
     fox_swiglu_backward(s->du, a->mlp_h, s->dh, a->mlp_u[l], N, I, m->stream);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_out_w, l), s->dres_bf, D, a->mlp_h, N, I, D, 1.0f);
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I, 1.0f);
-    rmsnorm_backward(m, a->xn, a->mid[l], param(m, FOX_P_ln2_w, l), grad(m, FOX_P_ln2_w, l), N, 1);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn, N, D, 2 * I, 1.0f);
+    rmsnorm_backward(m, s->dres_bf, a->xn, a->mid[l], param(m, FOX_P_ln2_w, l), grad(m, FOX_P_ln2_w, l), N, 1);
+    mlp_weight_grads(m, l, B, T);
 }
 
 // The first part of block l's attention backward: s.dres (dL/d mid[l]) back through W_o and the output norm and
@@ -1327,7 +1368,7 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
     }
     m->dlogits_kept = 0;
     reduce_final_grads(m, reduce, FOX_P_lm_head_w, 0);
-    rmsnorm_backward(m, NULL, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), grad(m, FOX_P_lnf_w, 0), N, 0);
+    rmsnorm_backward(m, s->dres_up_bf, NULL, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), grad(m, FOX_P_lnf_w, 0), N, 0);
     reduce_final_grads(m, reduce, FOX_P_lnf_w, 0);
     for (int l = L - 1; l >= 0; l--) {
         if (l < L - 1) recompute_block(m, l, B, T);  // the forward left the last block's in the shared slices
@@ -1778,9 +1819,9 @@ static size_t device_bytes_needed(const Model *m, int recompute, size_t *weights
     return plan.bytes_weights + plan.bytes_acts + plan.bytes_scratch;
 }
 
-// Device memory not in our buffers: cuBLASLt's workspace, and for the CUDA and NCCL libraries' own
-// allocations a fixed 512 MiB plus 2% of ours.
-static size_t device_bytes_other(size_t ours) { return FOX_GEMM_WORKSPACE + ((size_t)512 << 20) + ours / 50; }
+// Device memory not in our buffers: cuBLASLt's two workspaces (the main stream's and the weight
+// gradients'), and for the CUDA and NCCL libraries' own allocations a fixed 512 MiB plus 2% of ours.
+static size_t device_bytes_other(size_t ours) { return 2 * FOX_GEMM_WORKSPACE + ((size_t)512 << 20) + ours / 50; }
 
 // Fails with one line, before anything is allocated, when the run does not fit in the device's free
 // memory (capped by the test-only FOX_TEST_DEVICE_MEMORY, bytes): the need, and what would fit.

@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
         {"mlp_in bwd input", 0, 0, D, N, 2 * I, D, 2 * I, D, CUDA_R_32F, 0},
         {"mlp_in bwd weight", 0, 1, D, 2 * I, N, D, 2 * I, D, CUDA_R_32F, 1},
         {"mlp_out fwd (+mid)", 1, 0, D, N, I, I, I, D, CUDA_R_32F, 1},
-        {"mlp_out bwd input", 0, 0, I, N, D, I, D, I, CUDA_R_32F, 0},
+        {"mlp_out bwd input", 0, 0, I, N, D, I, D, I, CUDA_R_16BF, 0},
         {"mlp_out bwd weight", 0, 1, I, D, N, I, D, I, CUDA_R_32F, 1},
         {"lm_head fwd", 1, 0, VP, N, D, D, D, VP, CUDA_R_16BF, 0},
         {"lm_head bwd input", 0, 0, D, N, VP, D, VP, D, CUDA_R_32F, 0},

@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
     TIME("swiglu bwd (+h)", 1, fox_swiglu_backward(s->du, a->mlp_h, s->dh, a->mlp_u[0], N, I, m.stream));
     TIME("gemm mlp_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_mlp_out_w, 0), s->dres_bf, D, a->mlp_h, N, I, D, 1.0f));
     TIME("gemm mlp_in dx", 1, linear_backward_input(&m.gemm, s->dxn, CUDA_R_32F, s->du, 2 * I, wbf(&m, FOX_P_mlp_in_w, 0), N, D, 2 * I, 1.0f));
-    TIME("rmsnorm bwd + colsum (+xn, x2/layer)", 1, rmsnorm_backward(&m, a->xn, a->mid[0], param(&m, FOX_P_ln2_w, 0), grad(&m, FOX_P_ln2_w, 0), N, 1); rmsnorm_backward(&m, a->xn, a->mid[0], param(&m, FOX_P_ln2_w, 0), grad(&m, FOX_P_ln2_w, 0), N, 1));
+    TIME("rmsnorm bwd + colsum (+xn, x2/layer)", 1, rmsnorm_backward(&m, s->dres_bf, a->xn, a->mid[0], param(&m, FOX_P_ln2_w, 0), grad(&m, FOX_P_ln2_w, 0), N, 1); rmsnorm_backward(&m, s->dres_bf, a->xn, a->mid[0], param(&m, FOX_P_ln2_w, 0), grad(&m, FOX_P_ln2_w, 0), N, 1));
     TIME("gemm mlp_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_mlp_in_w, 0), s->du, 2 * I, a->xn, N, D, 2 * I, 1.0f));
     TIME("gemm attn_out dx", 1, linear_backward_input(&m.gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(&m, FOX_P_attn_out_w, 0), N, D, D, 1.0f));
     TIME("output bwd + colsum (+z)", 1, fox_output_backward(s->d_o, s->dproj, a->z, grad(&m, FOX_P_onorm_w, 0), s->dxn, a->o[0], a->proj[0], NINP, m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh, s->colsum_rows, s->colsum_part, m.stream));
