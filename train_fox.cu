@@ -182,11 +182,11 @@ struct Model {
     FamScratch fs;
     Gemm gemm;
     cudaStream_t stream;
-    // The MLP's weight-gradient GEMMs run on wstream (lower priority) beside the token mixer's backward,
-    // filling the SMs its kernels leave idle (the attention backward's last blocks); not forward_only.
+    // The MLP's and W_o's weight-gradient GEMMs run on wstream (lower priority) beside the attention backward,
+    // filling the SMs its kernels leave idle (its last blocks); not forward_only (beside_begin).
     Gemm wgemm;
     cudaStream_t wstream;
-    cudaEvent_t mlp_ready, mlp_dw_done;
+    cudaEvent_t beside_ready, beside_done;
     int world;                      // data-parallel ranks (1: no gradient averaging)
     size_t shard_lo, shard_hi;      // the elements whose AdamW moments this rank holds and updates
                                     // (ZeRO-1: rank r's 1/world of the flat vector; else all); m, v
@@ -555,8 +555,8 @@ static void model_create(Model *m, uint64_t seed) {
     if (!m->forward_only) {
         FOX_CUDA_CHECK(cudaStreamCreateWithPriority(&m->wstream, cudaStreamDefault, least));
         gemm_init(&m->wgemm, m->wstream);
-        FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->mlp_ready, cudaEventDisableTiming));
-        FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->mlp_dw_done, cudaEventDisableTiming));
+        FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->beside_ready, cudaEventDisableTiming));
+        FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->beside_done, cudaEventDisableTiming));
     }
     model_alloc(m, m->B, m->T);
     model_alloc_host(m, m->B, m->T);
@@ -617,8 +617,8 @@ static void model_free(Model *m) {
     if (!m->forward_only) {
         gemm_free(&m->wgemm);
         FOX_CUDA_CHECK(cudaStreamDestroy(m->wstream));
-        FOX_CUDA_CHECK(cudaEventDestroy(m->mlp_ready));
-        FOX_CUDA_CHECK(cudaEventDestroy(m->mlp_dw_done));
+        FOX_CUDA_CHECK(cudaEventDestroy(m->beside_ready));
+        FOX_CUDA_CHECK(cudaEventDestroy(m->beside_done));
     }
 #ifdef FOX_MPI
     if (m->nccl) {
@@ -712,7 +712,7 @@ static void mixer_input_backward(Model *m, int l, int B, int T) {
     Scratch *s = &m->s;
     int N = B * T, D = m->cfg.d_model, NINP = m->NINP;
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
-    FOX_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->mlp_dw_done, 0));  // mlp_weight_grads read xn and dres_up_bf
+    FOX_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->beside_done, 0));  // the weight gradients beside read xn, dres_up_bf
     rmsnorm_backward(m, s->dres_up_bf, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn, N, D, m->cols.width, 1.0f);
 }
@@ -1096,22 +1096,31 @@ static void recompute_block(Model *m, int l, int B, int T) {
     if (m->recompute == RECOMPUTE_NORM_MLP) mlp_up_forward(m, l, B, T);
 }
 
-// Block l's MLP weight gradients, on m->wstream once the MLP's backward has written its operands (dres_up_bf,
-// mlp_h, du, xn); the main stream waits for them before it next writes xn and dres_up_bf (mixer_input_backward).
-// TransformerFAM's memory rows add to the same gradients during its mixer's backward: there they stay on the
-// main stream, in their order.
+// Weight gradients beside the main stream: beside_begin returns the Gemm for products whose operands the main
+// stream has written so far, on m->wstream (lower priority), and beside_end marks them; the main stream waits
+// for them before it next writes xn and dres_up_bf (mixer_input_backward), by when every operand of block l's
+// MLP and W_o products has been read. TransformerFAM's memory rows add to the same gradients during its
+// mixer's backward: there they stay on the main stream, in their order.
+static Gemm *beside_begin(Model *m) {
+    if (m->cfg.arch == FOX_ARCH_FAM) return &m->gemm;
+    FOX_CUDA_CHECK(cudaEventRecord(m->beside_ready, m->stream));
+    FOX_CUDA_CHECK(cudaStreamWaitEvent(m->wstream, m->beside_ready, 0));
+    return &m->wgemm;
+}
+
+static void beside_end(Model *m) {
+    if (m->cfg.arch != FOX_ARCH_FAM) FOX_CUDA_CHECK(cudaEventRecord(m->beside_done, m->wstream));
+}
+
+// Block l's MLP weight gradients, once its backward has written their operands (dres_up_bf, mlp_h, du, xn).
 static void mlp_weight_grads(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden, beside = m->cfg.arch != FOX_ARCH_FAM;
-    Gemm *g = beside ? &m->wgemm : &m->gemm;
-    if (beside) {
-        FOX_CUDA_CHECK(cudaEventRecord(m->mlp_ready, m->stream));
-        FOX_CUDA_CHECK(cudaStreamWaitEvent(m->wstream, m->mlp_ready, 0));
-    }
+    int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
+    Gemm *g = beside_begin(m);
     linear_backward_weight(g, grad(m, FOX_P_mlp_out_w, l), s->dres_up_bf, D, a->mlp_h, N, I, D, 1.0f);
     linear_backward_weight(g, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn, N, D, 2 * I, 1.0f);
-    if (beside) FOX_CUDA_CHECK(cudaEventRecord(m->mlp_dw_done, m->wstream));
+    beside_end(m);
 }
 
 // Backward of block l's MLP: s.dres holds dL/d resid[l+1] on entry, dL/d mid[l] on exit.
@@ -1138,7 +1147,8 @@ static void attention_output_backward(Model *m, int l, int B, int T) {
     fox_output_backward(s->d_o, s->dproj, a->z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], m->NINP,
                         c->output_gate ? m->cols.gate : -1, ow, N, c->n_head, m->Dh, s->colsum_rows, s->colsum_part,
                         m->stream);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z, N, D, D, 1.0f);
+    linear_backward_weight(beside_begin(m), grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z, N, D, D, 1.0f);
+    beside_end(m);
 }
 
 // The last part, from s.dq, dk, dv and d log f: through the forget gate, RoPE, QK-norm, KV-shift, attn_in_w and
