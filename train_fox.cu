@@ -70,15 +70,16 @@ typedef struct {
 typedef struct {
     float *resid;   // (L+1, N, D): input of each block, then the last block's output (always kept)
     float **mid;    // (N, D): residual after attention
-    bf16 *xn;       // (N, D): RMSNorm(resid) or RMSNorm(mid), attn_in_w's or mlp_in_w's operand
+    bf16 **xn, **xn2;  // (N, D): RMSNorm(resid) and RMSNorm(mid), attn_in_w's and mlp_in_w's operands; blocks
+                       // from outs_kept on share one slice for both (the backward writes each again)
     float **proj;   // (N, NINP): attn_in_w outputs (fp32: gates and shifts are formed in fp32)
     bf16 **q, **k, **v;  // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE, kept for the
                          // first qkv_kept blocks; GSA: (N + GSA_CHUNK, D), the Swish features (the rows past N stay zero)
     float **c, **lse;    // (B, H, T): c = Σ log f (a forget gate or the document mask); attention log-sum-exp
     bf16 **o;       // (N, D): attention output
-    bf16 *z;        // (N, D): o output-normed and gated (attn_out_w's operand)
+    bf16 **z;       // (N, D): o output-normed and gated (attn_out_w's operand)
     bf16 **mlp_u;   // (N, 2I): mlp_in_w output
-    bf16 *mlp_h;    // (N, I): SwiGLU output
+    bf16 **mlp_h;   // (N, I): SwiGLU output
     bf16 **gsa_S, **gsa_U;  // GSA (fox/gsa.cuh): (B·G, nc, GSA_SLOTS, dh) the states after each chunk
     float **gsa_s;          // (B·G, T, GSA_SLOTS): the slot scores (their log-sum-exp in lse)
     float *gsa_dS, *gsa_dU, *gsa_decay;  // scratch of the forward's and backward's state scans
@@ -159,6 +160,8 @@ struct Model {
     AttnCols cols;
     int NINP, VP, Dh, recompute;
     int qkv_kept;                   // blocks [0, qkv_kept) keep their attention q, k, v for the backward
+    int outs_kept;                  // blocks [0, outs_kept) keep xn, xn2, z and mlp_h, which the backward
+                                    // kernels otherwise write again
     int forward_only;               // --eval-only: no gradients, AdamW moments or backward scratch
     int planning;                   // the buffers are only counted (device_bytes_needed), not allocated
     int acp;                        // Adaptive Computation Pruning (--acp)
@@ -227,6 +230,20 @@ static void **layer_slices(const Model *m, int L, size_t bytes, int kept, size_t
     void **p = (void **)fox_calloc((size_t)L, sizeof(void *));
     for (int l = 0; l < L; l++) p[l] = base + bytes * (l < kept ? l : kept);
     return p;
+}
+
+// Two such arrays in one allocation (*p1's first slice its start): layers [0, kept) have two slices each, the
+// others share one more between both arrays.
+static void layer_slice_pairs(const Model *m, int L, size_t bytes, int kept, void ***p1, void ***p2, size_t *counter) {
+    char *base = (char *)dev_alloc(m, bytes * (kept < L ? 2 * kept + 1 : 2 * L), counter);
+    *p1 = *p2 = NULL;
+    if (m->planning) return;
+    *p1 = (void **)fox_calloc((size_t)L, sizeof(void *));
+    *p2 = (void **)fox_calloc((size_t)L, sizeof(void *));
+    for (int l = 0; l < L; l++) {
+        (*p1)[l] = base + bytes * (l < kept ? 2 * l : 2 * kept);
+        (*p2)[l] = base + bytes * (l < kept ? 2 * l + 1 : 2 * kept);
+    }
 }
 
 static float *param(Model *m, int which, int layer) { return m->params + fox_param_offset(&m->lay, which, layer); }
@@ -370,7 +387,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     Acts *a = &m->a;
     a->resid = (float *)dev_alloc(m, (L + 1) * N * D * f, cnt);
     a->mid = (float **)layer_slices(m, L, N * D * f, keep_block, cnt);
-    a->xn = (bf16 *)dev_alloc(m, N * D * h, cnt);
+    layer_slice_pairs(m, L, N * D * h, m->outs_kept, (void ***)&a->xn, (void ***)&a->xn2, cnt);
     a->proj = (float **)layer_slices(m, L, N * NINP * f, keep_block, cnt);
     a->q = (bf16 **)layer_slices(m, L, NQ * D * h, m->qkv_kept, cnt);
     a->k = (bf16 **)layer_slices(m, L, NQ * D * h, m->qkv_kept, cnt);
@@ -387,9 +404,9 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->c = (float **)layer_slices(m, L, N * H * f, c->forget_gate != FOX_FG_NONE ? keep_block : 0, cnt);
     a->lse = (float **)layer_slices(m, L, N * H * f, keep_block, cnt);
     a->o = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
-    a->z = (bf16 *)dev_alloc(m, N * D * h, cnt);
+    a->z = (bf16 **)layer_slices(m, L, N * D * h, m->outs_kept, cnt);
     a->mlp_u = (bf16 **)layer_slices(m, L, N * 2 * I * h, keep_norm_mlp, cnt);
-    a->mlp_h = (bf16 *)dev_alloc(m, N * I * h, cnt);
+    a->mlp_h = (bf16 **)layer_slices(m, L, N * I * h, m->outs_kept, cnt);
     a->xnf = (bf16 *)dev_alloc(m, N * D * h, cnt);
     size_t budget_rows = m->logits_bytes / ((size_t)m->VP * h);
     m->ce_rows = (int)(N < budget_rows ? N : (budget_rows ? budget_rows : 1));
@@ -534,6 +551,7 @@ static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, siz
     m->forward_only = o->forward_only;
     int keeps = o->recompute == RECOMPUTE_NONE && !o->forward_only;
     m->qkv_kept = !keeps ? 0 : o->qkv_blocks < 0 || o->qkv_blocks > c->n_layer ? c->n_layer : o->qkv_blocks;
+    m->outs_kept = !keeps ? 0 : o->outs_blocks < 0 || o->outs_blocks > c->n_layer ? c->n_layer : o->outs_blocks;
     m->acp = o->acp;
     m->doc_sep = o->doc_sep;
     m->deterministic = o->deterministic;
@@ -598,13 +616,14 @@ static void model_free(Model *m) {
     Scratch *s = &m->s;
     void **layered[] = {(void **)a->mid, (void **)a->proj, (void **)a->q, (void **)a->k, (void **)a->v, (void **)a->c,
                         (void **)a->lse, (void **)a->o, (void **)a->mlp_u, (void **)a->gsa_S, (void **)a->gsa_U,
-                        (void **)a->gsa_s};
+                        (void **)a->gsa_s, (void **)a->xn, (void **)a->z, (void **)a->mlp_h};
     for (size_t i = 0; i < sizeof(layered) / sizeof(layered[0]); i++) {
         if (!layered[i]) continue;  // GSA's arrays in an attention model
         FOX_CUDA_CHECK(cudaFree(layered[i][0]));
         free(layered[i]);
     }
-    void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xn, a->z, a->mlp_h, a->xnf, a->logits,
+    free(a->xn2);  // in a->xn's allocation
+    void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xnf, a->logits,
                     a->losses, a->zero_c,
                     a->acp_kv_first, a->acp_q_last, a->doc_first, a->acp_live,
                     a->inputs, a->targets, s->dres, s->dres_bf, s->dres_up_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
@@ -701,8 +720,8 @@ static int acp_tables(Model *m, int l, int B, int T, int count) {
 static void mixer_input_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     int N = B * T, D = m->cfg.d_model;
-    rmsnorm_forward(m, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), N);
-    linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn, wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
+    rmsnorm_forward(m, a->xn[l], resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), N);
+    linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn[l], wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
 }
 
 // Its backward from s.dproj: dres += the RMSNorm backward of dproj attn_in_w (which writes xn again, the
@@ -713,8 +732,9 @@ static void mixer_input_backward(Model *m, int l, int B, int T) {
     int N = B * T, D = m->cfg.d_model, NINP = m->NINP;
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
     FOX_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->beside_done, 0));  // the weight gradients beside read xn, dres_up_bf
-    rmsnorm_backward(m, s->dres_up_bf, a->xn, resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), grad(m, FOX_P_ln1_w, l), N, 1);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn, N, D, m->cols.width, 1.0f);
+    rmsnorm_backward(m, s->dres_up_bf, l < m->outs_kept ? NULL : a->xn[l], resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l),
+                     grad(m, FOX_P_ln1_w, l), N, 1);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn[l], N, D, m->cols.width, 1.0f);
 }
 
 // Block l's attention inputs: xn, proj, the q, k, v of the attention and c (a forget gate, the document mask).
@@ -737,9 +757,9 @@ static void attention_output_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, H = c->n_head;
-    fox_output_forward(a->z, a->o[l], a->proj[l], m->NINP, c->output_gate ? m->cols.gate : -1,
+    fox_output_forward(a->z[l], a->o[l], a->proj[l], m->NINP, c->output_gate ? m->cols.gate : -1,
                        c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, m->Dh, m->stream);
-    linear_forward(&m->gemm, a->mid[l], resid_at(m, l, B, T), CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), N, D, D);
+    linear_forward(&m->gemm, a->mid[l], resid_at(m, l, B, T), CUDA_R_32F, D, a->z[l], wbf(m, FOX_P_attn_out_w, l), N, D, D);
 }
 
 // Block l's c for the attention: the forget gate's or the document mask's, else zeros.
@@ -927,8 +947,8 @@ static void gsa_block_forward(Model *m, int l, int B, int T) {
     mixer_input_forward(m, l, B, T);
     gsa_features(m, l, B, T);
     fox_gsa_forward(gsa_args(m, l, B, T), m->stream);
-    fox_gsa_output_norm(a->z, a->o[l], param(m, FOX_P_onorm_w, l), N, D, m->stream);
-    linear_forward(&m->gemm, a->mid[l], x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), N, D, D);
+    fox_gsa_output_norm(a->z[l], a->o[l], param(m, FOX_P_onorm_w, l), N, D, m->stream);
+    linear_forward(&m->gemm, a->mid[l], x, CUDA_R_32F, D, a->z[l], wbf(m, FOX_P_attn_out_w, l), N, D, D);
 }
 
 // Block l's token mixer: resid[l] → mid[l].
@@ -942,8 +962,8 @@ static void mixer_forward(Model *m, int l, int B, int T) {
 static void mlp_up_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
-    rmsnorm_forward(m, a->xn, a->mid[l], param(m, FOX_P_ln2_w, l), N);
-    linear_forward(&m->gemm, a->mlp_u[l], NULL, CUDA_R_16BF, 2 * I, a->xn, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
+    rmsnorm_forward(m, a->xn2[l], a->mid[l], param(m, FOX_P_ln2_w, l), N);
+    linear_forward(&m->gemm, a->mlp_u[l], NULL, CUDA_R_16BF, 2 * I, a->xn2[l], wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I);
 }
 
 // Forward of block l's MLP: mid[l] → resid[l+1].
@@ -951,8 +971,8 @@ static void mlp_block_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
     mlp_up_forward(m, l, B, T);
-    fox_swiglu_forward(a->mlp_h, a->mlp_u[l], N, I, m->stream);
-    linear_forward(&m->gemm, resid_at(m, l + 1, B, T), a->mid[l], CUDA_R_32F, D, a->mlp_h, wbf(m, FOX_P_mlp_out_w, l),
+    fox_swiglu_forward(a->mlp_h[l], a->mlp_u[l], N, I, m->stream);
+    linear_forward(&m->gemm, resid_at(m, l + 1, B, T), a->mid[l], CUDA_R_32F, D, a->mlp_h[l], wbf(m, FOX_P_mlp_out_w, l),
                    N, I, D);
 }
 
@@ -1118,8 +1138,8 @@ static void mlp_weight_grads(Model *m, int l, int B, int T) {
     Scratch *s = &m->s;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
     Gemm *g = beside_begin(m);
-    linear_backward_weight(g, grad(m, FOX_P_mlp_out_w, l), s->dres_up_bf, D, a->mlp_h, N, I, D, 1.0f);
-    linear_backward_weight(g, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn, N, D, 2 * I, 1.0f);
+    linear_backward_weight(g, grad(m, FOX_P_mlp_out_w, l), s->dres_up_bf, D, a->mlp_h[l], N, I, D, 1.0f);
+    linear_backward_weight(g, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn2[l], N, D, 2 * I, 1.0f);
     beside_end(m);
 }
 
@@ -1129,9 +1149,10 @@ static void mlp_block_backward(Model *m, int l, int B, int T) {
     Scratch *s = &m->s;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
     linear_backward_input(&m->gemm, s->dh, CUDA_R_16BF, s->dres_up_bf, D, wbf(m, FOX_P_mlp_out_w, l), N, I, D, 1.0f);
-    fox_swiglu_backward(s->du, a->mlp_h, s->dh, a->mlp_u[l], N, I, m->stream);
+    fox_swiglu_backward(s->du, l < m->outs_kept ? NULL : a->mlp_h[l], s->dh, a->mlp_u[l], N, I, m->stream);
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I, 1.0f);
-    rmsnorm_backward(m, s->dres_bf, a->xn, a->mid[l], param(m, FOX_P_ln2_w, l), grad(m, FOX_P_ln2_w, l), N, 1);
+    rmsnorm_backward(m, s->dres_bf, l < m->outs_kept ? NULL : a->xn2[l], a->mid[l], param(m, FOX_P_ln2_w, l),
+                     grad(m, FOX_P_ln2_w, l), N, 1);
     mlp_weight_grads(m, l, B, T);
 }
 
@@ -1144,10 +1165,11 @@ static void attention_output_backward(Model *m, int l, int B, int T) {
     int N = B * T, D = c->d_model;
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
-    fox_output_backward(s->d_o, s->dproj, a->z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l], a->proj[l], m->NINP,
+    fox_output_backward(s->d_o, s->dproj, l < m->outs_kept ? NULL : a->z[l], ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn,
+                        a->o[l], a->proj[l], m->NINP,
                         c->output_gate ? m->cols.gate : -1, ow, N, c->n_head, m->Dh, s->colsum_rows, s->colsum_part,
                         m->stream);
-    linear_backward_weight(beside_begin(m), grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z, N, D, D, 1.0f);
+    linear_backward_weight(beside_begin(m), grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z[l], N, D, D, 1.0f);
     beside_end(m);
 }
 
@@ -1307,8 +1329,9 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
     fox_gsa_output_norm_backward(s->d_o, grad(m, FOX_P_onorm_w, l), s->dxn, a->o[l], ow, N, D, s->colsum_rows,
                                  s->colsum_part, m->stream);
-    fox_gsa_output_norm(a->z, a->o[l], ow, N, D, m->stream);  // z again, the forward's bits (one slice for all blocks)
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z, N, D, D, 1.0f);
+    if (l >= m->outs_kept)  // z again, the forward's bits (one slice for the blocks from outs_kept on)
+        fox_gsa_output_norm(a->z[l], a->o[l], ow, N, D, m->stream);
+    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z[l], N, D, D, 1.0f);
     fox_gsa_backward(gsa_args(m, l, B, T), m->stream);
     mixer_input_backward(m, l, B, T);
 }
@@ -1696,8 +1719,8 @@ static void decode_attention_block(Model *m, int l, const float *x, float *mid) 
     Cache *kc = &m->cache;
     int B = m->B, D = c->d_model, H = c->n_head, Dh = m->Dh, has_fg = c->forget_gate != FOX_FG_NONE;
     int acp = m->acp && model_has_c(m), cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
-    fox_decode_rmsnorm(a->xn, x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
-    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn, wbf(m, FOX_P_attn_in_w, l), D, m->NINP, 1);
+    fox_decode_rmsnorm(a->xn[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
+    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn[0], wbf(m, FOX_P_attn_in_w, l), D, m->NINP, 1);
     QkvInputs s = qkv_inputs(m, l, B, 1);
     s.proj = a->proj[0];
     CacheLayer cl = cache_layer(m, l);
@@ -1711,9 +1734,9 @@ static void decode_attention_block(Model *m, int l, const float *x, float *mid) 
         fox_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, acp ? kc->first : NULL, kc->part, B * H, Dh, kc->max_len,
                              kc->pos, kc->max_splits, m->stream, 1);
     }
-    fox_output_forward(a->z, a->o[0], a->proj[0], m->NINP, c->output_gate ? m->cols.gate : -1,
+    fox_output_forward(a->z[0], a->o[0], a->proj[0], m->NINP, c->output_gate ? m->cols.gate : -1,
                        c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, B, H, Dh, m->stream);
-    decode_linear(m, mid, x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), D, D, 1);
+    decode_linear(m, mid, x, CUDA_R_32F, D, a->z[0], wbf(m, FOX_P_attn_out_w, l), D, D, 1);
 }
 
 // Block l's Gated Slot Attention for the new token of each sequence: one step of the recurrence from the cached
@@ -1724,26 +1747,26 @@ static void decode_gsa_block(Model *m, int l, const float *x, float *mid) {
     Cache *kc = &m->cache;
     int B = m->B, D = c->d_model;
     size_t per_layer = (size_t)B * c->gsa_heads * GSA_SLOTS * m->Dh;
-    fox_decode_rmsnorm(a->xn, x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
-    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn, wbf(m, FOX_P_attn_in_w, l), D, m->NINP, 1);
+    fox_decode_rmsnorm(a->xn[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
+    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn[0], wbf(m, FOX_P_attn_in_w, l), D, m->NINP, 1);
     fox_gsa_decode(a->o[0], kc->gsa_S + l * per_layer, kc->gsa_U + l * per_layer, a->proj[0], gsa_shape(m, B, 1), m->stream);
-    fox_gsa_output_norm(a->z, a->o[0], param(m, FOX_P_onorm_w, l), B, D, m->stream);
-    decode_linear(m, mid, x, CUDA_R_32F, D, a->z, wbf(m, FOX_P_attn_out_w, l), D, D, 1);
+    fox_gsa_output_norm(a->z[0], a->o[0], param(m, FOX_P_onorm_w, l), B, D, m->stream);
+    decode_linear(m, mid, x, CUDA_R_32F, D, a->z[0], wbf(m, FOX_P_attn_out_w, l), D, D, 1);
 }
 
 // Block l's MLP for the decode step's B rows: x = mid + W_down SwiGLU(W_in RMSNorm(mid)). CPU: mlp_forward.
 static void decode_mlp_block(Model *m, int l, const float *mid, float *x) {
     Acts *a = &m->a;
     int B = m->B, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
-    fox_decode_rmsnorm(a->xn, mid, param(m, FOX_P_ln2_w, l), B, D, m->stream, 1);
+    fox_decode_rmsnorm(a->xn2[0], mid, param(m, FOX_P_ln2_w, l), B, D, m->stream, 1);
     const bf16 *w_in = wbf(m, FOX_P_mlp_in_w, l);
-    if (fox_decode_linear_fits(a->xn, w_in, B, D)) {
-        fox_decode_linear(a->mlp_h, NULL, a->xn, w_in, D, I, DECODE_SWIGLU, m->stream, 1);
+    if (fox_decode_linear_fits(a->xn2[0], w_in, B, D)) {
+        fox_decode_linear(a->mlp_h[0], NULL, a->xn2[0], w_in, D, I, DECODE_SWIGLU, m->stream, 1);
     } else {
-        linear_forward(&m->gemm, a->mlp_u[0], NULL, CUDA_R_16BF, 2 * I, a->xn, w_in, B, D, 2 * I);
-        fox_swiglu_forward(a->mlp_h, a->mlp_u[0], B, I, m->stream);
+        linear_forward(&m->gemm, a->mlp_u[0], NULL, CUDA_R_16BF, 2 * I, a->xn2[0], w_in, B, D, 2 * I);
+        fox_swiglu_forward(a->mlp_h[0], a->mlp_u[0], B, I, m->stream);
     }
-    decode_linear(m, x, mid, CUDA_R_32F, D, a->mlp_h, wbf(m, FOX_P_mlp_out_w, l), I, D, 1);
+    decode_linear(m, x, mid, CUDA_R_32F, D, a->mlp_h[0], wbf(m, FOX_P_mlp_out_w, l), I, D, 1);
 }
 
 // The kernels of a decode step, from the tokens in a->inputs to the final norm's rows in a->xnf, then the
@@ -1858,14 +1881,24 @@ static void check_device_memory(const Model *m, const Dist *d) {
               (need - ours) / gib, free_b / gib, d->local_rank, remedy);
 }
 
-// --recompute 0 keeps the attention q, k, v of as many blocks as the device's free memory holds with a
-// sixteenth of it to spare; the other blocks recompute theirs in the backward (the same bits).
-static void fit_qkv_kept(Model *m) {
-    size_t free_b = device_free_bytes(), spare = free_b / 16;
-    for (; m->qkv_kept > 0; m->qkv_kept--) {
-        size_t ours = device_bytes_needed(m, m->recompute, NULL, NULL, NULL);
-        if (ours + device_bytes_other(ours) + spare <= free_b) return;
-    }
+// Whether the model's buffers fit in free_b bytes with a sixteenth of them to spare.
+static int fits_with_spare(const Model *m, size_t free_b) {
+    size_t ours = device_bytes_needed(m, m->recompute, NULL, NULL, NULL);
+    return ours + device_bytes_other(ours) + free_b / 16 <= free_b;
+}
+
+// --recompute 0 keeps, as far as the device's free memory holds them with a sixteenth of it to spare, first
+// the attention q, k, v of as many blocks as fit (the others recompute theirs in the backward), then, once
+// every block keeps those, the norms', output gate's and SwiGLU's outputs (xn, z, h) of as many blocks (the
+// others' backward kernels write them again). The same bits either way.
+static void fit_kept_blocks(Model *m) {
+    size_t free_b = device_free_bytes();
+    int outs = m->outs_kept;
+    m->outs_kept = 0;
+    while (m->qkv_kept > 0 && !fits_with_spare(m, free_b)) m->qkv_kept--;
+    if (m->qkv_kept < m->cfg.n_layer) return;
+    m->outs_kept = outs;
+    while (m->outs_kept > 0 && !fits_with_spare(m, free_b)) m->outs_kept--;
 }
 
 // One GPU per rank: rank r of a node takes GPU r (or the one GPU a launcher left it, as srun's
@@ -1885,7 +1918,7 @@ static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Di
     size_t lo = 0, hi = lay.total;
     if (d->world > 1 && o->zero) zero_shard(lay.total, d->world, d->rank, &lo, &hi);
     model_setup(m, c, o, lo, hi);
-    fit_qkv_kept(m);
+    fit_kept_blocks(m);
     check_device_memory(m, d);
     model_create(m, o->seed);
     m->world = d->world;
@@ -1983,9 +2016,9 @@ static void run_model_report(Model *m) {
     size_t free_b, total_b;
     FOX_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    printf("memory (recompute %d, q, k, v kept in %d of %d blocks): %.2f GiB in use on the device of %.2f | ours: "
-           "weights+grads+AdamW %.2f, activations %.2f, backward scratch %.2f GiB\n", m->recompute, m->qkv_kept,
-           m->cfg.n_layer, (total_b - free_b) / gib, total_b / gib,
+    printf("memory (recompute %d, q, k, v kept in %d of %d blocks, xn, z, h in %d): %.2f GiB in use on the device of "
+           "%.2f | ours: weights+grads+AdamW %.2f, activations %.2f, backward scratch %.2f GiB\n", m->recompute,
+           m->qkv_kept, m->cfg.n_layer, m->outs_kept, (total_b - free_b) / gib, total_b / gib,
            m->bytes_weights / gib, m->bytes_acts / gib, m->bytes_scratch / gib);
 }
 

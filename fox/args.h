@@ -75,7 +75,7 @@
     F(INT, doc_sep, "doc-sep", 50256, 0, (1 << 30) - 1, "the document separator token of --doc-mask and --eval-doc-pos (GPT-2: <|endoftext|> 50256)") \
     F(BOOL, acp, "acp", 0, 0, 0, "Adaptive Computation Pruning, skip the attention tiles the forget gates make negligible (weights below e^-10/T of the row's largest; docs/model.md §1.5)") \
     F(BOOL, zero, "zero", 1, 0, 0, "ZeRO-1 with several ranks: each holds 1/N of the AdamW moments and updates 1/N of the weights, then they exchange them (train_fox)") \
-    F(INT, recompute, "recompute", 0, 0, 2, "activations recomputed in the backward: 0 the cheap ones (norm, gate, SwiGLU outputs; q, k, v where the device has no room to keep them), 1 also q, k, v and the MLP input, 2 whole blocks (train_fox; the CPU trainer keeps all)") \
+    F(INT, recompute, "recompute", 0, 0, 2, "activations recomputed in the backward: 0 only what the device has no room to keep (q, k, v; then the norm, gate and SwiGLU outputs), 1 also q, k, v, those outputs and the MLP input, 2 whole blocks (train_fox; the CPU trainer keeps all)") \
     F(BOOL, eval_only, "eval-only", 0, 0, 0, "no training: per-token loss of --init, or of the newest checkpoint in --out, on --val") \
     F(INT, eval_seqs, "eval-seqs", 64, 1, 2147483647, "--eval-only: validation sequences (fewer if the data holds fewer)") \
     F(INT, eval_seq_len, "eval-seq-len", 0, 0, 1 << 24, "--eval-only: context length, may exceed the training one; 0 = --seq-len") \

@@ -977,7 +977,7 @@ static inline void fox_output_forward(bf16 *z, const bf16 *o, const float *proj,
 // Backward of the above: dz (N, D) fp32 → d_o (N, D) bf16 (the attention's dO), the gate's dproj
 // columns, and with the norm the block partials of its weight gradient Σ d(on)⊙ô (head_partials_store).
 // z: the forward's output again, bitwise (head_sumsq, head_rstd_of: the same products), for the attn_out
-// weight-gradient GEMM that follows, so the forward need not keep it per block. Grid: (head, token block); a
+// weight-gradient GEMM that follows, so the forward need not keep it per block (NULL where it did). Grid: (head, token block); a
 // warp takes two tokens at a time (n and n + FOX_WARPS), their norms' reductions interleaved (warp_sums).
 // Backward of eq. 21 and 23. CPU: output_gate_backward, rmsnorm_backward (per head).
 template <int PER_LANE>
@@ -1009,7 +1009,7 @@ __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *p
                     gv *= sg;
                     y *= sg;
                 }
-                if (live[g]) z[n * D + hc + 32 * e] = __float2bfloat16(y);
+                if (live[g] && z) z[n * D + hc + 32 * e] = __float2bfloat16(y);
                 don[g][e] = gv;
                 wr[g][e] = w[e];
             }
@@ -1085,7 +1085,7 @@ __global__ void swiglu_forward_kernel(bf16 *hout, const bf16 *u, int N, int I) {
 
 // du from dh (bf16, as the official code's autocast gives it), and h = silu(a) ⊙ b again, bitwise (the
 // forward's products), for the mlp_out weight-gradient GEMM that follows, so the forward need not keep it
-// per block. CPU: swiglu_backward.
+// per block (hout NULL where it did). CPU: swiglu_backward.
 __global__ void swiglu_backward_kernel(bf16 *du, bf16 *hout, const bf16 *dh, const bf16 *u, int N, int I) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n;
     if (i >= swiglu_threads(N, I)) return;
@@ -1101,7 +1101,7 @@ __global__ void swiglu_backward_kernel(bf16 *du, bf16 *hout, const bf16 *dh, con
     }
     store_bf16_vec(du + n * 2 * I + j, da, cnt, vec);
     store_bf16_vec(du + n * 2 * I + I + j, db, cnt, vec);
-    store_bf16_vec(hout + n * I + j, h, cnt, vec);
+    if (hout) store_bf16_vec(hout + n * I + j, h, cnt, vec);
 }
 
 static inline void fox_swiglu_forward(bf16 *hout, const bf16 *u, int N, int I, cudaStream_t s) {

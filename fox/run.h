@@ -463,7 +463,7 @@ static void check_model_flags(const FoxArgs *a, const FoxConfig *cfg, int T, con
 // --eval-only, which recomputes whole blocks so the longest contexts fit).
 static ModelOptions model_options(const FoxArgs *a, int batch, int seq_len, int forward_only) {
     ModelOptions o = {batch, seq_len, (uint64_t)a->seed, forward_only, forward_only ? 2 : a->recompute, a->acp,
-                      a->doc_mask ? a->doc_sep : -1, a->zero, a->deterministic, 0, -1};
+                      a->doc_mask ? a->doc_sep : -1, a->zero, a->deterministic, 0, -1, -1};
     return o;
 }
 

@@ -30,6 +30,8 @@ typedef struct {
     int qkv_blocks;         // --recompute 0: the blocks (the first ones) whose attention q, k, v the forward
                             // keeps for the backward, the others' recomputed (GPU); -1: as many as the
                             // device has room for
+    int outs_blocks;        // the same for the norms', output gate's and SwiGLU's outputs, which the
+                            // backward's kernels otherwise write again (GPU)
 } ModelOptions;
 
 #define FOX_LOGITS_BYTES ((size_t)2 << 30)

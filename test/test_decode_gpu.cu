@@ -90,7 +90,7 @@ static int *random_tokens(int count, uint64_t seed) {
 
 // A forward-only model of B x T tokens with the weights w; doc_sep: the document mask's separator (-1: none).
 static void test_model(Model *m, const FoxConfig *c, const float *w, int B, int T, int recompute, int acp, int doc_sep) {
-    ModelOptions o = {B, T, 7, 1, recompute, acp, doc_sep, 0, 1, 0, 0};
+    ModelOptions o = {B, T, 7, 1, recompute, acp, doc_sep, 0, 1, 0, 0, 0};
     model_init(m, c, &o);
     model_set_params(m, w);
 }

@@ -82,17 +82,18 @@ static void train_steps(Model *m, const OptConfig *o, int accum, const double *t
 // A deterministic training model of B x T tokens at a recompute level; logits_bytes 0: the default buffer;
 // doc_sep: the document mask's separator (-1: none).
 static ModelOptions test_options(int B, int T, int level, size_t logits_bytes, int doc_sep) {
-    ModelOptions o = {B, T, 1234, 0, level, 0, doc_sep, 0, 1, logits_bytes, 0};
+    ModelOptions o = {B, T, 1234, 0, level, 0, doc_sep, 0, 1, logits_bytes, 0, 0};
     return o;
 }
 
 // Gradients of one forward/backward at a recompute level (host copy), with the given logits buffer and
-// document mask, the q, k, v of the first qkv_blocks blocks kept (at level 0).
-static float *grads_at_level(const FoxConfig *c, int B, int T, int level, int qkv_blocks, size_t logits_bytes,
-                             int doc_sep, const float *params, const int *in, const int *tg) {
+// document mask, the first blocks' q, k, v (qkv_blocks of them) and xn, z, h (outs_blocks) kept (at level 0).
+static float *grads_at_level(const FoxConfig *c, int B, int T, int level, int qkv_blocks, int outs_blocks,
+                             size_t logits_bytes, int doc_sep, const float *params, const int *in, const int *tg) {
     Model m;
     ModelOptions o = test_options(B, T, level, logits_bytes, doc_sep);
     o.qkv_blocks = qkv_blocks;
+    o.outs_blocks = outs_blocks;
     model_init(&m, c, &o);
     model_set_params(&m, params);
     model_zero_grad(&m);
@@ -177,18 +178,19 @@ static void test_fixture(const char *dir, const char *name, size_t logits_bytes)
         check_rel(name, what, grads + p->offset, fixture_get(&fx, pname)->data, p->numel, TOL_GRAD);
     }
 
-    // Recomputation changes where activations come from, never their values; so does keeping q, k, v
-    // (level 0 above recomputes every block's, here every block keeps them, then the first alone).
+    // Recomputation changes where activations come from, never their values; so does keeping q, k, v and
+    // xn, z, h (level 0 above recomputes or rewrites every block's, here every block keeps them, then the
+    // first alone).
     for (int level = RECOMPUTE_NORM_MLP; level <= RECOMPUTE_BLOCK; level++) {
-        float *g = grads_at_level(&c, B, T, level, 0, logits_bytes, doc_sep, params, inputs, targets);
+        float *g = grads_at_level(&c, B, T, level, 0, 0, logits_bytes, doc_sep, params, inputs, targets);
         check(!memcmp(g, grads, m.lay.total * sizeof(float)), "%-18s --recompute %d: gradients bitwise equal to level 0", name, level);
         free(g);
     }
     const int kept[2] = {c.n_layer, 1};
     for (int i = 0; i < (c.n_layer > 1 ? 2 : 1); i++) {
-        float *g = grads_at_level(&c, B, T, RECOMPUTE_NONE, kept[i], logits_bytes, doc_sep, params, inputs, targets);
-        check(!memcmp(g, grads, m.lay.total * sizeof(float)), "%-18s q, k, v kept in %d of %d blocks: gradients bitwise equal",
-              name, kept[i], c.n_layer);
+        float *g = grads_at_level(&c, B, T, RECOMPUTE_NONE, kept[i], kept[i], logits_bytes, doc_sep, params, inputs, targets);
+        check(!memcmp(g, grads, m.lay.total * sizeof(float)),
+              "%-18s q, k, v and xn, z, h kept in %d of %d blocks: gradients bitwise equal", name, kept[i], c.n_layer);
         free(g);
     }
     free(grads);
@@ -281,10 +283,10 @@ static void test_determinism_long(void) {
     model_free(&m);
 }
 
-// Keeping q, k, v in some blocks and recomputing them in the others (between kept ones and the last
-// block, which the forward leaves in the shared slice): a 4-layer fox-pro model's gradients, bitwise those
-// of recomputing every block's.
-static void test_qkv_kept_blocks(void) {
+// Keeping q, k, v (and xn, z, h) in some blocks and recomputing (rewriting) them in the others (between kept
+// ones and the last block, which the forward leaves in the shared slices): a 4-layer fox-pro model's
+// gradients, bitwise those of keeping none.
+static void test_kept_blocks(void) {
     FoxConfig c = small_config("fox-pro", 512);
     c.n_layer = 4;
     int B = 2, T = 256, N = B * T;
@@ -296,15 +298,16 @@ static void test_qkv_kept_blocks(void) {
     model_free(&m);
     int *tok = (int *)fox_malloc((size_t)2 * N * sizeof(int));
     for (size_t i = 0; i < (size_t)2 * N; i++) tok[i] = (int)fox_rng_below(fox_rng_key(78, 0), i, (uint64_t)c.vocab_size);
-    float *g0 = grads_at_level(&c, B, T, RECOMPUTE_NONE, 0, 0, -1, params, tok, tok + N);
+    float *g0 = grads_at_level(&c, B, T, RECOMPUTE_NONE, 0, 0, 0, -1, params, tok, tok + N);
     size_t nonzero = 0;
     for (size_t i = 0; i < total; i++) nonzero += g0[i] != 0.0f;
-    check(nonzero > total / 2, "%-18s %zu of %zu gradients nonzero", "qkv kept", nonzero, total);
-    const int kept[3] = {1, 2, 4};
-    for (int i = 0; i < 3; i++) {
-        float *g = grads_at_level(&c, B, T, RECOMPUTE_NONE, kept[i], 0, -1, params, tok, tok + N);
-        check(!memcmp(g, g0, total * sizeof(float)), "%-18s q, k, v kept in %d of 4 blocks: gradients bitwise equal",
-              "qkv kept", kept[i]);
+    check(nonzero > total / 2, "%-18s %zu of %zu gradients nonzero", "kept blocks", nonzero, total);
+    const int kept[4][2] = {{1, 0}, {2, 0}, {4, 1}, {4, 4}};  // q, k, v; xn, z, h
+    for (int i = 0; i < 4; i++) {
+        float *g = grads_at_level(&c, B, T, RECOMPUTE_NONE, kept[i][0], kept[i][1], 0, -1, params, tok, tok + N);
+        check(!memcmp(g, g0, total * sizeof(float)),
+              "%-18s q, k, v kept in %d of 4 blocks, xn, z, h in %d: gradients bitwise equal", "kept blocks", kept[i][0],
+              kept[i][1]);
         free(g);
     }
     free(g0);
@@ -589,7 +592,7 @@ static void test_doc_acp_tiles(void) {
     long long live = -1, tiles = -1;
     for (int acp = 0; acp < 2; acp++) {
         Model m;
-        ModelOptions o = {B, T, 1234, 0, RECOMPUTE_NONE, acp, DOC_SEP, 0, 1, 0, 0};
+        ModelOptions o = {B, T, 1234, 0, RECOMPUTE_NONE, acp, DOC_SEP, 0, 1, 0, 0, 0};
         model_init(&m, &c, &o);
         model_zero_grad(&m);
         model_forward(&m, in, tg, B, T);
@@ -657,7 +660,7 @@ static void test_doc_windows(const char *preset) {
     double diff[2] = {0.0, 0.0};  // with the mask, without
     for (int masked = 1; masked >= 0; masked--) {
         Model m;
-        ModelOptions o = {1, T1, 1234, 1, RECOMPUTE_NONE, 0, masked ? DOC_SEP : -1, 0, 1, 0, 0};
+        ModelOptions o = {1, T1, 1234, 1, RECOMPUTE_NONE, 0, masked ? DOC_SEP : -1, 0, 1, 0, 0, 0};
         model_init(&m, &c, &o);
         float *l1 = (float *)fox_malloc((size_t)T1 * sizeof(float));
         model_forward(&m, in1, tg1, 1, T1);
@@ -705,7 +708,7 @@ int main(int argc, char **argv) {
     test_doc_windows("fox-pro");
     test_doc_windows("transformer-pro");
     test_determinism_long();
-    test_qkv_kept_blocks();
+    test_kept_blocks();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
