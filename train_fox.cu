@@ -63,9 +63,9 @@ typedef struct {
 #define FAM_WIDTHS(m) size_t D = (size_t)(m)->cfg.d_model, NINP = (size_t)(m)->NINP, H = (size_t)(m)->cfg.n_head, \
                              I = (size_t)(m)->cfg.mlp_hidden
 
-// Per-layer activations: each ** entry points at its layer's slice, or, for what the recompute level
-// drops (q, k, v: from block qkv_kept on), at one slice shared by those layers that the backward pass refills. The * entries hold one block's
-// at every level: the backward writes them again before their weight-gradient GEMM or the attention
+// Per-layer activations: each ** entry points at its layer's slice, or, for what the recompute level or the
+// device's room drops (q, k, v from block qkv_kept on, xn, xn2, z, mlp_h from block outs_kept on), at one slice
+// shared by those layers, which the backward writes again before their weight-gradient GEMM or the attention
 // backward (recompute_block; the norm, output and SwiGLU backward kernels rewrite xn, z and mlp_h bitwise).
 typedef struct {
     float *resid;   // (L+1, N, D): input of each block, then the last block's output (always kept)
@@ -73,8 +73,8 @@ typedef struct {
     bf16 **xn, **xn2;  // (N, D): RMSNorm(resid) and RMSNorm(mid), attn_in_w's and mlp_in_w's operands; blocks
                        // from outs_kept on share one slice for both (the backward writes each again)
     float **proj;   // (N, NINP): attn_in_w outputs (fp32: gates and shifts are formed in fp32)
-    bf16 **q, **k, **v;  // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE, kept for the
-                         // first qkv_kept blocks; GSA: (N + GSA_CHUNK, D), the Swish features (the rows past N stay zero)
+    bf16 **q, **k, **v;  // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE; GSA:
+                         // (N + GSA_CHUNK, D), the Swish features (the rows past N stay zero)
     float **c, **lse;    // (B, H, T): c = Σ log f (a forget gate or the document mask); attention log-sum-exp
     bf16 **o;       // (N, D): attention output
     bf16 **z;       // (N, D): o output-normed and gated (attn_out_w's operand)
@@ -626,7 +626,8 @@ static void model_free(Model *m) {
     void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xnf, a->logits,
                     a->losses, a->zero_c,
                     a->acp_kv_first, a->acp_q_last, a->doc_first, a->acp_live,
-                    a->inputs, a->targets, s->dres, s->dres_bf, s->dres_up_bf, s->dxn, s->dh, s->du, s->dproj, s->dq, s->dk, s->dv,
+                    a->inputs, a->targets, s->dres, s->dres_bf, s->dres_up_bf, s->dxn, s->dh, s->du, s->dproj, s->dq,
+                    s->dk, s->dv,
                     s->d_o, s->dc, s->dlogf, s->dfg, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
                     s->attn_scratch, s->bucket_token, s->bucket_start, s->bucket_pos, m->rope_cos, m->rope_sin,
                     a->gsa_dS, a->gsa_dU, a->gsa_decay, s->gsa_dSs, s->gsa_dUs, s->gsa_dsr, s->gsa_y, s->gsa_D1, s->gsa_Pt};
@@ -770,8 +771,8 @@ static void attention_block_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     attention_inputs_forward(m, l, B, T);
     const int *kv_first = acp_tables(m, l, B, T, 1) ? a->acp_kv_first : NULL;
-    fox_attention_forward(a->q[l], a->k[l], a->v[l], attention_c(m, l), a->o[l], a->lse[l], B, m->cfg.n_head, T, m->Dh, kv_first,
-                          m->stream);
+    fox_attention_forward(a->q[l], a->k[l], a->v[l], attention_c(m, l), a->o[l], a->lse[l], B, m->cfg.n_head, T, m->Dh,
+                          kv_first, m->stream);
     attention_output_forward(m, l, B, T);
 }
 
@@ -1200,8 +1201,8 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
     Scratch *s = &m->s;
     attention_output_backward(m, l, B, T);
     const int *q_last = acp_tables(m, l, B, T, 0) ? a->acp_q_last : NULL;
-    fox_attention_backward(a->q[l], a->k[l], a->v[l], attention_c(m, l), a->o[l], a->lse[l], s->d_o, s->dc, s->dlogf, s->dq, s->dk,
-                           s->dv, s->attn_scratch, B, m->cfg.n_head, T, m->Dh, q_last, m->deterministic, m->stream);
+    fox_attention_backward(a->q[l], a->k[l], a->v[l], attention_c(m, l), a->o[l], a->lse[l], s->d_o, s->dc, s->dlogf, s->dq,
+                           s->dk, s->dv, s->attn_scratch, B, m->cfg.n_head, T, m->Dh, q_last, m->deterministic, m->stream);
     attention_inputs_backward(m, l, B, T);
 }
 
@@ -1306,8 +1307,8 @@ static void fam_block_backward(Model *m, int l, int B, int T) {
     FamScratch *g = &m->fs;
     int H = m->cfg.n_head;
     attention_output_backward(m, l, B, T);
-    FoxAttnSums sums = fox_attention_backward_keys(a->q[l], a->k[l], a->v[l], attention_c(m, l), a->o[l], a->lse[l], s->d_o, s->dc,
-                                                   s->dk, s->dv, s->attn_scratch, B, H, T, m->Dh, a->fam_q_last,
+    FoxAttnSums sums = fox_attention_backward_keys(a->q[l], a->k[l], a->v[l], attention_c(m, l), a->o[l], a->lse[l], s->d_o,
+                                                   s->dc, s->dk, s->dv, s->attn_scratch, B, H, T, m->Dh, a->fam_q_last,
                                                    m->deterministic, m->stream);
     FamRows f0 = fam_state(m, l, 0, B);
     fam_token_memory_backward(sums.dq_acc, s->dc, sums.colsum, g->dk, g->dv, g->ds_rows, a->q[l], f0.k, f0.v, s->d_o,
@@ -1394,8 +1395,8 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
             lm_head_forward(m, r0, rows);
             fox_crossentropy(NULL, a->logits, a->targets + r0, rows, V, m->VP, 1.0f / N, 1, m->stream);
         }
-        linear_backward_input(&m->gemm, s->dxn + (size_t)r0 * D, CUDA_R_32F, a->logits, m->VP, wbf(m, FOX_P_lm_head_w, 0), rows, D, m->VP,
-                              dloss_scale);
+        linear_backward_input(&m->gemm, s->dxn + (size_t)r0 * D, CUDA_R_32F, a->logits, m->VP, wbf(m, FOX_P_lm_head_w, 0),
+                              rows, D, m->VP, dloss_scale);
         linear_backward_weight(&m->gemm, grad(m, FOX_P_lm_head_w, 0), a->logits, m->VP, a->xnf + (size_t)r0 * D, rows, D, V,
                                dloss_scale);
     }

@@ -977,8 +977,9 @@ static inline void fox_output_forward(bf16 *z, const bf16 *o, const float *proj,
 // Backward of the above: dz (N, D) fp32 → d_o (N, D) bf16 (the attention's dO), the gate's dproj
 // columns, and with the norm the block partials of its weight gradient Σ d(on)⊙ô (head_partials_store).
 // z: the forward's output again, bitwise (head_sumsq, head_rstd_of: the same products), for the attn_out
-// weight-gradient GEMM that follows, so the forward need not keep it per block (NULL where it did). Grid: (head, token block); a
-// warp takes two tokens at a time (n and n + FOX_WARPS), their norms' reductions interleaved (warp_sums).
+// weight-gradient GEMM that follows, so the forward need not keep it per block (NULL where it did). Grid:
+// (head, token block); a warp takes two tokens at a time (n and n + FOX_WARPS), their norms' reductions
+// interleaved (warp_sums).
 // Backward of eq. 21 and 23. CPU: output_gate_backward, rmsnorm_backward (per head).
 template <int PER_LANE>
 __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *part, const float *dz, const bf16 *o,
