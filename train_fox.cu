@@ -222,28 +222,24 @@ static void *dev_alloc(const Model *m, size_t bytes, size_t *counter) {
     return p;
 }
 
-// An array of L pointers into one allocation: layers [0, kept) have a slice each, the others (if any)
-// share one more (NULL when planning).
-static void **layer_slices(const Model *m, int L, size_t bytes, int kept, size_t *counter) {
-    char *base = (char *)dev_alloc(m, bytes * (kept < L ? kept + 1 : L), counter);
-    if (m->planning) return NULL;
-    void **p = (void **)fox_calloc((size_t)L, sizeof(void *));
-    for (int l = 0; l < L; l++) p[l] = base + bytes * (l < kept ? l : kept);
-    return p;
+// n arrays of L pointers (*out[0] .. *out[n-1]) into one allocation, which *out[0]'s first slice starts:
+// layers [0, kept) have a slice in each array, the others (if any) share one more across all n (NULL when
+// planning).
+static void layer_slice_arrays(const Model *m, int L, size_t bytes, int kept, int n, void ***out[], size_t *counter) {
+    char *base = (char *)dev_alloc(m, bytes * (size_t)n * (kept < L ? kept : L) + (kept < L ? bytes : 0), counter);
+    for (int i = 0; i < n; i++) {
+        *out[i] = NULL;
+        if (m->planning) continue;
+        *out[i] = (void **)fox_calloc((size_t)L, sizeof(void *));
+        for (int l = 0; l < L; l++) (*out[i])[l] = base + bytes * (size_t)(l < kept ? n * l + i : n * kept);
+    }
 }
 
-// Two such arrays in one allocation (*p1's first slice its start): layers [0, kept) have two slices each, the
-// others share one more between both arrays.
-static void layer_slice_pairs(const Model *m, int L, size_t bytes, int kept, void ***p1, void ***p2, size_t *counter) {
-    char *base = (char *)dev_alloc(m, bytes * (kept < L ? 2 * kept + 1 : 2 * L), counter);
-    *p1 = *p2 = NULL;
-    if (m->planning) return;
-    *p1 = (void **)fox_calloc((size_t)L, sizeof(void *));
-    *p2 = (void **)fox_calloc((size_t)L, sizeof(void *));
-    for (int l = 0; l < L; l++) {
-        (*p1)[l] = base + bytes * (l < kept ? 2 * l : 2 * kept);
-        (*p2)[l] = base + bytes * (l < kept ? 2 * l + 1 : 2 * kept);
-    }
+// One such array.
+static void **layer_slices(const Model *m, int L, size_t bytes, int kept, size_t *counter) {
+    void **p, ***out[1] = {&p};
+    layer_slice_arrays(m, L, bytes, kept, 1, out, counter);
+    return p;
 }
 
 static float *param(Model *m, int which, int layer) { return m->params + fox_param_offset(&m->lay, which, layer); }
@@ -387,7 +383,8 @@ static void model_alloc_acts(Model *m, int B, int T) {
     Acts *a = &m->a;
     a->resid = (float *)dev_alloc(m, (L + 1) * N * D * f, cnt);
     a->mid = (float **)layer_slices(m, L, N * D * f, keep_block, cnt);
-    layer_slice_pairs(m, L, N * D * h, m->outs_kept, (void ***)&a->xn, (void ***)&a->xn2, cnt);
+    void ***xns[2] = {(void ***)&a->xn, (void ***)&a->xn2};
+    layer_slice_arrays(m, L, N * D * h, m->outs_kept, 2, xns, cnt);
     a->proj = (float **)layer_slices(m, L, N * NINP * f, keep_block, cnt);
     a->q = (bf16 **)layer_slices(m, L, NQ * D * h, m->qkv_kept, cnt);
     a->k = (bf16 **)layer_slices(m, L, NQ * D * h, m->qkv_kept, cnt);
@@ -549,9 +546,9 @@ static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, siz
     m->VP = (c->vocab_size + 63) / 64 * 64;
     m->recompute = o->recompute;
     m->forward_only = o->forward_only;
-    int keeps = o->recompute == RECOMPUTE_NONE && !o->forward_only;
-    m->qkv_kept = !keeps ? 0 : o->qkv_blocks < 0 || o->qkv_blocks > c->n_layer ? c->n_layer : o->qkv_blocks;
-    m->outs_kept = !keeps ? 0 : o->outs_blocks < 0 || o->outs_blocks > c->n_layer ? c->n_layer : o->outs_blocks;
+    int keeps = o->recompute == RECOMPUTE_NONE && !o->forward_only, L = c->n_layer;
+    m->qkv_kept = !keeps ? 0 : o->qkv_blocks < 0 || o->qkv_blocks > L ? L : o->qkv_blocks;
+    m->outs_kept = !keeps ? 0 : o->outs_blocks < 0 || o->outs_blocks > L ? L : o->outs_blocks;
     m->acp = o->acp;
     m->doc_sep = o->doc_sep;
     m->deterministic = o->deterministic;
@@ -688,6 +685,10 @@ static void rmsnorm_forward(Model *m, bf16 *out, const float *in, const float *w
     fox_rmsnorm_forward(out, in, w, N, m->cfg.d_model, m->stream);
 }
 
+// Where the backward writes block l's xn, xn2, z or mlp_h again (slices: one of those arrays): its slice, or
+// NULL where the block kept it (outs_kept).
+static bf16 *rewritten(const Model *m, int l, bf16 **slices) { return l < m->outs_kept ? NULL : slices[l]; }
+
 // dres (+)= RMSNorm backward of dxn; dw += Σ dxn⊙x̂; xn (unless NULL) = the forward's RMSNorm(in)⊙w again.
 static void rmsnorm_backward(Model *m, bf16 *dres_bf, bf16 *xn, const float *in, const float *w, float *dw, int N,
                              int accumulate) {
@@ -733,7 +734,7 @@ static void mixer_input_backward(Model *m, int l, int B, int T) {
     int N = B * T, D = m->cfg.d_model, NINP = m->NINP;
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
     FOX_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->beside_done, 0));  // the weight gradients beside read xn, dres_up_bf
-    rmsnorm_backward(m, s->dres_up_bf, l < m->outs_kept ? NULL : a->xn[l], resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l),
+    rmsnorm_backward(m, s->dres_up_bf, rewritten(m, l, a->xn), resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l),
                      grad(m, FOX_P_ln1_w, l), N, 1);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn[l], N, D, m->cols.width, 1.0f);
 }
@@ -1150,10 +1151,10 @@ static void mlp_block_backward(Model *m, int l, int B, int T) {
     Scratch *s = &m->s;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
     linear_backward_input(&m->gemm, s->dh, CUDA_R_16BF, s->dres_up_bf, D, wbf(m, FOX_P_mlp_out_w, l), N, I, D, 1.0f);
-    fox_swiglu_backward(s->du, l < m->outs_kept ? NULL : a->mlp_h[l], s->dh, a->mlp_u[l], N, I, m->stream);
+    fox_swiglu_backward(s->du, rewritten(m, l, a->mlp_h), s->dh, a->mlp_u[l], N, I, m->stream);
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), N, D, 2 * I, 1.0f);
-    rmsnorm_backward(m, s->dres_bf, l < m->outs_kept ? NULL : a->xn2[l], a->mid[l], param(m, FOX_P_ln2_w, l),
-                     grad(m, FOX_P_ln2_w, l), N, 1);
+    rmsnorm_backward(m, s->dres_bf, rewritten(m, l, a->xn2), a->mid[l], param(m, FOX_P_ln2_w, l), grad(m, FOX_P_ln2_w, l),
+                     N, 1);
     mlp_weight_grads(m, l, B, T);
 }
 
@@ -1166,10 +1167,9 @@ static void attention_output_backward(Model *m, int l, int B, int T) {
     int N = B * T, D = c->d_model;
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
-    fox_output_backward(s->d_o, s->dproj, l < m->outs_kept ? NULL : a->z[l], ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn,
-                        a->o[l], a->proj[l], m->NINP,
-                        c->output_gate ? m->cols.gate : -1, ow, N, c->n_head, m->Dh, s->colsum_rows, s->colsum_part,
-                        m->stream);
+    fox_output_backward(s->d_o, s->dproj, rewritten(m, l, a->z), ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l],
+                        a->proj[l], m->NINP, c->output_gate ? m->cols.gate : -1, ow, N, c->n_head, m->Dh, s->colsum_rows,
+                        s->colsum_part, m->stream);
     linear_backward_weight(beside_begin(m), grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z[l], N, D, D, 1.0f);
     beside_end(m);
 }
@@ -1330,7 +1330,7 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
     fox_gsa_output_norm_backward(s->d_o, grad(m, FOX_P_onorm_w, l), s->dxn, a->o[l], ow, N, D, s->colsum_rows,
                                  s->colsum_part, m->stream);
-    if (l >= m->outs_kept)  // z again, the forward's bits (one slice for the blocks from outs_kept on)
+    if (rewritten(m, l, a->z))  // z again, the forward's bits (one slice for the blocks that do not keep it)
         fox_gsa_output_norm(a->z[l], a->o[l], ow, N, D, m->stream);
     linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z[l], N, D, D, 1.0f);
     fox_gsa_backward(gsa_args(m, l, B, T), m->stream);

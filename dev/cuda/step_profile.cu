@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
     TIME("gemm lm_head dW", 0, linear_backward_weight(&m.gemm, grad(&m, FOX_P_lm_head_w, 0), a->logits, m.VP, a->xnf, N, D, V, 1.0f));
     // Blocks that keep xn, z and h (outs_kept) skip their backward kernels' rewrites.
     const int kept = m.outs_kept > 0;
-    bf16 *rw_xn = kept ? NULL : a->xn2[0], *rw_z = kept ? NULL : a->z[0], *rw_h = kept ? NULL : a->mlp_h[0];
+    bf16 *rw_xn = rewritten(&m, 0, a->xn2), *rw_z = rewritten(&m, 0, a->z), *rw_h = rewritten(&m, 0, a->mlp_h);
     printf("--- backward (layer 0, x L)\n");
     if (m.qkv_kept < L) TIME("qkv recompute (fwd kernel)", 1, fox_qkv_forward(a->q[0], a->k[0], a->v[0], qs, m.stream));
     TIME("gemm mlp_out dx", 1, linear_backward_input(&m.gemm, s->dh, CUDA_R_16BF, s->dres_bf, D, wbf(&m, FOX_P_mlp_out_w, 0), N, I, D, 1.0f));
