@@ -218,39 +218,51 @@ static inline void fox_attention_forward(const __nv_bfloat16 *q, const __nv_bflo
     else fox_attn::forward<128>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 
-// Bytes of device scratch the backward needs: the fp32 dq accumulator, D = rowsum(dO * o), the dS column
-// sums and the order counters.
+// Bytes of device scratch the backward needs: the fp32 dq accumulators, D = rowsum(dO * o), the dS column
+// and row sums and the order counters.
 static inline size_t fox_attention_backward_scratch_bytes(int B, int H, int T, int dh) {
     return fox_attn::bwd_scratch_bytes(B, H, T, dh);
 }
 
-// The backward in two halves, for a caller whose queries also read keys the kernel does not see (TransformerFAM's
-// memory, fox/fam.cuh): fox_attention_backward_keys writes dk, dv (bf16) and leaves in the scratch the fp32 dq
-// accumulator (unscaled: Σ_j dS_ij k_j), D_i = dO_i·o_i, and the dS row sums in dc and minus column sums in colsum;
-// the caller adds its own keys' terms to dq_acc, dc and colsum; fox_attention_backward_finish then writes dq and
-// dc = dL/dc, dlogf = dL/dlog f. The sums' buffers are the scratch's (FoxAttnSums).
 typedef fox_attn::BwdSums FoxAttnSums;
 
-static inline FoxAttnSums fox_attention_backward_keys(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+// The backward's steps 1 and 2 (fox_attn::backward), the deterministic order in one chain if one_chain.
+static inline FoxAttnSums fox_attention_backward_sums(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                                       const __nv_bfloat16 *v, const float *c, const __nv_bfloat16 *o,
                                                       const float *lse, const __nv_bfloat16 *dout, float *dc,
                                                       __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H,
                                                       int T, int dh, const int *q_last, int deterministic,
-                                                      cudaStream_t s) {
+                                                      bool one_chain, cudaStream_t s) {
     fox_attn_check_dh(dh);
     if ((uintptr_t)o % 16 || (uintptr_t)dout % 16) {
         fprintf(stderr, "error: the attention backward needs o and dO 16-byte aligned\n");
         exit(EXIT_FAILURE);
     }
     const bool det = deterministic != 0;
-    if (dh == 64) fox_attn::backward<64>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, s);
-    else fox_attn::backward<128>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, s);
-    return fox_attn::bwd_sums(scratch, B, H, T, dh);
+    if (dh == 64)
+        return fox_attn::backward<64>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, one_chain, s);
+    return fox_attn::backward<128>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, one_chain, s);
+}
+
+// The backward in two halves, for a caller whose queries also read keys the kernel does not see (TransformerFAM's
+// memory, fox/fam.cuh): fox_attention_backward_keys writes dk, dv (bf16) and leaves in the scratch the fp32 dq
+// accumulator (unscaled: Σ_j dS_ij k_j; one: the deterministic order in one chain), D_i = dO_i·o_i, and the dS
+// row sums in dc and minus column sums in colsum; the caller adds its own keys' terms to dq_acc, dc and colsum;
+// fox_attention_backward_finish then writes dq and dc = dL/dc, dlogf = dL/dlog f. The sums' buffers are the
+// scratch's (FoxAttnSums).
+static inline FoxAttnSums fox_attention_backward_keys(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                                                      const __nv_bfloat16 *v, const float *c, const __nv_bfloat16 *o,
+                                                      const float *lse, const __nv_bfloat16 *dout, float *dc,
+                                                      __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H,
+                                                      int T, int dh, const int *q_last, int deterministic,
+                                                      cudaStream_t s) {
+    return fox_attention_backward_sums(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, dh, q_last, deterministic,
+                                       true, s);
 }
 
 static inline void fox_attention_backward_finish(FoxAttnSums sums, float *dc, float *dlogf, __nv_bfloat16 *dq, int B,
                                                  int H, int T, int dh, cudaStream_t s) {
-    fox_attn::bwd_dq(sums.dq_acc, dq, B, H, T, dh, s);
+    fox_attn::bwd_dq(sums, dc, dq, B, H, T, dh, s);
     fox_attention_reverse_scan(dc, sums.colsum, dlogf, B * H, T, s);
 }
 
@@ -263,8 +275,8 @@ static inline void fox_attention_backward(const __nv_bfloat16 *q, const __nv_bfl
                                           const __nv_bfloat16 *dout, float *dc, float *dlogf, __nv_bfloat16 *dq,
                                           __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                                           int dh, const int *q_last, int deterministic, cudaStream_t s) {
-    FoxAttnSums sums = fox_attention_backward_keys(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, dh, q_last,
-                                                   deterministic, s);
+    FoxAttnSums sums = fox_attention_backward_sums(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, dh, q_last,
+                                                   deterministic, false, s);
     fox_attention_backward_finish(sums, dc, dlogf, dq, B, H, T, dh, s);
 }
 

@@ -8,6 +8,8 @@
 #define FOX_ATTENTION_BACKWARD_CUH
 
 #include <math.h>                     // INFINITY, sqrtf
+#include <stdio.h>                    // fprintf
+#include <stdlib.h>                   // exit
 #include <cuda_runtime.h>             // dim3, cudaFuncSetAttribute, cudaMemsetAsync, cudaStream_t
 #include <cuda_bf16.h>                // __nv_bfloat16, __nv_bfloat162
 #include "acp.h"                      // FOX_ACP_BLOCK: q_last's grid
@@ -204,14 +206,15 @@ __device__ __forceinline__ void bwd_store_keys(__nv_bfloat16 *dk, __nv_bfloat16 
     }
 }
 
-// Key block nb's place in the add order of ACP row m (the same for every query tile of the row): `before` =
-// live key blocks above nb in the row (its adds wait for all of theirs), `last` = no live key block below nb.
+// Key block nb's place in the add order of ACP row m within its chain [lo, hi) (bwd_chain_lo; one chain:
+// [0, nblk)), the same for every query tile of the row: `before` = live key blocks of the chain above nb in the
+// row (its adds wait for all of theirs; 0: nb adds first), `last` = none of the chain's live blocks is below nb.
 // A row's live key blocks are contiguous, [kv_first[m], m] (fox/acp.h's staircase), and nb is one of them,
 // so every block above it is live, and one below is live iff block nb - 1 is (q_last[nb - 1] >= m): O(1),
 // no scan of the row on the path between two tiles' adds. Warp-uniform results.
-__device__ __forceinline__ void acp_order(int m, int nb, const int *qlh, int &before, bool &last) {
-    before = m - nb;
-    last = nb == 0 || (qlh && qlh[nb - 1] < m);
+__device__ __forceinline__ void acp_order(int m, int nb, int lo, int hi, const int *qlh, int &before, bool &last) {
+    before = min(m, hi - 1) - nb;
+    last = nb == lo || (qlh && qlh[nb - 1] < m);
 }
 
 // Backward, step 2: the gradients of Forgetting Attention, FoX paper Appendix E Algorithm 2 (docs/model.md
@@ -341,7 +344,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     auto ord_update = [&](int m) {
         if (m == ord_m) return;
         ord_m = m;
-        acp_order(m, nb, qlh, ord_before, ord_last);
+        acp_order(m, nb, 0, nblk, qlh, ord_before, ord_last);
     };
 
     // dQ = dS K of tile it-1 from its parked dS^T, added with the dc row sums to the fp32 accumulators.
@@ -467,6 +470,12 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 //   warp, once it holds t, has the copy engine add the whole tile with one bulk reduction, adds the dc sums,
 //   hands the smem tile back (barrier 2) once the engine has read it, and releases t after the reduction is
 //   complete. The compute warps then never wait for the order, and issue no dQ atomics.
+//   With Cfg::GROUPED (the API) the order runs in chains (bwd_chain_lo: key blocks [0, nblk/2), [nblk/2,
+//   3 nblk/4), ...), each with its own accumulator, dc row sums and counters, highest key block first within
+//   a chain; the grid launches the chain of the longest walks first, so the longest key blocks no longer come
+//   last (the single order's tail), while a block still only waits on blocks launched before it. The chain's
+//   first add to a tile (before = 0) stores it (a bulk copy) and nothing zeroes the accumulators; step 3 adds
+//   the chains that have a live block in the tile's row (bwd_chain_live), first to last.
 // - with Cfg::TMA (the API), the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies
 //   (TMA) of K and V once, then per query tile of Q and dO (each 64-column half one box, landing in the
 //   128-byte-swizzle layout the descriptors read; dO through a map [B][T][H dh] whose box starts at column
@@ -500,8 +509,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
                const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
                float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
-               float *__restrict__ dc, float *__restrict__ colsum, int *__restrict__ sem, int H, int T,
-               const int *__restrict__ q_last) {
+               float *__restrict__ dc, float *__restrict__ dc_chains, float *__restrict__ colsum,
+               int *__restrict__ sem, int H, int T, const int *__restrict__ q_last, int chains, int group) {
     constexpr int BM = Cfg::BM, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
     static_assert(BM == 64 || (BM == 128 && DH == 64), "query tiles of 64, or of 128 at d_h 64");
     constexpr int NSUB = BM / 64;        // sub-tiles of 64 queries per tile (see above)
@@ -525,24 +534,27 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
-    // Key block nb of head bh: highest first in each head (see above), or with LONGEST_FIRST (BwdAtomicCfg; a
-    // 1-D grid) key block 0 first in each group of Cfg::HEAD_GROUP heads.
+    // Key block nb of head bh, in chain `chain` (Cfg::GROUPED: bwd_block_of, `group` heads a group; else one
+    // chain, highest first in each head, head after head).
     const int nblk = (T + BWD_BN - 1) / BWD_BN;
-    int nb, bh;
-    if constexpr (Cfg::LONGEST_FIRST) {
-        grouped_longest_first((int)blockIdx.x, nblk, (int)gridDim.x / nblk, min(Cfg::HEAD_GROUP, (int)gridDim.x / nblk), nb,
-                              bh);
+    const int nheads = Cfg::GROUPED ? (int)gridDim.x / nblk : (int)gridDim.y;
+    int nb, bh, chain = 0;
+    if constexpr (Cfg::GROUPED) {
+        bwd_block_of((int)blockIdx.x, nblk, nheads, group, Cfg::ORDER, chains, nb, bh, chain);
     } else {
         nb = nblk - 1 - blockIdx.x;
         bh = blockIdx.y;
     }
+    const int chain_lo = bwd_chain_lo(chain, chains, nblk), chain_hi = bwd_chain_lo(chain + 1, chains, nblk);
     const int b = bh / H, h = bh % H;
     const size_t head_off = (size_t)bh * T;
     const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
     const float *ch = c + head_off, *lh = lse + head_off, *Dsh = Dg + head_off;
     const size_t ld_o = (size_t)H * DH;
     const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
-    float *dqh = dq_acc + (size_t)bh * dq_acc_rows(T) * DH;  // this head's accumulator (dq_acc_offset)
+    // This head's accumulators in its chain's (dq_acc_offset; dc's row sums: chain 0 in dc, the others after it).
+    float *dqh = dq_acc + ((size_t)chain * nheads + bh) * dq_acc_rows(T) * DH;
+    float *dch = chain == 0 ? dc + head_off : dc_chains + ((size_t)(chain - 1) * nheads + bh) * T;
     const int k0 = nb * BN;
     const float c_ref = ch[k0];
 
@@ -552,7 +564,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int qt_first = k0 / BM;
     const int qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
     const int ntiles = qt_last - qt_first + 1;
-    int *semh = sem + (size_t)bh * nqt;
+    int *semh = sem + ((size_t)chain * nheads + bh) * nqt;
 
     if constexpr (TMA) {
         if (tid == 0) {
@@ -572,17 +584,20 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             bool last = false;
             // DQ_BULK, query tile t acquired: once the compute warps have put its dQ and dc row sums in smem
             // (barrier 1), lane 0 has the copy engine add the dQ tile (one contiguous range of the accumulator,
-            // whole 64-row blocks), the lanes add the dc sums, the smem tile goes back to the compute warps
-            // (barrier 2) once read, and the adds are complete before the release.
-            auto bulk_add_dq = [&](int t) {
+            // whole 64-row blocks; the chain's first add in the order stores it, bwd_store_first), the lanes
+            // add the dc sums, the smem tile goes back to the compute warps (barrier 2) once read, and the adds
+            // are complete before the release.
+            auto bulk_add_dq = [&](int t, bool first) {
                 named_bar_sync(1, NTHREADS + 32);
                 const int i0 = t * BM, rows = min(BM, T - i0);
                 if (lane == 0) {
                     fence_proxy_async_global();  // the acquire before the copy engine's add
-                    bulk_reduce_add_f32(dqh + (size_t)i0 * DH, dQs, (uint32_t)(dq_acc_rows(rows) * DH * 4));
+                    const uint32_t bytes = (uint32_t)(dq_acc_rows(rows) * DH * 4);
+                    if (bwd_store_first<Cfg>() && first) bulk_store(dqh + (size_t)i0 * DH, dQs, bytes);
+                    else bulk_reduce_add_f32(dqh + (size_t)i0 * DH, dQs, bytes);
                     bulk_commit();
                 }
-                for (int r = lane; r < rows; r += 32) atomicAdd(dc + head_off + i0 + r, dcs[r]);
+                for (int r = lane; r < rows; r += 32) atomicAdd(dch + i0 + r, dcs[r]);
                 if (lane == 0) bulk_wait<true>();
                 __syncwarp();
                 if (t < qt_last) named_bar_arrive(2, NTHREADS + 32);
@@ -597,7 +612,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 const int m = t / TPB;
                 if (m != ord_row) {
                     ord_row = m;
-                    acp_order(m, nb, qlh, before, last);
+                    acp_order(m, nb, chain_lo, chain_hi, qlh, before, last);
                 }
                 if (Cfg::ORDER && lane == 0 && before > 0) {
                     unsigned spins = 0;
@@ -608,7 +623,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 }
                 __syncwarp();
                 if constexpr (DQ_BULK) {
-                    bulk_add_dq(t);
+                    bulk_add_dq(t, before == 0);
                 } else {
                     named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
                     named_bar_arrive(3, 128 + 32);
@@ -742,7 +757,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             if (qr0 < T) atomic_add2(dqh + dq_acc_offset(qr0, col, DH), dqa[nt][0], dqa[nt][1]);
             if (qr0 + 8 < T) atomic_add2(dqh + dq_acc_offset(qr0 + 8, col, DH), dqa[nt][2], dqa[nt][3]);
         }
-        if (tid < BM && i0 + tid < T) atomicAdd(dc + head_off + i0 + tid, rtot);
+        if (tid < BM && i0 + tid < T) atomicAdd(dch + i0 + tid, rtot);
         named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
     };
     // this warp's dS row sums of the 64 query columns from q0 (rsum: this thread's part) reduced over its keys,
@@ -898,91 +913,135 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     bwd_store_keys<DH>(dk, dv, colsum, head_off, j0, j1, T, tq, dka, dva, cs0, cs1, scale);
 }
 
-// Backward, step 3: dq (B, H, T, dh) = scale * the fp32 accumulator (dq_acc_offset's order, rows padded to
-// Tp = dq_acc_rows(T) per head), as bf16. A float4 of the accumulator is 4 adjacent columns of one row.
+// Backward, step 3: dq (B, H, T, dh) = scale * the sum of the fp32 accumulators (dq_acc_offset's order, rows
+// padded to Tp = dq_acc_rows(T) per head; `chains` of them, `stride` floats apart), as bf16, the chains added
+// first to last from +0 where bwd_chain_live (the others hold nothing of the row: never zeroed). A float4 of an
+// accumulator is 4 adjacent columns of one row. Then, with more than one chain, dc (chain 0's row sums) +=
+// the other chains' (dc_chains), in that order.
 template <int DH>
-__global__ void dq_convert_kernel(const float4 *__restrict__ acc, __nv_bfloat16 *__restrict__ dq, float scale, int T,
-                                  size_t n4) {
+__global__ void dq_convert_kernel(const float4 *__restrict__ acc, size_t stride4, int chains, const int *__restrict__ q_last,
+                                  __nv_bfloat16 *__restrict__ dq, float scale, int T, size_t n4, float *__restrict__ dc,
+                                  const float *__restrict__ dc_chains, size_t nvec) {
     const size_t head4 = dq_acc_rows(T) * DH / 4;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+    const int nblk = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
+    const size_t i0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = i0; i < n4; i += step) {
         const size_t bh = i / head4;
         const int o = (int)(i - bh * head4) * 4;  // offset in the head: blk 64 DH + ((slice, c / 8, half) 32 + lane) 2
         const int lane = o / 2 % 32, q = o / 64, half = q % 2, cg = q / 2 % (DH / 8), slice = q / 2 / (DH / 8);
         const int t = o / (DQ_BLOCK * DH) * DQ_BLOCK + slice % 4 * 16 + half * 8 + lane / 4;
         if (t >= T) continue;
-        const float4 x = acc[i];
+        const int *qlh = q_last ? q_last + bh * nblk : nullptr;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int c = 0; c < chains; c++) {
+            if (!bwd_chain_live(c, chains, nblk, t / FOX_ACP_BLOCK, qlh)) continue;
+            const float4 a = acc[c * stride4 + i];
+            x.x = __fadd_rn(x.x, a.x), x.y = __fadd_rn(x.y, a.y), x.z = __fadd_rn(x.z, a.z), x.w = __fadd_rn(x.w, a.w);
+        }
         uint2 out;
         out.x = pack_bf16(x.x * scale, x.y * scale);
         out.y = pack_bf16(x.z * scale, x.w * scale);
         *reinterpret_cast<uint2 *>(dq + (bh * T + t) * DH + cg * 8 + lane % 4 * 2) = out;
     }
+    if (chains > 1)
+        for (size_t i = i0; i < nvec; i += step) {
+            float x = dc[i];
+            for (int c = 1; c < chains; c++) x += dc_chains[(c - 1) * nvec + i];
+            dc[i] = x;
+        }
 }
 
-// Scratch layout (fp32 unless noted): dq accumulator (B H Tp dh, dq_acc_offset's order), D (B H T), dS column
-// sums (B H T), order counters (int, B H ceil(T/16): enough for any query tile of >= 16 rows).
-inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)B * H * ((T + 15) / 16); }
+// Scratch layout (fp32 unless noted): BWD_CHAINS dq accumulators (B H Tp dh each, dq_acc_offset's order), D
+// (B H T), dS column sums (B H T), the dc row sums of chains 1.. (B H T each), order counters (int, BWD_CHAINS
+// x B H ceil(T/16): enough for any query tile of >= 16 rows).
+inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)BWD_CHAINS * B * H * ((T + 15) / 16); }
 inline size_t bwd_dq_acc_count(int B, int H, int T, int dh) { return (size_t)B * H * dq_acc_rows(T) * dh; }
 inline size_t bwd_scratch_bytes(int B, int H, int T, int dh) {
-    return (bwd_dq_acc_count(B, H, T, dh) + 2 * (size_t)B * H * T) * sizeof(float) + bwd_sem_count(B, H, T) * sizeof(int);
+    return (BWD_CHAINS * bwd_dq_acc_count(B, H, T, dh) + (BWD_CHAINS + 1) * (size_t)B * H * T) * sizeof(float) +
+           bwd_sem_count(B, H, T) * sizeof(int);
 }
 
-// The scratch's parts: the fp32 dq accumulator (unscaled: Σ_j dS_ij k_j), D = rowsum(dO * o), the minus dS
-// column sums (fox_attention_reverse_scan's second operand).
+// The scratch's parts: the fp32 dq accumulators (unscaled: Σ_j dS_ij k_j), D = rowsum(dO * o), the minus dS
+// column sums (fox_attention_reverse_scan's second operand), the other chains' dc row sums, the order counters;
+// and what step 3 needs to read the accumulators: how many chains were used, and the ACP hook they followed.
 struct BwdSums {
-    float *dq_acc, *D, *colsum;
+    float *dq_acc, *D, *colsum, *dc_chains;
+    int *sem;
+    int chains;
+    const int *q_last;
 };
 
-inline BwdSums bwd_sums(void *scratch, int B, int H, int T, int dh) {
+inline BwdSums bwd_sums(void *scratch, int B, int H, int T, int dh, int chains, const int *q_last) {
     const size_t nvec = (size_t)B * H * T;
     BwdSums p;
     p.dq_acc = static_cast<float *>(scratch);
-    p.D = p.dq_acc + bwd_dq_acc_count(B, H, T, dh);
+    p.D = p.dq_acc + BWD_CHAINS * bwd_dq_acc_count(B, H, T, dh);
     p.colsum = p.D + nvec;
+    p.dc_chains = p.colsum + nvec;
+    p.sem = reinterpret_cast<int *>(p.dc_chains + (BWD_CHAINS - 1) * nvec);
+    p.chains = chains;
+    p.q_last = q_last;
     return p;
 }
 
-// Step 1 of the backward, and the zeroed accumulators step 2 adds into (dq, the dc row sums, the order counters
-// for query tiles of BM rows).
+// Step 1 of the backward, and the zeroed accumulators step 2 adds into (dq unless zero_dq is false: the kernel
+// stores each tile's first add; the dc row sums of every chain, the order counters for query tiles of BM rows).
 template <int DH, int BM>
-void bwd_prepare(const __nv_bfloat16 *o, const __nv_bfloat16 *dout, float *dc, const BwdSums &p, int *sem, int B,
+void bwd_prepare(const __nv_bfloat16 *o, const __nv_bfloat16 *dout, float *dc, const BwdSums &p, bool zero_dq, int B,
                  int H, int T, cudaStream_t s) {
     const size_t nvec = (size_t)B * H * T;
     dot_do_o<DH>(dout, o, p.D, B, H, T, s);
-    FOX_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, bwd_dq_acc_count(B, H, T, DH) * sizeof(float), s));
+    if (zero_dq) FOX_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, bwd_dq_acc_count(B, H, T, DH) * sizeof(float), s));
     FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
-    FOX_CUDA_CHECK(cudaMemsetAsync(sem, 0, (size_t)B * H * ((T + BM - 1) / BM) * sizeof(int), s));
+    if (p.chains > 1) FOX_CUDA_CHECK(cudaMemsetAsync(p.dc_chains, 0, (p.chains - 1) * nvec * sizeof(float), s));
+    FOX_CUDA_CHECK(cudaMemsetAsync(p.sem, 0, (size_t)p.chains * B * H * ((T + BM - 1) / BM) * sizeof(int), s));
 }
 
 // Steps 1 and 2 of the backward; leaves the dS row sums in dc, the minus column sums and the unscaled dq in the
 // scratch (bwd_sums), for step 3 (bwd_dq) and the final step (fox_attention_reverse_scan).
 template <int DH, int BM, int MINB, bool DET>
-void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
-                  const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc,
-                  __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
-                  const int *q_last, cudaStream_t s) {
-    const BwdSums p = bwd_sums(scratch, B, H, T, DH);
-    int *sem = reinterpret_cast<int *>(p.colsum + (size_t)B * H * T);
-    bwd_prepare<DH, BM>(o, dout, dc, p, sem, B, H, T, s);
+BwdSums backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                     const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc,
+                     __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
+                     const int *q_last, cudaStream_t s) {
+    const BwdSums p = bwd_sums(scratch, B, H, T, DH, 1, q_last);
+    bwd_prepare<DH, BM>(o, dout, dc, p, true, B, H, T, s);
     const size_t smem = bwd_smem_bytes<DH, BM>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, DET>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + BWD_BN - 1) / BWD_BN, B * H);
     bwd_kernel<DH, BM, MINB, DET><<<grid, NTHREADS, smem, s>>>(q, k, v, c, dout, lse, p.D, p.dq_acc, dk, dv, dc,
-                                                              p.colsum, sem, H, T, q_last);
+                                                              p.colsum, p.sem, H, T, q_last);
     FOX_LAUNCH_CHECK();
+    return p;
+}
+
+// The group of heads of the deterministic backward's launch order (Cfg::GROUPED with HEAD_GROUP 0): as many
+// heads as keep their Q, dO and one fp32 dQ accumulator, T d_h 8 bytes a head, within 32 MB (of the H100's 50
+// MB of L2), at most 8: 4 at (T, d_h) = (16384, 64), 2 at (16384, 128), 8 at (4096, 128), each the fastest of 1,
+// 2, 4 and 8 heads there; at (4096, 64) 8 and 4 level, 16 1.5% slower (dev/cuda/NOTES.md, session 16).
+inline int bwd_head_group(int T, int dh) {
+    const long long g = (32LL << 20) / ((long long)T * dh * 8);
+    return g > 8 ? 8 : g > 1 ? (int)g : 1;
 }
 
 // The same with bwd_ws_kernel (Hopper; Cfg: the API's BwdDetCfg or BwdAtomicCfg, or another form of the dev
-// programs). With Cfg::TMA the tensor maps are encoded per call
-// (host work only; they carry the pointers) and passed by value; without it they are unused (zeros).
+// programs), the order in `chains` chains (1 to BWD_CHAINS; 1 without the order or GROUPED). With Cfg::TMA the
+// tensor maps are encoded per call (host work only; they carry the pointers) and passed by value; without it
+// they are unused (zeros).
 template <int DH, class Cfg = BwdDetCfg<DH>>
-void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
-                 const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
-                 __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, cudaStream_t s) {
+BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                    const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
+                    __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, int chains,
+                    cudaStream_t s) {
     constexpr int BM = Cfg::BM;
-    const BwdSums p = bwd_sums(scratch, B, H, T, DH);
-    int *sem = reinterpret_cast<int *>(p.colsum + (size_t)B * H * T);
-    bwd_prepare<DH, BM>(o, dout, dc, p, sem, B, H, T, s);
+    if (chains < 1 || chains > BWD_CHAINS) {
+        fprintf(stderr, "error: the attention backward's order takes 1 to %d chains, not %d\n", BWD_CHAINS, chains);
+        exit(EXIT_FAILURE);
+    }
+    if (!Cfg::ORDER || !Cfg::GROUPED) chains = 1;
+    const BwdSums p = bwd_sums(scratch, B, H, T, DH, chains, q_last);
+    bwd_prepare<DH, BM>(o, dout, dc, p, !bwd_store_first<Cfg>(), B, H, T, s);
     const size_t smem = bwd_ws_smem_bytes<DH, BM, Cfg::DQ_BULK>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CUtensorMap tq = {}, tk = {}, tv = {}, tdo = {};
@@ -993,33 +1052,45 @@ void backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
         tdo = tma_map_bf16_3d(dout, H * DH, T, B, BM);
     }
     const int nblk = (T + BWD_BN - 1) / BWD_BN;
-    const dim3 grid = Cfg::LONGEST_FIRST ? dim3(nblk * B * H) : dim3(nblk, B * H);
+    const dim3 grid = Cfg::GROUPED ? dim3(nblk * B * H) : dim3(nblk, B * H);
+    const int want = Cfg::HEAD_GROUP > 0 ? Cfg::HEAD_GROUP : bwd_head_group(T, DH), group = want < B * H ? want : B * H;
     bwd_ws_kernel<DH, Cfg><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc,
-                                                              dk, dv, dc, p.colsum, sem, H, T, q_last);
+                                                              dk, dv, dc, p.dc_chains, p.colsum, p.sem, H, T, q_last,
+                                                              chains, group);
     FOX_LAUNCH_CHECK();
+    return p;
 }
 
-// Step 3: dq = scale · the accumulator, in bf16.
-inline void bwd_dq(const float *dq_acc, __nv_bfloat16 *dq, int B, int H, int T, int dh, cudaStream_t s) {
+// Step 3: dq = scale · the accumulators' sum, in bf16; dc = the chains' row sums (p: step 2's bwd_sums).
+inline void bwd_dq(const BwdSums &p, float *dc, __nv_bfloat16 *dq, int B, int H, int T, int dh, cudaStream_t s) {
     const size_t n4 = bwd_dq_acc_count(B, H, T, dh) / 4, blocks = (n4 + 255) / 256;
     const unsigned grid = (unsigned)(blocks < 4096 ? blocks : 4096);
-    const float4 *acc = reinterpret_cast<const float4 *>(dq_acc);
-    if (dh == 64) dq_convert_kernel<64><<<grid, 256, 0, s>>>(acc, dq, 1.f / sqrtf((float)dh), T, n4);
-    else dq_convert_kernel<128><<<grid, 256, 0, s>>>(acc, dq, 1.f / sqrtf((float)dh), T, n4);
+    const float4 *acc = reinterpret_cast<const float4 *>(p.dq_acc);
+    const size_t nvec = (size_t)B * H * T;
+    if (dh == 64)
+        dq_convert_kernel<64><<<grid, 256, 0, s>>>(acc, n4, p.chains, p.q_last, dq, 1.f / sqrtf((float)dh), T, n4, dc,
+                                                   p.dc_chains, nvec);
+    else
+        dq_convert_kernel<128><<<grid, 256, 0, s>>>(acc, n4, p.chains, p.q_last, dq, 1.f / sqrtf((float)dh), T, n4, dc,
+                                                    p.dc_chains, nvec);
     FOX_LAUNCH_CHECK();
 }
 
 // Steps 1 and 2 as the public API runs them. On Hopper (needs an sm_90a build) bwd_ws_kernel (warpgroup MMA,
 // a TMA producer, dQ through the copy engine), in the sync warp's order or (det false) in arrival order;
-// otherwise bwd_kernel on mma.sync, with the staggered warp-level order or plain fp32 atomics.
+// otherwise bwd_kernel on mma.sync, with the staggered warp-level order or plain fp32 atomics. one_chain: the
+// deterministic order in one chain (one accumulator, complete after this step, for a caller that adds to it).
 template <int DH>
-void backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
-              const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
-              __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, bool det, cudaStream_t s) {
+BwdSums backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                 const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
+                 __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, bool det, bool one_chain,
+                 cudaStream_t s) {
     constexpr int BM = BwdCfg<DH>::BM, MINB = BwdCfg<DH>::MINB;
     if (use_wgmma()) {
-        if (det) return backward_ws<DH>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
-        return backward_ws<DH, BwdAtomicCfg<DH>>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
+        if (det)
+            return backward_ws<DH>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last,
+                                   one_chain ? 1 : BWD_CHAINS, s);
+        return backward_ws<DH, BwdAtomicCfg<DH>>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, 1, s);
     }
     if (det) return backward_cfg<DH, BM, MINB, true>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
     return backward_cfg<DH, BM, MINB, false>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);

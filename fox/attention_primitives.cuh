@@ -373,6 +373,15 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, const float *src
     __trap();
 #endif
 }
+// Bulk copy by the copy engine (sm_90): the same operands as bulk_reduce_add_f32, the bytes stored, not added.
+__device__ __forceinline__ void bulk_store(float *dst, const float *src, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                 ::"l"(dst), "r"(smem_u32(src)), "r"(bytes) : "memory");
+#else
+    __trap();
+#endif
+}
 __device__ __forceinline__ void bulk_commit() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");

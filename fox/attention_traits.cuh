@@ -117,22 +117,59 @@ template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
 // the P^T / dS^T loop); BM, the query rows per tile: 64, or 128 at d_h 64 (two sub-tiles of 64 per tile);
 // DQ_BULK, a tile's dQ goes through smem to one bulk add by the copy engine (else fp32 atomics from registers);
 // ORDER, the key blocks add a query tile in the fixed order (else as they come: --deterministic 0).
+// GROUPED, the launch order: a 1-D grid in groups of HEAD_GROUP heads (0: bwd_head_group's, by T and d_h;
+// bwd_block_of): with ORDER, in each group the first chain's key blocks, highest first, every head's at each
+// rank, then the next chain's; without it every head's key block 0 (the longest walk), then every head's key
+// block 1, ... Else the grid (key blocks, heads), highest key block first, head after head (one chain). Small
+// groups keep a head's Q, dO and dQ accumulator in L2 for its blocks resident at once; all heads at once
+// measured 33% slower at T 4096 (dev/cuda/NOTES.md, session 11).
 template <int DH> struct BwdDetCfg {
-    static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true;
-    static constexpr bool LONGEST_FIRST = false;  // the grid's order (bwd_ws_kernel)
+    static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true, GROUPED = true;
     static constexpr int TURNS = DH == 128 ? 2 : 0;
     static constexpr int BM = DH == 64 ? 128 : 64;
+    static constexpr int HEAD_GROUP = 0;
 };
 // The same kernel form without the order (the API's nondeterministic backward on Hopper), its blocks launched
-// longest first: with no order to keep, nothing waits on a block launched later.
-// LONGEST_FIRST's launch order (grouped_longest_first): groups of HEAD_GROUP heads, in each every head's key
-// block 0 (the longest walk), then every head's key block 1, ... Small groups are meant to keep a head's Q, dO
-// and dQ accumulator in L2 for the ~33 of its blocks resident at once; all heads at once measured 33% slower
-// at T 4096 (dev/cuda/NOTES.md, session 11).
+// longest first in groups of 4 heads: with no order to keep, nothing waits on a block launched later.
 template <int DH> struct BwdAtomicCfg : BwdDetCfg<DH> {
-    static constexpr bool ORDER = false, LONGEST_FIRST = true;
+    static constexpr bool ORDER = false;
     static constexpr int HEAD_GROUP = 4;
 };
+// With the order, the first add of each query tile to its chain's accumulator stores it (bwd_ws_kernel): the
+// accumulators are not zeroed first (bwd_dq reads only what was stored).
+template <class Cfg> __host__ __device__ constexpr bool bwd_store_first() { return Cfg::ORDER && Cfg::DQ_BULK; }
+
+// The deterministic order's chains (docs/model.md §1.6): a head's key blocks [0, nblk) split into `chains`
+// ranges [lo(c), lo(c + 1)), halving: [0, nblk/2), [nblk/2, 3 nblk/4), ..., the last up to nblk (empty ones at
+// small nblk). Each chain adds into its own dQ accumulator and dc row sums in its own fixed order (highest
+// key block first), so its blocks wait only on blocks of the chain, and a chain of short walks launched after
+// one of long walks keeps the order: the launch is longest chain first with no block ever waiting on one
+// launched after it. bwd_dq adds the chains, first to last.
+inline constexpr int BWD_CHAINS = 4;  // the API's deterministic backward; the scratch holds this many
+__host__ __device__ __forceinline__ int bwd_chain_lo(int c, int chains, int nblk) {
+    return c >= chains ? nblk : nblk - (nblk >> c);
+}
+// Whether chain c has a live key block in ACP row m (q_last: the ACP hook, this head's, or NULL): its first
+// block is at or below the diagonal, and it holds the diagonal block m or its highest block is live there (the
+// row's live blocks are [kv_first[m], m], fox/acp.h). A chain without one never touched the row's tiles.
+__host__ __device__ __forceinline__ bool bwd_chain_live(int c, int chains, int nblk, int m, const int *qlh) {
+    const int lo = bwd_chain_lo(c, chains, nblk), hi = bwd_chain_lo(c + 1, chains, nblk);
+    return lo <= m && lo < hi && (m < hi || !qlh || qlh[hi - 1] >= m);
+}
+
+// Block i of a GROUPED backward's 1-D grid (BwdDetCfg, above; nheads x nblk blocks): its key block nb, head bh
+// and chain. ordered: the chains' order (rank r of chain [lo, hi) is key block lo + hi - 1 - r); else longest
+// first (one chain).
+__device__ __forceinline__ void bwd_block_of(int i, int nblk, int nheads, int group, bool ordered, int chains, int &nb,
+                                             int &bh, int &chain) {
+    int rank;
+    grouped_longest_first(i, nblk, nheads, group, rank, bh);
+    chain = 0;
+    nb = rank;
+    if (!ordered) return;
+    while (rank >= bwd_chain_lo(chain + 1, chains, nblk)) chain++;
+    nb = bwd_chain_lo(chain, chains, nblk) + bwd_chain_lo(chain + 1, chains, nblk) - 1 - rank;
+}
 
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24
 // = 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).

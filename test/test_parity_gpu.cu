@@ -283,6 +283,114 @@ static void test_determinism_long(void) {
     model_free(&m);
 }
 
+// A device copy of n bf16 values drawn from N(0, sd) (stream `stream` of seed 79).
+static bf16 *random_bf16(size_t n, double sd, uint64_t stream) {
+    bf16 *h = (bf16 *)fox_malloc(n * sizeof(bf16)), *d;
+    for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16((float)(sd * fox_rng_normal(fox_rng_key(79, stream), i)));
+    FOX_CUDA_CHECK(cudaMalloc(&d, n * sizeof(bf16)));
+    FOX_CUDA_CHECK(cudaMemcpy(d, h, n * sizeof(bf16), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+// The host copy of n device values of `size` bytes each.
+static void *host_copy(const void *dev, size_t n, size_t size) {
+    void *h = fox_malloc(n * size);
+    FOX_CUDA_CHECK(cudaMemcpy(h, dev, n * size, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// max |a - b| / max |b| over n values of type T (bf16 or float).
+template <class T> static double max_rel_diff(const T *a, const T *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)(float)a[i] - (double)(float)b[i]));
+        r = fmax(r, fabs((double)(float)b[i]));
+    }
+    return r > 0 ? d / r : d;
+}
+
+// The deterministic attention backward in its chains (fox_attention_backward, fox/attention_traits.cuh:
+// bwd_chain_lo) against the one-chain order (fox_attention_backward_keys + _finish) at T = 2000 (16 key blocks:
+// four chains), without ACP and with a staircase of 6 live key blocks a row (rows where whole chains are
+// dead): dk and dv bitwise equal (no chain sums them), dq, dc and dlogf equal up to the fp32 adds' order, and
+// the chains' result the same bits from scratch poisoned with NaN and with zeros (no unwritten accumulator read).
+static void test_attention_chains(void) {
+    const int B = 1, H = 3, T = 2000, BH = B * H, nblk = fox_acp_blocks(T);
+    const size_t nv = (size_t)BH * T;
+    int kvf[BH * 16], qls[BH * 16];
+    for (int bh = 0; bh < BH; bh++)
+        for (int n = 0; n < nblk; n++) {
+            kvf[bh * nblk + n] = n > 5 ? n - 5 : 0;
+            qls[bh * nblk + n] = n + 5 < nblk ? n + 5 : nblk - 1;
+        }
+    float *hc = (float *)fox_malloc(nv * sizeof(float));
+    for (int bh = 0; bh < BH; bh++) {
+        double acc = 0;
+        for (int t = 0; t < T; t++) {  // log f = log sigmoid(3 + N(0, 1))
+            acc -= log1p(exp(-(3.0 + fox_rng_normal(fox_rng_key(79, 9), (size_t)bh * T + t))));
+            hc[(size_t)bh * T + t] = (float)acc;
+        }
+    }
+    float *c, *lse, *dc, *dlogf;
+    int *kv_first, *q_last;
+    FOX_CUDA_CHECK(cudaMalloc(&c, nv * sizeof(float)));
+    FOX_CUDA_CHECK(cudaMalloc(&lse, nv * sizeof(float)));
+    FOX_CUDA_CHECK(cudaMalloc(&dc, nv * sizeof(float)));
+    FOX_CUDA_CHECK(cudaMalloc(&dlogf, nv * sizeof(float)));
+    FOX_CUDA_CHECK(cudaMalloc(&kv_first, sizeof(kvf)));
+    FOX_CUDA_CHECK(cudaMalloc(&q_last, sizeof(qls)));
+    FOX_CUDA_CHECK(cudaMemcpy(c, hc, nv * sizeof(float), cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(kv_first, kvf, sizeof(kvf), cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(q_last, qls, sizeof(qls), cudaMemcpyHostToDevice));
+    for (int dh = 64; dh <= 128; dh *= 2)
+        for (int acp = 0; acp < 2; acp++) {
+            const size_t n = nv * dh, sbytes = fox_attention_backward_scratch_bytes(B, H, T, dh);
+            bf16 *q = random_bf16(n, 1.0, 1), *k = random_bf16(n, 1.0, 2), *v = random_bf16(n, 1.0, 3);
+            bf16 *dout = random_bf16(n, 1.0, 4), *o, *g[3];
+            void *scratch;
+            FOX_CUDA_CHECK(cudaMalloc(&o, n * sizeof(bf16)));
+            for (int i = 0; i < 3; i++) FOX_CUDA_CHECK(cudaMalloc(&g[i], n * sizeof(bf16)));
+            FOX_CUDA_CHECK(cudaMalloc(&scratch, sbytes));
+            fox_attention_forward(q, k, v, c, o, lse, B, H, T, dh, acp ? kv_first : NULL, 0);
+            void *out[3][5];  // chains from NaN, chains from zeros, one chain: dq, dk, dv, dc, dlogf
+            for (int r = 0; r < 3; r++) {
+                FOX_CUDA_CHECK(cudaMemset(scratch, r == 1 ? 0x00 : 0xff, sbytes));
+                if (r < 2) {
+                    fox_attention_backward(q, k, v, c, o, lse, dout, dc, dlogf, g[0], g[1], g[2], scratch, B, H, T, dh,
+                                           acp ? q_last : NULL, 1, 0);
+                } else {
+                    FoxAttnSums sums = fox_attention_backward_keys(q, k, v, c, o, lse, dout, dc, g[1], g[2], scratch, B, H,
+                                                                   T, dh, acp ? q_last : NULL, 1, 0);
+                    fox_attention_backward_finish(sums, dc, dlogf, g[0], B, H, T, dh, 0);
+                }
+                for (int i = 0; i < 3; i++) out[r][i] = host_copy(g[i], n, sizeof(bf16));
+                out[r][3] = host_copy(dc, nv, sizeof(float));
+                out[r][4] = host_copy(dlogf, nv, sizeof(float));
+            }
+            int same = 1;
+            for (int i = 0; i < 5; i++) same &= !memcmp(out[0][i], out[1][i], i < 3 ? n * sizeof(bf16) : nv * sizeof(float));
+            const int kv_same = !memcmp(out[0][1], out[2][1], n * sizeof(bf16)) &&
+                                !memcmp(out[0][2], out[2][2], n * sizeof(bf16));
+            const double edq = max_rel_diff((bf16 *)out[0][0], (bf16 *)out[2][0], n);
+            const double edc = max_rel_diff((float *)out[0][3], (float *)out[2][3], nv);
+            const double edl = max_rel_diff((float *)out[0][4], (float *)out[2][4], nv);
+            check(same && kv_same && edq < 1e-2 && edc < 1e-5 && edl < 1e-5,
+                  "%-18s d_h %d, %s: from NaN and zeros the same bits %s; dk, dv as one chain's %s; dq, dc, dlogf against "
+                  "one chain's %.2e %.2e %.2e (tol 1e-2, 1e-5, 1e-5)",
+                  "attention chains", dh, acp ? "ACP, 6 live key blocks a row" : "no ACP", same ? "yes" : "NO",
+                  kv_same ? "bitwise" : "DIFFER", edq, edc, edl);
+            for (int r = 0; r < 3; r++)
+                for (int i = 0; i < 5; i++) free(out[r][i]);
+            bf16 *bufs[] = {q, k, v, dout, o, g[0], g[1], g[2]};
+            for (int i = 0; i < 8; i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
+            FOX_CUDA_CHECK(cudaFree(scratch));
+        }
+    void *rest[] = {c, lse, dc, dlogf, kv_first, q_last};
+    for (int i = 0; i < 6; i++) FOX_CUDA_CHECK(cudaFree(rest[i]));
+    free(hc);
+}
+
 // Keeping q, k, v (and xn, z, h) in some blocks and recomputing (rewriting) them in the others (between kept
 // ones and the last block, which the forward leaves in the shared slices): a 4-layer fox-pro model's
 // gradients, bitwise those of keeping none.
@@ -709,6 +817,7 @@ int main(int argc, char **argv) {
     test_doc_windows("transformer-pro");
     test_determinism_long();
     test_kept_blocks();
+    test_attention_chains();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

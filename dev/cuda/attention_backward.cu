@@ -89,7 +89,7 @@
 //                     256.7 / 331.7, 227.1 / 293.3 (run 2).
 // 29-35 (session 8, "the deterministic backward with the forward's lessons"; bwd_ws_kernel's forms): the then API's
 // deterministic kernel (13 / 15) with the forward's three changes, every one bitwise the API's results (the
-// same arithmetic in the same order; checked by `api_bits`). Backward TFLOP/s on an H200 (1980 MHz, one run,
+// same arithmetic in the same order; checked by `one_chain_bits`). Backward TFLOP/s on an H200 (1980 MHz, one run,
 // 2026-11-25 23:10 UTC) at T 4096 / 16384, d_h 64 | d_h 128, beside 13 / 15: 276.0 / 314.9 | 308.5 / 348.4.
 // ptxas (nvcc 13.0, sm_90a), spill stores at d_h 64 / 128 (13 / 15: 0 / 4 bytes) after the colon.
 // 29 the causal mask on the diagonal tiles alone (two copies of the P^T / dS^T loop): 0 / 64.
@@ -115,6 +115,9 @@
 //    42 the same launched in 40's order (NOTES.md session 11).
 // 45, 46 (session 12): 41 in groups of 8 and 16 heads: level with 41 at every bench shape (H100: T 4096 351.9 /
 //    354.1 against 353.9, T 16384 B 1 H 12 435.1 / 427.1 against 434.4).
+// 47-50 (session 16): the API's deterministic form (since session 16: its order in BWD_CHAINS chains, each
+//    with its own accumulator, launched longest chain first in groups of 4 heads; NOTES.md session 16) in one,
+//    two, three and four chains; 47 gives 40's bits.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
@@ -348,7 +351,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                 const int m = t / TPB;
                 if (m != ord_row) {
                     ord_row = m;
-                    acp_order(m, nb, qlh, before, last);
+                    acp_order(m, nb, 0, nblk, qlh, before, last);
                 }
                 if (MODE != BWD_SYNC_WG_PIPE_NOWAIT && lane == 0 && before > 0) {
                     unsigned spins = 0;
@@ -386,7 +389,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
                     const int m = (qt_first + it) / TPB;
                     if (m != ord_row) {
                         ord_row = m;
-                        acp_order(m, nb, qlh, before, last);
+                        acp_order(m, nb, 0, nblk, qlh, before, last);
                     }
                     if (MODE == BWD_SYNC_NOWAIT && lane == 0 && before > 0) {
                         (void)ld_acquire_gpu(semh + qt_first + it);  // the load, without waiting on it
@@ -474,7 +477,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     auto ord_update = [&](int m) {
         if (m == ord_m) return;
         ord_m = m;
-        acp_order(m, nb, qlh, ord_before, ord_last);
+        acp_order(m, nb, 0, nblk, qlh, ord_before, ord_last);
     };
 
     // dQ of tile it-1 = dS K from its parked dS^T. WG: warpgroup w4 takes all 64 query rows and dh columns
@@ -794,27 +797,31 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
 // issues it after its acquire and waits for it before its release; the accumulator in fragment order).
 template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = false> struct DevDetCfg {
     static constexpr int TURNS = TURNS_;
-    static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, LONGEST_FIRST = false;
+    static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, GROUPED = false;
+    static constexpr int HEAD_GROUP = 1;  // unused: not GROUPED
     static constexpr int BM = BM_;
 };
 // Version 42: the API's nondeterministic form (41) launched as the deterministic one, highest key block first in
 // each head, head after head.
 template <int DH> struct DevAtomicHeadMajorCfg : BwdAtomicCfg<DH> {
-    static constexpr bool LONGEST_FIRST = false;
+    static constexpr bool GROUPED = false;
 };
 // Versions 45, 46: the API's nondeterministic form (41) launched longest first in groups of G heads.
 template <int DH, int G> struct DevAtomicGroupCfg : BwdAtomicCfg<DH> {
     static constexpr int HEAD_GROUP = G;
 };
-// Steps 1 to 4 of the backward with bwd_ws_kernel in the form Cfg as step 2.
-template <int DH, class Cfg>
+// Versions 51-53: the API's deterministic form launched in groups of G heads.
+template <int DH, int G> struct DevDetGroupCfg : BwdDetCfg<DH> {
+    static constexpr int HEAD_GROUP = G;
+};
+// Steps 1 to 4 of the backward with bwd_ws_kernel in the form Cfg as step 2, its order (if any) in CHAINS chains.
+template <int DH, class Cfg, int CHAINS = 1>
 void backward_ws_steps(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                        const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
                        __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                        const int *q_last, cudaStream_t s) {
-    backward_ws<DH, Cfg>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);
-    const BwdSums p = bwd_sums(scratch, B, H, T, DH);
-    bwd_dq(p.dq_acc, dq, B, H, T, DH, s);
+    const BwdSums p = backward_ws<DH, Cfg>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, CHAINS, s);
+    bwd_dq(p, dc, dq, B, H, T, DH, s);
     fox_attention_reverse_scan(dc, p.colsum, dlogf, B * H, T, s);
 }
 
@@ -837,7 +844,7 @@ struct Version {
     const char *name;
     BwdFn mma64, mma128, wg64, wg128;  // the paths this version runs on (NULL: not built for it)
     bool nondet;                // not deterministic: accuracy checked, bitwise repeat reported, not required
-    bool api_bits;              // the API's deterministic add order: its results must equal the API's bit for bit
+    bool one_chain_bits;        // the one-chain add order: its results must equal version 40's bit for bit
 };
 #define MMA64(M) backward_cfg<64, 64, 1, fox_attn_dev::M, false>
 #define MMA128(M) backward_cfg<128, 32, 1, fox_attn_dev::M, false>
@@ -921,6 +928,27 @@ static const Version versions[] = {
     {46, "41 in groups of 16 heads", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicGroupCfg<64, 16>>,
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicGroupCfg<128, 16>>, true, false},
+    {47, "the deterministic API's form in one chain (40's order, launched in groups of 4 heads)", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn::BwdDetCfg<64>, 1>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn::BwdDetCfg<128>, 1>, false, true},
+    {48, "the deterministic API's form in two chains", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn::BwdDetCfg<64>, 2>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn::BwdDetCfg<128>, 2>, false, false},
+    {49, "the deterministic API's form in three chains", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn::BwdDetCfg<64>, 3>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn::BwdDetCfg<128>, 3>, false, false},
+    {50, "the deterministic API's form in four chains", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn::BwdDetCfg<64>, 4>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn::BwdDetCfg<128>, 4>, false, false},
+    {51, "50 launched in groups of 1 head", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetGroupCfg<64, 1>, 4>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetGroupCfg<128, 1>, 4>, false, false},
+    {52, "50 launched in groups of 2 heads", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetGroupCfg<64, 2>, 4>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetGroupCfg<128, 2>, 4>, false, false},
+    {53, "50 launched in groups of 8 heads", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetGroupCfg<64, 8>, 4>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetGroupCfg<128, 8>, 4>, false, false},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
@@ -948,17 +976,17 @@ static std::vector<unsigned char> backward_bytes(const bf16 *gq, const bf16 *gk,
     return out;
 }
 
-// Whether fn's dq, dk, dv, dc, dlogf equal the deterministic API's bit for bit (the same add order).
-static bool same_bits_as_api(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o,
+// Whether fn's dq, dk, dv, dc, dlogf equal version 40's bit for bit (the same add order: one chain).
+static bool same_bits_as_one_chain(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o,
                              const float *lse, const bf16 *dout, float *dc, float *dlogf, bf16 *gq, bf16 *gk, bf16 *gv,
                              void *scratch, int B, int H, int T, int dh, const int *q_last, BwdFn fn) {
     const size_t n = (size_t)B * H * T * dh, nv = (size_t)B * H * T;
-    BwdFn api = dh == 64 ? api_backward<64, 1> : api_backward<128, 1>;
-    api(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
+    BwdFn one = dh == 64 ? backward_det_cfg<64, 0, true, true, 128, true> : backward_det_cfg<128, 2, true, false, 64, true>;
+    one(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
     const std::vector<unsigned char> want = backward_bytes(gq, gk, gv, dc, dlogf, n, nv);
     fn(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
     const bool same = backward_bytes(gq, gk, gv, dc, dlogf, n, nv) == want;
-    printf("    bitwise equal to the API's deterministic backward: %s\n", same ? "PASS" : "FAIL");
+    printf("    bitwise equal to the one-chain order's (version 40): %s\n", same ? "PASS" : "FAIL");
     return same;
 }
 
@@ -977,8 +1005,8 @@ static bool run_checks(const char *only) {
                 char name[160];
                 snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
                 all &= check_backward(p, fn[i], name, v.nondet);
-                if (v.api_bits)
-                    all &= same_bits_as_api(p.q, p.k, p.v, p.c, p.o, p.lse, p.dout, p.dc, p.dlogf, p.gq, p.gk, p.gv,
+                if (v.one_chain_bits)
+                    all &= same_bits_as_one_chain(p.q, p.k, p.v, p.c, p.o, p.lse, p.dout, p.dc, p.dlogf, p.gq, p.gk, p.gv,
                                             p.scratch, s.B, s.H, s.T, s.dh, p.q_last, fn[i]);
             }
         }
@@ -1002,8 +1030,8 @@ static bool run_bench(const char *only, int nshapes) {
                 char name[160];
                 snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
                 ok &= bench_backward(b, fn[i], name, v.nondet);
-                if (v.api_bits)
-                    ok &= same_bits_as_api(b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv,
+                if (v.one_chain_bits)
+                    ok &= same_bits_as_one_chain(b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv,
                                            b.scratch, b.B, b.H, b.T, b.dh, nullptr, fn[i]);
             }
         }
