@@ -246,7 +246,7 @@ static inline FoxAttnSums fox_attention_backward_sums(const __nv_bfloat16 *q, co
 
 // The backward in two halves, for a caller whose queries also read keys the kernel does not see (TransformerFAM's
 // memory, fox/fam.cuh): fox_attention_backward_keys writes dk, dv (bf16) and leaves in the scratch the fp32 dq
-// accumulator (unscaled: Σ_j dS_ij k_j; one: the deterministic order in one chain), D_i = dO_i·o_i, and the dS
+// accumulator (unscaled: Σ_j dS_ij k_j; in one chain, so one sum), D_i = dO_i·o_i, and the dS
 // row sums in dc and minus column sums in colsum; the caller adds its own keys' terms to dq_acc, dc and colsum;
 // fox_attention_backward_finish then writes dq and dc = dL/dc, dlogf = dL/dlog f. The sums' buffers are the
 // scratch's (FoxAttnSums).

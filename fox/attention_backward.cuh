@@ -914,7 +914,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 }
 
 // Backward, step 3: dq (B, H, T, dh) = scale * the sum of the fp32 accumulators (dq_acc_offset's order, rows
-// padded to Tp = dq_acc_rows(T) per head; `chains` of them, `stride` floats apart), as bf16, the chains added
+// padded to Tp = dq_acc_rows(T) per head; `chains` of them, stride4 float4s apart), as bf16, the chains added
 // first to last from +0 where bwd_chain_live (the others hold nothing of the row: never zeroed). A float4 of an
 // accumulator is 4 adjacent columns of one row. Then, with more than one chain, dc (chain 0's row sums) +=
 // the other chains' (dc_chains), in that order.
