@@ -70,7 +70,7 @@
     F(BOOL, stop_at_eot, "stop-at-eot", 1, 0, 0, "a sequence ends at <|endoftext|>") \
     F(STR, tokenizer, "tokenizer", "data/gpt2_tokenizer.bin", 0, 0, "GPT-2 vocabulary file: encodes the prompt, decodes samples") \
     F(INT, log_every, "log-every", 1, 1, 2147483647, "print a training line every N steps") \
-    F(BOOL, deterministic, "deterministic", 1, 0, 0, "bitwise reproducible attention backward; off: adds in arrival order, longest key blocks first (the backward 4-10% faster on Hopper at T 16384; train_fox; the CPU trainer is always deterministic)") \
+    F(BOOL, deterministic, "deterministic", 1, 0, 0, "bitwise reproducible attention backward; off: adds in arrival order, longest key blocks first (the backward 2-3% faster on Hopper; train_fox; the CPU trainer is always deterministic)") \
     F(BOOL, doc_mask, "doc-mask", 0, 0, 0, "no attention across documents: the forget gate closes at every --doc-sep token, which starts a document (docs/model.md §1.8)") \
     F(INT, doc_sep, "doc-sep", 50256, 0, (1 << 30) - 1, "the document separator token of --doc-mask and --eval-doc-pos (GPT-2: <|endoftext|> 50256)") \
     F(BOOL, acp, "acp", 0, 0, 0, "Adaptive Computation Pruning, skip the attention tiles the forget gates make negligible (weights below e^-10/T of the row's largest; docs/model.md §1.5)") \
