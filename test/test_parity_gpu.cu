@@ -42,11 +42,14 @@ static float *fixture_host_params(const Model *m, const Fixture *fx, const char 
     return host;
 }
 
-static float *device_copy(const float *dev, size_t n) {
-    float *h = (float *)fox_malloc(n * sizeof(float));
-    FOX_CUDA_CHECK(cudaMemcpy(h, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+// The host copy of n device values of `size` bytes each.
+static void *host_copy(const void *dev, size_t n, size_t size) {
+    void *h = fox_malloc(n * size);
+    FOX_CUDA_CHECK(cudaMemcpy(h, dev, n * size, cudaMemcpyDeviceToHost));
     return h;
 }
+
+static float *device_copy(const float *dev, size_t n) { return (float *)host_copy(dev, n, sizeof(float)); }
 
 // Fresh optimizer state and the given weights.
 static void reset_model(Model *m, const float *host_params) {
@@ -291,13 +294,6 @@ static bf16 *random_bf16(size_t n, double sd, uint64_t stream) {
     FOX_CUDA_CHECK(cudaMemcpy(d, h, n * sizeof(bf16), cudaMemcpyHostToDevice));
     free(h);
     return d;
-}
-
-// The host copy of n device values of `size` bytes each.
-static void *host_copy(const void *dev, size_t n, size_t size) {
-    void *h = fox_malloc(n * size);
-    FOX_CUDA_CHECK(cudaMemcpy(h, dev, n * size, cudaMemcpyDeviceToHost));
-    return h;
 }
 
 // max |a - b| / max |b| over n values of type T (bf16 or float).
