@@ -527,6 +527,13 @@ static void upload_fam_rope_tables(Model *m) {
     free(sn);
 }
 
+// The blocks (the first `want`; -1 or more than L: all L) that keep an activation at --recompute 0 (ModelOptions'
+// qkv_blocks, outs_blocks); none at other levels or for a forward-only model.
+static int kept_blocks(const ModelOptions *o, int want, int L) {
+    if (o->recompute != RECOMPUTE_NONE || o->forward_only) return 0;
+    return want < 0 || want > L ? L : want;
+}
+
 // The model's shape and options, nothing allocated: this rank's AdamW moments are elements
 // [shard_lo, shard_hi) of the flat vector.
 static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, size_t shard_lo, size_t shard_hi) {
@@ -546,9 +553,8 @@ static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, siz
     m->VP = (c->vocab_size + 63) / 64 * 64;
     m->recompute = o->recompute;
     m->forward_only = o->forward_only;
-    int keeps = o->recompute == RECOMPUTE_NONE && !o->forward_only, L = c->n_layer;
-    m->qkv_kept = !keeps ? 0 : o->qkv_blocks < 0 || o->qkv_blocks > L ? L : o->qkv_blocks;
-    m->outs_kept = !keeps ? 0 : o->outs_blocks < 0 || o->outs_blocks > L ? L : o->outs_blocks;
+    m->qkv_kept = kept_blocks(o, o->qkv_blocks, c->n_layer);
+    m->outs_kept = kept_blocks(o, o->outs_blocks, c->n_layer);
     m->acp = o->acp;
     m->doc_sep = o->doc_sep;
     m->deterministic = o->deterministic;
