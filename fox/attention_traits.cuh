@@ -103,11 +103,11 @@ template <int DH, int BM> size_t bwd_smem_bytes() {
 
 // Backward smem with a TMA producer (bwd_ws_kernel, 384 threads: two compute warpgroups and a third that holds
 // the sync warp and the producer): bwd_smem_bytes' tiles, then the mbarriers (K/V full, Q/dO/row-stat full and
-// empty per stage, 2 stages; K/V empty) and two work-item slots (the persistent form's).
+// empty per stage, 2 stages).
 // With DQ_BULK, before the mbarriers: the query tile's dQ in the accumulator's order (dq_acc_offset) and its dc
 // row sums, for the copy engine's and the sync warp's adds.
 template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
-    return bwd_smem_bytes<DH, BM>() + (DQ_BULK ? (size_t)BM * (DH + 1) * 4 : 0) + 6 * 8 + 2 * 4;
+    return bwd_smem_bytes<DH, BM>() + (DQ_BULK ? (size_t)BM * (DH + 1) * 4 : 0) + 5 * 8;
 }
 
 // The deterministic Hopper backward's form per head size (bwd_ws_kernel; each measured faster at its size,
@@ -125,7 +125,6 @@ template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
 // measured 33% slower at T 4096 (dev/cuda/NOTES.md, session 11).
 template <int DH> struct BwdDetCfg {
     static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true, GROUPED = true;
-    static constexpr bool PERSISTENT = false;
     static constexpr int TURNS = DH == 128 ? 2 : 0;
     static constexpr int BM = DH == 64 ? 128 : 64;
     static constexpr int HEAD_GROUP = 0;

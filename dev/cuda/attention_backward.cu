@@ -798,7 +798,6 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
 template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = false> struct DevDetCfg {
     static constexpr int TURNS = TURNS_;
     static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, GROUPED = false;
-    static constexpr bool PERSISTENT = false;
     static constexpr int HEAD_GROUP = 1;  // unused: not GROUPED
     static constexpr int BM = BM_;
 };
@@ -814,15 +813,6 @@ template <int DH, int G> struct DevAtomicGroupCfg : BwdAtomicCfg<DH> {
 // Versions 51-53: the API's deterministic form launched in groups of G heads.
 template <int DH, int G> struct DevDetGroupCfg : BwdDetCfg<DH> {
     static constexpr int HEAD_GROUP = G;
-};
-// Versions 54, 55 (session 17): the API's deterministic and nondeterministic forms with PERSISTENT, one block an SM
-// walking key blocks in the launch order (a work counter), the next key block's K / V copy issued once the
-// compute warps have read the current one's, under their dK / dV stores and the sync warp's last adds.
-template <int DH> struct DevDetPersistentCfg : BwdDetCfg<DH> {
-    static constexpr bool PERSISTENT = true;
-};
-template <int DH> struct DevAtomicPersistentCfg : BwdAtomicCfg<DH> {
-    static constexpr bool PERSISTENT = true;
 };
 // Steps 1 to 4 of the backward with bwd_ws_kernel in the form Cfg as step 2, its order (if any) in CHAINS chains.
 template <int DH, class Cfg, int CHAINS = 1>
@@ -855,7 +845,6 @@ struct Version {
     BwdFn mma64, mma128, wg64, wg128;  // the paths this version runs on (NULL: not built for it)
     bool nondet;                // not deterministic: accuracy checked, bitwise repeat reported, not required
     bool one_chain_bits;        // the one-chain add order: its results must equal version 40's bit for bit
-    bool api_bits;              // the API's add order: its results must equal the API's bit for bit
 };
 #define MMA64(M) backward_cfg<64, 64, 1, fox_attn_dev::M, false>
 #define MMA128(M) backward_cfg<128, 32, 1, fox_attn_dev::M, false>
@@ -960,11 +949,6 @@ static const Version versions[] = {
     {53, "50 launched in groups of 8 heads", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetGroupCfg<64, 8>, 4>,
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetGroupCfg<128, 8>, 4>, false, false},
-    {54, "50 persistent: one block an SM walking key blocks in launch order", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetPersistentCfg<64>, 4>,
-     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetPersistentCfg<128>, 4>, false, false, true},
-    {55, "41 persistent", nullptr, nullptr, fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicPersistentCfg<64>>,
-     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicPersistentCfg<128>>, true, false},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
@@ -992,32 +976,18 @@ static std::vector<unsigned char> backward_bytes(const bf16 *gq, const bf16 *gk,
     return out;
 }
 
-// Whether fn's dq, dk, dv, dc, dlogf equal those of `ref` (named `what`) bit for bit.
-static bool same_bits_as(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o, const float *lse,
-                         const bf16 *dout, float *dc, float *dlogf, bf16 *gq, bf16 *gk, bf16 *gv, void *scratch, int B,
-                         int H, int T, int dh, const int *q_last, BwdFn fn, BwdFn ref, const char *what) {
+// Whether fn's dq, dk, dv, dc, dlogf equal version 40's bit for bit (the same add order: one chain).
+static bool same_bits_as_one_chain(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o,
+                             const float *lse, const bf16 *dout, float *dc, float *dlogf, bf16 *gq, bf16 *gk, bf16 *gv,
+                             void *scratch, int B, int H, int T, int dh, const int *q_last, BwdFn fn) {
     const size_t n = (size_t)B * H * T * dh, nv = (size_t)B * H * T;
-    ref(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
+    BwdFn one = dh == 64 ? backward_det_cfg<64, 0, true, true, 128, true> : backward_det_cfg<128, 2, true, false, 64, true>;
+    one(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
     const std::vector<unsigned char> want = backward_bytes(gq, gk, gv, dc, dlogf, n, nv);
     fn(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
     const bool same = backward_bytes(gq, gk, gv, dc, dlogf, n, nv) == want;
-    printf("    bitwise equal to %s: %s\n", what, same ? "PASS" : "FAIL");
+    printf("    bitwise equal to the one-chain order's (version 40): %s\n", same ? "PASS" : "FAIL");
     return same;
-}
-
-// The bitwise comparisons a version asks for (Version::one_chain_bits, api_bits).
-static bool same_bits_checks(const Version &v, const bf16 *q, const bf16 *k, const bf16 *val, const float *c,
-                             const bf16 *o, const float *lse, const bf16 *dout, float *dc, float *dlogf, bf16 *gq,
-                             bf16 *gk, bf16 *gv, void *scratch, int B, int H, int T, int dh, const int *q_last, BwdFn fn) {
-    bool ok = true;
-    if (v.one_chain_bits)
-        ok &= same_bits_as(q, k, val, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, dh, q_last, fn,
-                           dh == 64 ? backward_det_cfg<64, 0, true, true, 128, true> : backward_det_cfg<128, 2, true, false, 64, true>,
-                           "the one-chain order's (version 40)");
-    if (v.api_bits)
-        ok &= same_bits_as(q, k, val, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, dh, q_last, fn,
-                           dh == 64 ? api_backward<64, 1> : api_backward<128, 1>, "the API's");
-    return ok;
 }
 
 static bool run_checks(const char *only) {
@@ -1035,8 +1005,9 @@ static bool run_checks(const char *only) {
                 char name[160];
                 snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
                 all &= check_backward(p, fn[i], name, v.nondet);
-                all &= same_bits_checks(v, p.q, p.k, p.v, p.c, p.o, p.lse, p.dout, p.dc, p.dlogf, p.gq, p.gk, p.gv,
-                                        p.scratch, s.B, s.H, s.T, s.dh, p.q_last, fn[i]);
+                if (v.one_chain_bits)
+                    all &= same_bits_as_one_chain(p.q, p.k, p.v, p.c, p.o, p.lse, p.dout, p.dc, p.dlogf, p.gq, p.gk, p.gv,
+                                            p.scratch, s.B, s.H, s.T, s.dh, p.q_last, fn[i]);
             }
         }
         free_problem(p);
@@ -1059,8 +1030,9 @@ static bool run_bench(const char *only, int nshapes) {
                 char name[160];
                 snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
                 ok &= bench_backward(b, fn[i], name, v.nondet);
-                ok &= same_bits_checks(v, b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv,
-                                       b.scratch, b.B, b.H, b.T, b.dh, nullptr, fn[i]);
+                if (v.one_chain_bits)
+                    ok &= same_bits_as_one_chain(b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv,
+                                           b.scratch, b.B, b.H, b.T, b.dh, nullptr, fn[i]);
             }
         }
         free_bench_inputs(b);
