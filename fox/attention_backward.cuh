@@ -517,6 +517,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
     constexpr int TURNS = Cfg::TURNS;
     constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK;
+    constexpr int KV_REGS = Cfg::KV_REGS;
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -783,6 +784,18 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     };
     if (TURNS > 0 && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
     if constexpr (TMA) mbar_wait(kv_full, 0);
+    // Cfg::KV_REGS (d_h 64): this warp's 16 keys of K and V as A fragments, held for every S^T and dP^T product
+    // (register-sourced warpgroup MMAs: K and V are read from smem once a block instead of once a sub-tile).
+    uint32_t ka[KV_REGS ? DH / 16 : 1][4], va[KV_REGS > 1 ? DH / 16 : 1][4];
+    if constexpr (KV_REGS > 0) {
+        static_assert(DH == 64 && TMA, "K and V fragments in registers: d_h 64, loaded by the producer");
+        const int kr = w4 * 64 + (warp & 3) * 16;
+#pragma unroll
+        for (int kk = 0; kk < DH / 16; kk++) {
+            load_a<64>(ka[kk], Ks, kr, kk * 16, lane);
+            if constexpr (KV_REGS > 1) load_a<64>(va[kk], Vs, kr, kk * 16, lane);
+        }
+    }
 
     float dqp[DQC / 8][4];  // dQ product of tile it-1 (in flight during tile it's softmax or dV/dK work)
     for (int it = 0; it <= ntiles; it++) {
@@ -817,11 +830,15 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
                 wg_fence();
 #pragma unroll
-                for (int kk = 0; kk < DH / 16; kk++)
-                    wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, qs, kk), kk > 0);
+                for (int kk = 0; kk < DH / 16; kk++) {
+                    if constexpr (KV_REGS > 0) wgmma_m64n64_rs<0>(st, ka[kk], desc_kmajor<BM>(Qb, qs, kk), kk > 0);
+                    else wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, qs, kk), kk > 0);
+                }
 #pragma unroll
-                for (int kk = 0; kk < DH / 16; kk++)
-                    wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
+                for (int kk = 0; kk < DH / 16; kk++) {
+                    if constexpr (KV_REGS > 1) wgmma_m64n64_rs<0>(dpt, va[kk], desc_kmajor<BM>(dOb, qs, kk), kk > 0);
+                    else wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
+                }
                 wg_commit();
                 if (!DQ_LATE && sub == 0) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
                     dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage

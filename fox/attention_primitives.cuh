@@ -164,9 +164,10 @@ __device__ __forceinline__ void wgmma_m64n64_ss(float (&d)[8][4], uint64_t da, u
     __trap();
 #endif
 }
-// D (64 x 64) += A (64 x 16, registers: this warp's 16 rows as an mma.m16n8k16 A fragment) B (smem).
+// D (64 x 64) += A (64 x 16, registers: this warp's 16 rows as an mma.m16n8k16 A fragment) B (smem);
+// scale_d = 0: D = A B.
 template <int TB>
-__device__ __forceinline__ void wgmma_m64n64_rs(float (&d)[8][4], const uint32_t a[4], uint64_t db) {
+__device__ __forceinline__ void wgmma_m64n64_rs(float (&d)[8][4], const uint32_t a[4], uint64_t db, int scale_d = 1) {
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
     asm volatile(
         "{\n"
@@ -176,7 +177,7 @@ __device__ __forceinline__ void wgmma_m64n64_rs(float (&d)[8][4], const uint32_t
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n"
         "}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB), "r"(scale_d));
 #else
     __trap();
 #endif

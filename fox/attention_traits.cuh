@@ -125,6 +125,7 @@ template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
 // measured 33% slower at T 4096 (dev/cuda/NOTES.md, session 11).
 template <int DH> struct BwdDetCfg {
     static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true, GROUPED = true;
+    static constexpr int KV_REGS = 0;
     static constexpr int TURNS = DH == 128 ? 2 : 0;
     static constexpr int BM = DH == 64 ? 128 : 64;
     static constexpr int HEAD_GROUP = 0;

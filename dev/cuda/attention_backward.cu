@@ -798,6 +798,7 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
 template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = false> struct DevDetCfg {
     static constexpr int TURNS = TURNS_;
     static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, GROUPED = false;
+    static constexpr int KV_REGS = 0;
     static constexpr int HEAD_GROUP = 1;  // unused: not GROUPED
     static constexpr int BM = BM_;
 };
@@ -813,6 +814,11 @@ template <int DH, int G> struct DevAtomicGroupCfg : BwdAtomicCfg<DH> {
 // Versions 51-53: the API's deterministic form launched in groups of G heads.
 template <int DH, int G> struct DevDetGroupCfg : BwdDetCfg<DH> {
     static constexpr int HEAD_GROUP = G;
+};
+// Version 56 (session 17): the API's deterministic form at d_h 64 with KV_REGS, K and V held in registers as the
+// A operands of S^T and dP^T (read from smem once a block, not once a 64-query sub-tile).
+template <int DH, int N> struct DevDetKvRegsCfg : BwdDetCfg<DH> {
+    static constexpr int KV_REGS = N;
 };
 // Steps 1 to 4 of the backward with bwd_ws_kernel in the form Cfg as step 2, its order (if any) in CHAINS chains.
 template <int DH, class Cfg, int CHAINS = 1>
@@ -845,6 +851,7 @@ struct Version {
     BwdFn mma64, mma128, wg64, wg128;  // the paths this version runs on (NULL: not built for it)
     bool nondet;                // not deterministic: accuracy checked, bitwise repeat reported, not required
     bool one_chain_bits;        // the one-chain add order: its results must equal version 40's bit for bit
+    bool api_bits;              // the API's add order and arithmetic: its results must equal the API's bit for bit
 };
 #define MMA64(M) backward_cfg<64, 64, 1, fox_attn_dev::M, false>
 #define MMA128(M) backward_cfg<128, 32, 1, fox_attn_dev::M, false>
@@ -949,6 +956,10 @@ static const Version versions[] = {
     {53, "50 launched in groups of 8 heads", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetGroupCfg<64, 8>, 4>,
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetGroupCfg<128, 8>, 4>, false, false},
+    {56, "50 with K and V in registers for S^T and dP^T (d_h 64)", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKvRegsCfg<64, 2>, 4>, nullptr, false, false, true},
+    {57, "50 with K in registers for S^T (d_h 64)", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKvRegsCfg<64, 1>, 4>, nullptr, false, false, true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
@@ -976,18 +987,32 @@ static std::vector<unsigned char> backward_bytes(const bf16 *gq, const bf16 *gk,
     return out;
 }
 
-// Whether fn's dq, dk, dv, dc, dlogf equal version 40's bit for bit (the same add order: one chain).
-static bool same_bits_as_one_chain(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o,
-                             const float *lse, const bf16 *dout, float *dc, float *dlogf, bf16 *gq, bf16 *gk, bf16 *gv,
-                             void *scratch, int B, int H, int T, int dh, const int *q_last, BwdFn fn) {
+// Whether fn's dq, dk, dv, dc, dlogf equal those of `ref` (named `what`) bit for bit.
+static bool same_bits_as(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o, const float *lse,
+                         const bf16 *dout, float *dc, float *dlogf, bf16 *gq, bf16 *gk, bf16 *gv, void *scratch, int B,
+                         int H, int T, int dh, const int *q_last, BwdFn fn, BwdFn ref, const char *what) {
     const size_t n = (size_t)B * H * T * dh, nv = (size_t)B * H * T;
-    BwdFn one = dh == 64 ? backward_det_cfg<64, 0, true, true, 128, true> : backward_det_cfg<128, 2, true, false, 64, true>;
-    one(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
+    ref(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
     const std::vector<unsigned char> want = backward_bytes(gq, gk, gv, dc, dlogf, n, nv);
     fn(q, k, v, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, q_last, 0);
     const bool same = backward_bytes(gq, gk, gv, dc, dlogf, n, nv) == want;
-    printf("    bitwise equal to the one-chain order's (version 40): %s\n", same ? "PASS" : "FAIL");
+    printf("    bitwise equal to %s: %s\n", what, same ? "PASS" : "FAIL");
     return same;
+}
+
+// The bitwise comparisons a version asks for (Version::one_chain_bits, api_bits).
+static bool same_bits_checks(const Version &v, const bf16 *q, const bf16 *k, const bf16 *val, const float *c,
+                             const bf16 *o, const float *lse, const bf16 *dout, float *dc, float *dlogf, bf16 *gq,
+                             bf16 *gk, bf16 *gv, void *scratch, int B, int H, int T, int dh, const int *q_last, BwdFn fn) {
+    bool ok = true;
+    if (v.one_chain_bits)
+        ok &= same_bits_as(q, k, val, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, dh, q_last, fn,
+                           dh == 64 ? backward_det_cfg<64, 0, true, true, 128, true> : backward_det_cfg<128, 2, true, false, 64, true>,
+                           "the one-chain order's (version 40)");
+    if (v.api_bits)
+        ok &= same_bits_as(q, k, val, c, o, lse, dout, dc, dlogf, gq, gk, gv, scratch, B, H, T, dh, q_last, fn,
+                           dh == 64 ? api_backward<64, 1> : api_backward<128, 1>, "the API's");
+    return ok;
 }
 
 static bool run_checks(const char *only) {
@@ -1005,9 +1030,8 @@ static bool run_checks(const char *only) {
                 char name[160];
                 snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
                 all &= check_backward(p, fn[i], name, v.nondet);
-                if (v.one_chain_bits)
-                    all &= same_bits_as_one_chain(p.q, p.k, p.v, p.c, p.o, p.lse, p.dout, p.dc, p.dlogf, p.gq, p.gk, p.gv,
-                                            p.scratch, s.B, s.H, s.T, s.dh, p.q_last, fn[i]);
+                all &= same_bits_checks(v, p.q, p.k, p.v, p.c, p.o, p.lse, p.dout, p.dc, p.dlogf, p.gq, p.gk, p.gv,
+                                        p.scratch, s.B, s.H, s.T, s.dh, p.q_last, fn[i]);
             }
         }
         free_problem(p);
@@ -1030,9 +1054,8 @@ static bool run_bench(const char *only, int nshapes) {
                 char name[160];
                 snprintf(name, sizeof name, "version %d, %s: %s", v.number, path[i], v.name);
                 ok &= bench_backward(b, fn[i], name, v.nondet);
-                if (v.one_chain_bits)
-                    ok &= same_bits_as_one_chain(b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv,
-                                           b.scratch, b.B, b.H, b.T, b.dh, nullptr, fn[i]);
+                ok &= same_bits_checks(v, b.q, b.k, b.v, b.c, b.o, b.lse, b.dout, b.dc, b.dlogf, b.gq, b.gk, b.gv,
+                                       b.scratch, b.B, b.H, b.T, b.dh, nullptr, fn[i]);
             }
         }
         free_bench_inputs(b);
