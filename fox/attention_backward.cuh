@@ -486,6 +486,9 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 //   products are complete. The compute warps issue no loads; their per-tile named barrier 0 remains (dS^T
 //   and the row sums cross warpgroups). Without it the compute warps load Q, dO and the row stats a tile
 //   ahead with cp.async, as bwd_kernel does.
+// Cfg::K_REGS (the API at d_h 64): S^T takes K from registers (each warp's 16 keys as A fragments, loaded once a
+// block) rather than from smem at every sub-tile: a sixth less of the tile's smem reads; V for dP^T as well did
+// not fit the registers (ptxas serialized the MMAs).
 // Cfg::BM 128 (the API at d_h 64; FlashAttention-3's 128 x 128 tile at d_h 64): a query tile of 128 rows is
 // walked as two sub-tiles of 64 (S^T, dP^T, the softmax step and the dV / dK products of each in turn: one
 // sub-tile's scores at a time fit the registers, 128 queries' did not), while the per-tile work is done once
@@ -516,8 +519,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     constexpr int NSUB = BM / 64;        // sub-tiles of 64 queries per tile (see above)
     constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
     constexpr int TURNS = Cfg::TURNS;
-    constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK;
-    constexpr int KV_REGS = Cfg::KV_REGS;
+    constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK, K_REGS = Cfg::K_REGS;
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -784,17 +786,13 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     };
     if (TURNS > 0 && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
     if constexpr (TMA) mbar_wait(kv_full, 0);
-    // Cfg::KV_REGS (d_h 64): this warp's 16 keys of K and V as A fragments, held for every S^T and dP^T product
-    // (register-sourced warpgroup MMAs: K and V are read from smem once a block instead of once a sub-tile).
-    uint32_t ka[KV_REGS ? DH / 16 : 1][4], va[KV_REGS > 1 ? DH / 16 : 1][4];
-    if constexpr (KV_REGS > 0) {
-        static_assert(DH == 64 && TMA, "K and V fragments in registers: d_h 64, loaded by the producer");
-        const int kr = w4 * 64 + (warp & 3) * 16;
+    // Cfg::K_REGS (d_h 64): this warp's 16 keys of K as A fragments, held for every S^T product (a register-
+    // sourced warpgroup MMA: K is read from smem once a block instead of once a 64-query sub-tile).
+    uint32_t ka[K_REGS ? DH / 16 : 1][4];
+    if constexpr (K_REGS) {
+        static_assert(DH == 64 && TMA, "K's fragments in registers: d_h 64, K loaded by the producer");
 #pragma unroll
-        for (int kk = 0; kk < DH / 16; kk++) {
-            load_a<64>(ka[kk], Ks, kr, kk * 16, lane);
-            if constexpr (KV_REGS > 1) load_a<64>(va[kk], Vs, kr, kk * 16, lane);
-        }
+        for (int kk = 0; kk < DH / 16; kk++) load_a<64>(ka[kk], Ks, w4 * 64 + (warp & 3) * 16, kk * 16, lane);
     }
 
     float dqp[DQC / 8][4];  // dQ product of tile it-1 (in flight during tile it's softmax or dV/dK work)
@@ -831,14 +829,12 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < DH / 16; kk++) {
-                    if constexpr (KV_REGS > 0) wgmma_m64n64_rs<0>(st, ka[kk], desc_kmajor<BM>(Qb, qs, kk), kk > 0);
+                    if constexpr (K_REGS) wgmma_m64n64_rs<0>(st, ka[kk], desc_kmajor<BM>(Qb, qs, kk), kk > 0);
                     else wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, qs, kk), kk > 0);
                 }
 #pragma unroll
-                for (int kk = 0; kk < DH / 16; kk++) {
-                    if constexpr (KV_REGS > 1) wgmma_m64n64_rs<0>(dpt, va[kk], desc_kmajor<BM>(dOb, qs, kk), kk > 0);
-                    else wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
-                }
+                for (int kk = 0; kk < DH / 16; kk++)
+                    wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
                 wg_commit();
                 if (!DQ_LATE && sub == 0) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
                     dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage

@@ -116,6 +116,8 @@ template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
 // tile's first issue, 2: at every issue); MASK_PASS, the causal mask as a pass over S^T (else two copies of
 // the P^T / dS^T loop); BM, the query rows per tile: 64, or 128 at d_h 64 (two sub-tiles of 64 per tile);
 // DQ_BULK, a tile's dQ goes through smem to one bulk add by the copy engine (else fp32 atomics from registers);
+// K_REGS (d_h 64), K's A fragments held in registers for S^T (else read from smem at every sub-tile; V's too
+// did not fit: ptxas serialized the MMAs);
 // ORDER, the key blocks add a query tile in the fixed order (else as they come: --deterministic 0).
 // GROUPED, the launch order: a 1-D grid in groups of HEAD_GROUP heads (0: bwd_head_group's, by T and d_h;
 // bwd_block_of): with ORDER, in each group the first chain's key blocks, highest first, every head's at each
@@ -125,7 +127,7 @@ template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
 // measured 33% slower at T 4096 (dev/cuda/NOTES.md, session 11).
 template <int DH> struct BwdDetCfg {
     static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true, GROUPED = true;
-    static constexpr int KV_REGS = 0;
+    static constexpr bool K_REGS = DH == 64;
     static constexpr int TURNS = DH == 128 ? 2 : 0;
     static constexpr int BM = DH == 64 ? 128 : 64;
     static constexpr int HEAD_GROUP = 0;

@@ -117,7 +117,13 @@
 //    354.1 against 353.9, T 16384 B 1 H 12 435.1 / 427.1 against 434.4).
 // 47-50 (session 16): the API's deterministic form (since session 16: its order in BWD_CHAINS chains, each
 //    with its own accumulator, launched longest chain first in groups of 4 heads; NOTES.md session 16) in one,
-//    two, three and four chains; 47 gives 40's bits.
+//    two, three and four chains; 47 gives 40's bits. 51-53: 50 launched in groups of 1, 2 and 8 heads.
+// 56 (session 17): 50 at d_h 64 with K read from smem at every S^T sub-tile, the API's form until the API took
+//    K's fragments into registers once a block (K_REGS; the same bits, checked by `api_bits`): the API +1.8-2.4%
+//    over 56 at the d_h 64 bench shapes (H100: T 4096 363.9 against 357.6, B 1 H 24 447.9 against 437.3). K and
+//    V both in registers (commit 95e7bcb) made ptxas serialize the MMAs: 324.5 / 395.0 at T 4096 / 16384.
+//    A persistent form (one block an SM taking key blocks from a work counter, the next K / V copy under the
+//    dK / dV stores; commit 559ee4e, reverted): level with 50 (NOTES.md session 17).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
@@ -798,7 +804,7 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
 template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = false> struct DevDetCfg {
     static constexpr int TURNS = TURNS_;
     static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, GROUPED = false;
-    static constexpr int KV_REGS = 0;
+    static constexpr bool K_REGS = false;
     static constexpr int HEAD_GROUP = 1;  // unused: not GROUPED
     static constexpr int BM = BM_;
 };
@@ -815,10 +821,10 @@ template <int DH, int G> struct DevAtomicGroupCfg : BwdAtomicCfg<DH> {
 template <int DH, int G> struct DevDetGroupCfg : BwdDetCfg<DH> {
     static constexpr int HEAD_GROUP = G;
 };
-// Version 56 (session 17): the API's deterministic form at d_h 64 with KV_REGS, K and V held in registers as the
-// A operands of S^T and dP^T (read from smem once a block, not once a 64-query sub-tile).
-template <int DH, int N> struct DevDetKvRegsCfg : BwdDetCfg<DH> {
-    static constexpr int KV_REGS = N;
+// Version 56 (session 17): the API's deterministic form with K's fragments read from smem at every sub-tile (the
+// API until session 17, K_REGS off).
+template <int DH> struct DevDetKSmemCfg : BwdDetCfg<DH> {
+    static constexpr bool K_REGS = false;
 };
 // Steps 1 to 4 of the backward with bwd_ws_kernel in the form Cfg as step 2, its order (if any) in CHAINS chains.
 template <int DH, class Cfg, int CHAINS = 1>
@@ -956,10 +962,8 @@ static const Version versions[] = {
     {53, "50 launched in groups of 8 heads", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetGroupCfg<64, 8>, 4>,
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetGroupCfg<128, 8>, 4>, false, false},
-    {56, "50 with K and V in registers for S^T and dP^T (d_h 64)", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKvRegsCfg<64, 2>, 4>, nullptr, false, false, true},
-    {57, "50 with K in registers for S^T (d_h 64)", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKvRegsCfg<64, 1>, 4>, nullptr, false, false, true},
+    {56, "50 with K read from smem for every S^T sub-tile (the API before session 17)", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKSmemCfg<64>, 4>, nullptr, false, false, true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
