@@ -393,13 +393,6 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     };
 
     mbar_wait(q_full, 0);
-    // Cfg::Q_REGS: this warp's 16 rows of Q as A fragments, held for every S product (read from smem once)
-    uint32_t qa[Cfg::Q_REGS ? DH / 16 : 1][4];
-    if constexpr (Cfg::Q_REGS) {
-#pragma unroll
-        for (int kk = 0; kk < DH / 16; kk++)
-            ldmatrix_x4(qa[kk], Qs + swz_halves<DH, BM>(wg * 64 + (warp & 3) * 16 + (lane & 15), kk * 16 + ((lane >> 4) << 3)));
-    }
     if (wg == NWG - 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
     int s = 0, ks_par = 0, vs = 0, vs_par = 0;      // K(t)'s stage and parity, V(t-1)'s
     bool live_prev = false;  // tile t-1 was live for these rows (its P V is not zero)
@@ -420,10 +413,8 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         // serialize the kernel's warpgroup MMAs); the P V after a dead tile (P = 0) is skipped.
 #pragma unroll
         for (int kk = 0; kk < DH / 16; kk++)
-            if (!SKIP || kk == 0 || !dead) {
-                if constexpr (Cfg::Q_REGS) wgmma_m64n128_rs<0>(sacc, qa[kk], desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
-                else wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
-            }
+            if (!SKIP || kk == 0 || !dead)
+                wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
         wg_commit();  // then tile t-1's P V; only S is waited for here
         if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
         wg_commit();

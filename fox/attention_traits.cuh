@@ -65,7 +65,6 @@ inline constexpr int FWD_WS_BN = 128;
 template <int NWG_, int STAGES_, bool GROUPED_, bool SKIP_DEAD_> struct FwdWsShape {
     static constexpr int NWG = NWG_, STAGES = STAGES_;
     static constexpr bool GROUPED = GROUPED_, SKIP_DEAD = SKIP_DEAD_;
-    static constexpr bool Q_REGS = false;
     static constexpr int BM = 64 * NWG, THREADS = 128 * (NWG + 1), PRODUCER_WARP = 4 * NWG;
     static constexpr int REGS_CONSUMER = NWG == 3 ? 160 : 240, REGS_PRODUCER = 24;
     static_assert(REGS_PRODUCER * 128 + REGS_CONSUMER * 128 * NWG <= 65536, "the block's registers");

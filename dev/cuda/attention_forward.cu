@@ -921,16 +921,6 @@ void forward_stages(const bf16 *q, const bf16 *k, const bf16 *v, const float *c,
 }
 
 
-// Version 29 (session 17): the API's form with Q's fragments held in registers for S (Q_REGS).
-template <int DH> struct FwdQRegsCfg : FwdWsCfg<DH> {
-    static constexpr bool Q_REGS = true;
-};
-template <int DH>
-void forward_q_regs(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
-                    const int *kv_first, cudaStream_t s) {
-    fox_attn::forward_ws<DH, FwdQRegsCfg<DH>>(q, k, v, c, o, lse, B, H, T, kv_first, s);
-}
-
 }  // namespace fox_attn_dev
 
 struct Version {
@@ -979,7 +969,6 @@ static const Version versions[] = {
     {27, "23 in groups of 16 heads (d_h 128: 16 in groups of about one wave of blocks): the API",
      api_forward<64>, api_forward<128>, true},
     {28, "27 with 4 K / V stages (d_h 128: 3)", fox_attn_dev::forward_stages<64, 4>, fox_attn_dev::forward_stages<128, 3>, true},
-    {29, "27 with Q's fragments in registers for S", fox_attn_dev::forward_q_regs<64>, fox_attn_dev::forward_q_regs<128>, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
