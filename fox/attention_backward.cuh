@@ -517,8 +517,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     constexpr int BM = Cfg::BM, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
     static_assert(BM == 64 || (BM == 128 && DH == 64), "query tiles of 64, or of 128 at d_h 64");
     constexpr int NSUB = BM / 64;        // sub-tiles of 64 queries per tile (see above)
-    // dQ of tile it-1 issued after tile it's (last sub-tile's) softmax (see above)
-    constexpr bool DQ_LATE = DH == 128 || Cfg::DQ_LAST, V_REGS = Cfg::V_REGS;
+    constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
     constexpr int TURNS = Cfg::TURNS;
     constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK, K_REGS = Cfg::K_REGS;
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
@@ -789,11 +788,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     if constexpr (TMA) mbar_wait(kv_full, 0);
     // Cfg::K_REGS (d_h 64): this warp's 16 keys of K as A fragments, held for every S^T product (a register-
     // sourced warpgroup MMA: K is read from smem once a block instead of once a 64-query sub-tile).
-    uint32_t ka[K_REGS ? DH / 16 : 1][4], va[V_REGS ? DH / 16 : 1][4];
-    if constexpr (V_REGS) {
-#pragma unroll
-        for (int kk = 0; kk < DH / 16; kk++) load_a<64>(va[kk], Vs, w4 * 64 + (warp & 3) * 16, kk * 16, lane);
-    }
+    uint32_t ka[K_REGS ? DH / 16 : 1][4];
     if constexpr (K_REGS) {
         static_assert(DH == 64 && TMA, "K's fragments in registers: d_h 64, K loaded by the producer");
 #pragma unroll
@@ -838,10 +833,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     else wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, qs, kk), kk > 0);
                 }
 #pragma unroll
-                for (int kk = 0; kk < DH / 16; kk++) {
-                    if constexpr (V_REGS) wgmma_m64n64_rs<0>(dpt, va[kk], desc_kmajor<BM>(dOb, qs, kk), kk > 0);
-                    else wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
-                }
+                for (int kk = 0; kk < DH / 16; kk++)
+                    wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
                 wg_commit();
                 if (!DQ_LATE && sub == 0) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
                     dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
@@ -882,7 +875,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 } else {
                     p_ds(std::false_type{});
                 }
-                if (DQ_LATE && sub == NSUB - 1) park_row_sums(rsum, buf, qs);  // its 16 registers free before the MMAs
+                if constexpr (DQ_LATE) park_row_sums(rsum, buf, qs);  // its 16 registers free before the MMAs
                 // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
                 uint32_t pa[4][4], sa[4][4];
 #pragma unroll
@@ -897,7 +890,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 }
                 turn_wait(TURNS == 2);
                 wg_fence();
-                if (DQ_LATE && sub == NSUB - 1) {  // tile it-1's dQ product first: its adds wait for it alone
+                if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
                     dq_mma_issue(it, dqp);
                     wg_commit();
                 }
@@ -910,7 +903,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     }
                 wg_commit();  // waited for after tile it-1's dQ adds
                 turn_pass(TURNS == 2, false);
-                if (!DQ_LATE || sub < NSUB - 1) park_row_sums(rsum, buf, qs);
+                if constexpr (!DQ_LATE) park_row_sums(rsum, buf, qs);
             }
             wg_wait<1>();  // tile it-1's dQ product (tile it's last dV/dK products may still run)
         } else {  // after the last tile: its dQ product alone

@@ -128,7 +128,6 @@ template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
 template <int DH> struct BwdDetCfg {
     static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true, GROUPED = true;
     static constexpr bool K_REGS = DH == 64;
-    static constexpr bool DQ_LAST = false, V_REGS = false;
     static constexpr int TURNS = DH == 128 ? 2 : 0;
     static constexpr int BM = DH == 64 ? 128 : 64;
     static constexpr int HEAD_GROUP = 0;

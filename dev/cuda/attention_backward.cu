@@ -804,7 +804,7 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
 template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = false> struct DevDetCfg {
     static constexpr int TURNS = TURNS_;
     static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, GROUPED = false;
-    static constexpr bool K_REGS = false, DQ_LAST = false, V_REGS = false;
+    static constexpr bool K_REGS = false;
     static constexpr int HEAD_GROUP = 1;  // unused: not GROUPED
     static constexpr int BM = BM_;
 };
@@ -825,9 +825,6 @@ template <int DH, int G> struct DevDetGroupCfg : BwdDetCfg<DH> {
 // API until session 17, K_REGS off).
 template <int DH> struct DevDetKSmemCfg : BwdDetCfg<DH> {
     static constexpr bool K_REGS = false;
-};
-template <int DH, bool V> struct DevDetDqLastCfg : BwdDetCfg<DH> {
-    static constexpr bool DQ_LAST = true, V_REGS = V;
 };
 // Steps 1 to 4 of the backward with bwd_ws_kernel in the form Cfg as step 2, its order (if any) in CHAINS chains.
 template <int DH, class Cfg, int CHAINS = 1>
@@ -967,10 +964,6 @@ static const Version versions[] = {
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetGroupCfg<128, 8>, 4>, false, false},
     {56, "50 with K read from smem for every S^T sub-tile (the API before session 17)", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKSmemCfg<64>, 4>, nullptr, false, false, true},
-    {57, "50 with the dQ product after the second sub-tile's softmax", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetDqLastCfg<64, false>, 4>, nullptr, false, false, true},
-    {58, "57 with V in registers too", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetDqLastCfg<64, true>, 4>, nullptr, false, false, true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
