@@ -928,39 +928,55 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 
 // Backward, step 3: dq (B, H, T, dh) = scale * the sum of the fp32 accumulators (dq_acc_offset's order, rows
 // padded to Tp = dq_acc_rows(T) per head; `chains` of them, stride4 float4s apart), as bf16, the chains added
-// first to last from +0 where bwd_chain_live (the others hold nothing of the row: never zeroed). A float4 of an
-// accumulator is 4 adjacent columns of one row. Then, with more than one chain, dc (chain 0's row sums) +=
-// the other chains' (dc_chains), in that order.
+// first to last from +0 where bwd_chain_live (the others hold nothing of the row: never zeroed); then, with more
+// than one chain, dc (chain 0's row sums) += the other chains' (dc_chains), in that order. One block a DQ_BLOCK-row
+// block of a head, which is one contiguous range of each accumulator and of dq: a thread sums its float4s (4
+// adjacent columns of one row each), the bf16 rows are staged in smem in dq's row-major order and stored with
+// 16-byte writes (storing each float4's 8 bytes where it lands scattered a warp's stores over 16 rows).
+inline constexpr int DQ_CONVERT_THREADS = 256;
 template <int DH>
-__global__ void dq_convert_kernel(const float4 *__restrict__ acc, size_t stride4, int chains, const int *__restrict__ q_last,
-                                  __nv_bfloat16 *__restrict__ dq, float scale, int T, size_t n4, float *__restrict__ dc,
-                                  const float *__restrict__ dc_chains, size_t nvec) {
-    const size_t head4 = dq_acc_rows(T) * DH / 4;
-    const int nblk = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
-    const size_t i0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = i0; i < n4; i += step) {
-        const size_t bh = i / head4;
-        const int o = (int)(i - bh * head4) * 4;  // offset in the head: blk 64 DH + ((slice, c / 8, half) 32 + lane) 2
+__global__ void __launch_bounds__(DQ_CONVERT_THREADS)
+dq_convert_kernel(const float4 *__restrict__ acc, size_t stride4, int chains, const int *__restrict__ q_last,
+                  __nv_bfloat16 *__restrict__ dq, float scale, int T, float *__restrict__ dc,
+                  const float *__restrict__ dc_chains, size_t nvec) {
+    constexpr int PER = DQ_BLOCK * DH / 4 / DQ_CONVERT_THREADS;  // float4s a thread
+    __shared__ __align__(16) __nv_bfloat16 rows[DQ_BLOCK * DH];
+    const int nrb = (T + DQ_BLOCK - 1) / DQ_BLOCK, nblk = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
+    const int bh = blockIdx.x / nrb, t0 = blockIdx.x % nrb * DQ_BLOCK, n = min(DQ_BLOCK, T - t0);
+    const int *qlh = q_last ? q_last + (size_t)bh * nblk : nullptr;
+    const size_t base4 = ((size_t)bh * dq_acc_rows(T) + t0) * DH / 4;
+    bool live[BWD_CHAINS];  // the block's rows lie in one ACP row
+#pragma unroll
+    for (int c = 0; c < BWD_CHAINS; c++) live[c] = c < chains && bwd_chain_live(c, chains, nblk, t0 / FOX_ACP_BLOCK, qlh);
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int j = threadIdx.x + k * DQ_CONVERT_THREADS, o = j * 4;  // o: ((slice, c / 8, half) 32 + lane) 2
         const int lane = o / 2 % 32, q = o / 64, half = q % 2, cg = q / 2 % (DH / 8), slice = q / 2 / (DH / 8);
-        const int t = o / (DQ_BLOCK * DH) * DQ_BLOCK + slice % 4 * 16 + half * 8 + lane / 4;
-        if (t >= T) continue;
-        const int *qlh = q_last ? q_last + bh * nblk : nullptr;
+        const int r = slice * 16 + half * 8 + lane / 4;
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int c = 0; c < chains; c++) {
-            if (!bwd_chain_live(c, chains, nblk, t / FOX_ACP_BLOCK, qlh)) continue;
-            const float4 a = acc[c * stride4 + i];
+#pragma unroll
+        for (int c = 0; c < BWD_CHAINS; c++) {
+            if (!live[c]) continue;
+            const float4 a = acc[c * stride4 + base4 + j];
             x.x = __fadd_rn(x.x, a.x), x.y = __fadd_rn(x.y, a.y), x.z = __fadd_rn(x.z, a.z), x.w = __fadd_rn(x.w, a.w);
         }
-        uint2 out;
-        out.x = pack_bf16(x.x * scale, x.y * scale);
-        out.y = pack_bf16(x.z * scale, x.w * scale);
-        *reinterpret_cast<uint2 *>(dq + (bh * T + t) * DH + cg * 8 + lane % 4 * 2) = out;
+        if (r < n) {
+            uint2 out;
+            out.x = pack_bf16(x.x * scale, x.y * scale);
+            out.y = pack_bf16(x.z * scale, x.w * scale);
+            *reinterpret_cast<uint2 *>(rows + r * DH + cg * 8 + lane % 4 * 2) = out;
+        }
     }
+    __syncthreads();
+    uint4 *dst = reinterpret_cast<uint4 *>(dq + ((size_t)bh * T + t0) * DH);
+    const uint4 *src = reinterpret_cast<const uint4 *>(rows);
+    for (int i = threadIdx.x; i < n * DH / 8; i += DQ_CONVERT_THREADS) dst[i] = src[i];
     if (chains > 1)
-        for (size_t i = i0; i < nvec; i += step) {
-            float x = dc[i];
-            for (int c = 1; c < chains; c++) x += dc_chains[(c - 1) * nvec + i];
-            dc[i] = x;
+        for (int i = threadIdx.x; i < n; i += DQ_CONVERT_THREADS) {
+            const size_t v = (size_t)bh * T + t0 + i;
+            float x = dc[v];
+            for (int c = 1; c < chains; c++) x += dc_chains[(c - 1) * nvec + v];
+            dc[v] = x;
         }
 }
 
@@ -1076,16 +1092,15 @@ BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_b
 
 // Step 3: dq = scale · the accumulators' sum, in bf16; dc = the chains' row sums (p: step 2's bwd_sums).
 inline void bwd_dq(const BwdSums &p, float *dc, __nv_bfloat16 *dq, int B, int H, int T, int dh, cudaStream_t s) {
-    const size_t n4 = bwd_dq_acc_count(B, H, T, dh) / 4, blocks = (n4 + 255) / 256;
-    const unsigned grid = (unsigned)(blocks < 4096 ? blocks : 4096);
+    const size_t n4 = bwd_dq_acc_count(B, H, T, dh) / 4, nvec = (size_t)B * H * T;
+    const unsigned grid = (unsigned)((size_t)B * H * ((T + DQ_BLOCK - 1) / DQ_BLOCK));
     const float4 *acc = reinterpret_cast<const float4 *>(p.dq_acc);
-    const size_t nvec = (size_t)B * H * T;
+    const float scale = 1.f / sqrtf((float)dh);
     if (dh == 64)
-        dq_convert_kernel<64><<<grid, 256, 0, s>>>(acc, n4, p.chains, p.q_last, dq, 1.f / sqrtf((float)dh), T, n4, dc,
-                                                   p.dc_chains, nvec);
+        dq_convert_kernel<64><<<grid, DQ_CONVERT_THREADS, 0, s>>>(acc, n4, p.chains, p.q_last, dq, scale, T, dc, p.dc_chains, nvec);
     else
-        dq_convert_kernel<128><<<grid, 256, 0, s>>>(acc, n4, p.chains, p.q_last, dq, 1.f / sqrtf((float)dh), T, n4, dc,
-                                                    p.dc_chains, nvec);
+        dq_convert_kernel<128><<<grid, DQ_CONVERT_THREADS, 0, s>>>(acc, n4, p.chains, p.q_last, dq, scale, T, dc, p.dc_chains,
+                                                                   nvec);
     FOX_LAUNCH_CHECK();
 }
 

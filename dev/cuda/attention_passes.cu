@@ -1,6 +1,7 @@
 // dev/cuda/attention_passes.cu: the attention backward's passes over every row, beside step 2's tiles:
 // step 1, D_i = dO_i . o_i (fox_attn::dot_do_o, fox/attention_backward.cuh), and the last step, dc += the dS
 // column sums and dlogf = the reverse cumulative sum of dc (fox_attention_reverse_scan, fox/attention.cuh).
+// and step 3, dq = the dQ accumulators' sum in bf16 and dc += the other chains' row sums (fox_attn::bwd_dq).
 // Each in two versions, which must give the same bits (the trainers' deterministic runs print the same losses
 // across the change), and each timed:
 //   1 (before session 12): D with one warp a row (4 bytes a lane); the scan reading x, xc straight from
@@ -8,6 +9,9 @@
 //   2 (the API since session 12): D with d_h / 8 threads a row, 16 bytes each, the same sums in the same order;
 //     the scan staged through shared memory in segments of 4096, loaded and stored by consecutive threads, up to
 //     T 131072 (version 1's loads beyond).
+//   dq conversion: 1 (before session 17) a thread a float4 of the accumulators, grid-strided, its 8 bytes of dq
+//     stored where they land; 2 (the API since session 17) a block a 64-row block of a head, the bf16 rows staged
+//     in smem and stored as one contiguous range.
 // Session 12, H100 80GB HBM3 (a harness with these kernels, before this program took its form): D 93.0 -> 52.0 us
 // at B 2 H 16 T 16384 d_h 64, 71.3 -> 41.2 at B 1 H 24, 55.6 -> 51.4 at d_h 128 B 2 H 8; the scan 47.6 -> 15.8
 // us at 32 rows of 16384, 49.2 -> 16.1 at 24, 222 -> 79 at 3 of 70000; every output the same bits.
@@ -16,7 +20,7 @@
 //   make attention_passes && ./attention_passes
 #include <cstring>
 #include "kcheck.h"                 // uniform, to_device, to_host, time_ms
-#include "../../fox/attention.cuh"  // fox_attention_reverse_scan, FOX_ATTN_SCAN_THREADS; dot_do_o
+#include "../../fox/attention.cuh"  // fox_attention_reverse_scan, FOX_ATTN_SCAN_THREADS; dot_do_o, bwd_dq
 
 namespace v1 {
 using namespace fox_attn;
@@ -82,6 +86,42 @@ reverse_scan_v1(float *__restrict__ x, const float *__restrict__ xc, float *__re
     }
 }
 
+// Version 1 of the dq conversion (step 3, fox_attn::bwd_dq; the API until session 17): a thread a float4 of the
+// accumulators in their fragment order, grid-strided, each float4's 4 columns stored as 8 bytes where they land in
+// dq (a warp's stores spread over 16 rows), then dc += the other chains' row sums, grid-strided.
+template <int DH>
+__global__ void dq_convert_v1(const float4 *__restrict__ acc, size_t stride4, int chains, const int *__restrict__ q_last,
+                              __nv_bfloat16 *__restrict__ dq, float scale, int T, size_t n4, float *__restrict__ dc,
+                              const float *__restrict__ dc_chains, size_t nvec) {
+    const size_t head4 = dq_acc_rows(T) * DH / 4;
+    const int nblk = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
+    const size_t i0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = i0; i < n4; i += step) {
+        const size_t bh = i / head4;
+        const int o = (int)(i - bh * head4) * 4;
+        const int lane = o / 2 % 32, q = o / 64, half = q % 2, cg = q / 2 % (DH / 8), slice = q / 2 / (DH / 8);
+        const int t = o / (DQ_BLOCK * DH) * DQ_BLOCK + slice % 4 * 16 + half * 8 + lane / 4;
+        if (t >= T) continue;
+        const int *qlh = q_last ? q_last + bh * nblk : nullptr;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int c = 0; c < chains; c++) {
+            if (!bwd_chain_live(c, chains, nblk, t / FOX_ACP_BLOCK, qlh)) continue;
+            const float4 a = acc[c * stride4 + i];
+            x.x = __fadd_rn(x.x, a.x), x.y = __fadd_rn(x.y, a.y), x.z = __fadd_rn(x.z, a.z), x.w = __fadd_rn(x.w, a.w);
+        }
+        uint2 out;
+        out.x = pack_bf16(x.x * scale, x.y * scale);
+        out.y = pack_bf16(x.z * scale, x.w * scale);
+        *reinterpret_cast<uint2 *>(dq + (bh * T + t) * DH + cg * 8 + lane % 4 * 2) = out;
+    }
+    if (chains > 1)
+        for (size_t i = i0; i < nvec; i += step) {
+            float x = dc[i];
+            for (int c = 1; c < chains; c++) x += dc_chains[(c - 1) * nvec + i];
+            dc[i] = x;
+        }
+}
+
 }  // namespace v1
 
 // D of version 1 against the API's on random rows; row 0's pairs 1 and 33 are -0 (a sum of +0 and -0 is met).
@@ -115,6 +155,52 @@ template <int DH> static bool row_dots(int B, int H, int T) {
     FOX_CUDA_CHECK(cudaFree(dx));
     FOX_CUDA_CHECK(cudaFree(D1));
     FOX_CUDA_CHECK(cudaFree(D2));
+    return same;
+}
+
+// The dq conversion of version 1 against the API's (fox_attn::bwd_dq) from random accumulators of `chains`
+// chains (every row written, so the rows of dead chains hold values too, which neither may read), random dc
+// and chain row sums, and an ACP staircase of key blocks >= m - 2 (q_last) or none: dq and dc.
+template <int DH> static bool dq_conversion(int B, int H, int T, int chains, bool acp) {
+    const size_t n4 = fox_attn::bwd_dq_acc_count(B, H, T, DH) / 4, nvec = (size_t)B * H * T, nq = nvec * DH;
+    const int nblk = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
+    std::vector<float> acc(n4 * 4 * chains), dcv(nvec), dcc(nvec * (chains - 1 > 0 ? chains - 1 : 1));
+    for (float &x : acc) x = (float)uniform(-4, 4);
+    for (float &x : dcv) x = (float)uniform(-1, 1);
+    for (float &x : dcc) x = (float)uniform(-1, 1);
+    std::vector<int> ql((size_t)B * H * nblk);
+    for (int bh = 0; bh < B * H; bh++)
+        for (int m = 0; m < nblk; m++) ql[(size_t)bh * nblk + m] = std::min(nblk - 1, m + 2);
+    float *dacc = to_device(acc), *dc0 = to_device(dcv), *dc1 = to_device(dcv), *dc2 = to_device(dcv), *ddcc = to_device(dcc);
+    int *dql = acp ? to_device(ql) : nullptr;
+    __nv_bfloat16 *q1, *q2;
+    FOX_CUDA_CHECK(cudaMalloc(&q1, nq * 2));
+    FOX_CUDA_CHECK(cudaMalloc(&q2, nq * 2));
+    fox_attn::BwdSums p{};
+    p.dq_acc = dacc, p.dc_chains = ddcc, p.chains = chains, p.q_last = dql;
+    const float scale = 1.f / sqrtf((float)DH);
+    auto f1 = [&] {
+        const size_t blocks = (n4 + 255) / 256;
+        v1::dq_convert_v1<DH><<<(unsigned)(blocks < 4096 ? blocks : 4096), 256>>>(
+            reinterpret_cast<const float4 *>(dacc), n4, chains, dql, q1, scale, T, n4, dc1, ddcc, nvec);
+        FOX_LAUNCH_CHECK();
+    };
+    auto f2 = [&] { fox_attn::bwd_dq(p, dc2, q2, B, H, T, DH, 0); };
+    const double t1 = time_ms(f1), t2 = time_ms(f2);  // (the timed runs add into dc again and again)
+    FOX_CUDA_CHECK(cudaMemcpy(dc1, dc0, nvec * 4, cudaMemcpyDeviceToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(dc2, dc0, nvec * 4, cudaMemcpyDeviceToDevice));
+    f1();
+    f2();
+    FOX_CUDA_CHECK(cudaDeviceSynchronize());
+    const bool same = memcmp(to_host(q1, nq).data(), to_host(q2, nq).data(), nq * 2) == 0 &&
+                      memcmp(to_host(dc1, nvec).data(), to_host(dc2, nvec).data(), nvec * 4) == 0;
+    printf("dq conversion     B %d H %2d T %5d d_h %3d, %d chains%s: version 1 %7.1f us, API %7.1f us; bits %s\n", B, H, T,
+           DH, chains, acp ? ", ACP" : "     ", t1 * 1e3, t2 * 1e3, same ? "the same" : "DIFFERENT");
+    float *fl[] = {dacc, dc0, dc1, dc2, ddcc};
+    for (float *f : fl) FOX_CUDA_CHECK(cudaFree(f));
+    FOX_CUDA_CHECK(cudaFree(q1));
+    FOX_CUDA_CHECK(cudaFree(q2));
+    if (dql) FOX_CUDA_CHECK(cudaFree(dql));
     return same;
 }
 
@@ -156,6 +242,14 @@ int main() {
     ok &= row_dots<64>(1, 3, 1000);
     ok &= row_dots<128>(2, 8, 16384);
     ok &= row_dots<128>(1, 3, 999);
+    ok &= dq_conversion<64>(2, 16, 16384, 4, false);  // the bench shape
+    ok &= dq_conversion<64>(1, 24, 16384, 4, false);  // 760M
+    ok &= dq_conversion<64>(8, 16, 4096, 4, false);
+    ok &= dq_conversion<64>(2, 2, 2000, 4, true);
+    ok &= dq_conversion<64>(1, 3, 1000, 1, false);
+    ok &= dq_conversion<128>(2, 8, 16384, 4, false);
+    ok &= dq_conversion<128>(1, 3, 999, 4, true);
+    ok &= dq_conversion<128>(1, 2, 70, 2, false);
     const int scans[][2] = {{32, 16384}, {24, 16384}, {12, 16384}, {5, 1000}, {2, 1}, {3, 4099}, {3, 70000},
                             {3, 131072}, {2, 140000}};  // the last: past the staged range
     for (const auto &s : scans) ok &= reverse_scan(s[0], s[1]);
