@@ -124,6 +124,23 @@ __global__ void dq_convert_v1(const float4 *__restrict__ acc, size_t stride4, in
 
 }  // namespace v1
 
+// Whether device arrays a and b of n elements hold the same bytes.
+template <class E> static bool same_bytes(const E *a, const E *b, size_t n) {
+    return memcmp(to_host(a, n).data(), to_host(b, n).data(), n * sizeof(E)) == 0;
+}
+
+// Times f1 (version 1) and f2 (the API), which add into x1 and x2 in place, then puts x0 back into both and runs
+// each once more, for the comparison.
+template <class F1, class F2>
+static void time_then_once(F1 f1, F2 f2, float *x1, float *x2, const float *x0, size_t n, double &t1, double &t2) {
+    t1 = time_ms(f1), t2 = time_ms(f2);
+    FOX_CUDA_CHECK(cudaMemcpy(x1, x0, n * sizeof(float), cudaMemcpyDeviceToDevice));
+    FOX_CUDA_CHECK(cudaMemcpy(x2, x0, n * sizeof(float), cudaMemcpyDeviceToDevice));
+    f1();
+    f2();
+    FOX_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 // D of version 1 against the API's on random rows; row 0's pairs 1 and 33 are -0 (a sum of +0 and -0 is met).
 template <int DH> static bool row_dots(int B, int H, int T) {
     const size_t n = (size_t)B * T * H * DH, rows = (size_t)B * T * H;
@@ -148,7 +165,7 @@ template <int DH> static bool row_dots(int B, int H, int T) {
     auto f2 = [&] { fox_attn::dot_do_o<DH>(da, dx, D2, B, H, T, 0); };
     const double t1 = time_ms(f1), t2 = time_ms(f2);
     FOX_CUDA_CHECK(cudaDeviceSynchronize());
-    const bool same = memcmp(to_host(D1, rows).data(), to_host(D2, rows).data(), rows * 4) == 0;
+    const bool same = same_bytes(D1, D2, rows);
     printf("D = rowsum(dO o)  B %d H %2d T %5d d_h %3d: version 1 %7.1f us, API %7.1f us; bits %s\n", B, H, T, DH, t1 * 1e3,
            t2 * 1e3, same ? "the same" : "DIFFERENT");
     FOX_CUDA_CHECK(cudaFree(da));
@@ -186,14 +203,9 @@ template <int DH> static bool dq_conversion(int B, int H, int T, int chains, boo
         FOX_LAUNCH_CHECK();
     };
     auto f2 = [&] { fox_attn::bwd_dq(p, dc2, q2, B, H, T, DH, 0); };
-    const double t1 = time_ms(f1), t2 = time_ms(f2);  // (the timed runs add into dc again and again)
-    FOX_CUDA_CHECK(cudaMemcpy(dc1, dc0, nvec * 4, cudaMemcpyDeviceToDevice));
-    FOX_CUDA_CHECK(cudaMemcpy(dc2, dc0, nvec * 4, cudaMemcpyDeviceToDevice));
-    f1();
-    f2();
-    FOX_CUDA_CHECK(cudaDeviceSynchronize());
-    const bool same = memcmp(to_host(q1, nq).data(), to_host(q2, nq).data(), nq * 2) == 0 &&
-                      memcmp(to_host(dc1, nvec).data(), to_host(dc2, nvec).data(), nvec * 4) == 0;
+    double t1, t2;
+    time_then_once(f1, f2, dc1, dc2, dc0, nvec, t1, t2);
+    const bool same = same_bytes(q1, q2, nq) && same_bytes(dc1, dc2, nvec);
     printf("dq conversion     B %d H %2d T %5d d_h %3d, %d chains%s: version 1 %7.1f us, API %7.1f us; bits %s\n", B, H, T,
            DH, chains, acp ? ", ACP" : "     ", t1 * 1e3, t2 * 1e3, same ? "the same" : "DIFFERENT");
     float *fl[] = {dacc, dc0, dc1, dc2, ddcc};
@@ -220,14 +232,9 @@ static bool reverse_scan(int BH, int T) {
         FOX_LAUNCH_CHECK();
     };
     auto f2 = [&] { fox_attention_reverse_scan(x2, dxc, y2, BH, T, 0); };
-    const double t1 = time_ms(f1), t2 = time_ms(f2);  // (the timed runs add into dc again and again)
-    FOX_CUDA_CHECK(cudaMemcpy(x1, x0, n * 4, cudaMemcpyDeviceToDevice));
-    FOX_CUDA_CHECK(cudaMemcpy(x2, x0, n * 4, cudaMemcpyDeviceToDevice));
-    f1();
-    f2();
-    FOX_CUDA_CHECK(cudaDeviceSynchronize());
-    const bool same = memcmp(to_host(y1, n).data(), to_host(y2, n).data(), n * 4) == 0 &&
-                      memcmp(to_host(x1, n).data(), to_host(x2, n).data(), n * 4) == 0;
+    double t1, t2;
+    time_then_once(f1, f2, x1, x2, x0, n, t1, t2);
+    const bool same = same_bytes(y1, y2, n) && same_bytes(x1, x2, n);
     printf("reverse scan      %3d rows of T %5d: version 1 %7.1f us, API %7.1f us; bits %s\n", BH, T, t1 * 1e3, t2 * 1e3,
            same ? "the same" : "DIFFERENT");
     float *fl[] = {x0, dxc, x1, x2, y1, y2};
