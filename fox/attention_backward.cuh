@@ -487,8 +487,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 //   and the row sums cross warpgroups). Without it the compute warps load Q, dO and the row stats a tile
 //   ahead with cp.async, as bwd_kernel does.
 // Cfg::K_REGS (the API at d_h 64): S^T takes K from registers (each warp's 16 keys as A fragments, loaded once a
-// block) rather than from smem at every sub-tile: a sixth less of the tile's smem reads; V for dP^T as well did
-// not fit the registers (ptxas serialized the MMAs).
+// block) rather than from smem at every sub-tile: 32 KB of a tile's ~350 KB of smem traffic; V for dP^T as well
+// did not fit the registers (ptxas serialized the MMAs).
 // Cfg::BM 128 (the API at d_h 64; FlashAttention-3's 128 x 128 tile at d_h 64): a query tile of 128 rows is
 // walked as two sub-tiles of 64 (S^T, dP^T, the softmax step and the dV / dK products of each in turn: one
 // sub-tile's scores at a time fit the registers, 128 queries' did not), while the per-tile work is done once
@@ -786,9 +786,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     };
     if (TURNS > 0 && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
     if constexpr (TMA) mbar_wait(kv_full, 0);
-    // Cfg::K_REGS (d_h 64): this warp's 16 keys of K as A fragments, held for every S^T product (a register-
-    // sourced warpgroup MMA: K is read from smem once a block instead of once a 64-query sub-tile).
-    uint32_t ka[K_REGS ? DH / 16 : 1][4];
+    uint32_t ka[K_REGS ? DH / 16 : 1][4];  // Cfg::K_REGS: this warp's 16 keys of K, S^T's A fragments (see above)
     if constexpr (K_REGS) {
         static_assert(DH == 64 && TMA, "K's fragments in registers: d_h 64, K loaded by the producer");
 #pragma unroll
