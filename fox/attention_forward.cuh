@@ -398,9 +398,11 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     bool live_prev = false;  // tile t-1 was live for these rows (its P V is not zero)
     for (int it = 0; it < ntiles; it++) {
         const int n = n_last - it;
-        // Dead for these rows: above their diagonal, or pruned by ACP for their row block (only with three
-        // warpgroups: two share the block's ACP row and diagonal key tile).
-        const bool dead = NWG == 3 && (n * BN > r0 + 63 || n < my_first);
+        // Dead for these rows: above their diagonal, pruned by ACP for their row block, or all of them past T (the
+        // last block of a head where T is not a multiple of 192: 64 rows at T 4096 and 16384, whose other two
+        // warpgroups would otherwise walk every key tile for nothing); only with three warpgroups: two share the
+        // block's ACP row and diagonal key tile.
+        const bool dead = NWG == 3 && (n * BN > r0 + 63 || n < my_first || r0 >= T);
         mbar_wait(k_full + s, ks_par);
         mbar_wait(v_full + vs, vs_par);
         if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
