@@ -6,8 +6,10 @@
 //   ./attention_forward            every version: checks, then timings
 //   ./attention_forward 3          version 3 only (and the API); 10,11,12: those three
 //   ./attention_forward 3 check    (or bench) one half
-//   ./attention_forward 0 blocks   the API's cost per key tile and per block (an ACP staircase of n tiles)
+//   ./attention_forward 0 blocks   the API's cost per key tile and per block (an ACP staircase of n tiles); 32 blocks:
+//                                  version 32's
 //   ./attention_forward 0 orders   the API kernel's launch orders (groups of heads) at the trainers' shapes
+//   ./attention_forward 0 persistent   version 32 (persistent) against the API from T 1024 to 16384
 //
 // Versions (figures: forward TFLOP/s; NOTES.md has the full tables):
 //  1 mma.sync, d_h 64: 4 warps x 2 row tiles of 16, 2 blocks/SM; d_h 128: 8 warps x 1 row tile.
@@ -90,6 +92,25 @@
 //    session 12: 386-393 at T 4096, 463-475 / 463-466 / 450-470 at T 16384; d_h 128 537-542, 586-648.
 // 28 27 with 4 K / V stages at d_h 64 (3 at d_h 128, 231 KB of smem): 390-394 at T 4096, level at T 16384; d_h
 //    128 538-540 at T 4096, 561-591 at T 16384 (27: 586-641 in the same runs).
+// 29 (session 17) the forward's Q in registers for S: commit 1bfa51d, reverted (dev/cuda/NOTES.md session 17).
+// Session 18 (2026-11-26; T 4096 B 8 H 16 / d_h 128 B 8 H 8, T 16384 B 2 H 16 / B 2 H 8, B 1 H 12, B 1 H 24; each
+// figure beside the same run's API (27); `./attention_forward 32 blocks` gives a version's block costs):
+// 30 27 persistent (a block an SM, items from a counter in 27's order), Q and the item's rows' c in two smem
+//    buffers. First form (the next item claimed when an item starts, H200): 395-396 / 450-454 / 444 / 449-451
+//    against 391-396 / 476-477 / 468 / 469-472; d_h 128 527-528 / 559-567 against 538-542 / 640-641. Block costs:
+//    a tile 1.722-1.733 us of an SM against 27's 1.643-1.647, a block's fixed cost 1.94-1.96 us against 4.30-4.40.
+//    Claimed once its last copies are issued (H100): 405 / 440 / 439 / 445 against 393 / 472 / 465 / 472.
+// 31 30's kernel launched a block an item (not persistent): 377-380 / 441-447 / 438-441 / 439-443 (H200). Its
+//    tiles cost 1.673 us: the per-tile loss is the code, not the persistence. ncu (T 16384 B 2 H 16): 1.1% more
+//    instructions, 0.58 issued a cycle against 0.61: the tile loop recomputes per-item values every tile (n_last's
+//    division, the smem window, T from the constant bank) and forms Q's descriptors from the buffer's address.
+// 32 30 with one Q buffer at 27's constant address (the next Q loaded once the item's last S is complete), the
+//    next item claimed when this one's last copies are issued, the item read through shfl (warp-uniform) and the
+//    key tile carried through the loop (H100, two runs): 412-413 / 452-453 / 464-467 / 450-469 against 397-398 /
+//    473-474 / 471-474 / 472-474; d_h 128 553-558 / 585-601 against 537-538 / 640-646. Block costs: a tile
+//    1.589-1.602 us against 27's 1.592-1.630, a block's fixed cost 3.47-3.50 us against 4.33-4.50 (d_h 128 4.84-5.14
+//    against 6.51-6.58). +3-4% at T 4096 at both d_h; at T 16384 1-9% slower, which the block costs (the same
+//    tile, a lower fixed cost) do not explain: not the API (dev/cuda/NOTES.md session 18).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -921,6 +942,302 @@ void forward_stages(const bf16 *q, const bf16 *k, const bf16 *v, const float *c,
 }
 
 
+// Versions 30 and 32: the API's kernel (27) persistent. One block an SM takes work items (a query block of a head) in
+// 27's launch order (longest first in groups of heads) from an atomic counter (fwd_next_item, zeroed before each
+// launch: FlashAttention-3's dynamic scheduler for causal attention; a block claims its next item once it has
+// issued this item's last copies); Q has QB buffers, and each item (first row, head, key tiles) and its rows' c
+// two in smem, so the producer loads item j + 1's Q and row gates while the consumers walk item j, and the K / V
+// stages run on across items (the next item's first tiles land under this item's last ones). Versions 21 and 22
+// (session 11) had one Q buffer and the consumers read their rows' c from global memory at every item's start.
+// The consumers give a Q buffer back once the item's last S is complete; an item of no key tiles ends the kernel.
+// The per-tile work, the turns (always passed on: warpgroup 0 takes the last one on the way out) and the dead
+// tiles are the API's: the same bits. QB 2 (30): the next item's Q may land during this whole item; QB 1 (32):
+// Q at the API kernel's constant smem address, the next one loaded after this item's last S (22's protocol).
+__device__ int fwd_next_item;
+template <int DH, int QB = 2, class Cfg = fox_attn::FwdWsCfg<DH>>
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+fwd_pq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+              const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
+              float *__restrict__ lse, int BH, int H, int T, const int *__restrict__ kv_first, int head_group) {
+    constexpr int BM = Cfg::BM, BN = FWD_WS_BN, NWG = Cfg::NWG, ST = Cfg::STAGES;
+    constexpr bool SKIP = Cfg::SKIP_DEAD;
+    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);  // [QB][BM][DH]
+    __nv_bfloat16 *Ks = Qs + QB * BM * DH;     // [ST][BN][DH]
+    __nv_bfloat16 *Vs = Ks + ST * BN * DH;     // [ST][BN][DH]
+    float *nbs = reinterpret_cast<float *>(Vs + ST * BN * DH);  // [ST][BN]: -(c_j - c_ref) log2e
+    float *crefs = nbs + ST * BN;                                // [ST]
+    float *crows = crefs + (ST + 1) / 2 * 2;                     // [2][BM]: each Q buffer's rows' c
+    int *items = reinterpret_cast<int *>(crows + 2 * BM);        // [2][4]: first row, head, key tiles
+    uint64_t *q_full = reinterpret_cast<uint64_t *>(items + 8), *q_empty = q_full + 2;
+    uint64_t *k_full = q_full + 4, *k_empty = k_full + ST, *v_full = k_empty + ST, *v_empty = v_full + ST;
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
+    const int g = lane >> 2, tq = lane & 3;
+    const int nqb = (T + BM - 1) / BM, nacp = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK, nitems = nqb * BH;
+    auto wg_first = [&](int bh, int q0, int w) {  // the first live key tile of warpgroup w's ACP row block
+        const int a = min((q0 + 64 * w) / FOX_ACP_BLOCK, nacp - 1);
+        return kv_first ? kv_first[(size_t)bh * nacp + a] * (FOX_ACP_BLOCK / BN) : 0;
+    };
+    auto last_tile = [&](int q0) { return min((T - 1) / BN, (q0 + BM - 1) / BN); };
+
+    if (tid == 0) {
+        for (int b = 0; b < 2; b++) {
+            mbar_init(q_full + b, 32);
+            mbar_init(q_empty + b, 4 * NWG);
+        }
+        for (int s = 0; s < ST; s++) {
+            mbar_init(k_full + s, 32);
+            mbar_init(k_empty + s, 4 * NWG);
+            mbar_init(v_full + s, 1);
+            mbar_init(v_empty + s, 4 * NWG);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (warp >= Cfg::PRODUCER_WARP) {  // the producer
+        setmaxnreg_dec<Cfg::REGS_PRODUCER>();
+        if (warp != Cfg::PRODUCER_WARP) return;
+        int s = 0, parity = 1, nload = 0;  // stage, the parity of its release by the tile ST earlier, tiles loaded
+        for (int i = blockIdx.x, j = 0;; j++) {
+            const int b = j & 1;
+            if (j >= QB) mbar_wait(q_empty + ((j - QB) & 1), ((j - QB) >> 1) & 1);  // item j - QB's Q is done
+            int q0 = 0, bh = 0, ntiles = 0;
+            if (i < nitems) {
+                int rank;
+                grouped_longest_first(i, nqb, BH, head_group, rank, bh);
+                q0 = (nqb - 1 - rank) * BM;
+                const int n_last = last_tile(q0);
+                int n_first = wg_first(bh, q0, 0);
+#pragma unroll
+                for (int w = 1; w < NWG; w++) n_first = min(n_first, wg_first(bh, q0, w));
+                ntiles = n_last - n_first + 1;
+            }
+            const float *ch = c + (size_t)bh * T;
+            if (lane == 0) {
+                items[4 * b] = q0;
+                items[4 * b + 1] = bh;
+                items[4 * b + 2] = ntiles;
+                if (ntiles) {
+                    mbar_expect_tx(q_full + b, BM * DH * 2);
+#pragma unroll
+                    for (int hf = 0; hf < DH / 64; hf++)
+                        tma_load_3d(Qs + (QB == 1 ? 0 : b) * BM * DH + hf * BM * 64, &tm_q, q_full + b, hf * 64, q0, bh);
+                }
+            }
+            if (ntiles)
+                for (int r = lane; r < BM; r += 32) crows[b * BM + r] = q0 + r < T ? ch[q0 + r] : 0.f;
+            mbar_arrive(q_full + b);
+            if (!ntiles) break;
+            const int n_last = last_tile(q0);
+            for (int it = 0; it < ntiles; it++, nload++) {
+                const int n = n_last - it;
+                const float cref = ch[n * BN];
+                float cj[BN / 32];
+#pragma unroll
+                for (int x = 0; x < BN / 32; x++) {
+                    const int jj = n * BN + lane + 32 * x;
+                    cj[x] = jj < T ? ch[jj] : cref;
+                }
+                if (nload >= ST) mbar_wait(k_empty + s, parity);
+                if (lane == 0) {
+                    mbar_expect_tx(k_full + s, BN * DH * 2);
+#pragma unroll
+                    for (int hf = 0; hf < DH / 64; hf++)
+                        tma_load_3d(Ks + s * BN * DH + hf * BN * 64, &tm_k, k_full + s, hf * 64, n * BN, bh);
+                    crefs[s] = cref;
+                }
+#pragma unroll
+                for (int x = 0; x < BN / 32; x++) nbs[s * BN + lane + 32 * x] = -(cj[x] - cref) * LOG2E;
+                mbar_arrive(k_full + s);
+                if (nload >= ST) mbar_wait(v_empty + s, parity);
+                if (lane == 0) {
+                    mbar_arrive_expect_tx(v_full + s, BN * DH * 2);
+#pragma unroll
+                    for (int hf = 0; hf < DH / 64; hf++)
+                        tma_load_3d(Vs + s * BN * DH + hf * BN * 64, &tm_v, v_full + s, hf * 64, n * BN, bh);
+                }
+                if (++s == ST) s = 0, parity ^= 1;
+            }
+            // The next item is claimed once this one's last copies are issued (the consumers are STAGES tiles
+            // behind): a block claims work when it is nearly free, as a launch's next block is placed.
+            int next = 0;
+            if (lane == 0) next = gridDim.x + atomicAdd(&fwd_next_item, 1);
+            i = __shfl_sync(0xffffffffu, next, 0);
+        }
+        return;
+    }
+    // the consumers
+    setmaxnreg_inc<Cfg::REGS_CONSUMER>();
+    const int wg = warp >> 2;
+    const float sl2 = LOG2E / sqrtf((float)DH);
+    auto release = [&](uint64_t *bar) {  // lane 0 arrives for its warp once every lane's reads are done
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+    };
+    if (wg == NWG - 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
+    int s = 0, ks_par = 0, vs = 0, vs_par = 0;      // K(t)'s stage and parity, V(t-1)'s
+    for (int j = 0;; j++) {
+        const int b = j & 1;
+        mbar_wait(q_full + b, (j >> 1) & 1);
+        // shfl: the item provably warp-uniform (uniform registers, as blockIdx's values in the API kernel: read
+        // plainly from smem, its derived values were recomputed at every tile for want of registers)
+        const int q0 = __shfl_sync(0xffffffffu, items[4 * b], 0), bh = __shfl_sync(0xffffffffu, items[4 * b + 1], 0);
+        const int ntiles = __shfl_sync(0xffffffffu, items[4 * b + 2], 0);
+        if (ntiles == 0) break;
+        const __nv_bfloat16 *Qb = QB == 1 ? Qs : Qs + b * BM * DH;
+        const int n_last = last_tile(q0), r0 = q0 + 64 * wg, my_first = wg_first(bh, q0, wg);
+        int row[2];
+        float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            row[hf] = q0 + warp * 16 + g + 8 * hf;
+            crow[hf] = crows[b * BM + warp * 16 + g + 8 * hf];
+            m[hf] = -INFINITY;
+            l[hf] = 0.f;
+        }
+        uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
+        float oacc[DH / 8][4];
+#pragma unroll
+        for (int x = 0; x < DH / 8; x++) oacc[x][0] = oacc[x][1] = oacc[x][2] = oacc[x][3] = 0.f;
+        auto pv_issue = [&](const __nv_bfloat16 *Vp) {  // O += P(t-1) V(t-1), one m64n64 product per half of V
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++)
+                    wgmma_m64n64_rs<1>(acc_half(oacc, hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
+        };
+        bool live_prev = false;  // tile t-1 was live for these rows (its P V is not zero)
+        for (int it = 0, n = n_last; it < ntiles; it++, n--) {  // n carried: n_last is not live in the loop
+            const bool dead = NWG == 3 && (n * BN > r0 + 63 || n < my_first || r0 >= T);
+            mbar_wait(k_full + s, ks_par);
+            mbar_wait(v_full + vs, vs_par);
+            if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
+            else if (wg == 1) named_bar_sync(2, 256);
+            else named_bar_sync(3, 256);
+            float sacc[BN / 8][4];
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                if (!SKIP || kk == 0 || !dead)
+                    wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qb, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
+            wg_commit();
+            if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
+            wg_commit();
+            live_prev = !dead;
+            if (wg == 0) named_bar_arrive(2, 256);  // the next warpgroup's turn, across items too
+            else if (wg == 1 && NWG == 3) named_bar_arrive(3, 256);
+            else named_bar_arrive(1, 256);
+            wg_wait<1>();
+            if (it + 1 == ntiles) release(q_empty + b);  // the item's last S is complete (its rows' c read before)
+            if (SKIP && dead) {
+                release(k_empty + s);
+                wg_wait<0>();
+                if (it > 0) release(v_empty + vs);
+                if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;
+                if (++s == ST) s = 0, ks_par ^= 1;
+                continue;
+            }
+            const float cref = crefs[s];
+            float mt_max[2] = {-INFINITY, -INFINITY};
+            const bool mask_all = !SKIP && dead;
+            const int jmax[2] = {mask_all ? -1 : row[0], mask_all ? -1 : row[1]};
+            auto scores = [&](auto masked) {
+#pragma unroll
+                for (int nt = 0; nt < BN / 8; nt++) {
+                    const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);
+#pragma unroll
+                    for (int x = 0; x < 4; x++) {
+                        const int hf = x >> 1, jj = n * BN + nt * 8 + 2 * tq + (x & 1);
+                        float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
+                        if (decltype(masked)::value && jj > jmax[hf]) t = -INFINITY;
+                        sacc[nt][x] = t;
+                        mt_max[hf] = fmaxf(mt_max[hf], t);
+                    }
+                }
+            };
+            if (n * BN + BN - 1 > r0 || mask_all) scores(std::true_type{});
+            else scores(std::false_type{});
+            release(k_empty + s);
+            float sh[2], al[2], ps[2] = {0.f, 0.f};
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float a = (crow[hf] - cref) * LOG2E;
+                const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
+                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
+                al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
+                m[hf] = mn;
+            }
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; nt++)
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
+                    ps[x >> 1] += sacc[nt][x];
+                }
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];
+            wg_wait<0>();
+            if (it > 0) release(v_empty + vs);
+#pragma unroll
+            for (int x = 0; x < DH / 8; x++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) oacc[x][e] *= al[e >> 1];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+            if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;
+            if (++s == ST) s = 0, ks_par ^= 1;
+        }
+        mbar_wait(v_full + vs, vs_par);  // the last tile's P V, then its V stage and the Q buffer go back
+        wg_fence();
+        if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
+        wg_commit_wait();
+        release(v_empty + vs);
+        if (++vs == ST) vs = 0, vs_par ^= 1;
+        const size_t ld_o = (size_t)H * DH;
+        __nv_bfloat16 *ob = o + (size_t)(bh / H) * T * ld_o + (size_t)(bh % H) * DH;
+        constexpr float LN2 = 0.6931471805599453f;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = row[hf];
+            const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
+            if (r >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < DH / 8; nt++)
+                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
+                    pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
+            if (tq == 0) lse[(size_t)bh * T + r] = (m[hf] + log2f(lsum)) * LN2;
+        }
+    }
+    if (wg == 0) named_bar_sync(1, 256);  // the last warpgroup's final turn
+}
+
+// ONE_ITEM (version 31): 30's kernel launched with a block an item (each takes its blockIdx's item and stops):
+// its per-tile code without the persistence.
+template <int DH, bool ONE_ITEM = false, int QB = 2>
+void forward_persistent(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H,
+                        int T, const int *kv_first, cudaStream_t s) {
+    using Cfg = fox_attn::FwdWsCfg<DH>;
+    constexpr int ST = Cfg::STAGES;
+    constexpr size_t smem = (size_t)(QB * Cfg::BM + 2 * ST * FWD_WS_BN) * DH * 2 +
+                            (ST * FWD_WS_BN + (ST + 1) / 2 * 2 + 2 * Cfg::BM) * 4 + 8 * 4 + (4 + 4 * ST) * 8;
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_pq_kernel<DH, QB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    void *counter;
+    FOX_CUDA_CHECK(cudaGetSymbolAddress(&counter, fwd_next_item));
+    FOX_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), s));
+    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
+                      tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
+    const int nqb = (T + Cfg::BM - 1) / Cfg::BM, nitems = nqb * B * H;
+    const int want = fox_attn::fwd_head_group<DH>(nqb), group = want < B * H ? want : B * H;
+    fwd_pq_kernel<DH, QB><<<ONE_ITEM ? nitems : std::min(nitems, fox_sm_count()), Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, B * H, H,
+                                                                                        T, kv_first, group);
+    FOX_LAUNCH_CHECK();
+}
+
 }  // namespace fox_attn_dev
 
 struct Version {
@@ -928,6 +1245,7 @@ struct Version {
     const char *name;
     FwdFn fn64, fn128;  // NULL: not built for this d_h
     bool wg;            // needs the warpgroup path (skipped where fox_attn::use_wgmma() is false)
+    bool api_bits;      // the API's arithmetic: its o and lse must equal the API's bit for bit
 };
 static const Version versions[] = {
     {1, "mma.sync", fox_attn_dev::forward_cfg<64, false, false>, fox_attn_dev::forward_cfg<128, false, false>, false},
@@ -969,11 +1287,34 @@ static const Version versions[] = {
     {27, "23 in groups of 16 heads (d_h 128: 16 in groups of about one wave of blocks): the API",
      api_forward<64>, api_forward<128>, true},
     {28, "27 with 4 K / V stages (d_h 128: 3)", fox_attn_dev::forward_stages<64, 4>, fox_attn_dev::forward_stages<128, 3>, true},
+    {30, "27 persistent: items from a counter, Q and the rows' c in two buffers",
+     fox_attn_dev::forward_persistent<64>, fox_attn_dev::forward_persistent<128>, true, true},
+    {31, "30's kernel launched with a block an item (not persistent)", fox_attn_dev::forward_persistent<64, true>,
+     fox_attn_dev::forward_persistent<128, true>, true, true},
+    {32, "30 with one Q buffer (constant address), the next Q loaded after the item's last S",
+     fox_attn_dev::forward_persistent<64, false, 1>, fox_attn_dev::forward_persistent<128, false, 1>, true, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
     if (v.wg && !fox_attn::use_wgmma()) return nullptr;
     return dh == 64 ? v.fn64 : v.fn128;
+}
+
+// For a version with api_bits: whether o and lse (fn's, already computed from these inputs) equal the API's.
+static bool same_bits_as_api(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, const bf16 *o, const float *lse,
+                             int B, int H, int T, int dh, const int *kv_first, size_t nqkv, size_t nvec) {
+    bf16 *ao;
+    float *alse;
+    FOX_CUDA_CHECK(cudaMalloc(&ao, nqkv * sizeof(bf16)));
+    FOX_CUDA_CHECK(cudaMalloc(&alse, nvec * sizeof(float)));
+    (dh == 64 ? api_forward<64> : api_forward<128>)(q, k, v, c, ao, alse, B, H, T, kv_first, 0);
+    FOX_CUDA_CHECK(cudaDeviceSynchronize());
+    const bool same = memcmp(to_host(o, nqkv).data(), to_host((const bf16 *)ao, nqkv).data(), nqkv * sizeof(bf16)) == 0 &&
+                      memcmp(to_host(lse, nvec).data(), to_host((const float *)alse, nvec).data(), nvec * sizeof(float)) == 0;
+    FOX_CUDA_CHECK(cudaFree(ao));
+    FOX_CUDA_CHECK(cudaFree(alse));
+    printf("    o and lse bitwise the API's: %s\n", same ? "PASS" : "FAIL");
+    return same;
 }
 
 static bool run_checks(const char *only) {
@@ -987,6 +1328,8 @@ static bool run_checks(const char *only) {
             char name[96];
             snprintf(name, sizeof name, "version %d: %s", v.number, v.name);
             all &= check_forward(p, fn, name);
+            if (v.api_bits)
+                all &= same_bits_as_api(p.q, p.k, p.v, p.c, p.o, p.lse, s.B, s.H, s.T, s.dh, p.kv_first, p.nqkv, p.nvec);
         }
         all &= check_forward(p, s.dh == 64 ? api_forward<64> : api_forward<128>, "api");
         free_problem(p);
@@ -995,7 +1338,8 @@ static bool run_checks(const char *only) {
     return all;
 }
 
-static void run_bench(const char *only) {
+static bool run_bench(const char *only) {
+    bool all = true;
     for (const BenchShape &bs : bench_shapes) {
         BenchInputs b = make_bench_inputs(bs.B, bs.H, bs.T, bs.dh);
         bench_forward(b, bs.dh == 64 ? api_forward<64> : api_forward<128>, "api");
@@ -1005,9 +1349,12 @@ static void run_bench(const char *only) {
             char name[96];
             snprintf(name, sizeof name, "version %d: %s", v.number, v.name);
             bench_forward(b, fn, name);
+            if (v.api_bits)
+                all &= same_bits_as_api(b.q, b.k, b.v, b.c, b.o, b.lse, b.B, b.H, b.T, b.dh, nullptr, b.nqkv, b.nvec);
         }
         free_bench_inputs(b);
     }
+    return all;
 }
 
 // What a block costs beside its tiles: the API forward on an ACP staircase that leaves every query block
@@ -1015,7 +1362,7 @@ static void run_bench(const char *only) {
 // line through (key tiles walked, ms) gives the per-tile cost (slope) and a fixed cost per block (the
 // intercept spread over the waves of blocks): load latency, pipeline fill and drain, the epilogue.
 template <int DH>
-static void block_cost(int B, int H, int T) {
+static void block_cost(int B, int H, int T, FwdFn fn) {
     using Cfg = fox_attn::FwdWsCfg<DH>;
     constexpr int BN = fox_attn::FWD_WS_BN;
     const int nacp = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK, nqb = (T + Cfg::BM - 1) / Cfg::BM;
@@ -1035,7 +1382,7 @@ static void block_cost(int B, int H, int T) {
             tiles += (double)B * H * (n_last - first + 1);
         }
         int *dkvf = to_device(kvf);
-        const double ms = median_ms([&] { api_forward<DH>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, dkvf, 0); });
+        const double ms = median_ms([&] { fn(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, dkvf, 0); });
         FOX_CUDA_CHECK(cudaFree(dkvf));
         bench_header(b);
         printf("n %2d: %9.0f key tiles in %d blocks, %7.3f ms\n", n, tiles, B * H * nqb, ms);
@@ -1071,11 +1418,28 @@ static void launch_orders(int B, int H, int T) {
     free_bench_inputs(b);
 }
 
+// Version 32 (persistent) against the API over T at B T = 32k tokens, timed api, 32, 32, api so that a position
+// in the sequence (the clock under the power cap) falls on both alike.
+template <int DH>
+static void persistent_sweep(int T) {
+    const int B = 32768 / T, H = DH == 64 ? 16 : 8;
+    BenchInputs b = make_bench_inputs(B, H, T, DH);
+    const FwdFn api = api_forward<DH>, pers = fox_attn_dev::forward_persistent<DH, false, 1>;
+    double t[4];
+    const FwdFn order[4] = {api, pers, pers, api};
+    for (int i = 0; i < 4; i++) t[i] = median_ms([&] { order[i](b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0); });
+    const double flops = 2.0 * B * H * (double)T * T * DH * 1e-9, api_ms = (t[0] + t[3]) / 2, pers_ms = (t[1] + t[2]) / 2;
+    bench_header(b);
+    printf("api %6.1f (%6.1f, %6.1f) | version 32 %6.1f (%6.1f, %6.1f) TFLOP/s | 32 / api %.3f\n", flops / api_ms,
+           flops / t[0], flops / t[3], flops / pers_ms, flops / t[1], flops / t[2], api_ms / pers_ms);
+    free_bench_inputs(b);
+}
+
 int main(int argc, char **argv) {
     const char *only = argc > 1 && strcmp(argv[1], "0") != 0 ? argv[1] : nullptr;  // 0 or none: every version
     const char *mode = argc > 2 ? argv[2] : "all";
     if (only && !(only[0] >= '1' && only[0] <= '9')) {
-        fprintf(stderr, "usage: %s [0 | versions, e.g. 10,11,12 (of 1..%d)] [check|bench|all|blocks|orders]\n", argv[0],
+        fprintf(stderr, "usage: %s [0 | versions, e.g. 10,11,12 (of 1..%d)] [check|bench|all|blocks|orders|persistent]\n", argv[0],
                 (int)(sizeof versions / sizeof versions[0]));
         return 2;
     }
@@ -1085,10 +1449,27 @@ int main(int argc, char **argv) {
             fprintf(stderr, "blocks: measures the Hopper kernel (fwd_ws_kernel); this device runs mma.sync\n");
             return 1;
         }
-        block_cost<64>(2, 16, 16384);
-        block_cost<64>(8, 16, 4096);
-        block_cost<128>(2, 8, 16384);
-        block_cost<128>(8, 8, 4096);
+        const Version *ver = nullptr;  // the version named (its first), else the API
+        for (const Version &v : versions)
+            if (!ver && only && wanted(only, v.number)) ver = &v;
+        if (ver) printf("blocks: version %d: %s\n", ver->number, ver->name);
+        if (!ver || ver->fn64) {
+            block_cost<64>(2, 16, 16384, ver ? ver->fn64 : api_forward<64>);
+            block_cost<64>(8, 16, 4096, ver ? ver->fn64 : api_forward<64>);
+        }
+        if (!ver || ver->fn128) {
+            block_cost<128>(2, 8, 16384, ver ? ver->fn128 : api_forward<128>);
+            block_cost<128>(8, 8, 4096, ver ? ver->fn128 : api_forward<128>);
+        }
+        return 0;
+    }
+    if (!strcmp(mode, "persistent")) {
+        if (!fox_attn::use_wgmma()) {
+            fprintf(stderr, "persistent: measures the Hopper kernels; this device runs mma.sync\n");
+            return 1;
+        }
+        for (int T : {1024, 2048, 4096, 8192, 16384}) persistent_sweep<64>(T);
+        for (int T : {1024, 2048, 4096, 8192, 16384}) persistent_sweep<128>(T);
         return 0;
     }
     if (!strcmp(mode, "orders")) {
@@ -1105,6 +1486,6 @@ int main(int argc, char **argv) {
     }
     bool ok = true;
     if (strcmp(mode, "bench") != 0) ok &= run_checks(only);
-    if (strcmp(mode, "check") != 0) run_bench(only);
+    if (strcmp(mode, "check") != 0) ok &= run_bench(only);
     return ok ? 0 : 1;
 }
