@@ -11,6 +11,8 @@
 #include "acp.h"                      // FOX_ACP_BLOCK: kv_first's grid
 #include "cuda_common.cuh"            // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, fox_sm_count
 #include <type_traits>                // std::true_type, std::false_type
+#include <mutex>                      // std::mutex: fwd_item_counter's table
+#include <vector>                     // std::vector: fwd_item_counter's table
 #include "attention_primitives.cuh"   // cp.async, ldmatrix, mma.sync, wgmma, TMA, mbarriers, ex2, quad_max / quad_sum
 #include "attention_traits.cuh"       // LOG2E, FWD_BM, FWD_BN, FWD_WS_BN, FwdCfg, FwdWsCfg, smem sizes, use_wgmma
 #include "tma.cuh"                    // tma_map_bf16_3d: the tensor maps of q, k, v
@@ -261,52 +263,71 @@ void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 // dead tile the warpgroup issues S's first k16 step alone, skips the softmax and the next tile's P V, and
 // hands the stages back: O, m and l have the bits of a kernel that never saw the tile (Cfg::SKIP_DEAD; without
 // it, dev/cuda's forms, a dead tile's scores are masked whole, with the same result).
-// Cfg: FwdWsCfg<DH> (the API), or another form of dev/cuda/attention_forward.cu.
+// Cfg::PERSISTENT (the API's form up to FWD_PERSISTENT_MAX_T, FwdWsPersistentCfg): one block an SM takes work items
+// (a query block of a head, in the GROUPED launch order) from a counter (next_item, zeroed before the launch:
+// FlashAttention-3's dynamic scheduler for causal attention); the producer claims the next item once it has issued
+// this item's last copies (the consumers are then STAGES tiles behind, as a launch places its next block on an SM
+// about to be free), loads its Q once the consumers' last S of this item is complete (Q stays at one constant smem
+// address: from a second buffer the descriptors cost more per tile than the start they save) and puts the item
+// and its rows' c in smem, and the K / V stages run on across items, so that an item's start (launch, Q and the
+// first tiles' loads) falls under the previous item's last tiles. The consumers read the item through shfl
+// (warp-uniform: uniform registers, as blockIdx's values; read plainly, their derived values were recomputed at
+// every tile) and pass the turn on across items; an item of no key tiles ends the kernel. The same bits as the
+// form a block an item (dev/cuda/NOTES.md session 18).
+// Cfg: FwdWsCfg<DH> / FwdWsPersistentCfg<DH> (the API), or another form of dev/cuda/attention_forward.cu.
 template <int DH, class Cfg = FwdWsCfg<DH>>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
               const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
-              float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first, int head_group) {
+              float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first, int head_group, int BH,
+              int *__restrict__ next_item) {
     constexpr int BM = Cfg::BM, BN = FWD_WS_BN, NWG = Cfg::NWG, ST = Cfg::STAGES;
-    constexpr bool SKIP = Cfg::SKIP_DEAD;
+    constexpr bool SKIP = Cfg::SKIP_DEAD, PERSIST = Cfg::PERSISTENT;
+    static_assert(!PERSIST || Cfg::GROUPED, "the persistent form takes items in the grouped order");
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
     __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
     __nv_bfloat16 *Vs = Ks + ST * BN * DH;     // [ST][BN][DH]
     float *nbs = reinterpret_cast<float *>(Vs + ST * BN * DH);  // [ST][BN]: -(c_j - c_ref) log2e
     float *crefs = nbs + ST * BN;                                // [ST]
-    uint64_t *q_full = reinterpret_cast<uint64_t *>(crefs + (ST + 1) / 2 * 2);
-    uint64_t *k_full = q_full + 1, *k_empty = k_full + ST, *v_full = k_empty + ST, *v_empty = v_full + ST;
+    float *crows = crefs + (ST + 1) / 2 * 2;                     // PERSIST: [BM], the item's rows' c
+    int *items = reinterpret_cast<int *>(crows + (PERSIST ? BM : 0));  // PERSIST: [4], first row, head, key tiles
+    uint64_t *q_full = reinterpret_cast<uint64_t *>(items + (PERSIST ? 4 : 0)), *q_empty = q_full + 1;  // q_empty: PERSIST
+    uint64_t *k_full = q_full + 1 + PERSIST, *k_empty = k_full + ST, *v_full = k_empty + ST, *v_empty = v_full + ST;
 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
     const int nqb = (T + BM - 1) / BM;
-    int mb, bh;  // query block (the highest first: the longest rows) and head, in the launch order (Cfg::GROUPED)
-    if constexpr (Cfg::GROUPED) {
-        grouped_longest_first((int)blockIdx.x, nqb, (int)gridDim.x / nqb, head_group, mb, bh);
-    } else {
-        mb = blockIdx.x;
-        bh = blockIdx.y;
-    }
-    mb = nqb - 1 - mb;
-    const float *ch = c + (size_t)bh * T;
-    const int q0 = mb * BM;
-    const int n_last = min((T - 1) / BN, (q0 + BM - 1) / BN);
     const int nacp = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
-    auto wg_first = [&](int w) {  // the first live key tile of warpgroup w's ACP row block
+    auto first_row = [&](int i, int &bh) {  // item (block) i of the launch order: its head and first query row
+        int mb;  // query block (the highest first: the longest rows)
+        if constexpr (Cfg::GROUPED) {
+            grouped_longest_first(i, nqb, PERSIST ? BH : (int)gridDim.x / nqb, head_group, mb, bh);
+        } else {
+            mb = blockIdx.x;
+            bh = blockIdx.y;
+        }
+        return (nqb - 1 - mb) * BM;
+    };
+    auto last_tile = [&](int q0) { return min((T - 1) / BN, (q0 + BM - 1) / BN); };
+    auto wg_first = [&](int bh, int q0, int w) {  // the first live key tile of warpgroup w's ACP row block
         const int a = min((q0 + 64 * w) / FOX_ACP_BLOCK, nacp - 1);
         return kv_first ? kv_first[(size_t)bh * nacp + a] * (FOX_ACP_BLOCK / BN) : 0;
     };
-    auto count_tiles = [&]() {  // the block's key tiles: n_last down to its warpgroups' lowest first live tile
-        int n_first = wg_first(0);
+    auto count_tiles = [&](int bh, int q0) {  // the item's key tiles: its last down to its warpgroups' lowest first live one
+        int n_first = wg_first(bh, q0, 0);
 #pragma unroll
-        for (int w = 1; w < NWG; w++) n_first = min(n_first, wg_first(w));
-        return n_last - n_first + 1;
+        for (int w = 1; w < NWG; w++) n_first = min(n_first, wg_first(bh, q0, w));
+        return last_tile(q0) - n_first + 1;
     };
 
+    int bh0;  // the block's item (its first with PERSIST), placed before the producer gives its registers away
+    const int q00 = first_row((int)blockIdx.x, bh0);
+
     if (tid == 0) {
-        mbar_init(q_full, 1);
+        mbar_init(q_full, PERSIST ? 32 : 1);
+        if (PERSIST) mbar_init(q_empty, 4 * NWG);
         for (int s = 0; s < ST; s++) {
             mbar_init(k_full + s, 32);
             mbar_init(k_empty + s, 4 * NWG);
@@ -320,189 +341,255 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     if (warp >= Cfg::PRODUCER_WARP) {  // the producer
         setmaxnreg_dec<Cfg::REGS_PRODUCER>();
         if (warp != Cfg::PRODUCER_WARP) return;
-        const int ntiles = count_tiles();
-        if (lane == 0) {
-            mbar_arrive_expect_tx(q_full, BM * DH * 2);
+        int s = 0, parity = 1, nload = 0;  // stage, the parity of its release by the tile ST earlier, tiles loaded
+        auto load_q = [&](uint64_t *bar, int q0, int bh) {
 #pragma unroll
-            for (int hf = 0; hf < DH / 64; hf++) tma_load_3d(Qs + hf * BM * 64, &tm_q, q_full, hf * 64, q0, bh);
-        }
-        int s = 0, parity = 1;  // stage, and the parity of its release by the tile ST earlier
-        for (int it = 0; it < ntiles; it++) {
-            const int n = n_last - it;
-            // The tile's c loads are in flight during the wait and K's copy; the gate terms are stored after.
-            const float cref = ch[n * BN];
-            float cj[BN / 32];
+            for (int hf = 0; hf < DH / 64; hf++) tma_load_3d(Qs + hf * BM * 64, &tm_q, bar, hf * 64, q0, bh);
+        };
+        auto load_tiles = [&](int q0, int bh, int ntiles) {  // the item's K, V and gate terms, stage by stage
+            const float *ch = c + (size_t)bh * T;
+            const int n_last = last_tile(q0);
+            for (int it = 0; it < ntiles; it++) {
+                const int n = n_last - it;
+                const bool reuse = (PERSIST ? nload + it : it) >= ST;  // the stage held an earlier tile
+                // The tile's c loads are in flight during the wait and K's copy; the gate terms are stored after.
+                const float cref = ch[n * BN];
+                float cj[BN / 32];
 #pragma unroll
-            for (int i = 0; i < BN / 32; i++) {
-                const int j = n * BN + lane + 32 * i;
-                cj[i] = j < T ? ch[j] : cref;
+                for (int i = 0; i < BN / 32; i++) {
+                    const int j = n * BN + lane + 32 * i;
+                    cj[i] = j < T ? ch[j] : cref;
+                }
+                if (reuse) mbar_wait(k_empty + s, parity);
+                if (lane == 0) {
+                    mbar_expect_tx(k_full + s, BN * DH * 2);
+#pragma unroll
+                    for (int hf = 0; hf < DH / 64; hf++)
+                        tma_load_3d(Ks + s * BN * DH + hf * BN * 64, &tm_k, k_full + s, hf * 64, n * BN, bh);
+                    crefs[s] = cref;
+                }
+#pragma unroll
+                for (int i = 0; i < BN / 32; i++) nbs[s * BN + lane + 32 * i] = -(cj[i] - cref) * LOG2E;
+                mbar_arrive(k_full + s);
+                if (reuse) mbar_wait(v_empty + s, parity);
+                if (lane == 0) {
+                    mbar_arrive_expect_tx(v_full + s, BN * DH * 2);
+#pragma unroll
+                    for (int hf = 0; hf < DH / 64; hf++)
+                        tma_load_3d(Vs + s * BN * DH + hf * BN * 64, &tm_v, v_full + s, hf * 64, n * BN, bh);
+                }
+                if (++s == ST) s = 0, parity ^= 1;
             }
-            if (it >= ST) mbar_wait(k_empty + s, parity);
+            if (PERSIST) nload += ntiles;
+        };
+        if constexpr (!PERSIST) {
+            const int ntiles = count_tiles(bh0, q00);
             if (lane == 0) {
-                mbar_expect_tx(k_full + s, BN * DH * 2);
-#pragma unroll
-                for (int hf = 0; hf < DH / 64; hf++)
-                    tma_load_3d(Ks + s * BN * DH + hf * BN * 64, &tm_k, k_full + s, hf * 64, n * BN, bh);
-                crefs[s] = cref;
+                mbar_arrive_expect_tx(q_full, BM * DH * 2);
+                load_q(q_full, q00, bh0);
             }
-#pragma unroll
-            for (int i = 0; i < BN / 32; i++) nbs[s * BN + lane + 32 * i] = -(cj[i] - cref) * LOG2E;
-            mbar_arrive(k_full + s);
-            if (it >= ST) mbar_wait(v_empty + s, parity);
-            if (lane == 0) {
-                mbar_arrive_expect_tx(v_full + s, BN * DH * 2);
-#pragma unroll
-                for (int hf = 0; hf < DH / 64; hf++)
-                    tma_load_3d(Vs + s * BN * DH + hf * BN * 64, &tm_v, v_full + s, hf * 64, n * BN, bh);
+            load_tiles(q00, bh0, ntiles);
+        } else {
+            const int nitems = nqb * BH;
+            for (int i = blockIdx.x, j = 0;; j++) {
+                if (j > 0) mbar_wait(q_empty, (j - 1) & 1);  // the consumers' last S of the previous item
+                int bh = 0, q0 = 0, ntiles = 0;
+                if (i < nitems) {
+                    q0 = first_row(i, bh);
+                    ntiles = count_tiles(bh, q0);
+                }
+                if (lane == 0) {
+                    items[0] = q0;
+                    items[1] = bh;
+                    items[2] = ntiles;
+                    if (ntiles) {
+                        mbar_expect_tx(q_full, BM * DH * 2);
+                        load_q(q_full, q0, bh);
+                    }
+                }
+                const float *ch = c + (size_t)bh * T;
+                if (ntiles)
+                    for (int r = lane; r < BM; r += 32) crows[r] = q0 + r < T ? ch[q0 + r] : 0.f;
+                mbar_arrive(q_full);
+                if (!ntiles) break;
+                load_tiles(q0, bh, ntiles);
+                int next = 0;
+                if (lane == 0) next = (int)gridDim.x + atomicAdd(next_item, 1);
+                i = __shfl_sync(0xffffffffu, next, 0);
             }
-            if (++s == ST) s = 0, parity ^= 1;
         }
         return;
     }
     // the consumers
     setmaxnreg_inc<Cfg::REGS_CONSUMER>();
     const int wg = warp >> 2;
-    const int r0 = q0 + 64 * wg;  // this warpgroup's first row
-    const int my_first = wg_first(wg), ntiles = count_tiles();
-    int row[2];
-    float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        row[hf] = q0 + warp * 16 + g + 8 * hf;
-        crow[hf] = row[hf] < T ? ch[row[hf]] : 0.f;
-        m[hf] = -INFINITY;
-        l[hf] = 0.f;
-    }
     const float sl2 = LOG2E / sqrtf((float)DH);
-    uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
-    float oacc[DH / 8][4];
-#pragma unroll
-    for (int i = 0; i < DH / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
-    auto pv_issue = [&](const __nv_bfloat16 *Vp) {  // O += P(t-1) V(t-1), one m64n64 product per half of V
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-#pragma unroll
-            for (int hf = 0; hf < DH / 64; hf++)
-                wgmma_m64n64_rs<1>(acc_half(oacc, hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
-    };
     auto release = [&](uint64_t *bar) {  // lane 0 arrives for its warp once every lane's reads are done
         __syncwarp();
         if (lane == 0) mbar_arrive(bar);
     };
-
-    mbar_wait(q_full, 0);
-    if (wg == NWG - 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
-    int s = 0, ks_par = 0, vs = 0, vs_par = 0;      // K(t)'s stage and parity, V(t-1)'s
-    bool live_prev = false;  // tile t-1 was live for these rows (its P V is not zero)
-    for (int it = 0; it < ntiles; it++) {
-        const int n = n_last - it;
-        // Dead for these rows: above their diagonal, pruned by ACP for their row block, or all of them past T (the
-        // last block of a head where T is not a multiple of 192: 64 rows at T 4096 and 16384, whose other two
-        // warpgroups would otherwise walk every key tile for nothing); only with three warpgroups: two share the
-        // block's ACP row and diagonal key tile.
-        const bool dead = NWG == 3 && (n * BN > r0 + 63 || n < my_first || r0 >= T);
-        mbar_wait(k_full + s, ks_par);
-        mbar_wait(v_full + vs, vs_par);
-        if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
-        else if (wg == 1) named_bar_sync(2, 256);
-        else named_bar_sync(3, 256);
-        float sacc[BN / 8][4];
-        wg_fence();
-        static_assert(BN == 128, "S: one m64n128 product per k16 step");
-        // A dead tile's S: its first k16 step alone (the product defines sacc; a branch around all of it would
-        // serialize the kernel's warpgroup MMAs); the P V after a dead tile (P = 0) is skipped.
-#pragma unroll
-        for (int kk = 0; kk < DH / 16; kk++)
-            if (!SKIP || kk == 0 || !dead)
-                wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
-        wg_commit();  // then tile t-1's P V; only S is waited for here
-        if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
-        wg_commit();
-        live_prev = !dead;
-        if (wg == 0) named_bar_arrive(2, 256);  // the next warpgroup's turn (none after the last one's last tile)
-        else if (wg == 1 && NWG == 3) named_bar_arrive(3, 256);
-        else if (it + 1 < ntiles) named_bar_arrive(1, 256);
-        wg_wait<1>();
-        if (SKIP && dead) {  // nothing of this tile reaches O: the stages go back, m, l and O keep their bits
-            release(k_empty + s);
-            wg_wait<0>();
-            if (it > 0) release(v_empty + vs);
-            if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;
-            if (++s == ST) s = 0, ks_par ^= 1;
-            continue;
-        }
-
-        const float cref = crefs[s];
-        float mt_max[2] = {-INFINITY, -INFINITY};
-        const bool mask_all = !SKIP && dead;  // every key masked: a key limit of -1 (an all -inf branch spills)
-        const int jmax[2] = {mask_all ? -1 : row[0], mask_all ? -1 : row[1]};
-        // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
-        auto scores = [&](auto masked) {  // std::true_type on this warpgroup's diagonal tile (or masked whole)
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++) {
-                const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
-#pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
-                    float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
-                    if (decltype(masked)::value && j > jmax[hf]) t = -INFINITY;
-                    sacc[nt][x] = t;
-                    mt_max[hf] = fmaxf(mt_max[hf], t);
-                }
-            }
-        };
-        if (n * BN + BN - 1 > r0 || mask_all) scores(std::true_type{});
-        else scores(std::false_type{});
-        release(k_empty + s);  // S(t) is complete and the gate terms read
-        float sh[2], al[2], ps[2] = {0.f, 0.f};
+    int s = 0, ks_par = 0, vs = 0, vs_par = 0;  // K(t)'s stage and parity, V(t-1)'s
+    auto attend = [&](int q0, int bh, int ntiles) {  // one item: its key tiles, then O and lse
+        const float *ch = c + (size_t)bh * T;
+        const int n_last = last_tile(q0);
+        const int r0 = q0 + 64 * wg;  // this warpgroup's first row
+        const int my_first = wg_first(bh, q0, wg);
+        int row[2];
+        float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
-            const float a = (crow[hf] - cref) * LOG2E;
-            const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
-            // Rows with nothing live yet keep max -inf: shift by 0 so exp2 sees -inf, not NaN.
-            sh[hf] = mn == -INFINITY ? 0.f : mn - a;
-            al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
-            m[hf] = mn;
+            row[hf] = q0 + warp * 16 + g + 8 * hf;
+            if constexpr (PERSIST) crow[hf] = crows[row[hf] - q0];
+            else crow[hf] = row[hf] < T ? ch[row[hf]] : 0.f;
+            m[hf] = -INFINITY;
+            l[hf] = 0.f;
         }
+        uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; nt++)
+        for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
+        float oacc[DH / 8][4];
 #pragma unroll
-            for (int x = 0; x < 4; x++) {
-                sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
-                ps[x >> 1] += sacc[nt][x];
+        for (int i = 0; i < DH / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+        auto pv_issue = [&](const __nv_bfloat16 *Vp) {  // O += P(t-1) V(t-1), one m64n64 product per half of V
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+                for (int hf = 0; hf < DH / 64; hf++)
+                    wgmma_m64n64_rs<1>(acc_half(oacc, hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
+        };
+
+        if constexpr (!PERSIST) {
+            mbar_wait(q_full, 0);
+            if (wg == NWG - 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
+        }
+        bool live_prev = false;  // tile t-1 was live for these rows (its P V is not zero)
+        for (int it = 0; it < ntiles; it++) {
+            const int n = n_last - it;
+            // Dead for these rows: above their diagonal, pruned by ACP for their row block, or all of them past T (the
+            // last block of a head where T is not a multiple of 192: 64 rows at T 4096 and 16384, whose other two
+            // warpgroups would otherwise walk every key tile for nothing); only with three warpgroups: two share the
+            // block's ACP row and diagonal key tile.
+            const bool dead = NWG == 3 && (n * BN > r0 + 63 || n < my_first || r0 >= T);
+            mbar_wait(k_full + s, ks_par);
+            mbar_wait(v_full + vs, vs_par);
+            if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
+            else if (wg == 1) named_bar_sync(2, 256);
+            else named_bar_sync(3, 256);
+            float sacc[BN / 8][4];
+            wg_fence();
+            static_assert(BN == 128, "S: one m64n128 product per k16 step");
+            // A dead tile's S: its first k16 step alone (the product defines sacc; a branch around all of it would
+            // serialize the kernel's warpgroup MMAs); the P V after a dead tile (P = 0) is skipped.
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++)
+                if (!SKIP || kk == 0 || !dead)
+                    wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qs, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
+            wg_commit();  // then tile t-1's P V; only S is waited for here
+            if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
+            wg_commit();
+            live_prev = !dead;
+            if (wg == 0) named_bar_arrive(2, 256);  // the next warpgroup's turn (none after the last one's last tile,
+            else if (wg == 1 && NWG == 3) named_bar_arrive(3, 256);  // but for the next item's)
+            else if (PERSIST || it + 1 < ntiles) named_bar_arrive(1, 256);
+            wg_wait<1>();
+            if (PERSIST && it + 1 == ntiles) release(q_empty);  // the item's last S is complete (its rows' c read)
+            if (SKIP && dead) {  // nothing of this tile reaches O: the stages go back, m, l and O keep their bits
+                release(k_empty + s);
+                wg_wait<0>();
+                if (it > 0) release(v_empty + vs);
+                if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;
+                if (++s == ST) s = 0, ks_par ^= 1;
+                continue;
+            }
+
+            const float cref = crefs[s];
+            float mt_max[2] = {-INFINITY, -INFINITY};
+            const bool mask_all = !SKIP && dead;  // every key masked: a key limit of -1 (an all -inf branch spills)
+            const int jmax[2] = {mask_all ? -1 : row[0], mask_all ? -1 : row[1]};
+            // t = s log2e - a_i: the log2 score without the row's own gate term; element e + 2 hf is row hf
+            auto scores = [&](auto masked) {  // std::true_type on this warpgroup's diagonal tile (or masked whole)
+#pragma unroll
+                for (int nt = 0; nt < BN / 8; nt++) {
+                    const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);  // key columns
+#pragma unroll
+                    for (int x = 0; x < 4; x++) {
+                        const int hf = x >> 1, j = n * BN + nt * 8 + 2 * tq + (x & 1);
+                        float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
+                        if (decltype(masked)::value && j > jmax[hf]) t = -INFINITY;
+                        sacc[nt][x] = t;
+                        mt_max[hf] = fmaxf(mt_max[hf], t);
+                    }
+                }
+            };
+            if (n * BN + BN - 1 > r0 || mask_all) scores(std::true_type{});
+            else scores(std::false_type{});
+            release(k_empty + s);  // S(t) is complete and the gate terms read
+            float sh[2], al[2], ps[2] = {0.f, 0.f};
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const float a = (crow[hf] - cref) * LOG2E;
+                const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
+                // Rows with nothing live yet keep max -inf: shift by 0 so exp2 sees -inf, not NaN.
+                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
+                al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
+                m[hf] = mn;
             }
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];  // quad-reduced at the end
-        wg_wait<0>();  // tile t-1's P V has landed in O
-        if (it > 0) release(v_empty + vs);
+            for (int nt = 0; nt < BN / 8; nt++)
 #pragma unroll
-        for (int i = 0; i < DH / 8; i++)
+                for (int x = 0; x < 4; x++) {
+                    sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
+                    ps[x >> 1] += sacc[nt][x];
+                }
 #pragma unroll
-            for (int x = 0; x < 4; x++) oacc[i][x] *= al[x >> 1];
+            for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];  // quad-reduced at the end
+            wg_wait<0>();  // tile t-1's P V has landed in O
+            if (it > 0) release(v_empty + vs);
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
-        if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;  // V(t) is the next tile's V(t-1)
-        if (++s == ST) s = 0, ks_par ^= 1;
-    }
-    mbar_wait(v_full + vs, vs_par);  // the last tile's P V
-    wg_fence();
-    if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
-    wg_commit_wait();
-    const size_t ld_o = (size_t)H * DH;
-    __nv_bfloat16 *ob = o + (size_t)(bh / H) * T * ld_o + (size_t)(bh % H) * DH;
-    constexpr float LN2 = 0.6931471805599453f;
+            for (int i = 0; i < DH / 8; i++)
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int r = row[hf];
-        const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
-        if (r >= T) continue;
+                for (int x = 0; x < 4; x++) oacc[i][x] *= al[x >> 1];
 #pragma unroll
-        for (int nt = 0; nt < DH / 8; nt++)
-            *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
-                pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
-        if (tq == 0) lse[(size_t)bh * T + r] = (m[hf] + log2f(lsum)) * LN2;
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
+            if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;  // V(t) is the next tile's V(t-1)
+            if (++s == ST) s = 0, ks_par ^= 1;
+        }
+        mbar_wait(v_full + vs, vs_par);  // the last tile's P V
+        wg_fence();
+        if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
+        wg_commit_wait();
+        if constexpr (PERSIST) {  // its V stage goes back to the producer for the next item's tiles
+            release(v_empty + vs);
+            if (++vs == ST) vs = 0, vs_par ^= 1;
+        }
+        const size_t ld_o = (size_t)H * DH;
+        __nv_bfloat16 *ob = o + (size_t)(bh / H) * T * ld_o + (size_t)(bh % H) * DH;
+        constexpr float LN2 = 0.6931471805599453f;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = row[hf];
+            const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
+            if (r >= T) continue;
+#pragma unroll
+            for (int nt = 0; nt < DH / 8; nt++)
+                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
+                    pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
+            if (tq == 0) lse[(size_t)bh * T + r] = (m[hf] + log2f(lsum)) * LN2;
+        }
+    };
+    if constexpr (!PERSIST) {
+        attend(q00, bh0, count_tiles(bh0, q00));
+    } else {
+        if (wg == NWG - 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
+        for (int j = 0;; j++) {
+            mbar_wait(q_full, j & 1);
+            // shfl: the item provably warp-uniform
+            const int q0 = __shfl_sync(0xffffffffu, items[0], 0), bh = __shfl_sync(0xffffffffu, items[1], 0);
+            const int ntiles = __shfl_sync(0xffffffffu, items[2], 0);
+            if (ntiles == 0) break;
+            attend(q0, bh, ntiles);
+        }
+        if (wg == 0) named_bar_sync(1, 256);  // the last warpgroup's final turn
     }
 }
 
@@ -516,29 +603,67 @@ template <int DH> int fwd_head_group(int nqb) {
     return g > 1 ? g : 1;
 }
 
+// The persistent forward's work counter for stream s on the current device: one a (device, stream), so that
+// forwards on different streams never share one (zeroed on its stream before each launch); allocated on first
+// use and kept (4 bytes a stream). NULL while s is being captured into a graph and has none yet (cudaMalloc is
+// not allowed there): the caller then launches a block an item.
+inline int *fwd_item_counter(cudaStream_t s) {
+    struct Counter {
+        int device;
+        cudaStream_t stream;
+        int *p;
+    };
+    static std::mutex lock;
+    static std::vector<Counter> counters;
+    int device;
+    FOX_CUDA_CHECK(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> guard(lock);
+    for (const Counter &x : counters)
+        if (x.device == device && x.stream == s) return x.p;
+    cudaStreamCaptureStatus capture;
+    FOX_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return nullptr;
+    int *p;
+    FOX_CUDA_CHECK(cudaMalloc(&p, sizeof(int)));
+    counters.push_back({device, s, p});
+    return p;
+}
+
 // The tensor maps are encoded per call (host work only; they carry the pointers) and passed by value.
-// head_group: the launch order's group of heads with Cfg::GROUPED (0: fwd_head_group's).
+// head_group: the launch order's group of heads with Cfg::GROUPED (0: fwd_head_group's). With Cfg::PERSISTENT,
+// counter is fwd_item_counter's for s.
 template <int DH, class Cfg = FwdWsCfg<DH>>
 void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
-                __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s, int head_group = 0) {
+                __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s, int head_group = 0,
+                int *counter = nullptr) {
     const size_t smem = fwd_ws_smem_bytes<DH, Cfg>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
     const int nqb = (T + Cfg::BM - 1) / Cfg::BM;
-    const dim3 grid = Cfg::GROUPED ? dim3(nqb * B * H) : dim3(nqb, B * H);
     const int want = head_group > 0 ? head_group : fwd_head_group<DH>(nqb), group = want < B * H ? want : B * H;
-    fwd_ws_kernel<DH, Cfg><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first, group);
+    dim3 grid = Cfg::GROUPED ? dim3(nqb * B * H) : dim3(nqb, B * H);
+    if (Cfg::PERSISTENT) {
+        FOX_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), s));
+        grid.x = nqb * B * H < fox_sm_count() ? nqb * B * H : fox_sm_count();
+    }
+    fwd_ws_kernel<DH, Cfg><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first, group, B * H, counter);
     FOX_LAUNCH_CHECK();
 }
 
-// The forward the public API runs: the TMA-fed warpgroup-MMA kernel on Hopper (needs an sm_90a build),
-// mma.sync otherwise.
+// The forward the public API runs: on Hopper (an sm_90a build) the TMA-fed warpgroup-MMA kernel, persistent up to
+// T = FWD_PERSISTENT_MAX_T, where it measured faster (`./attention_forward 0 persistent`; docs/perf.md), a block an
+// item beyond; mma.sync otherwise.
 template <int DH>
 void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
              __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
-    if (use_wgmma()) forward_ws<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
-    else forward_mma<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    if (!use_wgmma()) {
+        forward_mma<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+        return;
+    }
+    int *counter = T <= FWD_PERSISTENT_MAX_T ? fwd_item_counter(s) : nullptr;
+    if (counter) forward_ws<DH, FwdWsPersistentCfg<DH>>(q, k, v, c, o, lse, B, H, T, kv_first, s, 0, counter);
+    else forward_ws<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 
 }  // namespace fox_attn

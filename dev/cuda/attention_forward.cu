@@ -1,7 +1,7 @@
 // dev/cuda/attention_forward.cu: the Forgetting Attention forward kernel in every version tried, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are version 1 and, on Hopper, 27; 3 and 6 before session 8, 10 before
-// session 11, 23 (d_h 128: 16) before session 12).
+// (fox/attention.cuh, whose kernels are version 1 and, on Hopper, 32 up to T 8192 and 27 beyond; 3 and 6 before
+// session 8, 10 before session 11, 23 (d_h 128: 16) before session 12, 27 at every T before session 18).
 //   make attention_forward
 //   ./attention_forward            every version: checks, then timings
 //   ./attention_forward 3          version 3 only (and the API); 10,11,12: those three
@@ -9,7 +9,7 @@
 //   ./attention_forward 0 blocks   the API's cost per key tile and per block (an ACP staircase of n tiles); 32 blocks:
 //                                  version 32's
 //   ./attention_forward 0 orders   the API kernel's launch orders (groups of heads) at the trainers' shapes
-//   ./attention_forward 0 persistent   version 32 (persistent) against the API from T 1024 to 16384
+//   ./attention_forward 0 persistent   version 32 (persistent) against 27 (a block an item), T 1024 to 16384
 //
 // Versions (figures: forward TFLOP/s; NOTES.md has the full tables):
 //  1 mma.sync, d_h 64: 4 warps x 2 row tiles of 16, 2 blocks/SM; d_h 128: 8 warps x 1 row tile.
@@ -105,12 +105,16 @@
 //    instructions, 0.58 issued a cycle against 0.61: the tile loop recomputes per-item values every tile (n_last's
 //    division, the smem window, T from the constant bank) and forms Q's descriptors from the buffer's address.
 // 32 30 with one Q buffer at 27's constant address (the next Q loaded once the item's last S is complete), the
-//    next item claimed when this one's last copies are issued, the item read through shfl (warp-uniform) and the
-//    key tile carried through the loop (H100, two runs): 412-413 / 452-453 / 464-467 / 450-469 against 397-398 /
+//    next item claimed when this one's last copies are issued, the item read through shfl (warp-uniform) (H100,
+//    two runs): 412-413 / 452-453 / 464-467 / 450-469 against 397-398 /
 //    473-474 / 471-474 / 472-474; d_h 128 553-558 / 585-601 against 537-538 / 640-646. Block costs: a tile
 //    1.589-1.602 us against 27's 1.592-1.630, a block's fixed cost 3.47-3.50 us against 4.33-4.50 (d_h 128 4.84-5.14
 //    against 6.51-6.58). +3-4% at T 4096 at both d_h; at T 16384 1-9% slower, which the block costs (the same
-//    tile, a lower fixed cost) do not explain: not the API (dev/cuda/NOTES.md session 18).
+//    tile, a lower fixed cost) do not explain. `0 persistent` (27 and 32 in the order 27, 32, 32, 27, B T = 32k):
+//    +8-13% at T 1024, +4-7% at 2048, +3-7% at 4096, 0-5% at 8192, 1-3% slower at 16384 (both d_h): since
+//    session 18 the API's Hopper forward up to T 8192, as fox/attention_forward.cuh's fwd_ws_kernel with
+//    FwdWsPersistentCfg (version 32 now runs it at every T); 30, 31 and the dev copy of 32 were removed (code at
+//    commit 4ba1cf7).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -942,300 +946,19 @@ void forward_stages(const bf16 *q, const bf16 *k, const bf16 *v, const float *c,
 }
 
 
-// Versions 30 and 32: the API's kernel (27) persistent. One block an SM takes work items (a query block of a head) in
-// 27's launch order (longest first in groups of heads) from an atomic counter (fwd_next_item, zeroed before each
-// launch: FlashAttention-3's dynamic scheduler for causal attention; a block claims its next item once it has
-// issued this item's last copies); Q has QB buffers, and each item (first row, head, key tiles) and its rows' c
-// two in smem, so the producer loads item j + 1's Q and row gates while the consumers walk item j, and the K / V
-// stages run on across items (the next item's first tiles land under this item's last ones). Versions 21 and 22
-// (session 11) had one Q buffer and the consumers read their rows' c from global memory at every item's start.
-// The consumers give a Q buffer back once the item's last S is complete; an item of no key tiles ends the kernel.
-// The per-tile work, the turns (always passed on: warpgroup 0 takes the last one on the way out) and the dead
-// tiles are the API's: the same bits. QB 2 (30): the next item's Q may land during this whole item; QB 1 (32):
-// Q at the API kernel's constant smem address, the next one loaded after this item's last S (22's protocol).
-__device__ int fwd_next_item;
-template <int DH, int QB = 2, class Cfg = fox_attn::FwdWsCfg<DH>>
-__global__ void __launch_bounds__(Cfg::THREADS, 1)
-fwd_pq_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-              const __grid_constant__ CUtensorMap tm_v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
-              float *__restrict__ lse, int BH, int H, int T, const int *__restrict__ kv_first, int head_group) {
-    constexpr int BM = Cfg::BM, BN = FWD_WS_BN, NWG = Cfg::NWG, ST = Cfg::STAGES;
-    constexpr bool SKIP = Cfg::SKIP_DEAD;
-    extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
-    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);  // [QB][BM][DH]
-    __nv_bfloat16 *Ks = Qs + QB * BM * DH;     // [ST][BN][DH]
-    __nv_bfloat16 *Vs = Ks + ST * BN * DH;     // [ST][BN][DH]
-    float *nbs = reinterpret_cast<float *>(Vs + ST * BN * DH);  // [ST][BN]: -(c_j - c_ref) log2e
-    float *crefs = nbs + ST * BN;                                // [ST]
-    float *crows = crefs + (ST + 1) / 2 * 2;                     // [2][BM]: each Q buffer's rows' c
-    int *items = reinterpret_cast<int *>(crows + 2 * BM);        // [2][4]: first row, head, key tiles
-    uint64_t *q_full = reinterpret_cast<uint64_t *>(items + 8), *q_empty = q_full + 2;
-    uint64_t *k_full = q_full + 4, *k_empty = k_full + ST, *v_full = k_empty + ST, *v_empty = v_full + ST;
-
-    const int tid = threadIdx.x, lane = tid & 31;
-    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // shfl: provably warp-uniform
-    const int g = lane >> 2, tq = lane & 3;
-    const int nqb = (T + BM - 1) / BM, nacp = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK, nitems = nqb * BH;
-    auto wg_first = [&](int bh, int q0, int w) {  // the first live key tile of warpgroup w's ACP row block
-        const int a = min((q0 + 64 * w) / FOX_ACP_BLOCK, nacp - 1);
-        return kv_first ? kv_first[(size_t)bh * nacp + a] * (FOX_ACP_BLOCK / BN) : 0;
-    };
-    auto last_tile = [&](int q0) { return min((T - 1) / BN, (q0 + BM - 1) / BN); };
-
-    if (tid == 0) {
-        for (int b = 0; b < 2; b++) {
-            mbar_init(q_full + b, 32);
-            mbar_init(q_empty + b, 4 * NWG);
-        }
-        for (int s = 0; s < ST; s++) {
-            mbar_init(k_full + s, 32);
-            mbar_init(k_empty + s, 4 * NWG);
-            mbar_init(v_full + s, 1);
-            mbar_init(v_empty + s, 4 * NWG);
-        }
-        mbar_fence_init();
-    }
-    __syncthreads();
-
-    if (warp >= Cfg::PRODUCER_WARP) {  // the producer
-        setmaxnreg_dec<Cfg::REGS_PRODUCER>();
-        if (warp != Cfg::PRODUCER_WARP) return;
-        int s = 0, parity = 1, nload = 0;  // stage, the parity of its release by the tile ST earlier, tiles loaded
-        for (int i = blockIdx.x, j = 0;; j++) {
-            const int b = j & 1;
-            if (j >= QB) mbar_wait(q_empty + ((j - QB) & 1), ((j - QB) >> 1) & 1);  // item j - QB's Q is done
-            int q0 = 0, bh = 0, ntiles = 0;
-            if (i < nitems) {
-                int rank;
-                grouped_longest_first(i, nqb, BH, head_group, rank, bh);
-                q0 = (nqb - 1 - rank) * BM;
-                const int n_last = last_tile(q0);
-                int n_first = wg_first(bh, q0, 0);
-#pragma unroll
-                for (int w = 1; w < NWG; w++) n_first = min(n_first, wg_first(bh, q0, w));
-                ntiles = n_last - n_first + 1;
-            }
-            const float *ch = c + (size_t)bh * T;
-            if (lane == 0) {
-                items[4 * b] = q0;
-                items[4 * b + 1] = bh;
-                items[4 * b + 2] = ntiles;
-                if (ntiles) {
-                    mbar_expect_tx(q_full + b, BM * DH * 2);
-#pragma unroll
-                    for (int hf = 0; hf < DH / 64; hf++)
-                        tma_load_3d(Qs + (QB == 1 ? 0 : b) * BM * DH + hf * BM * 64, &tm_q, q_full + b, hf * 64, q0, bh);
-                }
-            }
-            if (ntiles)
-                for (int r = lane; r < BM; r += 32) crows[b * BM + r] = q0 + r < T ? ch[q0 + r] : 0.f;
-            mbar_arrive(q_full + b);
-            if (!ntiles) break;
-            const int n_last = last_tile(q0);
-            for (int it = 0; it < ntiles; it++, nload++) {
-                const int n = n_last - it;
-                const float cref = ch[n * BN];
-                float cj[BN / 32];
-#pragma unroll
-                for (int x = 0; x < BN / 32; x++) {
-                    const int jj = n * BN + lane + 32 * x;
-                    cj[x] = jj < T ? ch[jj] : cref;
-                }
-                if (nload >= ST) mbar_wait(k_empty + s, parity);
-                if (lane == 0) {
-                    mbar_expect_tx(k_full + s, BN * DH * 2);
-#pragma unroll
-                    for (int hf = 0; hf < DH / 64; hf++)
-                        tma_load_3d(Ks + s * BN * DH + hf * BN * 64, &tm_k, k_full + s, hf * 64, n * BN, bh);
-                    crefs[s] = cref;
-                }
-#pragma unroll
-                for (int x = 0; x < BN / 32; x++) nbs[s * BN + lane + 32 * x] = -(cj[x] - cref) * LOG2E;
-                mbar_arrive(k_full + s);
-                if (nload >= ST) mbar_wait(v_empty + s, parity);
-                if (lane == 0) {
-                    mbar_arrive_expect_tx(v_full + s, BN * DH * 2);
-#pragma unroll
-                    for (int hf = 0; hf < DH / 64; hf++)
-                        tma_load_3d(Vs + s * BN * DH + hf * BN * 64, &tm_v, v_full + s, hf * 64, n * BN, bh);
-                }
-                if (++s == ST) s = 0, parity ^= 1;
-            }
-            // The next item is claimed once this one's last copies are issued (the consumers are STAGES tiles
-            // behind): a block claims work when it is nearly free, as a launch's next block is placed.
-            int next = 0;
-            if (lane == 0) next = gridDim.x + atomicAdd(&fwd_next_item, 1);
-            i = __shfl_sync(0xffffffffu, next, 0);
-        }
-        return;
-    }
-    // the consumers
-    setmaxnreg_inc<Cfg::REGS_CONSUMER>();
-    const int wg = warp >> 2;
-    const float sl2 = LOG2E / sqrtf((float)DH);
-    auto release = [&](uint64_t *bar) {  // lane 0 arrives for its warp once every lane's reads are done
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar);
-    };
-    if (wg == NWG - 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
-    int s = 0, ks_par = 0, vs = 0, vs_par = 0;      // K(t)'s stage and parity, V(t-1)'s
-    for (int j = 0;; j++) {
-        const int b = j & 1;
-        mbar_wait(q_full + b, (j >> 1) & 1);
-        // shfl: the item provably warp-uniform (uniform registers, as blockIdx's values in the API kernel: read
-        // plainly from smem, its derived values were recomputed at every tile for want of registers)
-        const int q0 = __shfl_sync(0xffffffffu, items[4 * b], 0), bh = __shfl_sync(0xffffffffu, items[4 * b + 1], 0);
-        const int ntiles = __shfl_sync(0xffffffffu, items[4 * b + 2], 0);
-        if (ntiles == 0) break;
-        const __nv_bfloat16 *Qb = QB == 1 ? Qs : Qs + b * BM * DH;
-        const int n_last = last_tile(q0), r0 = q0 + 64 * wg, my_first = wg_first(bh, q0, wg);
-        int row[2];
-        float crow[2], m[2], l[2];  // gate, running max (log2 units), running sum
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            row[hf] = q0 + warp * 16 + g + 8 * hf;
-            crow[hf] = crows[b * BM + warp * 16 + g + 8 * hf];
-            m[hf] = -INFINITY;
-            l[hf] = 0.f;
-        }
-        uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before tile 0)
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
-        float oacc[DH / 8][4];
-#pragma unroll
-        for (int x = 0; x < DH / 8; x++) oacc[x][0] = oacc[x][1] = oacc[x][2] = oacc[x][3] = 0.f;
-        auto pv_issue = [&](const __nv_bfloat16 *Vp) {  // O += P(t-1) V(t-1), one m64n64 product per half of V
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-#pragma unroll
-                for (int hf = 0; hf < DH / 64; hf++)
-                    wgmma_m64n64_rs<1>(acc_half(oacc, hf), pprev[kk], desc_mnmajor<BN>(Vp, hf, kk));
-        };
-        bool live_prev = false;  // tile t-1 was live for these rows (its P V is not zero)
-        for (int it = 0, n = n_last; it < ntiles; it++, n--) {  // n carried: n_last is not live in the loop
-            const bool dead = NWG == 3 && (n * BN > r0 + 63 || n < my_first || r0 >= T);
-            mbar_wait(k_full + s, ks_par);
-            mbar_wait(v_full + vs, vs_par);
-            if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
-            else if (wg == 1) named_bar_sync(2, 256);
-            else named_bar_sync(3, 256);
-            float sacc[BN / 8][4];
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++)
-                if (!SKIP || kk == 0 || !dead)
-                    wgmma_m64n128_ss<0, 0>(sacc, desc_kmajor<BM>(Qb, wg * 64, kk), desc_kmajor<BN>(Ks + s * BN * DH, 0, kk), kk > 0);
-            wg_commit();
-            if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
-            wg_commit();
-            live_prev = !dead;
-            if (wg == 0) named_bar_arrive(2, 256);  // the next warpgroup's turn, across items too
-            else if (wg == 1 && NWG == 3) named_bar_arrive(3, 256);
-            else named_bar_arrive(1, 256);
-            wg_wait<1>();
-            if (it + 1 == ntiles) release(q_empty + b);  // the item's last S is complete (its rows' c read before)
-            if (SKIP && dead) {
-                release(k_empty + s);
-                wg_wait<0>();
-                if (it > 0) release(v_empty + vs);
-                if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;
-                if (++s == ST) s = 0, ks_par ^= 1;
-                continue;
-            }
-            const float cref = crefs[s];
-            float mt_max[2] = {-INFINITY, -INFINITY};
-            const bool mask_all = !SKIP && dead;
-            const int jmax[2] = {mask_all ? -1 : row[0], mask_all ? -1 : row[1]};
-            auto scores = [&](auto masked) {
-#pragma unroll
-                for (int nt = 0; nt < BN / 8; nt++) {
-                    const float2 nbj = *reinterpret_cast<const float2 *>(nbs + s * BN + nt * 8 + 2 * tq);
-#pragma unroll
-                    for (int x = 0; x < 4; x++) {
-                        const int hf = x >> 1, jj = n * BN + nt * 8 + 2 * tq + (x & 1);
-                        float t = fmaf(sacc[nt][x], sl2, x & 1 ? nbj.y : nbj.x);
-                        if (decltype(masked)::value && jj > jmax[hf]) t = -INFINITY;
-                        sacc[nt][x] = t;
-                        mt_max[hf] = fmaxf(mt_max[hf], t);
-                    }
-                }
-            };
-            if (n * BN + BN - 1 > r0 || mask_all) scores(std::true_type{});
-            else scores(std::false_type{});
-            release(k_empty + s);
-            float sh[2], al[2], ps[2] = {0.f, 0.f};
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const float a = (crow[hf] - cref) * LOG2E;
-                const float mn = fmaxf(m[hf], a + quad_max(mt_max[hf]));
-                sh[hf] = mn == -INFINITY ? 0.f : mn - a;
-                al[hf] = mn == -INFINITY ? 1.f : ex2(m[hf] - mn);
-                m[hf] = mn;
-            }
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; nt++)
-#pragma unroll
-                for (int x = 0; x < 4; x++) {
-                    sacc[nt][x] = ex2(sacc[nt][x] - sh[x >> 1]);
-                    ps[x >> 1] += sacc[nt][x];
-                }
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];
-            wg_wait<0>();
-            if (it > 0) release(v_empty + vs);
-#pragma unroll
-            for (int x = 0; x < DH / 8; x++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) oacc[x][e] *= al[e >> 1];
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
-            if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;
-            if (++s == ST) s = 0, ks_par ^= 1;
-        }
-        mbar_wait(v_full + vs, vs_par);  // the last tile's P V, then its V stage and the Q buffer go back
-        wg_fence();
-        if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
-        wg_commit_wait();
-        release(v_empty + vs);
-        if (++vs == ST) vs = 0, vs_par ^= 1;
-        const size_t ld_o = (size_t)H * DH;
-        __nv_bfloat16 *ob = o + (size_t)(bh / H) * T * ld_o + (size_t)(bh % H) * DH;
-        constexpr float LN2 = 0.6931471805599453f;
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int r = row[hf];
-            const float lsum = quad_sum(l[hf]), inv = 1.f / lsum;
-            if (r >= T) continue;
-#pragma unroll
-            for (int nt = 0; nt < DH / 8; nt++)
-                *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
-                    pack_bf16(oacc[nt][2 * hf] * inv, oacc[nt][2 * hf + 1] * inv);
-            if (tq == 0) lse[(size_t)bh * T + r] = (m[hf] + log2f(lsum)) * LN2;
-        }
-    }
-    if (wg == 0) named_bar_sync(1, 256);  // the last warpgroup's final turn
+// Version 27: the API's form a block an item (FwdWsCfg), at every T; version 32: its persistent form
+// (FwdWsPersistentCfg, the API's up to T = FWD_PERSISTENT_MAX_T), at every T. 30 and 31 (a dev copy of the kernel,
+// fwd_pq_kernel, with two Q buffers) were measured and removed: code at commit 4ba1cf7.
+template <int DH>
+void forward_per_item(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H,
+                      int T, const int *kv_first, cudaStream_t s) {
+    fox_attn::forward_ws<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
-
-// ONE_ITEM (version 31): 30's kernel launched with a block an item (each takes its blockIdx's item and stops):
-// its per-tile code without the persistence.
-template <int DH, bool ONE_ITEM = false, int QB = 2>
+template <int DH>
 void forward_persistent(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H,
                         int T, const int *kv_first, cudaStream_t s) {
-    using Cfg = fox_attn::FwdWsCfg<DH>;
-    constexpr int ST = Cfg::STAGES;
-    constexpr size_t smem = (size_t)(QB * Cfg::BM + 2 * ST * FWD_WS_BN) * DH * 2 +
-                            (ST * FWD_WS_BN + (ST + 1) / 2 * 2 + 2 * Cfg::BM) * 4 + 8 * 4 + (4 + 4 * ST) * 8;
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_pq_kernel<DH, QB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    void *counter;
-    FOX_CUDA_CHECK(cudaGetSymbolAddress(&counter, fwd_next_item));
-    FOX_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), s));
-    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
-                      tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
-    const int nqb = (T + Cfg::BM - 1) / Cfg::BM, nitems = nqb * B * H;
-    const int want = fox_attn::fwd_head_group<DH>(nqb), group = want < B * H ? want : B * H;
-    fwd_pq_kernel<DH, QB><<<ONE_ITEM ? nitems : std::min(nitems, fox_sm_count()), Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, B * H, H,
-                                                                                        T, kv_first, group);
-    FOX_LAUNCH_CHECK();
+    fox_attn::forward_ws<DH, fox_attn::FwdWsPersistentCfg<DH>>(q, k, v, c, o, lse, B, H, T, kv_first, s, 0,
+                                                                fox_attn::fwd_item_counter(s));
 }
 
 }  // namespace fox_attn_dev
@@ -1284,15 +1007,11 @@ static const Version versions[] = {
      fox_attn_dev::forward_wg3<128, 2, 2, 4>, true},
     {26, "23 (d_h 128: 16) launched longest first in groups of 8 heads", fox_attn_dev::forward_wg3<64, 3, 3, 8, true>,
      fox_attn_dev::forward_wg3<128, 2, 2, 8>, true},
-    {27, "23 in groups of 16 heads (d_h 128: 16 in groups of about one wave of blocks): the API",
-     api_forward<64>, api_forward<128>, true},
+    {27, "23 in groups of 16 heads (d_h 128: 16 in groups of about one wave of blocks): the API's form a block an item",
+     fox_attn_dev::forward_per_item<64>, fox_attn_dev::forward_per_item<128>, true, true},
     {28, "27 with 4 K / V stages (d_h 128: 3)", fox_attn_dev::forward_stages<64, 4>, fox_attn_dev::forward_stages<128, 3>, true},
-    {30, "27 persistent: items from a counter, Q and the rows' c in two buffers",
+    {32, "27 persistent, one Q buffer at the constant address (the API's form up to T 8192), at every T",
      fox_attn_dev::forward_persistent<64>, fox_attn_dev::forward_persistent<128>, true, true},
-    {31, "30's kernel launched with a block an item (not persistent)", fox_attn_dev::forward_persistent<64, true>,
-     fox_attn_dev::forward_persistent<128, true>, true, true},
-    {32, "30 with one Q buffer (constant address), the next Q loaded after the item's last S",
-     fox_attn_dev::forward_persistent<64, false, 1>, fox_attn_dev::forward_persistent<128, false, 1>, true, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
@@ -1418,19 +1137,19 @@ static void launch_orders(int B, int H, int T) {
     free_bench_inputs(b);
 }
 
-// Version 32 (persistent) against the API over T at B T = 32k tokens, timed api, 32, 32, api so that a position
-// in the sequence (the clock under the power cap) falls on both alike.
+// Version 32 (persistent) against 27 (a block an item) over T at B T = 32k tokens, timed 27, 32, 32, 27 so that a
+// position in the sequence (the clock under the power cap) falls on both alike.
 template <int DH>
 static void persistent_sweep(int T) {
     const int B = 32768 / T, H = DH == 64 ? 16 : 8;
     BenchInputs b = make_bench_inputs(B, H, T, DH);
-    const FwdFn api = api_forward<DH>, pers = fox_attn_dev::forward_persistent<DH, false, 1>;
+    const FwdFn api = fox_attn_dev::forward_per_item<DH>, pers = fox_attn_dev::forward_persistent<DH>;
     double t[4];
     const FwdFn order[4] = {api, pers, pers, api};
     for (int i = 0; i < 4; i++) t[i] = median_ms([&] { order[i](b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0); });
     const double flops = 2.0 * B * H * (double)T * T * DH * 1e-9, api_ms = (t[0] + t[3]) / 2, pers_ms = (t[1] + t[2]) / 2;
     bench_header(b);
-    printf("api %6.1f (%6.1f, %6.1f) | version 32 %6.1f (%6.1f, %6.1f) TFLOP/s | 32 / api %.3f\n", flops / api_ms,
+    printf("27 %6.1f (%6.1f, %6.1f) | 32 %6.1f (%6.1f, %6.1f) TFLOP/s | 32 / 27 %.3f\n", flops / api_ms,
            flops / t[0], flops / t[3], flops / pers_ms, flops / t[1], flops / t[2], api_ms / pers_ms);
     free_bench_inputs(b);
 }
