@@ -513,13 +513,16 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
                float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
                float *__restrict__ dc, float *__restrict__ dc_chains, float *__restrict__ colsum,
-               int *__restrict__ sem, int H, int T, const int *__restrict__ q_last, int chains, int group) {
+               int *__restrict__ sem, int *__restrict__ next_item, int H, int T, const int *__restrict__ q_last,
+               int nheads, int chains, int group) {
     constexpr int BM = Cfg::BM, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
     static_assert(BM == 64 || (BM == 128 && DH == 64), "query tiles of 64, or of 128 at d_h 64");
     constexpr int NSUB = BM / 64;        // sub-tiles of 64 queries per tile (see above)
     constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
     constexpr int TURNS = Cfg::TURNS;
     constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK, K_REGS = Cfg::K_REGS;
+    constexpr bool PERSISTENT = Cfg::PERSISTENT;
+    static_assert(!PERSISTENT || (TMA && Cfg::GROUPED), "a persistent block takes its items from the producer, in the grouped order");
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -532,46 +535,63 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     float *dQs = rowsum + 2 * NWARPS * BM;                              // DQ_BULK: [BM * DH] (dq_acc_offset)
     float *dcs = dQs + (DQ_BULK ? BM * DH : 0);                         // DQ_BULK: [BM], dc row sums
     uint64_t *kv_full = reinterpret_cast<uint64_t *>(dcs + (DQ_BULK ? BM : 0));  // TMA only
-    uint64_t *full = kv_full + 1, *empty = full + 2;
+    uint64_t *full = kv_full + 1, *empty = full + 2, *kv_empty = empty + 2;  // kv_empty: PERSISTENT only
+    int *item_slot = reinterpret_cast<int *>(kv_empty + 1);                    // PERSISTENT: [2]
 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
-    // Key block nb of head bh, in chain `chain` (Cfg::GROUPED: bwd_block_of, `group` heads a group; else one
-    // chain, highest first in each head, head after head).
-    const int nblk = (T + BWD_BN - 1) / BWD_BN;
-    const int nheads = Cfg::GROUPED ? (int)gridDim.x / nblk : (int)gridDim.y;
-    int nb, bh, chain = 0;
-    if constexpr (Cfg::GROUPED) {
-        bwd_block_of((int)blockIdx.x, nblk, nheads, group, Cfg::ORDER, chains, nb, bh, chain);
-    } else {
-        nb = nblk - 1 - blockIdx.x;
-        bh = blockIdx.y;
-    }
-    const int chain_lo = bwd_chain_lo(chain, chains, nblk), chain_hi = bwd_chain_lo(chain + 1, chains, nblk);
-    const int b = bh / H, h = bh % H;
-    const size_t head_off = (size_t)bh * T;
-    const __nv_bfloat16 *qh = q + head_off * DH, *kh = k + head_off * DH, *vh = v + head_off * DH;
-    const float *ch = c + head_off, *lh = lse + head_off, *Dsh = Dg + head_off;
+    const int nblk = (T + BWD_BN - 1) / BWD_BN, nqt = (T + BM - 1) / BM, items = nheads * nblk;
     const size_t ld_o = (size_t)H * DH;
-    const __nv_bfloat16 *doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
-    // This head's accumulators in its chain's (dq_acc_offset; dc's row sums: chain 0 in dc, the others after it).
-    float *dqh = dq_acc + ((size_t)chain * nheads + bh) * dq_acc_rows(T) * DH;
-    float *dch = chain == 0 ? dc + head_off : dc_chains + ((size_t)(chain - 1) * nheads + bh) * T;
-    const int k0 = nb * BN;
-    const float c_ref = ch[k0];
-
-    const int nqt = (T + BM - 1) / BM;
-    const int *qlh = q_last ? q_last + (size_t)bh * nblk : nullptr;
-    const int m_last = qlh ? min(nblk - 1, max(qlh[nb], nb)) : nblk - 1;
-    const int qt_first = k0 / BM;
-    const int qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
-    const int ntiles = qt_last - qt_first + 1;
-    int *semh = sem + ((size_t)chain * nheads + bh) * nqt;
+    // The work item (a key block of a head) and what follows from it, set by begin_item: key block nb of head
+    // bh, in chain `chain` (Cfg::GROUPED: item i of bwd_block_of's order, `group` heads a group; else one chain,
+    // highest first in each head, head after head), the query tiles it walks, its pointers.
+    int nb = 0, bh = 0, chain = 0, chain_lo = 0, chain_hi = 0, b = 0, h = 0, k0 = 0, qt_first = 0, qt_last = 0, ntiles = 0;
+    size_t head_off = 0;
+    const __nv_bfloat16 *qh = nullptr, *kh = nullptr, *vh = nullptr, *doh = nullptr;
+    const float *ch = nullptr, *lh = nullptr, *Dsh = nullptr;
+    const int *qlh = nullptr;
+    float *dqh = nullptr, *dch = nullptr, c_ref = 0.f;
+    int *semh = nullptr;
+    auto begin_item = [&](int i) {
+        if constexpr (Cfg::GROUPED) {
+            bwd_block_of(i, nblk, nheads, group, Cfg::ORDER, chains, nb, bh, chain);
+        } else {
+            nb = nblk - 1 - i % nblk;
+            bh = i / nblk;
+        }
+        chain_lo = bwd_chain_lo(chain, chains, nblk), chain_hi = bwd_chain_lo(chain + 1, chains, nblk);
+        b = bh / H, h = bh % H;
+        head_off = (size_t)bh * T;
+        qh = q + head_off * DH, kh = k + head_off * DH, vh = v + head_off * DH;
+        ch = c + head_off, lh = lse + head_off, Dsh = Dg + head_off;
+        doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
+        // This head's accumulators in its chain's (dq_acc_offset; dc's row sums: chain 0 in dc, the others after it).
+        dqh = dq_acc + ((size_t)chain * nheads + bh) * dq_acc_rows(T) * DH;
+        dch = chain == 0 ? dc + head_off : dc_chains + ((size_t)(chain - 1) * nheads + bh) * T;
+        k0 = nb * BN;
+        c_ref = ch[k0];
+        qlh = q_last ? q_last + (size_t)bh * nblk : nullptr;
+        const int m_last = qlh ? min(nblk - 1, max(qlh[nb], nb)) : nblk - 1;
+        qt_first = k0 / BM;
+        qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
+        ntiles = qt_last - qt_first + 1;
+        semh = sem + ((size_t)chain * nheads + bh) * nqt;
+    };
+    // Cfg::PERSISTENT: one block an SM takes items in order from the counter `next_item` (the producer's lane 0
+    // claims them and posts each in item_slot[n % 2] before K and V's copy completes kv_full's phase n; the other
+    // warps read it there, through shfl: warp-uniform, so the item's values sit in uniform registers as blockIdx's
+    // do; read plainly they cost the tiles what the persistence saved, dev/cuda/NOTES.md session 18); items >=
+    // `items` end the block. Else the block's one item is its index.
+    auto item_at = [&](int n) -> int {
+        if constexpr (PERSISTENT) return __shfl_sync(0xffffffffu, item_slot[n & 1], 0);
+        else return n == 0 ? (int)(Cfg::GROUPED ? blockIdx.x : blockIdx.y * nblk + blockIdx.x) : items;
+    };
 
     if constexpr (TMA) {
         if (tid == 0) {
             mbar_init(kv_full, 1);
+            mbar_init(kv_empty, NWARPS);
             for (int s = 0; s < 2; s++) {
                 mbar_init(full + s, 32);
                 mbar_init(empty + s, NWARPS);
@@ -583,8 +603,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     if (warp >= NWARPS) {  // the sync warpgroup gives its registers to the compute warpgroups
         setmaxnreg_dec<BWD_REGS_SYNC>();
         if (warp == NWARPS) {  // the sync warp: the API's
-            int ord_row = -1, before = 0;
-            bool last = false;
             // DQ_BULK, query tile t acquired: once the compute warps have put its dQ and dc row sums in smem
             // (barrier 1), lane 0 has the copy engine add the dQ tile (one contiguous range of the accumulator,
             // whole 64-row blocks; the chain's first add in the order stores it, bwd_store_first), the lanes
@@ -610,61 +628,86 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 }
                 __syncwarp();
             };
-            if (DQ_BULK) named_bar_arrive(2, NTHREADS + 32);  // the smem dQ tile starts free
-            for (int t = qt_first; t <= qt_last; t++) {
-                const int m = t / TPB;
-                if (m != ord_row) {
-                    ord_row = m;
-                    acp_order(m, nb, chain_lo, chain_hi, qlh, before, last);
-                }
-                if (Cfg::ORDER && lane == 0 && before > 0) {
-                    unsigned spins = 0;
-                    while (ld_acquire_gpu(semh + t) < before) {
-                        __nanosleep(32);
-                        if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+            for (int n = 0;; n++) {
+                if constexpr (PERSISTENT) mbar_wait(kv_full, n & 1);  // item n posted
+                const int i = item_at(n);
+                if (i >= items) break;
+                begin_item(i);
+                int ord_row = -1, before = 0;
+                bool last = false;
+                if (DQ_BULK) named_bar_arrive(2, NTHREADS + 32);  // the smem dQ tile starts free
+                for (int t = qt_first; t <= qt_last; t++) {
+                    const int m = t / TPB;
+                    if (m != ord_row) {
+                        ord_row = m;
+                        acp_order(m, nb, chain_lo, chain_hi, qlh, before, last);
                     }
+                    if (Cfg::ORDER && lane == 0 && before > 0) {
+                        unsigned spins = 0;
+                        while (ld_acquire_gpu(semh + t) < before) {
+                            __nanosleep(32);
+                            if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                        }
+                    }
+                    __syncwarp();
+                    if constexpr (DQ_BULK) {
+                        bulk_add_dq(t, before == 0);
+                    } else {
+                        named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
+                        named_bar_arrive(3, 128 + 32);
+                        named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued its adds of t
+                    }
+                    if (lane == 0) red_release_gpu_add(semh + t, 1);
+                    __syncwarp();
                 }
-                __syncwarp();
-                if constexpr (DQ_BULK) {
-                    bulk_add_dq(t, before == 0);
-                } else {
-                    named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
-                    named_bar_arrive(3, 128 + 32);
-                    named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued its adds of t
-                }
-                if (lane == 0) red_release_gpu_add(semh + t, 1);
-                __syncwarp();
             }
         } else if (TMA && warp == NWARPS + 1) {  // the producer (see above)
-            if (lane == 0) {
-                mbar_arrive_expect_tx(kv_full, 2 * BN * DH * 2);
-#pragma unroll
-                for (int hf = 0; hf < DH / 64; hf++) {
-                    tma_load_3d(Ks + hf * BN * 64, &tm_k, kv_full, hf * 64, k0, bh);
-                    tma_load_3d(Vs + hf * BN * 64, &tm_v, kv_full, hf * 64, k0, bh);
+            int gt = 0;  // query tiles loaded so far (the Q / dO stages' count)
+            for (int n = 0;; n++) {
+                if constexpr (PERSISTENT) {  // claim and post item n; a claim past the last ends every warp
+                    // Not before item n-1's K and V are read: then every warp has taken item n-1 from its slot
+                    // and waited on kv_full's phase n-1, so neither is overtaken.
+                    if (n > 0) mbar_wait(kv_empty, (n - 1) & 1);
+                    if (lane == 0) {
+                        const int i = atomicAdd(next_item, 1);
+                        item_slot[n & 1] = i;
+                        if (i >= items) mbar_arrive(kv_full);
+                    }
+                    __syncwarp();
                 }
-            }
-            for (int it = 0; it < ntiles; it++) {
-                const int s = it & 1, i0 = (qt_first + it) * BM;
-                // The row stats' loads are in flight during the wait and the copies; stored after them.
-                float r[BM / 32], d[BM / 32];
-#pragma unroll
-                for (int x = 0; x < BM / 32; x++) bwd_row_stats(ch, lh, Dsh, i0 + lane + 32 * x, T, c_ref, r[x], d[x]);
-                if (it >= 2) mbar_wait(empty + s, ((it >> 1) & 1) ^ 1);  // tile it-2's release
+                const int i = item_at(n);
+                if (i >= items) break;
+                begin_item(i);
                 if (lane == 0) {
-                    mbar_expect_tx(full + s, 2 * BM * DH * 2);
+                    mbar_arrive_expect_tx(kv_full, 2 * BN * DH * 2);
 #pragma unroll
                     for (int hf = 0; hf < DH / 64; hf++) {
-                        tma_load_3d(Qs + s * BM * DH + hf * BM * 64, &tm_q, full + s, hf * 64, i0, bh);
-                        tma_load_3d(dOs + s * BM * DH + hf * BM * 64, &tm_do, full + s, h * DH + hf * 64, i0, b);
+                        tma_load_3d(Ks + hf * BN * 64, &tm_k, kv_full, hf * 64, k0, bh);
+                        tma_load_3d(Vs + hf * BN * 64, &tm_v, kv_full, hf * 64, k0, bh);
                     }
                 }
+                for (int it = 0; it < ntiles; it++, gt++) {
+                    const int s = gt & 1, i0 = (qt_first + it) * BM;
+                    // The row stats' loads are in flight during the wait and the copies; stored after them.
+                    float r[BM / 32], d[BM / 32];
 #pragma unroll
-                for (int x = 0; x < BM / 32; x++) {
-                    rs[s * BM + lane + 32 * x] = r[x];
-                    Ds[s * BM + lane + 32 * x] = d[x];
+                    for (int x = 0; x < BM / 32; x++) bwd_row_stats(ch, lh, Dsh, i0 + lane + 32 * x, T, c_ref, r[x], d[x]);
+                    if (gt >= 2) mbar_wait(empty + s, ((gt >> 1) & 1) ^ 1);  // tile gt-2's release
+                    if (lane == 0) {
+                        mbar_expect_tx(full + s, 2 * BM * DH * 2);
+#pragma unroll
+                        for (int hf = 0; hf < DH / 64; hf++) {
+                            tma_load_3d(Qs + s * BM * DH + hf * BM * 64, &tm_q, full + s, hf * 64, i0, bh);
+                            tma_load_3d(dOs + s * BM * DH + hf * BM * 64, &tm_do, full + s, h * DH + hf * 64, i0, b);
+                        }
+                    }
+#pragma unroll
+                    for (int x = 0; x < BM / 32; x++) {
+                        rs[s * BM + lane + 32 * x] = r[x];
+                        Ds[s * BM + lane + 32 * x] = d[x];
+                    }
+                    mbar_arrive(full + s);
                 }
-                mbar_arrive(full + s);
             }
         }
         return;
@@ -686,29 +729,10 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
         for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
     }
-    if constexpr (!TMA) {
-        load_tile_async<DH, BN, NTHREADS, true>(Ks, kh, DH, k0, T, tid);
-        load_tile_async<DH, BN, NTHREADS, true>(Vs, vh, DH, k0, T, tid);
-        load_tile_async<DH, BM, NTHREADS, true>(Qs, qh, DH, qt_first * BM, T, tid);
-        load_tile_async<DH, BM, NTHREADS, true>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
-        cp_async_commit();
-        float r = 0.f, d = 0.f;
-        fetch_rows(qt_first, r, d);
-        store_rows(0, r, d);
-    }
-
-    const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
-    const float nb0 = -((j0 < T ? ch[j0] : c_ref) - c_ref) * LOG2E;
-    const float nb1 = -((j1 < T ? ch[j1] : c_ref) - c_ref) * LOG2E;
     const float sl2 = LOG2E / sqrtf((float)DH);
     const float scale = 1.f / sqrtf((float)DH);
 
-    float dka[DH / 8][4], dva[DH / 8][4];
-#pragma unroll
-    for (int i = 0; i < DH / 8; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.f;
-    float cs0 = 0.f, cs1 = 0.f;  // column sums of dS for keys j0, j1
+    int gt0 = 0;  // query tiles this block walked before the current item (the stages' and buffers' count)
 
     // The dQ split: at BM 64 each warpgroup takes the tile's 64 query rows and DQC = DH / 2 columns from DQC w4;
     // at BM 128 (d_h 64) warpgroup w4 takes query rows 64 w4.. (dS^T's half w4) and all 64 columns.
@@ -718,7 +742,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 
     // dQ of tile it-1 = dS K from its parked dS^T (the API's); issued only.
     auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
-        const __nv_bfloat16 *dSb = dSt + ((it - 1) & 1) * BN * BM;
+        const __nv_bfloat16 *dSb = dSt + ((gt0 + it - 1) & 1) * BN * BM;
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
             if constexpr (BM == 128)
@@ -731,7 +755,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     };
     // dQ (and dc row sums) of tile it-1 added in the sync warp's order (the API's).
     auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
-        const int pb = (it - 1) & 1, i0 = (qt_first + it - 1) * BM;
+        const int pb = (gt0 + it - 1) & 1, i0 = (qt_first + it - 1) * BM;
         float rtot = 0.f;
         if (tid < BM) {
 #pragma unroll
@@ -784,144 +808,175 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if (w4 == 0) named_bar_arrive(5, NTHREADS);
         else if (!last) named_bar_arrive(4, NTHREADS);
     };
-    if (TURNS > 0 && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
-    if constexpr (TMA) mbar_wait(kv_full, 0);
-    uint32_t ka[K_REGS ? DH / 16 : 1][4];  // Cfg::K_REGS: this warp's 16 keys of K, S^T's A fragments (see above)
-    if constexpr (K_REGS) {
-        static_assert(DH == 64 && TMA, "K's fragments in registers: d_h 64, K loaded by the producer");
-#pragma unroll
-        for (int kk = 0; kk < DH / 16; kk++) load_a<64>(ka[kk], Ks, w4 * 64 + (warp & 3) * 16, kk * 16, lane);
-    }
-
     float dqp[DQC / 8][4];  // dQ product of tile it-1 (in flight during tile it's softmax or dV/dK work)
-    for (int it = 0; it <= ntiles; it++) {
-        const int buf = it & 1;
-        if constexpr (TMA) {
-            if (it < ntiles) mbar_wait(full + buf, (it >> 1) & 1);
-        } else {
-            cp_async_wait_all();
-        }
-        fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
-        named_bar_sync(0, NTHREADS);  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
-        const bool more = it + 1 < ntiles;
-        float r_next = 0.f, d_next = 0.f;
-        if (!TMA && more) {
-            const int i1 = (qt_first + it + 1) * BM;
-            load_tile_async<DH, BM, NTHREADS, true>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
-            load_tile_async<DH, BM, NTHREADS, true>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
+    uint32_t ka[K_REGS ? DH / 16 : 1][4];  // Cfg::K_REGS: this warp's 16 keys of K, S^T's A fragments (see above)
+    static_assert(!K_REGS || (DH == 64 && TMA), "K's fragments in registers: d_h 64, K loaded by the producer");
+    for (int n = 0;; n++) {
+        if constexpr (PERSISTENT) mbar_wait(kv_full, n & 1);  // item n posted (and its K, V landed)
+        const int item = item_at(n);
+        if (item >= items) break;
+        begin_item(item);
+        if constexpr (!TMA) {
+            load_tile_async<DH, BN, NTHREADS, true>(Ks, kh, DH, k0, T, tid);
+            load_tile_async<DH, BN, NTHREADS, true>(Vs, vh, DH, k0, T, tid);
+            load_tile_async<DH, BM, NTHREADS, true>(Qs, qh, DH, qt_first * BM, T, tid);
+            load_tile_async<DH, BM, NTHREADS, true>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
             cp_async_commit();
-            fetch_rows(qt_first + it + 1, r_next, d_next);
+            float r = 0.f, d = 0.f;
+            fetch_rows(qt_first, r, d);
+            store_rows(0, r, d);
         }
-        if (it < ntiles) {
-            const int i0 = (qt_first + it) * BM;
-            const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
-            const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
-            __nv_bfloat16 *dSb = dSt + buf * BN * BM;
-#pragma unroll
-            for (int sub = 0; sub < NSUB; sub++) {  // sub-tiles of 64 queries, from column qs of the tile
-                const int qs = sub * 64, i0s = i0 + qs;
-                const float *rbs = rb + qs, *Dbs = Db + qs;
-                float st[8][4], dpt[8][4];
-                turn_wait(TURNS == 2 || (TURNS == 1 && sub == 0));
-                // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
-                wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < DH / 16; kk++) {
-                    if constexpr (K_REGS) wgmma_m64n64_rs<0>(st, ka[kk], desc_kmajor<BM>(Qb, qs, kk), kk > 0);
-                    else wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, qs, kk), kk > 0);
-                }
-#pragma unroll
-                for (int kk = 0; kk < DH / 16; kk++)
-                    wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
-                wg_commit();
-                if (!DQ_LATE && sub == 0) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
-                    dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
-                    wg_commit();
-                }
-                turn_pass(TURNS == 2 || (TURNS == 1 && sub == 0), TURNS == 1 && it + 1 == ntiles);
-                if (DQ_LATE || sub > 0) wg_wait<0>();
-                else wg_wait<1>();
 
-                // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
-                float rsum[16];
-                auto p_ds = [&](auto diag_tile) {  // std::true_type on a diagonal tile: the causal mask
+        const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
+        const float nb0 = -((j0 < T ? ch[j0] : c_ref) - c_ref) * LOG2E;
+        const float nb1 = -((j1 < T ? ch[j1] : c_ref) - c_ref) * LOG2E;
+
+        float dka[DH / 8][4], dva[DH / 8][4];
 #pragma unroll
-                    for (int nt = 0; nt < 8; nt++) {
+        for (int i = 0; i < DH / 8; i++)
 #pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int col = nt * 8 + 2 * tq + e, i = i0s + col;
-                            rsum[2 * nt + e] = bwd_p_ds_pair(st[nt][e], st[nt][2 + e], dpt[nt][e], dpt[nt][2 + e], rbs[col],
-                                                             Dbs[col], nb0, nb1, sl2, decltype(diag_tile)::value, i, j0,
-                                                             j1, cs0, cs1);
-                        }
+            for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.f;
+        float cs0 = 0.f, cs1 = 0.f;  // column sums of dS for keys j0, j1
+        if (TURNS > 0 && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
+        if constexpr (TMA && !PERSISTENT) mbar_wait(kv_full, 0);
+        if constexpr (K_REGS) {  // this item's K
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++) load_a<64>(ka[kk], Ks, w4 * 64 + (warp & 3) * 16, kk * 16, lane);
+        }
+        for (int it = 0; it <= ntiles; it++) {
+            const int buf = (gt0 + it) & 1;  // the Q / dO stage and the dS^T, row-sum buffers
+            if constexpr (TMA) {
+                if (it < ntiles) mbar_wait(full + buf, ((gt0 + it) >> 1) & 1);
+            } else {
+                cp_async_wait_all();
+            }
+            fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
+            named_bar_sync(0, NTHREADS);  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
+            const bool more = it + 1 < ntiles;
+            float r_next = 0.f, d_next = 0.f;
+            if (!TMA && more) {
+                const int i1 = (qt_first + it + 1) * BM;
+                load_tile_async<DH, BM, NTHREADS, true>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
+                load_tile_async<DH, BM, NTHREADS, true>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
+                cp_async_commit();
+                fetch_rows(qt_first + it + 1, r_next, d_next);
+            }
+            if (it < ntiles) {
+                const int i0 = (qt_first + it) * BM;
+                const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
+                const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
+                __nv_bfloat16 *dSb = dSt + buf * BN * BM;
+#pragma unroll
+                for (int sub = 0; sub < NSUB; sub++) {  // sub-tiles of 64 queries, from column qs of the tile
+                    const int qs = sub * 64, i0s = i0 + qs;
+                    const float *rbs = rb + qs, *Dbs = Db + qs;
+                    float st[8][4], dpt[8][4];
+                    turn_wait(TURNS == 2 || (TURNS == 1 && sub == 0));
+                    // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
+                    wg_fence();
+#pragma unroll
+                    for (int kk = 0; kk < DH / 16; kk++) {
+                        if constexpr (K_REGS) wgmma_m64n64_rs<0>(st, ka[kk], desc_kmajor<BM>(Qb, qs, kk), kk > 0);
+                        else wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, qs, kk), kk > 0);
                     }
-                };
-                if constexpr (MASK_PASS) {  // -inf scores: ex2 gives the masked P exactly 0, as the select does
-                    if (i0s < k0 + BN - 1) {
 #pragma unroll
-                        for (int nt = 0; nt < 8; nt++)
+                    for (int kk = 0; kk < DH / 16; kk++)
+                        wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
+                    wg_commit();
+                    if (!DQ_LATE && sub == 0) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
+                        dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                        wg_commit();
+                    }
+                    turn_pass(TURNS == 2 || (TURNS == 1 && sub == 0), TURNS == 1 && it + 1 == ntiles);
+                    if (DQ_LATE || sub > 0) wg_wait<0>();
+                    else wg_wait<1>();
+
+                    // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
+                    float rsum[16];
+                    auto p_ds = [&](auto diag_tile) {  // std::true_type on a diagonal tile: the causal mask
+#pragma unroll
+                        for (int nt = 0; nt < 8; nt++) {
 #pragma unroll
                             for (int e = 0; e < 2; e++) {
-                                const int i = i0s + nt * 8 + 2 * tq + e;
-                                if (j0 > i) st[nt][e] = -INFINITY;
-                                if (j1 > i) st[nt][2 + e] = -INFINITY;
+                                const int col = nt * 8 + 2 * tq + e, i = i0s + col;
+                                rsum[2 * nt + e] = bwd_p_ds_pair(st[nt][e], st[nt][2 + e], dpt[nt][e], dpt[nt][2 + e], rbs[col],
+                                                                 Dbs[col], nb0, nb1, sl2, decltype(diag_tile)::value, i, j0,
+                                                                 j1, cs0, cs1);
                             }
-                    }
-                    p_ds(std::false_type{});
-                } else if (i0s < k0 + BN - 1) {
-                    p_ds(std::true_type{});
-                } else {
-                    p_ds(std::false_type{});
-                }
-                if constexpr (DQ_LATE) park_row_sums(rsum, buf, qs);  // its 16 registers free before the MMAs
-                // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
-                uint32_t pa[4][4], sa[4][4];
+                        }
+                    };
+                    if constexpr (MASK_PASS) {  // -inf scores: ex2 gives the masked P exactly 0, as the select does
+                        if (i0s < k0 + BN - 1) {
 #pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
-                    acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
-                    acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
-                    const int kr = warp * 16 + g, qc = qs + kk * 16 + 2 * tq;
-                    *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc)) = sa[kk][0];
-                    *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc)) = sa[kk][1];
-                    *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc + 8)) = sa[kk][2];
-                    *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc + 8)) = sa[kk][3];
+                            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                                for (int e = 0; e < 2; e++) {
+                                    const int i = i0s + nt * 8 + 2 * tq + e;
+                                    if (j0 > i) st[nt][e] = -INFINITY;
+                                    if (j1 > i) st[nt][2 + e] = -INFINITY;
+                                }
+                        }
+                        p_ds(std::false_type{});
+                    } else if (i0s < k0 + BN - 1) {
+                        p_ds(std::true_type{});
+                    } else {
+                        p_ds(std::false_type{});
+                    }
+                    if constexpr (DQ_LATE) park_row_sums(rsum, buf, qs);  // its 16 registers free before the MMAs
+                    // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
+                    uint32_t pa[4][4], sa[4][4];
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++) {
+                        acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
+                        acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+                        const int kr = warp * 16 + g, qc = qs + kk * 16 + 2 * tq;
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc)) = sa[kk][0];
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc)) = sa[kk][1];
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc + 8)) = sa[kk][2];
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc + 8)) = sa[kk][3];
+                    }
+                    turn_wait(TURNS == 2);
+                    wg_fence();
+                    if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
+                        dq_mma_issue(it, dqp);
+                        wg_commit();
+                    }
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                        for (int hf = 0; hf < DH / 64; hf++) {
+                            wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, qs / 16 + kk));
+                            wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, qs / 16 + kk));
+                        }
+                    wg_commit();  // waited for after tile it-1's dQ adds
+                    turn_pass(TURNS == 2, false);
+                    if constexpr (!DQ_LATE) park_row_sums(rsum, buf, qs);
                 }
+                wg_wait<1>();  // tile it-1's dQ product (tile it's last dV/dK products may still run)
+            } else {  // after the last tile: its dQ product alone
                 turn_wait(TURNS == 2);
                 wg_fence();
-                if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
-                    dq_mma_issue(it, dqp);
-                    wg_commit();
-                }
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                    for (int hf = 0; hf < DH / 64; hf++) {
-                        wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, qs / 16 + kk));
-                        wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, qs / 16 + kk));
-                    }
-                wg_commit();  // waited for after tile it-1's dQ adds
-                turn_pass(TURNS == 2, false);
-                if constexpr (!DQ_LATE) park_row_sums(rsum, buf, qs);
+                dq_mma_issue(it, dqp);
+                wg_commit();
+                turn_pass(TURNS == 2, true);
+                wg_wait<0>();
             }
-            wg_wait<1>();  // tile it-1's dQ product (tile it's last dV/dK products may still run)
-        } else {  // after the last tile: its dQ product alone
-            turn_wait(TURNS == 2);
-            wg_fence();
-            dq_mma_issue(it, dqp);
-            wg_commit();
-            turn_pass(TURNS == 2, true);
-            wg_wait<0>();
+            if (it > 0) dq_phase(it, dqp);
+            wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
+            if (TMA && it < ntiles) {  // the stage's Q, dO and row stats are free
+                __syncwarp();
+                if (lane == 0) mbar_arrive(empty + buf);
+            }
+            if (!TMA && more) store_rows(buf ^ 1, r_next, d_next);
         }
-        if (it > 0) dq_phase(it, dqp);
-        wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
-        if (TMA && it < ntiles) {  // the stage's Q, dO and row stats are free
-            __syncwarp();
-            if (lane == 0) mbar_arrive(empty + buf);
-        }
-        if (!TMA && more) store_rows(buf ^ 1, r_next, d_next);
-    }
 
-    bwd_store_keys<DH>(dk, dv, colsum, head_off, j0, j1, T, tq, dka, dva, cs0, cs1, scale);
+        if constexpr (PERSISTENT) {  // the item's K and V are read: the producer may load the next item's
+            __syncwarp();
+            if (lane == 0) mbar_arrive(kv_empty);
+        }
+        bwd_store_keys<DH>(dk, dv, colsum, head_off, j0, j1, T, tq, dka, dva, cs0, cs1, scale);
+        gt0 += ntiles;
+    }
 }
 
 // Backward, step 3: dq (B, H, T, dh) = scale * the sum of the fp32 accumulators (dq_acc_offset's order, rows
@@ -980,8 +1035,8 @@ dq_convert_kernel(const float4 *__restrict__ acc, size_t stride4, int chains, co
 
 // Scratch layout (fp32 unless noted): BWD_CHAINS dq accumulators (B H Tp dh each, dq_acc_offset's order), D
 // (B H T), dS column sums (B H T), the dc row sums of chains 1.. (B H T each), order counters (int, BWD_CHAINS
-// x B H ceil(T/16): enough for any query tile of >= 16 rows).
-inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)BWD_CHAINS * B * H * ((T + 15) / 16); }
+// x B H ceil(T/16): enough for any query tile of >= 16 rows), the persistent blocks' work counter (int).
+inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)BWD_CHAINS * B * H * ((T + 15) / 16) + 1; }
 inline size_t bwd_dq_acc_count(int B, int H, int T, int dh) { return (size_t)B * H * dq_acc_rows(T) * dh; }
 inline size_t bwd_scratch_bytes(int B, int H, int T, int dh) {
     return (BWD_CHAINS * bwd_dq_acc_count(B, H, T, dh) + (BWD_CHAINS + 1) * (size_t)B * H * T) * sizeof(float) +
@@ -993,7 +1048,7 @@ inline size_t bwd_scratch_bytes(int B, int H, int T, int dh) {
 // and what step 3 needs to read the accumulators: how many chains were used, and the ACP hook they followed.
 struct BwdSums {
     float *dq_acc, *D, *colsum, *dc_chains;
-    int *sem;
+    int *sem, *next_item;
     int chains;
     const int *q_last;
 };
@@ -1006,6 +1061,7 @@ inline BwdSums bwd_sums(void *scratch, int B, int H, int T, int dh, int chains, 
     p.colsum = p.D + nvec;
     p.dc_chains = p.colsum + nvec;
     p.sem = reinterpret_cast<int *>(p.dc_chains + (BWD_CHAINS - 1) * nvec);
+    p.next_item = p.sem + bwd_sem_count(B, H, T) - 1;
     p.chains = chains;
     p.q_last = q_last;
     return p;
@@ -1078,12 +1134,13 @@ BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_b
         tv = tma_map_bf16_3d(v, DH, T, B * H, BWD_BN);
         tdo = tma_map_bf16_3d(dout, H * DH, T, B, BM);
     }
-    const int nblk = (T + BWD_BN - 1) / BWD_BN;
-    const dim3 grid = Cfg::GROUPED ? dim3(nblk * B * H) : dim3(nblk, B * H);
+    const int nblk = (T + BWD_BN - 1) / BWD_BN, items = nblk * B * H, sms = fox_sm_count();
+    const dim3 grid = Cfg::PERSISTENT ? dim3(items < sms ? items : sms) : Cfg::GROUPED ? dim3(items) : dim3(nblk, B * H);
     const int want = Cfg::HEAD_GROUP > 0 ? Cfg::HEAD_GROUP : bwd_head_group(T, DH), group = want < B * H ? want : B * H;
+    if (Cfg::PERSISTENT) FOX_CUDA_CHECK(cudaMemsetAsync(p.next_item, 0, sizeof(int), s));
     bwd_ws_kernel<DH, Cfg><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc,
-                                                              dk, dv, dc, p.dc_chains, p.colsum, p.sem, H, T, q_last,
-                                                              chains, group);
+                                                              dk, dv, dc, p.dc_chains, p.colsum, p.sem, p.next_item, H,
+                                                              T, q_last, B * H, chains, group);
     FOX_LAUNCH_CHECK();
     return p;
 }

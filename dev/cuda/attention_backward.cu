@@ -124,6 +124,12 @@
 //    V both in registers (commit 95e7bcb) made ptxas serialize the MMAs: 324.5 / 395.0 at T 4096 / 16384.
 //    A persistent form (one block an SM taking key blocks from a work counter, the next K / V copy under the
 //    dK / dV stores; commit 559ee4e, reverted): level with 50 (NOTES.md session 17).
+// 54, 55 (session 18): since session 18 the API (50, 41) is that persistent form, its work item read through shfl
+//    (warp-uniform; session 17's read it plainly from smem) and K in registers once a key block; 54 and 55 are the
+//    API's forms before, a block a key block. H100, `./attention_backward 54,55 bench` twice with the persistent
+//    form as 54 and the API of the time beside it: T 4096 d_h 64 374.4-374.6 against 364.8-370.0, d_h 128
+//    426.9-427.4 against 421.2-421.5, T 16384 B 2 H 16 453.7-453.8 against 446.8-450.6, d_h 128 515.1-515.3
+//    against 513.2-514.2, B 1 H 12 443.3-443.4 against 433.4-433.5, B 1 H 24 451.3-451.7 against 444.9-448.7.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
@@ -805,13 +811,14 @@ template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = 
     static constexpr int TURNS = TURNS_;
     static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, GROUPED = false;
     static constexpr bool K_REGS = false;
+    static constexpr bool PERSISTENT = false;
     static constexpr int HEAD_GROUP = 1;  // unused: not GROUPED
     static constexpr int BM = BM_;
 };
 // Version 42: the API's nondeterministic form (41) launched as the deterministic one, highest key block first in
 // each head, head after head.
 template <int DH> struct DevAtomicHeadMajorCfg : BwdAtomicCfg<DH> {
-    static constexpr bool GROUPED = false;
+    static constexpr bool GROUPED = false, PERSISTENT = false;
 };
 // Versions 45, 46: the API's nondeterministic form (41) launched longest first in groups of G heads.
 template <int DH, int G> struct DevAtomicGroupCfg : BwdAtomicCfg<DH> {
@@ -820,6 +827,14 @@ template <int DH, int G> struct DevAtomicGroupCfg : BwdAtomicCfg<DH> {
 // Versions 51-53: the API's deterministic form launched in groups of G heads.
 template <int DH, int G> struct DevDetGroupCfg : BwdDetCfg<DH> {
     static constexpr int HEAD_GROUP = G;
+};
+// Versions 54, 55: the API's deterministic and nondeterministic forms a block a key block (PERSISTENT off: the
+// API's until session 18).
+template <int DH> struct DevDetPerBlockCfg : BwdDetCfg<DH> {
+    static constexpr bool PERSISTENT = false;
+};
+template <int DH> struct DevAtomicPerBlockCfg : BwdAtomicCfg<DH> {
+    static constexpr bool PERSISTENT = false;
 };
 // Version 56 (session 17): the API's deterministic form with K's fragments read from smem at every sub-tile (the
 // API until session 17, K_REGS off).
@@ -962,6 +977,12 @@ static const Version versions[] = {
     {53, "50 launched in groups of 8 heads", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetGroupCfg<64, 8>, 4>,
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetGroupCfg<128, 8>, 4>, false, false},
+    {54, "50 a block a key block (the API before session 18)", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetPerBlockCfg<64>, 4>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetPerBlockCfg<128>, 4>, false, false, true},
+    {55, "41 a block a key block (the nondeterministic API before session 18)", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicPerBlockCfg<64>>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicPerBlockCfg<128>>, true, false},
     {56, "50 with K read from smem for every S^T sub-tile (the API before session 17)", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKSmemCfg<64>, 4>, nullptr, false, false, true},
 };
