@@ -487,8 +487,12 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 //   and the row sums cross warpgroups). Without it the compute warps load Q, dO and the row stats a tile
 //   ahead with cp.async, as bwd_kernel does.
 // Cfg::K_REGS (the API at d_h 64): S^T takes K from registers (each warp's 16 keys as A fragments, loaded once a
-// block) rather than from smem at every sub-tile: 32 KB of a tile's ~350 KB of smem traffic; V for dP^T as well
-// did not fit the registers (ptxas serialized the MMAs).
+// key block) rather than from smem at every sub-tile: 32 KB of a tile's ~350 KB of smem traffic; V for dP^T as
+// well did not fit the registers (ptxas serialized the MMAs).
+// Cfg::PERSISTENT (the API): one block an SM walks key blocks (items) in the launch order from a counter in the
+// scratch, the producer loading the next item's K and V once every warp has read the current one's (kv_empty),
+// under its dK / dV stores and the sync warp's last adds; the Q / dO stages and the dS^T buffers run on across
+// items (item_at, begin_item below).
 // Cfg::BM 128 (the API at d_h 64; FlashAttention-3's 128 x 128 tile at d_h 64): a query tile of 128 rows is
 // walked as two sub-tiles of 64 (S^T, dP^T, the softmax step and the dV / dK products of each in turn: one
 // sub-tile's scores at a time fit the registers, 128 queries' did not), while the per-tile work is done once
