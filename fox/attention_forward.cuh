@@ -322,7 +322,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         return last_tile(q0) - n_first + 1;
     };
 
-    int bh0;  // the block's item (its first with PERSIST), placed before the producer gives its registers away
+    int bh0;  // the block's one item without PERSIST (the persistent loops below place each of theirs)
     const int q00 = first_row((int)blockIdx.x, bh0);
 
     if (tid == 0) {
