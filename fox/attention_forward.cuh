@@ -67,7 +67,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         cj = tid < BN && j < T ? ch[j] : cref;
     };
     auto store_c = [&](int buf, float cj, float cref) {
-        if (tid < BN) nbs[buf * BN + tid] = -(cj - cref) * LOG2E;
+        if (tid < BN) nbs[buf * BN + tid] = key_gate_log2(cj, cref);
         if (tid == 0) crefs[buf] = cref;
     };
 
@@ -342,9 +342,9 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         setmaxnreg_dec<Cfg::REGS_PRODUCER>();
         if (warp != Cfg::PRODUCER_WARP) return;
         int s = 0, parity = 1, nload = 0;  // stage, the parity of its release by the tile ST earlier, tiles loaded
-        auto load_q = [&](uint64_t *bar, int q0, int bh) {
+        auto load_q = [&](int q0, int bh) {  // an item's Q, completing q_full's phase
 #pragma unroll
-            for (int hf = 0; hf < DH / 64; hf++) tma_load_3d(Qs + hf * BM * 64, &tm_q, bar, hf * 64, q0, bh);
+            for (int hf = 0; hf < DH / 64; hf++) tma_load_3d(Qs + hf * BM * 64, &tm_q, q_full, hf * 64, q0, bh);
         };
         auto load_tiles = [&](int q0, int bh, int ntiles) {  // the item's K, V and gate terms, stage by stage
             const float *ch = c + (size_t)bh * T;
@@ -369,7 +369,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     crefs[s] = cref;
                 }
 #pragma unroll
-                for (int i = 0; i < BN / 32; i++) nbs[s * BN + lane + 32 * i] = -(cj[i] - cref) * LOG2E;
+                for (int i = 0; i < BN / 32; i++) nbs[s * BN + lane + 32 * i] = key_gate_log2(cj[i], cref);
                 mbar_arrive(k_full + s);
                 if (reuse) mbar_wait(v_empty + s, parity);
                 if (lane == 0) {
@@ -386,7 +386,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             const int ntiles = count_tiles(bh0, q00);
             if (lane == 0) {
                 mbar_arrive_expect_tx(q_full, BM * DH * 2);
-                load_q(q_full, q00, bh0);
+                load_q(q00, bh0);
             }
             load_tiles(q00, bh0, ntiles);
         } else {
@@ -404,7 +404,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     items[2] = ntiles;
                     if (ntiles) {
                         mbar_expect_tx(q_full, BM * DH * 2);
-                        load_q(q_full, q0, bh);
+                        load_q(q0, bh);
                     }
                 }
                 const float *ch = c + (size_t)bh * T;

@@ -451,8 +451,8 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     }
 
     const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
-    const float nb0 = -((j0 < T ? ch[j0] : c_ref) - c_ref) * LOG2E;
-    const float nb1 = -((j1 < T ? ch[j1] : c_ref) - c_ref) * LOG2E;
+    const float nb0 = key_gate_log2(j0 < T ? ch[j0] : c_ref, c_ref);
+    const float nb1 = key_gate_log2(j1 < T ? ch[j1] : c_ref, c_ref);
     const float sl2 = LOG2E / sqrtf((float)DH);
     const float scale = 1.f / sqrtf((float)DH);
 
@@ -811,14 +811,14 @@ template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = 
     static constexpr int TURNS = TURNS_;
     static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, GROUPED = false;
     static constexpr bool K_REGS = false;
-    static constexpr bool PERSISTENT = false;
+    static constexpr bool PERSISTENT = false, ITEM_OVERLAP = false;
     static constexpr int HEAD_GROUP = 1;  // unused: not GROUPED
     static constexpr int BM = BM_;
 };
 // Version 42: the API's nondeterministic form (41) launched as the deterministic one, highest key block first in
 // each head, head after head.
 template <int DH> struct DevAtomicHeadMajorCfg : BwdAtomicCfg<DH> {
-    static constexpr bool GROUPED = false, PERSISTENT = false;
+    static constexpr bool GROUPED = false, PERSISTENT = false, ITEM_OVERLAP = false;
 };
 // Versions 45, 46: the API's nondeterministic form (41) launched longest first in groups of G heads.
 template <int DH, int G> struct DevAtomicGroupCfg : BwdAtomicCfg<DH> {
@@ -831,10 +831,18 @@ template <int DH, int G> struct DevDetGroupCfg : BwdDetCfg<DH> {
 // Versions 54, 55: the API's deterministic and nondeterministic forms a block a key block (PERSISTENT off: the
 // API's until session 18).
 template <int DH> struct DevDetPerBlockCfg : BwdDetCfg<DH> {
-    static constexpr bool PERSISTENT = false;
+    static constexpr bool PERSISTENT = false, ITEM_OVERLAP = false;
 };
 template <int DH> struct DevAtomicPerBlockCfg : BwdAtomicCfg<DH> {
-    static constexpr bool PERSISTENT = false;
+    static constexpr bool PERSISTENT = false, ITEM_OVERLAP = false;
+};
+// Versions 57, 58 (session 19): the API's deterministic and nondeterministic forms with each key block's start and
+// end apart (ITEM_OVERLAP off: the API's until session 19).
+template <int DH> struct DevDetApartCfg : BwdDetCfg<DH> {
+    static constexpr bool ITEM_OVERLAP = false;
+};
+template <int DH> struct DevAtomicApartCfg : BwdAtomicCfg<DH> {
+    static constexpr bool ITEM_OVERLAP = false;
 };
 // Version 56 (session 17): the API's deterministic form with K's fragments read from smem at every sub-tile (the
 // API until session 17, K_REGS off).
@@ -985,6 +993,10 @@ static const Version versions[] = {
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicPerBlockCfg<128>>, true, false},
     {56, "50 with K read from smem for every S^T sub-tile (the API before session 17)", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKSmemCfg<64>, 4>, nullptr, false, false, true},
+    {57, "50 with key blocks apart (the API before session 19)", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetApartCfg<64>, 4>, nullptr, false, false, true},
+    {58, "41 with key blocks apart (the nondeterministic API before session 19)", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicApartCfg<64>>, nullptr, true, false},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).

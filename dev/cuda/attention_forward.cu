@@ -182,7 +182,7 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         cj = tid < BN && j < T ? ch[j] : cref;
     };
     auto store_c = [&](int buf, float cj, float cref) {
-        if (tid < BN) nbs[buf * BN + tid] = -(cj - cref) * LOG2E;
+        if (tid < BN) nbs[buf * BN + tid] = key_gate_log2(cj, cref);
         if (tid == 0) crefs[buf] = cref;
     };
 
@@ -514,7 +514,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 #pragma unroll
             for (int i = lane; i < BN; i += 32) {
                 const int j = n * BN + i;
-                nbs[s * BN + i] = -((j < T ? ch[j] : cref) - cref) * LOG2E;
+                nbs[s * BN + i] = key_gate_log2(j < T ? ch[j] : cref, cref);
             }
             if (lane == 0) {
                 crefs[s] = cref;
@@ -751,7 +751,7 @@ fwd_la_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 #pragma unroll
             for (int i = lane; i < BN; i += 32) {
                 const int j = n * BN + i;
-                nbs[s * BN + i] = -((j < T ? ch[j] : cref) - cref) * LOG2E;
+                nbs[s * BN + i] = key_gate_log2(j < T ? ch[j] : cref, cref);
             }
             if (lane == 0) {
                 crefs[s] = cref;
