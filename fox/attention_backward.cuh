@@ -493,14 +493,6 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 // scratch, the producer loading the next item's K and V once every warp has read the current one's (kv_empty),
 // under its dK / dV stores and the sync warp's last adds; the Q / dO stages and the dS^T buffers run on across
 // items (item_at, begin_item below).
-// Cfg::ITEM_OVERLAP (the API at d_h 64, persistent): consecutive key blocks of a block overlap. K has two buffers
-// (item n's in k_buf(n)); the compute warps give V back (kv_empty) once the last tile's dP^T is complete, not
-// after the item, and the producer, which claimed the next item once it had issued the current one's last copies,
-// then loads the next K and V, under the last tile's softmax, dV / dK products and the epilogue; the last tile's
-// dQ product (with the item's K, still in its buffer) is issued beside the next item's first S^T / dP^T, as the
-// tiles of an item do, and only the block's last item ends with that product alone. The sync warp arrives on
-// kv_empty once it has taken the item, so that no phase of kv_full completes before every warp has waited on the
-// one before.
 // Cfg::BM 128 (the API at d_h 64; FlashAttention-3's 128 x 128 tile at d_h 64): a query tile of 128 rows is
 // walked as two sub-tiles of 64 (S^T, dP^T, the softmax step and the dV / dK products of each in turn: one
 // sub-tile's scores at a time fit the registers, 128 queries' did not), while the per-tile work is done once
@@ -533,13 +525,11 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
     constexpr int TURNS = Cfg::TURNS;
     constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK, K_REGS = Cfg::K_REGS;
-    constexpr bool PERSISTENT = Cfg::PERSISTENT, OVERLAP = Cfg::ITEM_OVERLAP;
+    constexpr bool PERSISTENT = Cfg::PERSISTENT;
     static_assert(!PERSISTENT || (TMA && Cfg::GROUPED), "a persistent block takes its items from the producer, in the grouped order");
-    static_assert(!OVERLAP || (PERSISTENT && DQ_BULK && TURNS == 0 && !DQ_LATE), "items overlap in the persistent d_h 64 form");
-    constexpr int KBUFS = OVERLAP ? 2 : 1;
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
-    __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [KBUFS][BN][DH]: k_buf
-    __nv_bfloat16 *Vs = Ks + KBUFS * BN * DH;                           // [BN][DH]
+    __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
+    __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
     __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
     __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
     __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T (swz_halves)
@@ -551,7 +541,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     uint64_t *kv_full = reinterpret_cast<uint64_t *>(dcs + (DQ_BULK ? BM : 0));  // TMA only
     uint64_t *full = kv_full + 1, *empty = full + 2, *kv_empty = empty + 2;  // kv_empty: PERSISTENT only
     int *item_slot = reinterpret_cast<int *>(kv_empty + 1);                    // PERSISTENT: [2]
-    auto k_buf = [&](int n) { return Ks + (OVERLAP ? n & 1 : 0) * BN * DH; };  // item n's K
 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
@@ -606,7 +595,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     if constexpr (TMA) {
         if (tid == 0) {
             mbar_init(kv_full, 1);
-            mbar_init(kv_empty, NWARPS + (OVERLAP ? 1 : 0));
+            mbar_init(kv_empty, NWARPS);
             for (int s = 0; s < 2; s++) {
                 mbar_init(full + s, 32);
                 mbar_init(empty + s, NWARPS);
@@ -647,7 +636,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 if constexpr (PERSISTENT) mbar_wait(kv_full, n & 1);  // item n posted
                 const int i = item_at(n);
                 if (i >= items) break;
-                if (OVERLAP && lane == 0) mbar_arrive(kv_empty);  // item n taken (see above)
                 begin_item(i);
                 int ord_row = -1, before = 0;
                 bool last = false;
@@ -678,15 +666,14 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 }
             }
         } else if (TMA && warp == NWARPS + 1) {  // the producer (see above)
-            int gt = 0;       // query tiles loaded so far (the Q / dO stages' count)
-            int claimed = 0;  // OVERLAP: the next item, claimed once the current one's copies are issued (lane 0)
+            int gt = 0;  // query tiles loaded so far (the Q / dO stages' count)
             for (int n = 0;; n++) {
                 if constexpr (PERSISTENT) {  // claim and post item n; a claim past the last ends every warp
                     // Not before item n-1's K and V are read: then every warp has taken item n-1 from its slot
                     // and waited on kv_full's phase n-1, so neither is overtaken.
                     if (n > 0) mbar_wait(kv_empty, (n - 1) & 1);
                     if (lane == 0) {
-                        const int i = OVERLAP && n > 0 ? claimed : atomicAdd(next_item, 1);
+                        const int i = atomicAdd(next_item, 1);
                         item_slot[n & 1] = i;
                         if (i >= items) mbar_arrive(kv_full);
                     }
@@ -699,7 +686,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     mbar_arrive_expect_tx(kv_full, 2 * BN * DH * 2);
 #pragma unroll
                     for (int hf = 0; hf < DH / 64; hf++) {
-                        tma_load_3d(k_buf(n) + hf * BN * 64, &tm_k, kv_full, hf * 64, k0, bh);
+                        tma_load_3d(Ks + hf * BN * 64, &tm_k, kv_full, hf * 64, k0, bh);
                         tma_load_3d(Vs + hf * BN * 64, &tm_v, kv_full, hf * 64, k0, bh);
                     }
                 }
@@ -725,7 +712,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     }
                     mbar_arrive(full + s);
                 }
-                if (OVERLAP && lane == 0) claimed = atomicAdd(next_item, 1);  // posted once V is read (see above)
             }
         }
         return;
@@ -758,17 +744,17 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int dq_r = BM == 128 ? w4 * 64 + (warp & 3) * 16 : (warp % (BM / 16)) * 16;
     const int dq_c = BM == 128 ? 0 : (warp / (BM / 16)) * DQC;
 
-    // dQ of tile it-1 = dS K from its parked dS^T (the API's), Kb the tile's key block's K; issued only.
-    auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4], const __nv_bfloat16 *Kb) {
+    // dQ of tile it-1 = dS K from its parked dS^T (the API's); issued only.
+    auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
         const __nv_bfloat16 *dSb = dSt + ((gt0 + it - 1) & 1) * BN * BM;
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
             if constexpr (BM == 128)
-                wgmma_m64n64_ss<1, 1>(dqa, desc_mnmajor<BN>(dSb, w4, kk), desc_mnmajor<BN>(Kb, 0, kk), kk > 0);
+                wgmma_m64n64_ss<1, 1>(dqa, desc_mnmajor<BN>(dSb, w4, kk), desc_mnmajor<BN>(Ks, 0, kk), kk > 0);
             else if constexpr (DQC == 32)
-                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Kb + kk * 16 * DH + w4 * 32), kk > 0);
+                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
             else
-                wgmma_m64n64_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), desc_mnmajor<BN>(Kb, w4, kk), kk > 0);
+                wgmma_m64n64_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), desc_mnmajor<BN>(Ks, w4, kk), kk > 0);
         }
     };
     // dQ (and dc row sums) of tile it-1 added in the sync warp's order (the API's).
@@ -827,33 +813,15 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         else if (!last) named_bar_arrive(4, NTHREADS);
     };
     float dqp[DQC / 8][4];  // dQ product of tile it-1 (in flight during tile it's softmax or dV/dK work)
-    // The dQ product of tile it-1 alone (an item's last tile with no tile after it to run beside), waited for.
-    auto dq_alone = [&](int it, const __nv_bfloat16 *Kb) {
-        turn_wait(TURNS == 2);
-        wg_fence();
-        dq_mma_issue(it, dqp, Kb);
-        wg_commit();
-        turn_pass(TURNS == 2, true);
-        wg_wait<0>();
-    };
     uint32_t ka[K_REGS ? DH / 16 : 1][4];  // Cfg::K_REGS: this warp's 16 keys of K, S^T's A fragments (see above)
     static_assert(!K_REGS || (DH == 64 && TMA), "K's fragments in registers: d_h 64, K loaded by the producer");
     for (int n = 0;; n++) {
         if constexpr (PERSISTENT) mbar_wait(kv_full, n & 1);  // item n posted (and its K, V landed)
         const int item = item_at(n);
-        if (item >= items) {
-            if (OVERLAP && n > 0) {  // the block's last tile's dQ, not yet added (see above)
-                fence_proxy_async_smem();
-                named_bar_sync(0, NTHREADS);  // its dS^T and row sums complete
-                dq_alone(0, k_buf(n - 1));
-                dq_phase(0, dqp);
-            }
-            break;
-        }
+        if (item >= items) break;
         begin_item(item);
-        __nv_bfloat16 *kcur = k_buf(n);
         if constexpr (!TMA) {
-            load_tile_async<DH, BN, NTHREADS, true>(kcur, kh, DH, k0, T, tid);
+            load_tile_async<DH, BN, NTHREADS, true>(Ks, kh, DH, k0, T, tid);
             load_tile_async<DH, BN, NTHREADS, true>(Vs, vh, DH, k0, T, tid);
             load_tile_async<DH, BM, NTHREADS, true>(Qs, qh, DH, qt_first * BM, T, tid);
             load_tile_async<DH, BM, NTHREADS, true>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
@@ -877,14 +845,10 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if constexpr (TMA && !PERSISTENT) mbar_wait(kv_full, 0);
         if constexpr (K_REGS) {  // this item's K
 #pragma unroll
-            for (int kk = 0; kk < DH / 16; kk++) load_a<64>(ka[kk], kcur, w4 * 64 + (warp & 3) * 16, kk * 16, lane);
+            for (int kk = 0; kk < DH / 16; kk++) load_a<64>(ka[kk], Ks, w4 * 64 + (warp & 3) * 16, kk * 16, lane);
         }
-        // OVERLAP: the tile loop ends at the last tile; its bound is hidden from ptxas, which, once it knew every
-        // iteration to be a full tile, spilled 244 bytes (12 with the bound hidden; dev/cuda/NOTES.md session 19).
-        const int it_end = OVERLAP ? opaque_int(ntiles) : ntiles + 1;
-        for (int it = 0; it < it_end; it++) {
+        for (int it = 0; it <= ntiles; it++) {
             const int buf = (gt0 + it) & 1;  // the Q / dO stage and the dS^T, row-sum buffers
-            const __nv_bfloat16 *kdq = it == 0 ? k_buf(n - 1) : kcur;  // the K of tile it-1's dQ product
             if constexpr (TMA) {
                 if (it < ntiles) mbar_wait(full + buf, ((gt0 + it) >> 1) & 1);
             } else {
@@ -917,23 +881,19 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 #pragma unroll
                     for (int kk = 0; kk < DH / 16; kk++) {
                         if constexpr (K_REGS) wgmma_m64n64_rs<0>(st, ka[kk], desc_kmajor<BM>(Qb, qs, kk), kk > 0);
-                        else wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(kcur, w4 * 64, kk), desc_kmajor<BM>(Qb, qs, kk), kk > 0);
+                        else wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, qs, kk), kk > 0);
                     }
 #pragma unroll
                     for (int kk = 0; kk < DH / 16; kk++)
                         wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
                     wg_commit();
                     if (!DQ_LATE && sub == 0) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
-                        dq_mma_issue(it, dqp, kdq);  // at it = 0 unused (zeroed buffer) unless OVERLAP: no branch
+                        dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
                         wg_commit();
                     }
                     turn_pass(TURNS == 2 || (TURNS == 1 && sub == 0), TURNS == 1 && it + 1 == ntiles);
                     if (DQ_LATE || sub > 0) wg_wait<0>();
                     else wg_wait<1>();
-                    if (OVERLAP && sub == NSUB - 1 && it + 1 == ntiles) {  // V is read: the next item's may load
-                        __syncwarp();
-                        if (lane == 0) mbar_arrive(kv_empty);
-                    }
 
                     // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
                     float rsum[16];
@@ -982,7 +942,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     turn_wait(TURNS == 2);
                     wg_fence();
                     if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
-                        dq_mma_issue(it, dqp, kdq);
+                        dq_mma_issue(it, dqp);
                         wg_commit();
                     }
 #pragma unroll
@@ -998,9 +958,14 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 }
                 wg_wait<1>();  // tile it-1's dQ product (tile it's last dV/dK products may still run)
             } else {  // after the last tile: its dQ product alone
-                dq_alone(it, kcur);
+                turn_wait(TURNS == 2);
+                wg_fence();
+                dq_mma_issue(it, dqp);
+                wg_commit();
+                turn_pass(TURNS == 2, true);
+                wg_wait<0>();
             }
-            if (it > 0 || (OVERLAP && n > 0)) dq_phase(it, dqp);
+            if (it > 0) dq_phase(it, dqp);
             wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
             if (TMA && it < ntiles) {  // the stage's Q, dO and row stats are free
                 __syncwarp();
@@ -1009,7 +974,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             if (!TMA && more) store_rows(buf ^ 1, r_next, d_next);
         }
 
-        if constexpr (PERSISTENT && !OVERLAP) {  // the item's K and V are read: the producer may load the next item's
+        if constexpr (PERSISTENT) {  // the item's K and V are read: the producer may load the next item's
             __syncwarp();
             if (lane == 0) mbar_arrive(kv_empty);
         }
@@ -1164,7 +1129,7 @@ BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_b
     if (!Cfg::ORDER || !Cfg::GROUPED) chains = 1;
     const BwdSums p = bwd_sums(scratch, B, H, T, DH, chains, q_last);
     bwd_prepare<DH, BM>(o, dout, dc, p, !bwd_store_first<Cfg>(), B, H, T, s);
-    const size_t smem = bwd_ws_smem_bytes<DH, BM, Cfg::DQ_BULK, Cfg::ITEM_OVERLAP>();
+    const size_t smem = bwd_ws_smem_bytes<DH, BM, Cfg::DQ_BULK>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CUtensorMap tq = {}, tk = {}, tv = {}, tdo = {};
     if (Cfg::TMA) {

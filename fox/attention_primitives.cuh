@@ -251,12 +251,6 @@ __device__ __forceinline__ float ex2(float x) {
     return y;
 }
 
-// x, with nothing the compiler knows of it: a loop bound it must not compare with the values it was formed from.
-__device__ __forceinline__ int opaque_int(int x) {
-    asm volatile("" : "+r"(x));
-    return x;
-}
-
 __device__ __forceinline__ float quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));

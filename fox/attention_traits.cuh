@@ -113,10 +113,9 @@ template <int DH, int BM> size_t bwd_smem_bytes() {
 // the sync warp and the producer): bwd_smem_bytes' tiles, then the mbarriers (K/V full, Q/dO/row-stat full and
 // empty per stage, 2 stages; K/V empty) and two work-item slots (the persistent form's).
 // With DQ_BULK, before the mbarriers: the query tile's dQ in the accumulator's order (dq_acc_offset) and its dc
-// row sums, for the copy engine's and the sync warp's adds. ITEM_OVERLAP: a second K tile (two work items' K).
-template <int DH, int BM, bool DQ_BULK, bool ITEM_OVERLAP = false> size_t bwd_ws_smem_bytes() {
-    return bwd_smem_bytes<DH, BM>() + (ITEM_OVERLAP ? (size_t)BWD_BN * DH * 2 : 0) +
-           (DQ_BULK ? (size_t)BM * (DH + 1) * 4 : 0) + 6 * 8 + 2 * 4;
+// row sums, for the copy engine's and the sync warp's adds.
+template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
+    return bwd_smem_bytes<DH, BM>() + (DQ_BULK ? (size_t)BM * (DH + 1) * 4 : 0) + 6 * 8 + 2 * 4;
 }
 
 // The deterministic Hopper backward's form per head size (bwd_ws_kernel; each measured faster at its size,
@@ -127,9 +126,7 @@ template <int DH, int BM, bool DQ_BULK, bool ITEM_OVERLAP = false> size_t bwd_ws
 // DQ_BULK, a tile's dQ goes through smem to one bulk add by the copy engine (else fp32 atomics from registers);
 // K_REGS (d_h 64), K's A fragments held in registers for S^T (else read from smem at every sub-tile; V's too
 // did not fit: ptxas serialized the MMAs); PERSISTENT (since session 18), one block an SM taking key blocks in the
-// launch order from a work counter (bwd_ws_kernel), else a block a key block; ITEM_OVERLAP (persistent, d_h 64),
-// a key block's end overlaps the next one's start: K in two buffers, the next K / V loaded once V is read, the
-// last tile's dQ product under the next key block's first tile (bwd_ws_kernel);
+// launch order from a work counter (bwd_ws_kernel), else a block a key block;
 // ORDER, the key blocks add a query tile in the fixed order (else as they come: --deterministic 0).
 // GROUPED, the launch order: a 1-D grid in groups of HEAD_GROUP heads (0: bwd_head_group's, by T and d_h;
 // bwd_block_of): with ORDER, in each group the first chain's key blocks, highest first, every head's at each
@@ -140,7 +137,7 @@ template <int DH, int BM, bool DQ_BULK, bool ITEM_OVERLAP = false> size_t bwd_ws
 template <int DH> struct BwdDetCfg {
     static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true, GROUPED = true;
     static constexpr bool K_REGS = DH == 64;
-    static constexpr bool PERSISTENT = true, ITEM_OVERLAP = DH == 64;
+    static constexpr bool PERSISTENT = true;
     static constexpr int TURNS = DH == 128 ? 2 : 0;
     static constexpr int BM = DH == 64 ? 128 : 64;
     static constexpr int HEAD_GROUP = 0;

@@ -130,6 +130,11 @@
 //    form as 54 and the API of the time beside it: T 4096 d_h 64 374.4-374.6 against 364.8-370.0, d_h 128
 //    426.9-427.4 against 421.2-421.5, T 16384 B 2 H 16 453.7-453.8 against 446.8-450.6, d_h 128 515.1-515.3
 //    against 513.2-514.2, B 1 H 12 443.3-443.4 against 433.4-433.5, B 1 H 24 451.3-451.7 against 444.9-448.7.
+// 57, 58 (session 19, commit 8959126, removed since): the API's forms (50, 41) before ITEM_OVERLAP, an experiment in
+//    the API at d_h 64: K in two buffers, V given back at the last tile's dP^T, the next key block claimed early and
+//    its K / V loaded then, the last tile's dQ product under the next key block's first tile. Same bits; level or
+//    slower (H100, two runs: T 4096 377.4 / 377.7 against 57's 377.3 / 375.6, B 2 H 16 452.0 / 452.0 against 450.1
+//    / 453.6, B 1 H 12 437.2 / 440.6 against 442.9 / 443.2, B 1 H 24 449.3 / 446.1 against 451.8 / 451.6).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
@@ -811,14 +816,14 @@ template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = 
     static constexpr int TURNS = TURNS_;
     static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, GROUPED = false;
     static constexpr bool K_REGS = false;
-    static constexpr bool PERSISTENT = false, ITEM_OVERLAP = false;
+    static constexpr bool PERSISTENT = false;
     static constexpr int HEAD_GROUP = 1;  // unused: not GROUPED
     static constexpr int BM = BM_;
 };
 // Version 42: the API's nondeterministic form (41) launched as the deterministic one, highest key block first in
 // each head, head after head.
 template <int DH> struct DevAtomicHeadMajorCfg : BwdAtomicCfg<DH> {
-    static constexpr bool GROUPED = false, PERSISTENT = false, ITEM_OVERLAP = false;
+    static constexpr bool GROUPED = false, PERSISTENT = false;
 };
 // Versions 45, 46: the API's nondeterministic form (41) launched longest first in groups of G heads.
 template <int DH, int G> struct DevAtomicGroupCfg : BwdAtomicCfg<DH> {
@@ -831,18 +836,10 @@ template <int DH, int G> struct DevDetGroupCfg : BwdDetCfg<DH> {
 // Versions 54, 55: the API's deterministic and nondeterministic forms a block a key block (PERSISTENT off: the
 // API's until session 18).
 template <int DH> struct DevDetPerBlockCfg : BwdDetCfg<DH> {
-    static constexpr bool PERSISTENT = false, ITEM_OVERLAP = false;
+    static constexpr bool PERSISTENT = false;
 };
 template <int DH> struct DevAtomicPerBlockCfg : BwdAtomicCfg<DH> {
-    static constexpr bool PERSISTENT = false, ITEM_OVERLAP = false;
-};
-// Versions 57, 58 (session 19): the API's deterministic and nondeterministic forms with each key block's start and
-// end apart (ITEM_OVERLAP off: the API's until session 19).
-template <int DH> struct DevDetApartCfg : BwdDetCfg<DH> {
-    static constexpr bool ITEM_OVERLAP = false;
-};
-template <int DH> struct DevAtomicApartCfg : BwdAtomicCfg<DH> {
-    static constexpr bool ITEM_OVERLAP = false;
+    static constexpr bool PERSISTENT = false;
 };
 // Version 56 (session 17): the API's deterministic form with K's fragments read from smem at every sub-tile (the
 // API until session 17, K_REGS off).
@@ -993,10 +990,6 @@ static const Version versions[] = {
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicPerBlockCfg<128>>, true, false},
     {56, "50 with K read from smem for every S^T sub-tile (the API before session 17)", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKSmemCfg<64>, 4>, nullptr, false, false, true},
-    {57, "50 with key blocks apart (the API before session 19)", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetApartCfg<64>, 4>, nullptr, false, false, true},
-    {58, "41 with key blocks apart (the nondeterministic API before session 19)", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicApartCfg<64>>, nullptr, true, false},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
