@@ -960,6 +960,15 @@ void forward_persistent(const bf16 *q, const bf16 *k, const bf16 *v, const float
     fox_attn::forward_ws<DH, fox_attn::FwdWsPersistentCfg<DH>>(q, k, v, c, o, lse, B, H, T, kv_first, s, 0,
                                                                 fox_attn::fwd_item_counter(s));
 }
+// Version 33 (session 19): 32 with each item's last P V and O store at its end (LATE_O off: the API's persistent form
+// until session 19), at every T.
+template <int DH>
+using FwdEarlyOCfg = FwdWsShape<FwdWsPersistentCfg<DH>::NWG, FwdWsPersistentCfg<DH>::STAGES, true, DH == 64, true, false>;
+template <int DH>
+void forward_early_o(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H,
+                     int T, const int *kv_first, cudaStream_t s) {
+    fox_attn::forward_ws<DH, FwdEarlyOCfg<DH>>(q, k, v, c, o, lse, B, H, T, kv_first, s, 0, fox_attn::fwd_item_counter(s));
+}
 
 }  // namespace fox_attn_dev
 
@@ -1012,6 +1021,8 @@ static const Version versions[] = {
     {28, "27 with 4 K / V stages (d_h 128: 3)", fox_attn_dev::forward_stages<64, 4>, fox_attn_dev::forward_stages<128, 3>, true},
     {32, "27 persistent, one Q buffer at the constant address (the API's form up to T 8192), at every T",
      fox_attn_dev::forward_persistent<64>, fox_attn_dev::forward_persistent<128>, true, true},
+    {33, "32 with each item's last P V and O store at its end (the API's persistent form before session 19)",
+     fox_attn_dev::forward_early_o<64>, fox_attn_dev::forward_early_o<128>, true, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
