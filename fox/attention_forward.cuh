@@ -282,15 +282,13 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
               float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first, int head_group, int BH,
               int *__restrict__ next_item) {
     constexpr int BM = Cfg::BM, BN = FWD_WS_BN, NWG = Cfg::NWG, ST = Cfg::STAGES;
-    constexpr bool SKIP = Cfg::SKIP_DEAD, PERSIST = Cfg::PERSISTENT, LATE_O = Cfg::LATE_O;
+    constexpr bool SKIP = Cfg::SKIP_DEAD, PERSIST = Cfg::PERSISTENT;
     static_assert(!PERSIST || Cfg::GROUPED, "the persistent form takes items in the grouped order");
-    static_assert(!LATE_O || PERSIST, "an item's O is finished under the next item's first tile: persistent only");
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
     __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
     __nv_bfloat16 *Vs = Ks + ST * BN * DH;     // [ST][BN][DH]
-    float4 *carry_s = reinterpret_cast<float4 *>(Vs + ST * BN * DH);  // LATE_O: [consumer threads], the carry below
-    float *nbs = reinterpret_cast<float *>(carry_s + (LATE_O ? 128 * NWG : 0));  // [ST][BN]: -(c_j - c_ref) log2e
+    float *nbs = reinterpret_cast<float *>(Vs + ST * BN * DH);  // [ST][BN]: -(c_j - c_ref) log2e
     float *crefs = nbs + ST * BN;                                // [ST]
     float *crows = crefs + (ST + 1) / 2 * 2;                     // PERSIST: [BM], the item's rows' c
     int *items = reinterpret_cast<int *>(crows + (PERSIST ? BM : 0));  // PERSIST: [4], first row, head, key tiles
@@ -431,13 +429,10 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if (lane == 0) mbar_arrive(bar);
     };
     int s = 0, ks_par = 0, vs = 0, vs_par = 0;  // K(t)'s stage and parity, V(t-1)'s
-    uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before an item's tile 0, but for a carry)
+    // Declared here, not in attend: ptxas then fits the d_h 64 kernel a block an item without its 4-byte spill (+1.5-2.5%
+    // at T 16384, dev/cuda/NOTES.md session 19).
+    uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before an item's tile 0)
     float oacc[DH / 8][4];
-    bool live_prev = false;  // tile t-1 was live for these rows (its P V is not zero)
-    // LATE_O: the previous item still has its last P V and O store to come (carry); its pprev, live_prev, oacc and
-    // V stage vs are the carry's, and each thread's (1 / l of its two rows, first row, head) wait in carry_s[tid]
-    // (held in registers through the next item's tiles, they spilled).
-    bool carry = false;
     auto pv_issue = [&](const __nv_bfloat16 *Vp) {  // O += P(t-1) V(t-1), one m64n64 product per half of V
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
@@ -458,10 +453,6 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     pack_bf16(oacc[nt][2 * hf] * inv[hf], oacc[nt][2 * hf + 1] * inv[hf]);
         }
     };
-    auto zero_o = [&] {
-#pragma unroll
-        for (int i = 0; i < DH / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
-    };
     auto attend = [&](int q0, int bh, int ntiles) {  // one item: its key tiles, then O and lse
         const float *ch = c + (size_t)bh * T;
         const int n_last = last_tile(q0);
@@ -477,30 +468,17 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             m[hf] = -INFINITY;
             l[hf] = 0.f;
         }
-        // With a carry, tile 0's P V is the previous item's last (its pprev, live_prev, V stage), and its O is
-        // stored once that has landed; else O and P start from zero.
-        const bool carried = LATE_O && carry;
-        carry = false;
-        if (!carried) {
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
-            zero_o();
-            live_prev = false;
-        }
-        auto finish_carry = [&] {  // the previous item's last P V has landed: its O out, this item's O from zero
-            const float4 x = carry_s[tid];
-            const float inv[2] = {x.x, x.y};
-            store_o(__float_as_int(x.z), __float_as_int(x.w), inv);
-            zero_o();
-        };
+        for (int kk = 0; kk < BN / 16; kk++) pprev[kk][0] = pprev[kk][1] = pprev[kk][2] = pprev[kk][3] = 0u;
+#pragma unroll
+        for (int i = 0; i < DH / 8; i++) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
 
         if constexpr (!PERSIST) {
             mbar_wait(q_full, 0);
             if (wg == NWG - 1) named_bar_arrive(1, 256);  // warpgroup 0 issues first
         }
-        bool pending = false;
+        bool live_prev = false;  // tile t-1 was live for these rows (its P V is not zero)
         for (int it = 0; it < ntiles; it++) {
-            if (pending) finish_carry(), pending = false;
             const int n = n_last - it;
             // Dead for these rows: above their diagonal, pruned by ACP for their row block, or all of them past T (the
             // last block of a head where T is not a multiple of 192: 64 rows at T 4096 and 16384, whose other two
@@ -533,9 +511,8 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             if (SKIP && dead) {  // nothing of this tile reaches O: the stages go back, m, l and O keep their bits
                 release(k_empty + s);
                 wg_wait<0>();
-                if (it > 0 || carried) release(v_empty + vs);
-                pending = it == 0 && carried;  // finished at the next tile's start (here ptxas spilled 224 bytes)
-                if ((it > 0 || carried) && ++vs == ST) vs = 0, vs_par ^= 1;
+                if (it > 0) release(v_empty + vs);
+                if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;
                 if (++s == ST) s = 0, ks_par ^= 1;
                 continue;
             }
@@ -582,30 +559,15 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) l[hf] = l[hf] * al[hf] + ps[hf];  // quad-reduced at the end
             wg_wait<0>();  // tile t-1's P V has landed in O
-            if (it > 0 || carried) release(v_empty + vs);
-            if (it == 0 && carried) finish_carry();
+            if (it > 0) release(v_empty + vs);
 #pragma unroll
             for (int i = 0; i < DH / 8; i++)
 #pragma unroll
                 for (int x = 0; x < 4; x++) oacc[i][x] *= al[x >> 1];
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pprev[kk], sacc[2 * kk], sacc[2 * kk + 1]);
-            if ((it > 0 || carried) && ++vs == ST) vs = 0, vs_par ^= 1;  // V(t) is the next tile's V(t-1)
+            if (it > 0 && ++vs == ST) vs = 0, vs_par ^= 1;  // V(t) is the next tile's V(t-1)
             if (++s == ST) s = 0, ks_par ^= 1;
-        }
-        if (pending) finish_carry();
-        constexpr float LN2 = 0.6931471805599453f;
-        float inv[2];
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const float lsum = quad_sum(l[hf]);
-            inv[hf] = 1.f / lsum;
-            if (row[hf] < T && tq == 0) lse[(size_t)bh * T + row[hf]] = (m[hf] + log2f(lsum)) * LN2;
-        }
-        if constexpr (LATE_O) {  // the last P V and O under the next item's first tile, or after the last item
-            carry = true;
-            carry_s[tid] = make_float4(inv[0], inv[1], __int_as_float(q0), __int_as_float(bh));
-            return;
         }
         mbar_wait(v_full + vs, vs_par);  // the last tile's P V
         wg_fence();
@@ -614,6 +576,14 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if constexpr (PERSIST) {  // its V stage goes back to the producer for the next item's tiles
             release(v_empty + vs);
             if (++vs == ST) vs = 0, vs_par ^= 1;
+        }
+        constexpr float LN2 = 0.6931471805599453f;
+        float inv[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const float lsum = quad_sum(l[hf]);
+            inv[hf] = 1.f / lsum;
+            if (row[hf] < T && tq == 0) lse[(size_t)bh * T + row[hf]] = (m[hf] + log2f(lsum)) * LN2;
         }
         store_o(q0, bh, inv);
     };
@@ -626,18 +596,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             // shfl: the item provably warp-uniform
             const int q0 = __shfl_sync(0xffffffffu, items[0], 0), bh = __shfl_sync(0xffffffffu, items[1], 0);
             const int ntiles = __shfl_sync(0xffffffffu, items[2], 0);
-            if (ntiles == 0) {
-                if (LATE_O && carry) {  // the block's last item's last P V and O
-                    mbar_wait(v_full + vs, vs_par);
-                    wg_fence();
-                    if (!SKIP || live_prev) pv_issue(Vs + vs * BN * DH);
-                    wg_commit_wait();
-                    const float4 x = carry_s[tid];
-                    const float inv[2] = {x.x, x.y};
-                    store_o(__float_as_int(x.z), __float_as_int(x.w), inv);
-                }
-                break;
-            }
+            if (ntiles == 0) break;
             attend(q0, bh, ntiles);
         }
         if (wg == 0) named_bar_sync(1, 256);  // the last warpgroup's final turn

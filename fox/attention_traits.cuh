@@ -62,23 +62,21 @@ template <int DH, bool PIPE = false, int BN = FWD_BN> size_t fwd_smem_bytes() {
 // group's longest query blocks first (grouped_longest_first; the group size is the launcher's, the API's
 // fwd_head_group); else the grid (query blocks, heads), head after head (a group of one head). SKIP_DEAD: a
 // warpgroup's dead tiles (fwd_ws_kernel) skip the softmax and P V rather than being masked whole. PERSISTENT:
-// a block an SM taking the grouped order's items from a counter (fwd_ws_kernel); LATE_O (persistent): an item's last
-// P V and its O store run under the next item's first tile (fwd_ws_kernel). FwdWsShape derives the block's
+// a block an SM taking the grouped order's items from a counter (fwd_ws_kernel). FwdWsShape derives the block's
 // rows, threads and register split from NWG; FwdWsCfg<DH> is the API's form, FwdWsPersistentCfg<DH> its
 // persistent form (up to T = FWD_PERSISTENT_MAX_T), dev/cuda/attention_forward.cu instantiates others.
 inline constexpr int FWD_WS_BN = 128;
 inline constexpr int FWD_PERSISTENT_MAX_T = 8192;  // the longest T the API runs the forward persistent at
-template <int NWG_, int STAGES_, bool GROUPED_, bool SKIP_DEAD_, bool PERSISTENT_ = false, bool LATE_O_ = false>
-struct FwdWsShape {
+template <int NWG_, int STAGES_, bool GROUPED_, bool SKIP_DEAD_, bool PERSISTENT_ = false> struct FwdWsShape {
     static constexpr int NWG = NWG_, STAGES = STAGES_;
-    static constexpr bool GROUPED = GROUPED_, SKIP_DEAD = SKIP_DEAD_, PERSISTENT = PERSISTENT_, LATE_O = LATE_O_;
+    static constexpr bool GROUPED = GROUPED_, SKIP_DEAD = SKIP_DEAD_, PERSISTENT = PERSISTENT_;
     static constexpr int BM = 64 * NWG, THREADS = 128 * (NWG + 1), PRODUCER_WARP = 4 * NWG;
     static constexpr int REGS_CONSUMER = NWG == 3 ? 160 : 240, REGS_PRODUCER = 24;
     static_assert(REGS_PRODUCER * 128 + REGS_CONSUMER * 128 * NWG <= 65536, "the block's registers");
     static_assert(FOX_ACP_BLOCK % FWD_WS_BN == 0 && FOX_ACP_BLOCK % 64 == 0, "key tiles and warpgroups nest in the ACP grid");
 };
 template <int DH> struct FwdWsCfg : FwdWsShape<DH == 64 ? 3 : 2, DH == 64 ? 3 : 2, true, DH == 64> {};
-template <int DH> struct FwdWsPersistentCfg : FwdWsShape<DH == 64 ? 3 : 2, DH == 64 ? 3 : 2, true, DH == 64, true, true> {};
+template <int DH> struct FwdWsPersistentCfg : FwdWsShape<DH == 64 ? 3 : 2, DH == 64 ? 3 : 2, true, DH == 64, true> {};
 
 // The order "longest first in groups of heads" of a 1-D grid of nheads x nblk blocks: block i lies in group
 // i / (group nblk) of `group` heads (1 <= group <= nheads; the last group may have fewer), where every head's
@@ -91,14 +89,13 @@ __device__ __forceinline__ void grouped_longest_first(int i, int nblk, int nhead
     bh = g0 + r % heads;
 }
 
-// Its smem: the Q tile, K and V in STAGES stages each, with LATE_O 16 bytes a consumer thread (fwd_ws_kernel's
-// carry), the gate terms of each stage (c_ref padded to an even
+// Its smem: the Q tile, K and V in STAGES stages each, the gate terms of each stage (c_ref padded to an even
 // count: the mbarriers are 8-byte aligned), with PERSISTENT the item's rows' c and the item (4 ints), then the
 // mbarriers (Q full, with PERSISTENT Q empty, K full / empty, V full / empty per stage).
 template <int DH, class Cfg = FwdWsCfg<DH>> constexpr size_t fwd_ws_smem_bytes() {
     constexpr int ST = Cfg::STAGES, P = Cfg::PERSISTENT;
-    return (size_t)(Cfg::BM + 2 * ST * FWD_WS_BN) * DH * 2 + (Cfg::LATE_O ? 128 * Cfg::NWG * 16 : 0) +
-           (ST * FWD_WS_BN + (ST + 1) / 2 * 2 + P * (Cfg::BM + 4)) * 4 + (1 + P + 4 * ST) * 8;
+    return (size_t)(Cfg::BM + 2 * ST * FWD_WS_BN) * DH * 2 + (ST * FWD_WS_BN + (ST + 1) / 2 * 2 + P * (Cfg::BM + 4)) * 4 +
+           (1 + P + 4 * ST) * 8;
 }
 
 // The mma.sync backward's tiles (bwd_kernel): BM query rows per tile, MINB blocks per SM (register cap).

@@ -115,6 +115,16 @@
 //    session 18 the API's Hopper forward up to T 8192, as fox/attention_forward.cuh's fwd_ws_kernel with
 //    FwdWsPersistentCfg (version 32 now runs it at every T); 30, 31 and the dev copy of 32 were removed (code at
 //    commit 4ba1cf7).
+// 33 (session 19, commit 9c840c4, removed since): 32 with an item's last P V and O store under the next item's first
+//    tile (LATE_O: P, O and the V stage carried across items). At d_h 64 ptxas serialized the warpgroup MMAs (C7511:
+//    the carried P and O beside the next item's S exceed 160 registers): 281-284 against 33's 407-410 at T 4096,
+//    309-316 against 463-470 at T 16384 (H100, two runs); at d_h 128 +1.3% at T 4096 (540 / 547 against 534 /
+//    538), 5-6% slower at T 16384. Not kept. What stayed: P and O declared outside the item's lambda (and the
+//    epilogue as store_o), with which ptxas fits the kernel a block an item (27, the API at T 16384) without its 4-byte
+//    spill at d_h 64: API +1.5-2.5% at T 16384 d_h 64 (B 2 H 16 476.2 / 475.3 against 471.6 / 466.2, B 1 H 12 474.8
+//    / 469.5 against 462.9 / 462.0, B 1 H 24 470.8 / 471.1 against 465.0 / 462.2), at d_h 128 and at T 4096 level
+//    to 1-2% slower within the runs' spread (T 16384 d_h 128 626.5 / 629.0 against 637.4 / 647.7; H100, 30b8fe3's
+//    binary alternating in one call).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
@@ -960,15 +970,6 @@ void forward_persistent(const bf16 *q, const bf16 *k, const bf16 *v, const float
     fox_attn::forward_ws<DH, fox_attn::FwdWsPersistentCfg<DH>>(q, k, v, c, o, lse, B, H, T, kv_first, s, 0,
                                                                 fox_attn::fwd_item_counter(s));
 }
-// Version 33 (session 19): 32 with each item's last P V and O store at its end (LATE_O off: the API's persistent form
-// until session 19), at every T.
-template <int DH>
-using FwdEarlyOCfg = FwdWsShape<FwdWsPersistentCfg<DH>::NWG, FwdWsPersistentCfg<DH>::STAGES, true, DH == 64, true, false>;
-template <int DH>
-void forward_early_o(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H,
-                     int T, const int *kv_first, cudaStream_t s) {
-    fox_attn::forward_ws<DH, FwdEarlyOCfg<DH>>(q, k, v, c, o, lse, B, H, T, kv_first, s, 0, fox_attn::fwd_item_counter(s));
-}
 
 }  // namespace fox_attn_dev
 
@@ -1021,8 +1022,6 @@ static const Version versions[] = {
     {28, "27 with 4 K / V stages (d_h 128: 3)", fox_attn_dev::forward_stages<64, 4>, fox_attn_dev::forward_stages<128, 3>, true},
     {32, "27 persistent, one Q buffer at the constant address (the API's form up to T 8192), at every T",
      fox_attn_dev::forward_persistent<64>, fox_attn_dev::forward_persistent<128>, true, true},
-    {33, "32 with each item's last P V and O store at its end (the API's persistent form before session 19)",
-     fox_attn_dev::forward_early_o<64>, fox_attn_dev::forward_early_o<128>, true, true},
 };
 
 static FwdFn version_fn(const Version &v, int dh) {
