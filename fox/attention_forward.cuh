@@ -300,6 +300,10 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int g = lane >> 2, tq = lane & 3;
     const int nqb = (T + BM - 1) / BM;
     const int nacp = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
+    // The blocks end at T rounded up to 64, so that where T is not a multiple of BM the short block is a head's first
+    // (rows from q_shift - BM < 0: its warpgroups of rows below 0 are dead, one key tile each) rather than its last,
+    // the longest walk. A multiple of 64: every warpgroup's rows stay in one ACP row block.
+    const int q_shift = nqb * BM - (T + 63) / 64 * 64;
     auto first_row = [&](int i, int &bh) {  // item (block) i of the launch order: its head and first query row
         int mb;  // query block (the highest first: the longest rows)
         if constexpr (Cfg::GROUPED) {
@@ -308,11 +312,11 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             mb = blockIdx.x;
             bh = blockIdx.y;
         }
-        return (nqb - 1 - mb) * BM;
+        return (nqb - 1 - mb) * BM - q_shift;
     };
     auto last_tile = [&](int q0) { return min((T - 1) / BN, (q0 + BM - 1) / BN); };
     auto wg_first = [&](int bh, int q0, int w) {  // the first live key tile of warpgroup w's ACP row block
-        const int a = min((q0 + 64 * w) / FOX_ACP_BLOCK, nacp - 1);
+        const int a = min(max(q0 + 64 * w, 0) / FOX_ACP_BLOCK, nacp - 1);
         return kv_first ? kv_first[(size_t)bh * nacp + a] * (FOX_ACP_BLOCK / BN) : 0;
     };
     auto count_tiles = [&](int bh, int q0) {  // the item's key tiles: its last down to its warpgroups' lowest first live one
@@ -409,7 +413,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 }
                 const float *ch = c + (size_t)bh * T;
                 if (ntiles)
-                    for (int r = lane; r < BM; r += 32) crows[r] = q0 + r < T ? ch[q0 + r] : 0.f;
+                    for (int r = lane; r < BM; r += 32) crows[r] = q0 + r >= 0 && q0 + r < T ? ch[q0 + r] : 0.f;
                 mbar_arrive(q_full);
                 if (!ntiles) break;
                 load_tiles(q0, bh, ntiles);
@@ -446,7 +450,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
             const int r = q0 + warp * 16 + g + 8 * hf;
-            if (r >= T) continue;
+            if (r < 0 || r >= T) continue;
 #pragma unroll
             for (int nt = 0; nt < DH / 8; nt++)
                 *reinterpret_cast<uint32_t *>(ob + r * ld_o + nt * 8 + 2 * tq) =
@@ -464,7 +468,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         for (int hf = 0; hf < 2; hf++) {
             row[hf] = q0 + warp * 16 + g + 8 * hf;
             if constexpr (PERSIST) crow[hf] = crows[row[hf] - q0];
-            else crow[hf] = row[hf] < T ? ch[row[hf]] : 0.f;
+            else crow[hf] = row[hf] >= 0 && row[hf] < T ? ch[row[hf]] : 0.f;
             m[hf] = -INFINITY;
             l[hf] = 0.f;
         }
@@ -480,11 +484,10 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         bool live_prev = false;  // tile t-1 was live for these rows (its P V is not zero)
         for (int it = 0; it < ntiles; it++) {
             const int n = n_last - it;
-            // Dead for these rows: above their diagonal, pruned by ACP for their row block, or all of them past T (the
-            // last block of a head where T is not a multiple of 192: 64 rows at T 4096 and 16384, whose other two
-            // warpgroups would otherwise walk every key tile for nothing); only with three warpgroups: two share the
-            // block's ACP row and diagonal key tile.
-            const bool dead = NWG == 3 && (n * BN > r0 + 63 || n < my_first || r0 >= T);
+            // Dead for these rows: above their diagonal, pruned by ACP for their row block, or all of them below 0 (a
+            // head's first block where T is not a multiple of 192, q_shift: at T 4096 and 16384 its first two
+            // warpgroups); only with three warpgroups: two share the block's ACP row and diagonal key tile.
+            const bool dead = NWG == 3 && (n * BN > r0 + 63 || n < my_first || r0 < 0);
             mbar_wait(k_full + s, ks_par);
             mbar_wait(v_full + vs, vs_par);
             if (wg == 0) named_bar_sync(1, 256);  // this warpgroup's turn (constant ids: ptxas counts the barriers)
@@ -583,7 +586,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         for (int hf = 0; hf < 2; hf++) {
             const float lsum = quad_sum(l[hf]);
             inv[hf] = 1.f / lsum;
-            if (row[hf] < T && tq == 0) lse[(size_t)bh * T + row[hf]] = (m[hf] + log2f(lsum)) * LN2;
+            if (row[hf] >= 0 && row[hf] < T && tq == 0) lse[(size_t)bh * T + row[hf]] = (m[hf] + log2f(lsum)) * LN2;
         }
         store_o(q0, bh, inv);
     };

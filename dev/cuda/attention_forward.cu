@@ -125,6 +125,11 @@
 //    / 469.5 against 462.9 / 462.0, B 1 H 24 470.8 / 471.1 against 465.0 / 462.2), at d_h 128 and at T 4096 level
 //    to 1-2% slower within the runs' spread (T 16384 d_h 128 626.5 / 629.0 against 637.4 / 647.7; H100, 30b8fe3's
 //    binary alternating in one call).
+// Session 19, the blocks of a head aligned to its end (q_shift in fwd_ws_kernel: where T is not a multiple of the
+//    block's 192 rows the short block is the head's first, one key tile, not its last, the longest walk with two dead
+//    warpgroups), every version of fwd_ws_kernel: API (the persistent form) T 4096 d_h 64 421.4 / 420.0 against
+//    408.3 / 409.8 (+3%), 32 427.3 / 426.2 against 414.4 / 416.1; T 16384 level (477.1 / 481.1 against 477.3 /
+//    477.2), d_h 128 unchanged (no short block at these T); H100, 8237dec's binary alternating in one call.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <stdlib.h>
