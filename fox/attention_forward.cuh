@@ -248,10 +248,10 @@ void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 // Warps 0..4 NWG - 1 are NWG consumer warpgroups of 64 query rows (FwdWsCfg: three at d_h 64, two at 128);
 // the next warp is the producer: one lane issues the bulk tensor copies (TMA) of Q, then of each key tile's
 // K and V (each 64-column half one box of the 3-D map [B H][T][d_h], landing in the 128-byte-swizzle layout
-// the descriptors read; rows past T come in as zeros), and the warp's 32 lanes form the tile's gate terms
-// nb_j and c_ref into the stage's smem before arriving on its mbarrier (K's copy is issued first, with
-// the c loads already in flight, so neither waits for the other). K, V and the gate terms have
-// STAGES stages, with "full" mbarriers (32 producer arrivals + the copies' bytes) and "empty" ones (one
+// the descriptors read; rows past T, and below 0 in a head's first block (q_shift), come in as zeros), and the
+// warp's 32 lanes form the tile's gate terms nb_j and c_ref into the stage's smem before arriving on its
+// mbarrier (K's copy is issued first, with the c loads already in flight, so neither waits for the other). K, V
+// and the gate terms have STAGES stages, with "full" mbarriers (32 producer arrivals + the copies' bytes) and "empty" ones (one
 // arrival per consumer warp): a consumer frees K(t) and the gate terms once S(t) is complete and its gate
 // terms are read, V(t-1) once P(t-1) V(t-1) is; no __syncthreads in the tile loop. The consumer
 // warpgroups take turns issuing their MMAs, round robin (named barriers 1..NWG, FA3's warp scheduler
