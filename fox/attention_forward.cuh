@@ -251,9 +251,9 @@ void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 // the descriptors read; rows past T, and below 0 in a head's first block (q_shift), come in as zeros), and the
 // warp's 32 lanes form the tile's gate terms nb_j and c_ref into the stage's smem before arriving on its
 // mbarrier (K's copy is issued first, with the c loads already in flight, so neither waits for the other). K, V
-// and the gate terms have STAGES stages, with "full" mbarriers (32 producer arrivals + the copies' bytes) and "empty" ones (one
-// arrival per consumer warp): a consumer frees K(t) and the gate terms once S(t) is complete and its gate
-// terms are read, V(t-1) once P(t-1) V(t-1) is; no __syncthreads in the tile loop. The consumer
+// and the gate terms have STAGES stages, with "full" mbarriers (32 producer arrivals + the copies' bytes) and
+// "empty" ones (one arrival per consumer warp): a consumer frees K(t) and the gate terms once S(t) is complete
+// and its gate terms are read, V(t-1) once P(t-1) V(t-1) is; no __syncthreads in the tile loop. The consumer
 // warpgroups take turns issuing their MMAs, round robin (named barriers 1..NWG, FA3's warp scheduler
 // barrier), so that one warpgroup's softmax runs while another's products occupy the tensor cores.
 // A block of 192 rows spans two ACP row blocks and parts of two diagonal key tiles, so every warpgroup walks
@@ -433,8 +433,8 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if (lane == 0) mbar_arrive(bar);
     };
     int s = 0, ks_par = 0, vs = 0, vs_par = 0;  // K(t)'s stage and parity, V(t-1)'s
-    // Declared here, not in attend: ptxas then fits the d_h 64 kernel a block an item without its 4-byte spill (+1.5-2.5%
-    // at T 16384, dev/cuda/NOTES.md session 19).
+    // Declared here, not in attend: ptxas then fits the d_h 64 kernel a block an item without its 4-byte spill
+    // (+1.5-2.5% at T 16384, dev/cuda/NOTES.md session 19).
     uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before an item's tile 0)
     float oacc[DH / 8][4];
     auto pv_issue = [&](const __nv_bfloat16 *Vp) {  // O += P(t-1) V(t-1), one m64n64 product per half of V
