@@ -9,9 +9,11 @@
    "ours" is the deterministic backward (deterministic = 1); "nondet" is deterministic = 0 (fp32 atomics
    in arrival order), timed beside it.
 
-    cd dev/cuda && make libfoxattn.so && cd ../.. && python3 scripts/bench_attention.py [--both-orders]
+    cd dev/cuda && make libfoxattn.so && cd ../.. && python3 scripts/bench_attention.py [--both-orders] [--runs N]
 (FOX_ATTN_NO_WGMMA=1 times the mma.sync kernels instead of the Hopper wgmma ones. --both-orders times every
-shape a second time with SDPA's columns before ours: a GPU that slows as it heats favours what runs first.)
+shape a second time with SDPA's columns before ours: a GPU that slows as it heats favours what runs first.
+--runs N repeats the timing N times (each with both orders if asked) and ends with ours / cuDNN per shape over
+every table, lowest, median and highest: one table's ratio moves by a few percent from run to run.)
 """
 import ctypes
 import math
@@ -126,8 +128,8 @@ def tflops(flops, ms):
 
 
 def bench(lib, sdpa_first=False):
-    """One row per (T, d_h); sdpa_first times SDPA's columns before ours at each shape (a GPU that slows as it
-    heats favours whatever runs first, so a comparison is fair only if it holds in both orders)."""
+    """One row per (T, d_h), printed and returned; sdpa_first times SDPA's columns before ours at each shape (a GPU
+    that slows as it heats favours whatever runs first, so a comparison is fair only if it holds in both orders)."""
     rows = []
     for T in (4096, 16384):
         for d in (64, 128):
@@ -176,17 +178,56 @@ def bench(lib, sdpa_first=False):
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | " + " | ".join(f"{x:.0f}" for x in r[2:]) + " |")
+    return rows
+
+
+def ratio_summary(tables):
+    """Ours / SDPA cuDNN, forward and forward+backward, per (T, d_h) over every table of bench: lowest, median,
+    highest (rows as bench returns them: T, d_h, ours fwd, fwd+bwd, nondet, flash fwd, fwd+bwd, cuDNN fwd, fwd+bwd)."""
+    def spread(xs):
+        xs = sorted(xs)
+        mid = xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+        return f"{xs[0]:.3f} / {mid:.3f} / {xs[-1]:.3f}"
+    print(f"\nours / SDPA cuDNN over {len(tables)} tables: lowest / median / highest")
+    print("| T | d_h | fwd | fwd+bwd |")
+    print("|---|---|---|---|")
+    for i, r in enumerate(tables[0]):
+        fwd = [t[i][2] / t[i][7] for t in tables]
+        fb = [t[i][3] / t[i][8] for t in tables]
+        print(f"| {r[0]} | {r[1]} | {spread(fwd)} | {spread(fb)} |")
+
+
+def parse_args(args):
+    """(both orders, runs) from the command line; a bad one ends the program with its usage."""
+    usage = f"usage: {sys.argv[0]} [--both-orders] [--runs N]"
+    both, runs, i = False, 1, 0
+    while i < len(args):
+        a = args[i]
+        if a == "--both-orders":
+            both = True
+        elif a == "--runs" or a.startswith("--runs="):
+            v = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
+            i += 0 if "=" in a else 1
+            if not v.isdigit() or not 1 <= int(v) <= 100:
+                sys.exit(f"error: --runs {v!r}: must be between 1 and 100 ({usage})")
+            runs = int(v)
+        else:
+            sys.exit(f"error: unknown argument {a!r} ({usage})")
+        i += 1
+    return both, runs
 
 
 def main():
-    args = sys.argv[1:]
-    if any(a != "--both-orders" for a in args):
-        sys.exit(f"usage: {sys.argv[0]} [--both-orders]")
+    both, runs = parse_args(sys.argv[1:])
     lib = load_lib()
     ok = check(lib)
-    bench(lib)
-    if args:
-        bench(lib, sdpa_first=True)
+    tables = []
+    for _ in range(runs):
+        tables.append(bench(lib))
+        if both:
+            tables.append(bench(lib, sdpa_first=True))
+    if len(tables) > 1:
+        ratio_summary(tables)
     sys.exit(0 if ok else 1)
 
 
