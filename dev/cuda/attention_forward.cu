@@ -115,11 +115,11 @@
 //    session 18 the API's Hopper forward up to T 8192, as fox/attention_forward.cuh's fwd_ws_kernel with
 //    FwdWsPersistentCfg (version 32 now runs it at every T); 30, 31 and the dev copy of 32 were removed (code at
 //    commit 4ba1cf7).
-// 33 (session 19, commit 9c840c4, removed since): 32 with an item's last P V and O store under the next item's first
-//    tile (LATE_O: P, O and the V stage carried across items). At d_h 64 ptxas serialized the warpgroup MMAs (C7511:
-//    the carried P and O beside the next item's S exceed 160 registers): 281-284 against 33's 407-410 at T 4096,
-//    309-316 against 463-470 at T 16384 (H100, two runs); at d_h 128 +1.3% at T 4096 (540 / 547 against 534 /
-//    538), 5-6% slower at T 16384. Not kept. What stayed: P and O declared outside the item's lambda (and the
+// 33 (session 19, commit 9c840c4, removed since): the persistent form before LATE_O, an experiment in the API (and
+//    so in 32): an item's last P V and O store under the next item's first tile, P, O and the V stage carried across
+//    items. At d_h 64 ptxas serialized the warpgroup MMAs (C7511: the carried P and O beside the next item's S exceed
+//    160 registers): 32 at 281-284 against 33's 407-410 at T 4096, 309-316 against 463-470 at T 16384 (H100, two
+//    runs); at d_h 128 +1.3% at T 4096 (540 / 547 against 534 / 538), 5-6% slower at T 16384. Not kept. What stayed: P and O declared outside the item's lambda (and the
 //    epilogue as store_o), with which ptxas fits the kernel a block an item (27, the API at T 16384) without its 4-byte
 //    spill at d_h 64: API +1.5-2.5% at T 16384 d_h 64 (B 2 H 16 476.2 / 475.3 against 471.6 / 466.2, B 1 H 12 474.8
 //    / 469.5 against 462.9 / 462.0, B 1 H 24 470.8 / 471.1 against 465.0 / 462.2), at d_h 128 and at T 4096 level
