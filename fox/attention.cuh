@@ -226,14 +226,13 @@ static inline size_t fox_attention_backward_scratch_bytes(int B, int H, int T, i
 
 typedef fox_attn::BwdSums FoxAttnSums;
 
-// The backward's steps 1 and 2 (fox_attn::backward), the deterministic order in one chain if one_chain; given
-// dq, step 3 too where the kernel can (the result's dq_done).
+// The backward's steps 1 and 2 (fox_attn::backward), the deterministic order in one chain if one_chain.
 static inline FoxAttnSums fox_attention_backward_sums(const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                                       const __nv_bfloat16 *v, const float *c, const __nv_bfloat16 *o,
                                                       const float *lse, const __nv_bfloat16 *dout, float *dc,
                                                       __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H,
                                                       int T, int dh, const int *q_last, int deterministic,
-                                                      bool one_chain, __nv_bfloat16 *dq, cudaStream_t s) {
+                                                      bool one_chain, cudaStream_t s) {
     fox_attn_check_dh(dh);
     if ((uintptr_t)o % 16 || (uintptr_t)dout % 16) {
         fprintf(stderr, "error: the attention backward needs o and dO 16-byte aligned\n");
@@ -241,8 +240,8 @@ static inline FoxAttnSums fox_attention_backward_sums(const __nv_bfloat16 *q, co
     }
     const bool det = deterministic != 0;
     if (dh == 64)
-        return fox_attn::backward<64>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, one_chain, dq, s);
-    return fox_attn::backward<128>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, one_chain, dq, s);
+        return fox_attn::backward<64>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, one_chain, s);
+    return fox_attn::backward<128>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, det, one_chain, s);
 }
 
 // The backward in two halves, for a caller whose queries also read keys the kernel does not see (TransformerFAM's
@@ -258,12 +257,12 @@ static inline FoxAttnSums fox_attention_backward_keys(const __nv_bfloat16 *q, co
                                                       int T, int dh, const int *q_last, int deterministic,
                                                       cudaStream_t s) {
     return fox_attention_backward_sums(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, dh, q_last, deterministic,
-                                       true, nullptr, s);
+                                       true, s);
 }
 
 static inline void fox_attention_backward_finish(FoxAttnSums sums, float *dc, float *dlogf, __nv_bfloat16 *dq, int B,
                                                  int H, int T, int dh, cudaStream_t s) {
-    if (!sums.dq_done) fox_attn::bwd_dq(sums, dc, dq, B, H, T, dh, s);
+    fox_attn::bwd_dq(sums, dc, dq, B, H, T, dh, s);
     fox_attention_reverse_scan(dc, sums.colsum, dlogf, B * H, T, s);
 }
 
@@ -277,7 +276,7 @@ static inline void fox_attention_backward(const __nv_bfloat16 *q, const __nv_bfl
                                           __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                                           int dh, const int *q_last, int deterministic, cudaStream_t s) {
     FoxAttnSums sums = fox_attention_backward_sums(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, dh, q_last,
-                                                   deterministic, false, dq, s);
+                                                   deterministic, false, s);
     fox_attention_backward_finish(sums, dc, dlogf, dq, B, H, T, dh, s);
 }
 

@@ -447,43 +447,6 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
     bwd_store_keys<DH>(dk, dv, colsum, head_off, j0, j1, T, tq, dka, dva, cs0, cs1, scale);
 }
 
-// Step 3 inside step 2 (bwd_ws_kernel's converter warps, below), one query tile of `rows` rows: dc of the rows (v0 ..
-// in dc and dc_chains) += the other chains' row sums, in that order; dq = scale · the sum of the live chains'
-// accumulators (bit c of `live`; acc: the tile's first float4 in chain 0's, the chains stride4 float4s apart), added
-// first to last from +0, as bf16 (dq: the tile's first row): dq_convert_kernel's sums, bit for bit. One warp:
-// float4 j of each 64-row block at lane + 32 k, its 8 bytes of dq stored where they land.
-template <int DH>
-__device__ __forceinline__ void convert_dq_tile(const float4 *acc, size_t stride4, unsigned live, __nv_bfloat16 *dq,
-                                                int rows, float *dc, const float *dc_chains, size_t nvec, size_t v0,
-                                                int chains, int lane) {
-    for (int r = lane; r < rows && chains > 1; r += 32) {
-        float x = dc[v0 + r];
-        for (int c = 1; c < chains; c++) x += dc_chains[(c - 1) * nvec + v0 + r];
-        dc[v0 + r] = x;
-    }
-    const float scale = 1.f / sqrtf((float)DH);
-    for (int b0 = 0; b0 < rows; b0 += DQ_BLOCK) {
-        const float4 *ab = acc + (size_t)b0 * DH / 4;
-#pragma unroll 1  // one float4 of each chain in flight: the converter warps have 24 registers (BWD_REGS_SYNC)
-        for (int j = lane; j < DQ_BLOCK * DH / 4; j += 32) {
-            int r, col;
-            dq_acc_float4_at(j, DH, r, col);
-            if (b0 + r >= rows) continue;
-            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-            for (int c = 0; c < BWD_CHAINS; c++) {
-                if (!(live >> c & 1)) continue;
-                const float4 a = ab[c * stride4 + j];
-                x.x = __fadd_rn(x.x, a.x), x.y = __fadd_rn(x.y, a.y), x.z = __fadd_rn(x.z, a.z), x.w = __fadd_rn(x.w, a.w);
-            }
-            uint2 out;
-            out.x = pack_bf16(x.x * scale, x.y * scale);
-            out.y = pack_bf16(x.z * scale, x.w * scale);
-            *reinterpret_cast<uint2 *>(dq + (size_t)(b0 + r) * DH + col) = out;
-        }
-    }
-}
-
 // Backward, step 2, on Hopper: bwd_kernel's formulation and add order (with Cfg::ORDER; without it, the
 // nondeterministic API, the key blocks add in arrival order) with the five products on warpgroup MMA, in a
 // warp-specialized 384-thread block. Warps 0-7 are the two compute warpgroups (64 keys each, so every
@@ -555,7 +518,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
                float *__restrict__ dc, float *__restrict__ dc_chains, float *__restrict__ colsum,
                int *__restrict__ sem, int *__restrict__ next_item, int H, int T, const int *__restrict__ q_last,
-               int nheads, int chains, int group, __nv_bfloat16 *__restrict__ dq_out, int *__restrict__ conv) {
+               int nheads, int chains, int group) {
     constexpr int BM = Cfg::BM, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
     static_assert(BM == 64 || (BM == 128 && DH == 64), "query tiles of 64, or of 128 at d_h 64");
     constexpr int NSUB = BM / 64;        // sub-tiles of 64 queries per tile (see above)
@@ -564,7 +527,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK, K_REGS = Cfg::K_REGS;
     constexpr bool PERSISTENT = Cfg::PERSISTENT;
     static_assert(!PERSISTENT || (TMA && Cfg::GROUPED), "a persistent block takes its items from the producer, in the grouped order");
-    constexpr bool CAN_CONVERT = PERSISTENT && Cfg::ORDER && DQ_BULK;  // step 3 fused when dq_out is given (see above)
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -583,7 +545,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
     const int g = lane >> 2, tq = lane & 3;
-    const int nblk = (T + BWD_BN - 1) / BWD_BN, nqt = (T + BM - 1) / BM, items = nheads * nblk, qtiles = nheads * nqt;
+    const int nblk = (T + BWD_BN - 1) / BWD_BN, nqt = (T + BM - 1) / BM, items = nheads * nblk;
     const size_t ld_o = (size_t)H * DH;
     // The work item (a key block of a head) and what follows from it, set by begin_item: key block nb of head
     // bh, in chain `chain` (Cfg::GROUPED: item i of bwd_block_of's order, `group` heads a group; else one chain,
@@ -650,7 +612,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             // whole 64-row blocks; the chain's first add in the order stores it, bwd_store_first), the lanes
             // add the dc sums, the smem tile goes back to the compute warps (barrier 2) once read, and the adds
             // are complete before the release.
-            auto bulk_add_dq = [&](int t, bool first, bool last) {
+            auto bulk_add_dq = [&](int t, bool first) {
                 named_bar_sync(1, NTHREADS + 32);
                 const int i0 = t * BM, rows = min(BM, T - i0);
                 if (lane == 0) {
@@ -667,7 +629,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 if (lane == 0) {
                     bulk_wait<false>();
                     fence_proxy_async_global();  // the copy engine's add before the release
-                    if (CAN_CONVERT && dq_out && last) red_release_gpu_add(conv + 1 + bh * nqt + t, 1);  // a chain done
                 }
                 __syncwarp();
             };
@@ -694,7 +655,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     }
                     __syncwarp();
                     if constexpr (DQ_BULK) {
-                        bulk_add_dq(t, before == 0, last);
+                        bulk_add_dq(t, before == 0);
                     } else {
                         named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
                         named_bar_arrive(3, 128 + 32);
@@ -751,28 +712,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     }
                     mbar_arrive(full + s);
                 }
-            }
-        } else if (CAN_CONVERT && dq_out && warp >= NWARPS + 2) {  // a converter (see above)
-            for (;;) {
-                int k = 0;
-                if (lane == 0) k = atomicAdd(conv, 1);
-                k = __shfl_sync(0xffffffffu, k, 0);
-                if (k >= qtiles) break;
-                int t, tb;  // ticket k's tile: in the launch order's groups of heads, tile by tile, head by head
-                grouped_longest_first(k, nqt, nheads, group, t, tb);
-                const int *qlt = q_last ? q_last + (size_t)tb * nblk : nullptr;
-                unsigned live = 0;
-                for (int c = 0; c < chains; c++) live |= (unsigned)bwd_chain_live(c, chains, nblk, t / TPB, qlt) << c;
-                unsigned spins = 0;
-                while (ld_acquire_gpu(conv + 1 + tb * nqt + t) < __popc(live)) {
-                    __nanosleep(512);
-                    if (++spins > (1u << 25)) __trap();  // a tile never completed: fail loudly, never hang
-                }
-                const int i0 = t * BM;
-                const size_t v0 = (size_t)tb * T + i0;
-                convert_dq_tile<DH>(reinterpret_cast<const float4 *>(dq_acc + ((size_t)tb * dq_acc_rows(T) + i0) * DH),
-                                    (size_t)nheads * dq_acc_rows(T) * DH / 4, live, dq_out + v0 * DH, min(BM, T - i0),
-                                    dc, dc_chains, (size_t)nheads * T, v0, chains, lane);
             }
         }
         return;
@@ -1068,9 +1007,9 @@ dq_convert_kernel(const float4 *__restrict__ acc, size_t stride4, int chains, co
     for (int c = 0; c < BWD_CHAINS; c++) live[c] = c < chains && bwd_chain_live(c, chains, nblk, t0 / FOX_ACP_BLOCK, qlh);
 #pragma unroll
     for (int k = 0; k < PER; k++) {
-        const int j = threadIdx.x + k * DQ_CONVERT_THREADS;
-        int r, col;
-        dq_acc_float4_at(j, DH, r, col);
+        const int j = threadIdx.x + k * DQ_CONVERT_THREADS, o = j * 4;  // o: ((slice, c / 8, half) 32 + lane) 2
+        const int lane = o / 2 % 32, q = o / 64, half = q % 2, cg = q / 2 % (DH / 8), slice = q / 2 / (DH / 8);
+        const int r = slice * 16 + half * 8 + lane / 4;
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int c = 0; c < BWD_CHAINS; c++) {
@@ -1082,7 +1021,7 @@ dq_convert_kernel(const float4 *__restrict__ acc, size_t stride4, int chains, co
             uint2 out;
             out.x = pack_bf16(x.x * scale, x.y * scale);
             out.y = pack_bf16(x.z * scale, x.w * scale);
-            *reinterpret_cast<uint2 *>(rows + r * DH + col) = out;
+            *reinterpret_cast<uint2 *>(rows + r * DH + cg * 8 + lane % 4 * 2) = out;
         }
     }
     __syncthreads();
@@ -1100,13 +1039,8 @@ dq_convert_kernel(const float4 *__restrict__ acc, size_t stride4, int chains, co
 
 // Scratch layout (fp32 unless noted): BWD_CHAINS dq accumulators (B H Tp dh each, dq_acc_offset's order), D
 // (B H T), dS column sums (B H T), the dc row sums of chains 1.. (B H T each), order counters (int, BWD_CHAINS
-// x B H ceil(T/16): enough for any query tile of >= 16 rows), the persistent blocks' work counter (int), and the
-// fused step 3's counters (bwd_conv_count ints: the converters' tickets taken, then per query tile the chains done
-// with it).
-inline size_t bwd_conv_count(int B, int H, int T) { return 1 + (size_t)B * H * ((T + 15) / 16); }
-inline size_t bwd_sem_count(int B, int H, int T) {
-    return (size_t)BWD_CHAINS * B * H * ((T + 15) / 16) + 1 + bwd_conv_count(B, H, T);
-}
+// x B H ceil(T/16): enough for any query tile of >= 16 rows), the persistent blocks' work counter (int).
+inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)BWD_CHAINS * B * H * ((T + 15) / 16) + 1; }
 inline size_t bwd_dq_acc_count(int B, int H, int T, int dh) { return (size_t)B * H * dq_acc_rows(T) * dh; }
 inline size_t bwd_scratch_bytes(int B, int H, int T, int dh) {
     return (BWD_CHAINS * bwd_dq_acc_count(B, H, T, dh) + (BWD_CHAINS + 1) * (size_t)B * H * T) * sizeof(float) +
@@ -1115,14 +1049,12 @@ inline size_t bwd_scratch_bytes(int B, int H, int T, int dh) {
 
 // The scratch's parts: the fp32 dq accumulators (unscaled: Σ_j dS_ij k_j), D = rowsum(dO * o), the minus dS
 // column sums (fox_attention_reverse_scan's second operand), the other chains' dc row sums, the order counters;
-// and what step 3 needs to read the accumulators: how many chains were used, and the ACP hook they followed;
-// dq_done: step 2 did step 3 (bwd_ws_kernel's converter warps).
+// and what step 3 needs to read the accumulators: how many chains were used, and the ACP hook they followed.
 struct BwdSums {
     float *dq_acc, *D, *colsum, *dc_chains;
-    int *sem, *next_item, *conv;
+    int *sem, *next_item;
     int chains;
     const int *q_last;
-    bool dq_done;
 };
 
 inline BwdSums bwd_sums(void *scratch, int B, int H, int T, int dh, int chains, const int *q_last) {
@@ -1133,11 +1065,9 @@ inline BwdSums bwd_sums(void *scratch, int B, int H, int T, int dh, int chains, 
     p.colsum = p.D + nvec;
     p.dc_chains = p.colsum + nvec;
     p.sem = reinterpret_cast<int *>(p.dc_chains + (BWD_CHAINS - 1) * nvec);
-    p.next_item = p.sem + (size_t)BWD_CHAINS * B * H * ((T + 15) / 16);
-    p.conv = p.next_item + 1;
+    p.next_item = p.sem + bwd_sem_count(B, H, T) - 1;
     p.chains = chains;
     p.q_last = q_last;
-    p.dq_done = false;
     return p;
 }
 
@@ -1185,21 +1115,19 @@ inline int bwd_head_group(int T, int dh) {
 // The same with bwd_ws_kernel (Hopper; Cfg: the API's BwdDetCfg or BwdAtomicCfg, or another form of the dev
 // programs), the order in `chains` chains (1 to BWD_CHAINS; 1 without the order or GROUPED). With Cfg::TMA the
 // tensor maps are encoded per call (host work only; they carry the pointers) and passed by value; without it
-// they are unused (zeros). Given dq (bf16, B H T dh), a persistent form with the order does step 3 as well
-// (the result's dq_done; else bwd_dq does it, and dq is not written).
+// they are unused (zeros).
 template <int DH, class Cfg = BwdDetCfg<DH>>
 BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                     const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
                     __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, int chains,
-                    cudaStream_t s, __nv_bfloat16 *dq = nullptr) {
+                    cudaStream_t s) {
     constexpr int BM = Cfg::BM;
     if (chains < 1 || chains > BWD_CHAINS) {
         fprintf(stderr, "error: the attention backward's order takes 1 to %d chains, not %d\n", BWD_CHAINS, chains);
         exit(EXIT_FAILURE);
     }
     if (!Cfg::ORDER || !Cfg::GROUPED) chains = 1;
-    BwdSums p = bwd_sums(scratch, B, H, T, DH, chains, q_last);
-    p.dq_done = Cfg::PERSISTENT && Cfg::ORDER && Cfg::DQ_BULK && dq;
+    const BwdSums p = bwd_sums(scratch, B, H, T, DH, chains, q_last);
     bwd_prepare<DH, BM>(o, dout, dc, p, !bwd_store_first<Cfg>(), B, H, T, s);
     const size_t smem = bwd_ws_smem_bytes<DH, BM, Cfg::DQ_BULK>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -1213,12 +1141,10 @@ BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_b
     const int nblk = (T + BWD_BN - 1) / BWD_BN, items = nblk * B * H, sms = fox_sm_count();
     const dim3 grid = Cfg::PERSISTENT ? dim3(items < sms ? items : sms) : Cfg::GROUPED ? dim3(items) : dim3(nblk, B * H);
     const int want = Cfg::HEAD_GROUP > 0 ? Cfg::HEAD_GROUP : bwd_head_group(T, DH), group = want < B * H ? want : B * H;
-    if (Cfg::PERSISTENT)  // the work counter, and the fused step 3's counters when it runs
-        FOX_CUDA_CHECK(cudaMemsetAsync(p.next_item, 0, (1 + (p.dq_done ? bwd_conv_count(B, H, T) : 0)) * sizeof(int), s));
+    if (Cfg::PERSISTENT) FOX_CUDA_CHECK(cudaMemsetAsync(p.next_item, 0, sizeof(int), s));
     bwd_ws_kernel<DH, Cfg><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc,
                                                               dk, dv, dc, p.dc_chains, p.colsum, p.sem, p.next_item, H,
-                                                              T, q_last, B * H, chains, group,
-                                                              p.dq_done ? dq : nullptr, p.conv);
+                                                              T, q_last, B * H, chains, group);
     FOX_LAUNCH_CHECK();
     return p;
 }
@@ -1240,18 +1166,17 @@ inline void bwd_dq(const BwdSums &p, float *dc, __nv_bfloat16 *dq, int B, int H,
 // Steps 1 and 2 as the public API runs them. On Hopper (needs an sm_90a build) bwd_ws_kernel (warpgroup MMA,
 // a TMA producer, dQ through the copy engine), in the sync warp's order or (det false) in arrival order;
 // otherwise bwd_kernel on mma.sync, with the staggered warp-level order or plain fp32 atomics. one_chain: the
-// deterministic order in one chain (one accumulator, complete after this step, for a caller that adds to it);
-// dq (or NULL): where step 3 may write dq itself (the result's dq_done).
+// deterministic order in one chain (one accumulator, complete after this step, for a caller that adds to it).
 template <int DH>
 BwdSums backward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                  const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
                  __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, bool det, bool one_chain,
-                 __nv_bfloat16 *dq, cudaStream_t s) {
+                 cudaStream_t s) {
     constexpr int BM = BwdCfg<DH>::BM, MINB = BwdCfg<DH>::MINB;
     if (use_wgmma()) {
         if (det)
             return backward_ws<DH>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last,
-                                   one_chain ? 1 : BWD_CHAINS, s, one_chain ? nullptr : dq);
+                                   one_chain ? 1 : BWD_CHAINS, s);
         return backward_ws<DH, BwdAtomicCfg<DH>>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, 1, s);
     }
     if (det) return backward_cfg<DH, BM, MINB, true>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, s);

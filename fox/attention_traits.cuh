@@ -35,13 +35,6 @@ __host__ __device__ __forceinline__ int dq_acc_offset(int t, int c, int dh) {
     const int r = t % DQ_BLOCK, slice = r / 16, half = (r / 8) % 2, g = r % 8;
     return (t - r) * dh + (((slice * (dh / 8) + c / 8) * 2 + half) * 32 + g * 4 + (c % 8) / 2) * 2 + c % 2;
 }
-// Where float4 j of a 64-row block of the accumulator lands (dq_acc_offset inverted): row r of the block, columns
-// col .. col + 3.
-__host__ __device__ __forceinline__ void dq_acc_float4_at(int j, int dh, int &r, int &col) {
-    const int lane = j * 2 % 32, q = j / 16, half = q % 2, cg = q / 2 % (dh / 8), slice = q / 2 / (dh / 8);
-    r = slice * 16 + half * 8 + lane / 4;
-    col = cg * 8 + lane % 4 * 2;
-}
 
 // Forward block shape. WG: the Hopper warpgroup-MMA path, 8 warps of 16 rows; mma.sync: each warp owns MT
 // row tiles of 16, so every K/V fragment read from smem feeds MT mma.
@@ -175,12 +168,6 @@ __host__ __device__ __forceinline__ int bwd_chain_lo(int c, int chains, int nblk
 __host__ __device__ __forceinline__ bool bwd_chain_live(int c, int chains, int nblk, int m, const int *qlh) {
     const int lo = bwd_chain_lo(c, chains, nblk), hi = bwd_chain_lo(c + 1, chains, nblk);
     return lo <= m && lo < hi && (m < hi || !qlh || qlh[hi - 1] >= m);
-}
-// How many of the chains have a live key block in ACP row m.
-__host__ __device__ __forceinline__ int bwd_live_chains(int chains, int nblk, int m, const int *qlh) {
-    int n = 0;
-    for (int c = 0; c < chains; c++) n += bwd_chain_live(c, chains, nblk, m, qlh);
-    return n;
 }
 
 // Block i of a GROUPED backward's 1-D grid (BwdDetCfg, above; nheads x nblk blocks): its key block nb, head bh
