@@ -25,9 +25,12 @@ namespace fox_attn {
 // with pair l at lane l (and l + 32 at d_h 128) and a butterfly over lanes 16, 8, 4, 2, 1: between threads
 // for the distances 16 to 4, within a thread for 2 and 1. fp32 addition commutes, so every thread of a row
 // ends with the same bits, and D has the bits of that form (dev/cuda/NOTES.md session 12).
+// The same launch zeroes what step 2 adds into (bwd_prepare), saving the launches of their memsets: with dc
+// given, dc and the `chains - 1` row-sum vectors of dc_chains at D's indices, and the first nzi ints of zi.
 template <int DH>
 __global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __nv_bfloat16 *__restrict__ o,
-                                float *__restrict__ D, int H, int T, int rows) {
+                                float *__restrict__ D, int H, int T, int rows, float *__restrict__ dc,
+                                float *__restrict__ dc_chains, int chains, int *__restrict__ zi, size_t nzi) {
     constexpr int L = DH / 8;  // threads a row
     static_assert(DH == 64 || DH == 128, "pairs of one warp a row: 32 or 64");
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // this thread's 16-byte chunk of the rows
@@ -52,15 +55,23 @@ __global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __
     const float sum = (v[0] + v[2]) + (v[1] + v[3]);  // lanes 2 apart, then 1: (p0 + p2) + (p1 + p3)
     if (i % L == 0 && row < (size_t)rows) {
         const int h = (int)(row % H), bt = (int)(row / H), b = bt / T, t = bt % T;
-        D[((size_t)b * H + h) * T + t] = sum;
+        const size_t di = ((size_t)b * H + h) * T + t;
+        D[di] = sum;
+        if (dc) {
+            dc[di] = 0.f;
+            for (int c = 1; c < chains; c++) dc_chains[(size_t)(c - 1) * rows + di] = 0.f;
+        }
     }
+    for (size_t z = i; z < nzi; z += (size_t)gridDim.x * blockDim.x) zi[z] = 0;
 }
 
-// Step 1's launch: D for the B T H rows.
+// Step 1's launch: D for the B T H rows; with dc, the zeroing above too.
 template <int DH>
-void dot_do_o(const __nv_bfloat16 *dout, const __nv_bfloat16 *o, float *D, int B, int H, int T, cudaStream_t s) {
+void dot_do_o(const __nv_bfloat16 *dout, const __nv_bfloat16 *o, float *D, int B, int H, int T, cudaStream_t s,
+              float *dc = nullptr, float *dc_chains = nullptr, int chains = 1, int *zi = nullptr, size_t nzi = 0) {
     const int rows = B * T * H;
-    dot_do_o_kernel<DH><<<(unsigned)(((size_t)rows * (DH / 8) + 255) / 256), 256, 0, s>>>(dout, o, D, H, T, rows);
+    dot_do_o_kernel<DH><<<(unsigned)(((size_t)rows * (DH / 8) + 255) / 256), 256, 0, s>>>(dout, o, D, H, T, rows, dc,
+                                                                                        dc_chains, chains, zi, nzi);
     FOX_LAUNCH_CHECK();
 }
 
@@ -1072,16 +1083,13 @@ inline BwdSums bwd_sums(void *scratch, int B, int H, int T, int dh, int chains, 
 }
 
 // Step 1 of the backward, and the zeroed accumulators step 2 adds into (dq unless zero_dq is false: the kernel
-// stores each tile's first add; the dc row sums of every chain, the order counters for query tiles of BM rows).
-template <int DH, int BM>
+// stores each tile's first add; the dc row sums of every chain, the order counters and the work counter, zeroed
+// in step 1's launch).
+template <int DH>
 void bwd_prepare(const __nv_bfloat16 *o, const __nv_bfloat16 *dout, float *dc, const BwdSums &p, bool zero_dq, int B,
                  int H, int T, cudaStream_t s) {
-    const size_t nvec = (size_t)B * H * T;
-    dot_do_o<DH>(dout, o, p.D, B, H, T, s);
+    dot_do_o<DH>(dout, o, p.D, B, H, T, s, dc, p.dc_chains, p.chains, p.sem, bwd_sem_count(B, H, T));
     if (zero_dq) FOX_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, bwd_dq_acc_count(B, H, T, DH) * sizeof(float), s));
-    FOX_CUDA_CHECK(cudaMemsetAsync(dc, 0, nvec * sizeof(float), s));
-    if (p.chains > 1) FOX_CUDA_CHECK(cudaMemsetAsync(p.dc_chains, 0, (p.chains - 1) * nvec * sizeof(float), s));
-    FOX_CUDA_CHECK(cudaMemsetAsync(p.sem, 0, (size_t)p.chains * B * H * ((T + BM - 1) / BM) * sizeof(int), s));
 }
 
 // Steps 1 and 2 of the backward; leaves the dS row sums in dc, the minus column sums and the unscaled dq in the
@@ -1092,7 +1100,7 @@ BwdSums backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_
                      __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                      const int *q_last, cudaStream_t s) {
     const BwdSums p = bwd_sums(scratch, B, H, T, DH, 1, q_last);
-    bwd_prepare<DH, BM>(o, dout, dc, p, true, B, H, T, s);
+    bwd_prepare<DH>(o, dout, dc, p, true, B, H, T, s);
     const size_t smem = bwd_smem_bytes<DH, BM>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<DH, BM, MINB, DET>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -1128,7 +1136,7 @@ BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_b
     }
     if (!Cfg::ORDER || !Cfg::GROUPED) chains = 1;
     const BwdSums p = bwd_sums(scratch, B, H, T, DH, chains, q_last);
-    bwd_prepare<DH, BM>(o, dout, dc, p, !bwd_store_first<Cfg>(), B, H, T, s);
+    bwd_prepare<DH>(o, dout, dc, p, !bwd_store_first<Cfg>(), B, H, T, s);
     const size_t smem = bwd_ws_smem_bytes<DH, BM, Cfg::DQ_BULK>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CUtensorMap tq = {}, tk = {}, tv = {}, tdo = {};
@@ -1141,7 +1149,6 @@ BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_b
     const int nblk = (T + BWD_BN - 1) / BWD_BN, items = nblk * B * H, sms = fox_sm_count();
     const dim3 grid = Cfg::PERSISTENT ? dim3(items < sms ? items : sms) : Cfg::GROUPED ? dim3(items) : dim3(nblk, B * H);
     const int want = Cfg::HEAD_GROUP > 0 ? Cfg::HEAD_GROUP : bwd_head_group(T, DH), group = want < B * H ? want : B * H;
-    if (Cfg::PERSISTENT) FOX_CUDA_CHECK(cudaMemsetAsync(p.next_item, 0, sizeof(int), s));
     bwd_ws_kernel<DH, Cfg><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc,
                                                               dk, dv, dc, p.dc_chains, p.colsum, p.sem, p.next_item, H,
                                                               T, q_last, B * H, chains, group);
