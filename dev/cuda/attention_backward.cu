@@ -135,6 +135,11 @@
 //    its K / V loaded then, the last tile's dQ product under the next key block's first tile. Same bits; level or
 //    slower (H100, two runs: T 4096 377.4 / 377.7 against 57's 377.3 / 375.6, B 2 H 16 452.0 / 452.0 against 450.1
 //    / 453.6, B 1 H 12 437.2 / 440.6 against 442.9 / 443.2, B 1 H 24 449.3 / 446.1 against 451.8 / 451.6).
+// Step 3 inside step 2 (session 20, commit 1d64e76, removed since; no version of its own: the API's kernel with a
+//    runtime switch): the persistent backward's two idle warps convert each query tile's dQ once its last live
+//    chain has added it. Same bits; the API's backward alone, in its better protocol, 1-2% faster at (4096, 64),
+//    6-7% slower at (4096, 128), level to 3% slower at T 16384 (H100; NOTES.md session 20 has both protocols and
+//    their ceilings).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
