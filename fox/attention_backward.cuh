@@ -1,7 +1,7 @@
 // fox/attention_backward.cuh: the Forgetting Attention backward, in the four forms the public API
 // (fox/attention.cuh) selects: {Hopper warpgroup MMA (sm_90a), mma.sync} x {deterministic, fp32 adds in
-// arrival order}, each at d_h 64 and 128. Step 1 forms D = rowsum(dO * o), step 2 (bwd_kernel: mma.sync;
-// bwd_ws_kernel: Hopper) dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3
+// arrival order}, each at d_h 64 and 128. Step 1 forms D = rowsum(dO * o) (and zeroes step 2's sums), step 2
+// (bwd_kernel: mma.sync; bwd_ws_kernel: Hopper) dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3
 // converts dQ to bf16; the last step, dc and the reverse scan into d log f, is fox_attention_reverse_scan in
 // fox/attention.cuh. Other forms of step 2, with their measurements, are in dev/cuda/attention_backward.cu.
 #ifndef FOX_ATTENTION_BACKWARD_CUH
