@@ -75,6 +75,30 @@ void dot_do_o(const __nv_bfloat16 *dout, const __nv_bfloat16 *o, float *D, int B
     FOX_LAUNCH_CHECK();
 }
 
+// The cp.async loads that open a key block (step 2's kernels, when their compute warps load): its K and V (BN
+// rows from k0) and the first query tile's Q and dO (BM rows from q0; dO's row stride ld_o), one commit group.
+template <int DH, int BN, int BM, int NT, bool HALVES>
+__device__ __forceinline__ void load_key_block_async(__nv_bfloat16 *Ks, __nv_bfloat16 *Vs, __nv_bfloat16 *Qs,
+                                                     __nv_bfloat16 *dOs, const __nv_bfloat16 *kh,
+                                                     const __nv_bfloat16 *vh, const __nv_bfloat16 *qh,
+                                                     const __nv_bfloat16 *doh, int ld_o, int k0, int q0, int T,
+                                                     int tid) {
+    load_tile_async<DH, BN, NT, HALVES>(Ks, kh, DH, k0, T, tid);
+    load_tile_async<DH, BN, NT, HALVES>(Vs, vh, DH, k0, T, tid);
+    load_tile_async<DH, BM, NT, HALVES>(Qs, qh, DH, q0, T, tid);
+    load_tile_async<DH, BM, NT, HALVES>(dOs, doh, ld_o, q0, T, tid);
+    cp_async_commit();
+}
+
+// A thread's two keys of the key block from k0 (rows g and g + 8 of its warp's 16) and their gate terms
+// (key_gate_log2; a key past T gets c_ref's, 0).
+__device__ __forceinline__ void bwd_thread_keys(const float *ch, int k0, int warp, int g, int T, float c_ref, int &j0,
+                                                int &j1, float &nb0, float &nb1) {
+    j0 = k0 + warp * 16 + g, j1 = j0 + 8;
+    nb0 = key_gate_log2(j0 < T ? ch[j0] : c_ref, c_ref);
+    nb1 = key_gate_log2(j1 < T ? ch[j1] : c_ref, c_ref);
+}
+
 // Query row i's statistics for step 2, from the head's c (ch), lse (lh) and D (Dh): r = its term of the log2 score
 // s_ij log2e / sqrt(d_h) + r + nb_j, r = (c_i - c_ref - lse_i) log2e with c_ref the key block's first gate
 // (docs/model.md §1.1), and d = D_i; rows past T get r = -inf (so their P is 0) and d = 0.
@@ -319,20 +343,17 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         }
     };
 
-    load_tile_async<DH, BN, NTHREADS>(Ks, kh, DH, k0, T, tid);
-    load_tile_async<DH, BN, NTHREADS>(Vs, vh, DH, k0, T, tid);
-    load_tile_async<DH, BM, NTHREADS>(Qs, qh, DH, qt_first * BM, T, tid);
-    load_tile_async<DH, BM, NTHREADS>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
-    cp_async_commit();
+    load_key_block_async<DH, BN, BM, NTHREADS, false>(Ks, Vs, Qs, dOs, kh, vh, qh, doh, (int)ld_o, k0, qt_first * BM, T,
+                                                      tid);
     {
         float r = 0.f, d = 0.f;
         fetch_rows(qt_first, r, d);
         store_rows(0, r, d);
     }
 
-    const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
-    const float nb0 = key_gate_log2(j0 < T ? ch[j0] : c_ref, c_ref);
-    const float nb1 = key_gate_log2(j1 < T ? ch[j1] : c_ref, c_ref);
+    int j0, j1;  // this thread's two keys
+    float nb0, nb1;
+    bwd_thread_keys(ch, k0, warp, g, T, c_ref, j0, j1, nb0, nb1);
     const float sl2 = LOG2E / sqrtf((float)DH);
     const float scale = 1.f / sqrtf((float)DH);
 
@@ -832,19 +853,16 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if (item >= items) break;
         begin_item(item);
         if constexpr (!TMA) {
-            load_tile_async<DH, BN, NTHREADS, true>(Ks, kh, DH, k0, T, tid);
-            load_tile_async<DH, BN, NTHREADS, true>(Vs, vh, DH, k0, T, tid);
-            load_tile_async<DH, BM, NTHREADS, true>(Qs, qh, DH, qt_first * BM, T, tid);
-            load_tile_async<DH, BM, NTHREADS, true>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
-            cp_async_commit();
+            load_key_block_async<DH, BN, BM, NTHREADS, true>(Ks, Vs, Qs, dOs, kh, vh, qh, doh, (int)ld_o, k0,
+                                                             qt_first * BM, T, tid);
             float r = 0.f, d = 0.f;
             fetch_rows(qt_first, r, d);
             store_rows(0, r, d);
         }
 
-        const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
-        const float nb0 = key_gate_log2(j0 < T ? ch[j0] : c_ref, c_ref);
-        const float nb1 = key_gate_log2(j1 < T ? ch[j1] : c_ref, c_ref);
+        int j0, j1;  // this thread's two keys
+        float nb0, nb1;
+        bwd_thread_keys(ch, k0, warp, g, T, c_ref, j0, j1, nb0, nb1);
 
         float dka[DH / 8][4], dva[DH / 8][4];
 #pragma unroll

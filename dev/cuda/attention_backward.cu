@@ -449,20 +449,17 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
         uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
         for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
     }
-    load_tile_async<DH, BN, NTHREADS, WG>(Ks, kh, DH, k0, T, tid);
-    load_tile_async<DH, BN, NTHREADS, WG>(Vs, vh, DH, k0, T, tid);
-    load_tile_async<DH, BM, NTHREADS, WG>(Qs, qh, DH, qt_first * BM, T, tid);
-    load_tile_async<DH, BM, NTHREADS, WG>(dOs, doh, (int)ld_o, qt_first * BM, T, tid);
-    cp_async_commit();
+    load_key_block_async<DH, BN, BM, NTHREADS, WG>(Ks, Vs, Qs, dOs, kh, vh, qh, doh, (int)ld_o, k0, qt_first * BM, T,
+                                                   tid);
     {
         float r = 0.f, d = 0.f;
         fetch_rows(qt_first, r, d);
         store_rows(0, r, d);
     }
 
-    const int j0 = k0 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
-    const float nb0 = key_gate_log2(j0 < T ? ch[j0] : c_ref, c_ref);
-    const float nb1 = key_gate_log2(j1 < T ? ch[j1] : c_ref, c_ref);
+    int j0, j1;  // this thread's two keys
+    float nb0, nb1;
+    bwd_thread_keys(ch, k0, warp, g, T, c_ref, j0, j1, nb0, nb1);
     const float sl2 = LOG2E / sqrtf((float)DH);
     const float scale = 1.f / sqrtf((float)DH);
 
