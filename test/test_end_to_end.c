@@ -120,9 +120,8 @@ static void test_checkpoint_resume(void) {
     int st = sh(TINY " --steps 6 --ckpt-every 3 --eval-every 3 --keep 5 --out %s", a);
     check(st == 0, "uninterrupted run of 6 steps exits 0 (status %d)", st);
     st = sh("mkdir -p %s && cp -r %s/ckpt_00000003 %s/ && cp %s/log.jsonl %s/log.jsonl", b, a, b, a, b);
-    st = st || sh("%s/../../train_fox_cpu --help > /dev/null || true", a);
     // Cut run_b's log back to the first 3 steps, as if the run had been killed after step 3.
-    st = sh("head -n 4 %s/log.jsonl > %s/log.tmp && mv %s/log.tmp %s/log.jsonl", a, b, b, b);
+    st = st || sh("head -n 4 %s/log.jsonl > %s/log.tmp && mv %s/log.tmp %s/log.jsonl", a, b, b, b);
     check(st == 0, "prepared an interrupted copy of the run at step 3");
     // A stale temporary checkpoint (a kill mid-write) must be ignored.
     sh("mkdir -p %s/.tmp_ckpt_00000004 && echo partial > %s/.tmp_ckpt_00000004/model.bin", b, b);
