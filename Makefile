@@ -105,6 +105,7 @@ test-suites: train_fox_cpu test_fox_cpu test_fox_fd test_fox_e2e test_fox_decode
 	  "paper run scripts=bash test/test_paper_scripts.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "data pipeline=./test_data" \
 	  "plots=$(PYTHON) test/test_plot.py" \
+	  "timeline analysis=$(PYTHON) test/test_timeline.py" \
 	  "hugging face exchange=$(PYTHON) test/test_hf.py" \
 	  "decode benchmark, reference=$(PYTHON) scripts/bench_decode.py --check" \
 	  "decode benchmark, parser=$(PYTHON) scripts/bench_decode.py --selftest"

@@ -113,7 +113,7 @@ typedef struct {
     float *colsum_part, *sumsq_part;
     double *sumsq;
     void *attn_scratch;
-    int *bucket_token, *bucket_start, *bucket_pos;  // embedding backward buckets
+    int *buckets;     // the embedding backward's buckets (3N + 1 ints: embedding_buckets' layout)
     bf16 *gsa_dSs, *gsa_dUs;  // GSA: dL/d the states after each chunk
     float *gsa_dsr, *gsa_y;   // GSA: (B·G, T, GSA_SLOTS)
     bf16 *gsa_D1, *gsa_Pt;    // GSA: (B·G, nc, GSA_CHUNK, GSA_CHUNK)
@@ -201,7 +201,10 @@ struct Model {
 #endif
     float *h_losses;                // (N) host copy of the per-position losses
     int *h_doc_first;               // (B, ceil(T / FOX_ACP_BLOCK)): a->doc_first on the host
-    int *h_count, *h_fill, *h_bucket_token, *h_bucket_start, *h_bucket_pos;
+    int *h_count, *h_fill;          // (V) per token: how many positions hold it; its bucket's next free slot
+    int *h_buckets;                 // (3N + 1) pinned: embedding_buckets' tables, copied to s.buckets
+    uint64_t *h_bucket_key;         // (N) the buckets' sort keys
+    cudaEvent_t buckets_copied;     // after the last copy of h_buckets (which must not change before it)
     size_t bytes_weights, bytes_acts, bytes_scratch;
     Cache cache;
 };
@@ -453,9 +456,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     s->colsum_part = (float *)dev_alloc(m, colsum_scratch_floats(N * H, D) * f, cnt);
     s->sumsq_part = (float *)dev_alloc(m, SUMSQ_BLOCKS * f, cnt);
     s->sumsq = (double *)dev_alloc(m, sizeof(double), cnt);
-    s->bucket_token = (int *)dev_alloc(m, N * sizeof(int), cnt);
-    s->bucket_start = (int *)dev_alloc(m, (N + 1) * sizeof(int), cnt);
-    s->bucket_pos = (int *)dev_alloc(m, N * sizeof(int), cnt);
+    s->buckets = (int *)dev_alloc(m, (3 * N + 1) * sizeof(int), cnt);
 }
 
 // Every device buffer of the model: fp32 weights, gradients and this rank's AdamW moments (the latter
@@ -483,9 +484,9 @@ static void model_alloc_host(Model *m, int B, int T) {
     m->h_losses = (float *)fox_calloc(N, sizeof(float));
     m->h_count = (int *)fox_calloc(V, sizeof(int));
     m->h_fill = (int *)fox_calloc(V, sizeof(int));
-    m->h_bucket_token = (int *)fox_calloc(N, sizeof(int));
-    m->h_bucket_start = (int *)fox_calloc(N + 1, sizeof(int));
-    m->h_bucket_pos = (int *)fox_calloc(N, sizeof(int));
+    FOX_CUDA_CHECK(cudaMallocHost((void **)&m->h_buckets, (3 * N + 1) * sizeof(int)));
+    m->h_bucket_key = (uint64_t *)fox_calloc(N, sizeof(uint64_t));
+    FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->buckets_copied, cudaEventDisableTiming));
     m->h_doc_first = (int *)fox_calloc((size_t)B * fox_acp_blocks(T), sizeof(int));
     m->acp_live = (unsigned long long *)fox_calloc((size_t)m->cfg.n_layer * m->cfg.n_head, sizeof(unsigned long long));
 }
@@ -632,7 +633,7 @@ static void model_free(Model *m) {
                     a->inputs, a->targets, s->dres, s->dres_bf, s->dres_up_bf, s->dxn, s->dh, s->du, s->dproj, s->dq,
                     s->dk, s->dv,
                     s->d_o, s->dc, s->dlogf, s->dfg, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
-                    s->attn_scratch, s->bucket_token, s->bucket_start, s->bucket_pos, m->rope_cos, m->rope_sin,
+                    s->attn_scratch, s->buckets, m->rope_cos, m->rope_sin,
                     a->gsa_dS, a->gsa_dU, a->gsa_decay, s->gsa_dSs, s->gsa_dUs, s->gsa_dsr, s->gsa_y, s->gsa_D1, s->gsa_Pt};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
     for (int k = 0; k < FOX_NUM_PARAMS; k++) FOX_CUDA_CHECK(cudaFree(m->wbf[k]));
@@ -655,9 +656,9 @@ static void model_free(Model *m) {
     free(m->h_losses);
     free(m->h_count);
     free(m->h_fill);
-    free(m->h_bucket_token);
-    free(m->h_bucket_start);
-    free(m->h_bucket_pos);
+    FOX_CUDA_CHECK(cudaFreeHost(m->h_buckets));
+    free(m->h_bucket_key);
+    FOX_CUDA_CHECK(cudaEventDestroy(m->buckets_copied));
     free(m->h_doc_first);
     free(m->acp_live);
     memset(m, 0, sizeof(*m));
@@ -1048,6 +1049,8 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
     FOX_CUDA_CHECK(cudaMemcpy(a->inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    // the targets too, here: a copy from pageable memory waits for the stream, which is idle only now
+    if (targets) FOX_CUDA_CHECK(cudaMemcpy(a->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
     FOX_CUDA_CHECK(cudaMemsetAsync(a->acp_live, 0, (size_t)L * c->n_head * sizeof(unsigned long long), m->stream));
     const int acp_on = m->acp && model_has_c(m);
     if (acp_on && m->doc_sep >= 0) {  // ACP's document blocks (acp_tables), for this forward and its backward
@@ -1073,7 +1076,6 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     rmsnorm_forward(m, a->xnf, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), N);
     m->dlogits_kept = 0;
     if (!targets) return 0.0;
-    FOX_CUDA_CHECK(cudaMemcpy(a->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
     // When the whole batch's logits fit the buffer, the cross entropy leaves its dlogits there for the backward
     // (one pass over the logits); else the backward computes each chunk's logits and dlogits again.
     const int fused = !m->forward_only && N <= m->ce_rows;
@@ -1343,24 +1345,36 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
     mixer_input_backward(m, l, B, T);
 }
 
-// Groups positions by token id (counting sort, positions ascending) for the embedding backward.
+static int bucket_key_order(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// Groups positions by token id for the embedding backward: bucket b is token[b]'s positions
+// pos[start[b] .. start[b+1]) in ascending order, the buckets largest first (their blocks start first);
+// the tables (token N, start N + 1, pos N ints, at h_buckets) go to s.buckets on the stream, without
+// waiting for the GPU. Returns the number of buckets.
 static int embedding_buckets(Model *m, const int *inputs, int N) {
     int V = m->cfg.vocab_size, nb = 0, at = 0;
+    int *token = m->h_buckets, *start = token + N, *pos = start + N + 1;
+    FOX_CUDA_CHECK(cudaEventSynchronize(m->buckets_copied));
     memset(m->h_count, 0, (size_t)V * sizeof(int));
     for (int n = 0; n < N; n++) m->h_count[inputs[n]]++;
-    for (int v = 0; v < V; v++) {
-        if (!m->h_count[v]) continue;
-        m->h_bucket_token[nb] = v;
-        m->h_bucket_start[nb++] = at;
+    for (int v = 0; v < V; v++)
+        if (m->h_count[v]) m->h_bucket_key[nb++] = (uint64_t)(N - m->h_count[v]) << 32 | (uint64_t)v;
+    qsort(m->h_bucket_key, (size_t)nb, sizeof(uint64_t), bucket_key_order);
+    for (int b = 0; b < nb; b++) {
+        int v = (int)(m->h_bucket_key[b] & 0xFFFFFFFFu);
+        token[b] = v;
+        start[b] = at;
         m->h_fill[v] = at;
         at += m->h_count[v];
     }
-    m->h_bucket_start[nb] = N;
-    for (int n = 0; n < N; n++) m->h_bucket_pos[m->h_fill[inputs[n]]++] = n;
-    Scratch *s = &m->s;
-    FOX_CUDA_CHECK(cudaMemcpy(s->bucket_token, m->h_bucket_token, (size_t)nb * sizeof(int), cudaMemcpyHostToDevice));
-    FOX_CUDA_CHECK(cudaMemcpy(s->bucket_start, m->h_bucket_start, (size_t)(nb + 1) * sizeof(int), cudaMemcpyHostToDevice));
-    FOX_CUDA_CHECK(cudaMemcpy(s->bucket_pos, m->h_bucket_pos, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    start[nb] = N;
+    for (int n = 0; n < N; n++) pos[m->h_fill[inputs[n]]++] = n;
+    FOX_CUDA_CHECK(cudaMemcpyAsync(m->s.buckets, m->h_buckets, (3 * (size_t)N + 1) * sizeof(int), cudaMemcpyHostToDevice,
+                                   m->stream));
+    FOX_CUDA_CHECK(cudaEventRecord(m->buckets_copied, m->stream));
     return nb;
 }
 
@@ -1423,9 +1437,7 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
         reduce_final_grads(m, reduce, FOX_P_fam_init, 0);
     }
     int nb = embedding_buckets(m, inputs, N);
-    embedding_backward_kernel<<<nb, 256, 0, m->stream>>>(grad(m, FOX_P_wte, 0), s->dres, s->bucket_token,
-                                                         s->bucket_start, s->bucket_pos, D);
-    FOX_LAUNCH_CHECK();
+    fox_embedding_backward(grad(m, FOX_P_wte, 0), s->dres, s->buckets, nb, N, D, m->stream);
     reduce_final_grads(m, reduce, FOX_P_wte, 0);
 }
 

@@ -47,19 +47,38 @@ __global__ void embedding_forward_kernel(float *out, const int *tokens, const fl
     out[i] = wte[(size_t)tokens[n] * D + d];
 }
 
-// dwte[token] += Σ dres over the token's positions, in position order. Tokens come bucketed on the
-// host (bucket b: token bucket_token[b], positions pos[start[b] .. start[b+1])), so no two blocks
-// touch one row and no atomics are needed.
+// dwte[token] += Σ dres over the token's positions, in position order. Tokens come bucketed on the host
+// (buckets: token[nb], start[nb + 1], pos[N]; bucket b is token[b] at positions pos[start[b] .. start[b+1]),
+// the largest first), so no two blocks touch one row and no atomics are needed. A block takes
+// EMB_BWD_COLS columns of one bucket, EMB_BWD_LOADS of its rows' loads in flight, added in order: a frequent
+// token's sum (hundreds of rows in a batch) is a chain of latencies, not of adds.
 // CPU: embedding_backward.
-__global__ void embedding_backward_kernel(float *dwte, const float *dres, const int *bucket_token, const int *start,
-                                          const int *pos, int D) {
-    int b = blockIdx.x;
-    float *row = dwte + (size_t)bucket_token[b] * D;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int j = start[b]; j < start[b + 1]; j++) acc += dres[(size_t)pos[j] * D + d];
-        row[d] += acc;
+#define EMB_BWD_COLS 128
+#define EMB_BWD_LOADS 16
+__global__ void __launch_bounds__(EMB_BWD_COLS)
+    embedding_backward_kernel(float *dwte, const float *__restrict__ dres, const int *__restrict__ buckets, int N, int D) {
+    const int b = blockIdx.x, d = blockIdx.y * EMB_BWD_COLS + threadIdx.x;
+    if (d >= D) return;
+    const int *start = buckets + N, *pos = start + N + 1;
+    const int j1 = start[b + 1];
+    int j = start[b];
+    float acc = 0.0f;
+    for (; j + EMB_BWD_LOADS <= j1; j += EMB_BWD_LOADS) {
+        float x[EMB_BWD_LOADS];
+#pragma unroll
+        for (int k = 0; k < EMB_BWD_LOADS; k++) x[k] = dres[(size_t)pos[j + k] * D + d];
+#pragma unroll
+        for (int k = 0; k < EMB_BWD_LOADS; k++) acc += x[k];
     }
+    for (; j < j1; j++) acc += dres[(size_t)pos[j] * D + d];
+    dwte[(size_t)buckets[b] * D + d] += acc;
+}
+
+static inline void fox_embedding_backward(float *dwte, const float *dres, const int *buckets, int nb, int N, int D,
+                                          cudaStream_t st) {
+    dim3 grid(nb, (D + EMB_BWD_COLS - 1) / EMB_BWD_COLS);
+    embedding_backward_kernel<<<grid, EMB_BWD_COLS, 0, st>>>(dwte, dres, buckets, N, D);
+    FOX_LAUNCH_CHECK();
 }
 
 // ----------------------------------------------------------------------------

@@ -1,12 +1,12 @@
 #!/bin/sh
 # dev/cuda/run_all.sh: builds and runs every per-kernel check of fox/kernels.cuh (rmsnorm, attn_inputs,
-# forget_gate, output_gate, swiglu, crossentropy, adamw) and of TransformerFAM's fox/fam.cuh (fam), then prints one table of their summary rows:
+# forget_gate, output_gate, swiglu, crossentropy, adamw, embedding) and of TransformerFAM's fox/fam.cuh (fam), then prints one table of their summary rows:
 # worst err/tol over a launch group's outputs (PASS when <= 1), median time of 21 launches after 3 warm-up,
 # and GB/s over the bytes that must move ("(L2)": the working set fits in twice the L2, not an HBM figure).
 # Exit status: non-zero if a build or any check failed.
 #   sh dev/cuda/run_all.sh            (SKIP_BUILD=1 to use the binaries as they are; PROGS="a b" for a subset)
 cd "$(dirname "$0")" || exit 1
-PROGS=${PROGS:-"rmsnorm attn_inputs forget_gate output_gate swiglu crossentropy adamw fam"}
+PROGS=${PROGS:-"rmsnorm attn_inputs forget_gate output_gate swiglu crossentropy adamw embedding fam"}
 if [ -z "$SKIP_BUILD" ]; then
     make -j8 $PROGS || exit 1
 fi

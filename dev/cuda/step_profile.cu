@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
     TIME("gemm attn_in dx", 1, linear_backward_input(&m.gemm, s->dxn, CUDA_R_32F, s->dproj, NINP, wbf(&m, FOX_P_attn_in_w, 0), N, D, NINP, 1.0f));
     TIME("gemm attn_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_in_w, 0), s->dproj, NINP, a->xn[0], N, D, m.cols.width, 1.0f));
     printf("--- once per step\n");
-    TIME("embedding bwd (incl. host buckets)", 0, { int nb = embedding_buckets(&m, in, N); embedding_backward_kernel<<<nb, 256, 0, m.stream>>>(grad(&m, FOX_P_wte, 0), s->dres, s->bucket_token, s->bucket_start, s->bucket_pos, D); });
+    TIME("embedding bwd (incl. host buckets)", 0, { int nb = embedding_buckets(&m, in, N); fox_embedding_backward(grad(&m, FOX_P_wte, 0), s->dres, s->buckets, nb, N, D, m.stream); });
     TIME("optimizer (norm + AdamW)", 0, optimizer_step(&m, &o, 1e-4, 5));
     printf("sum of pieces %.1f ms; whole step %.1f ms\n", total_ms, t0);
     const double gib = 1024.0 * 1024.0 * 1024.0;
