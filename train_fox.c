@@ -124,6 +124,7 @@ struct Model {
     int *doc_first;  // (B, ceil(T / FOX_ACP_BLOCK)): fox_doc_first_blocks of the last forward
     long long *acp_live;  // (L, H): attention tiles the last forward computed, summed over the batch (ACP)
     long long acp_tiles;  // tiles in one (layer, head)'s causal grids, B·fox_acp_tiles(T); 0: ACP did not run
+    double queued_loss;   // run_model_forward_queue's mean loss, for run_model_loss
     Acts a;
     Scratch s;
     FamScratch fs;
@@ -2171,6 +2172,12 @@ static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Di
 }
 
 static const float *run_model_losses(Model *m) { return m->a.losses; }
+
+static void run_model_forward_queue(Model *m, const int *inputs, const int *targets, int B, int T) {
+    m->queued_loss = model_forward(m, inputs, targets, B, T);
+}
+
+static double run_model_loss(Model *m) { return m->queued_loss; }
 
 static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale,
                                int last) {

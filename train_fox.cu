@@ -199,8 +199,14 @@ struct Model {
     cudaStream_t comm;              // where the all-reduces run, beside the backward pass
     cudaEvent_t grads_final, reduced;
 #endif
-    float *h_losses;                // (N) host copy of the per-position losses
-    int *h_doc_first;               // (B, ceil(T / FOX_ACP_BLOCK)): a->doc_first on the host
+    // Pinned host buffers, so that their copies wait for nothing else: the forward's inputs and targets (2N),
+    // a->doc_first, and the per-position losses (N) and a->acp_live coming back; the events mark the copies.
+    int *h_tokens;
+    int *h_doc_first;               // (B, ceil(T / FOX_ACP_BLOCK))
+    float *h_losses;
+    cudaEvent_t tokens_copied;      // h_tokens and h_doc_first may be written again after it
+    cudaEvent_t losses_copied;      // h_losses (losses_n of them) and acp_live hold the last forward's after it
+    int losses_n;
     int *h_count, *h_fill;          // (V) per token: how many positions hold it; its bucket's next free slot
     int *h_buckets;                 // (3N + 1) pinned: embedding_buckets' tables, copied to s.buckets
     uint64_t *h_bucket_key;         // (N) the buckets' sort keys
@@ -481,14 +487,17 @@ static void model_alloc(Model *m, int B, int T) {
 // Host buffers: the per-position losses and the embedding backward's buckets.
 static void model_alloc_host(Model *m, int B, int T) {
     size_t N = (size_t)B * T, V = (size_t)m->cfg.vocab_size;
-    m->h_losses = (float *)fox_calloc(N, sizeof(float));
+    FOX_CUDA_CHECK(cudaMallocHost((void **)&m->h_tokens, 2 * N * sizeof(int)));
+    FOX_CUDA_CHECK(cudaMallocHost((void **)&m->h_losses, N * sizeof(float)));
+    FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->tokens_copied, cudaEventDisableTiming));
+    FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->losses_copied, cudaEventDisableTiming));
     m->h_count = (int *)fox_calloc(V, sizeof(int));
     m->h_fill = (int *)fox_calloc(V, sizeof(int));
     FOX_CUDA_CHECK(cudaMallocHost((void **)&m->h_buckets, (3 * N + 1) * sizeof(int)));
     m->h_bucket_key = (uint64_t *)fox_calloc(N, sizeof(uint64_t));
     FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->buckets_copied, cudaEventDisableTiming));
-    m->h_doc_first = (int *)fox_calloc((size_t)B * fox_acp_blocks(T), sizeof(int));
-    m->acp_live = (unsigned long long *)fox_calloc((size_t)m->cfg.n_layer * m->cfg.n_head, sizeof(unsigned long long));
+    FOX_CUDA_CHECK(cudaMallocHost((void **)&m->h_doc_first, (size_t)B * fox_acp_blocks(T) * sizeof(int)));
+    FOX_CUDA_CHECK(cudaMallocHost((void **)&m->acp_live, (size_t)m->cfg.n_layer * m->cfg.n_head * sizeof(unsigned long long)));
 }
 
 // The RoPE angle tables of positions [0, T), the CPU trainer's angles in double: t·θ^(−2i/dh).
@@ -653,14 +662,17 @@ static void model_free(Model *m) {
     }
 #endif
     FOX_CUDA_CHECK(cudaStreamDestroy(m->stream));
-    free(m->h_losses);
+    FOX_CUDA_CHECK(cudaFreeHost(m->h_tokens));
+    FOX_CUDA_CHECK(cudaFreeHost(m->h_losses));
+    FOX_CUDA_CHECK(cudaEventDestroy(m->tokens_copied));
+    FOX_CUDA_CHECK(cudaEventDestroy(m->losses_copied));
     free(m->h_count);
     free(m->h_fill);
     FOX_CUDA_CHECK(cudaFreeHost(m->h_buckets));
     free(m->h_bucket_key);
     FOX_CUDA_CHECK(cudaEventDestroy(m->buckets_copied));
-    free(m->h_doc_first);
-    free(m->acp_live);
+    FOX_CUDA_CHECK(cudaFreeHost(m->h_doc_first));
+    FOX_CUDA_CHECK(cudaFreeHost(m->acp_live));
     memset(m, 0, sizeof(*m));
 }
 
@@ -1040,24 +1052,31 @@ static void cache_store(Model *m, int l, int B, int T) {
     if (cl.k_max2) LAUNCH_HEADS(cache_key_norms_kernel, m->Dh, BH, m->stream, cl.k_max2, cl.k, (int)BH, T, cl.max_len, m->Dh);
 }
 
-// Full forward over B×T tokens (B, T within the allocated capacity). With targets, fills the
-// per-position losses (h_losses) and returns their mean; without, returns 0 and stops at xnf
-// (model_logits_rows gives rows of logits). During a prefill it also fills the KV cache (cache_store).
-static double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
+// Queues the full forward over B×T tokens (B, T within the allocated capacity), with nothing that waits for
+// the device: the tokens go through h_tokens; with targets, the per-position losses come back into h_losses
+// (model_forward_loss waits for them). Without targets it stops at xnf (model_logits_rows gives rows of
+// logits). During a prefill it also fills the KV cache (cache_store).
+static void model_forward_queue(Model *m, const int *inputs, const int *targets, int B, int T) {
     if (B * T > m->B * m->T) fox_fatal("batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
-    FOX_CUDA_CHECK(cudaMemcpy(a->inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
-    // the targets too, here: a copy from pageable memory waits for the stream, which is idle only now
-    if (targets) FOX_CUDA_CHECK(cudaMemcpy(a->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    FOX_CUDA_CHECK(cudaEventSynchronize(m->tokens_copied));
+    memcpy(m->h_tokens, inputs, (size_t)N * sizeof(int));
+    FOX_CUDA_CHECK(cudaMemcpyAsync(a->inputs, m->h_tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    if (targets) {
+        memcpy(m->h_tokens + N, targets, (size_t)N * sizeof(int));
+        FOX_CUDA_CHECK(
+            cudaMemcpyAsync(a->targets, m->h_tokens + N, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    }
     FOX_CUDA_CHECK(cudaMemsetAsync(a->acp_live, 0, (size_t)L * c->n_head * sizeof(unsigned long long), m->stream));
     const int acp_on = m->acp && model_has_c(m);
     if (acp_on && m->doc_sep >= 0) {  // ACP's document blocks (acp_tables), for this forward and its backward
         fox_doc_first_blocks(m->h_doc_first, inputs, B, T, m->doc_sep);
-        FOX_CUDA_CHECK(cudaMemcpy(a->doc_first, m->h_doc_first, (size_t)B * fox_acp_blocks(T) * sizeof(int),
-                                  cudaMemcpyHostToDevice));
+        FOX_CUDA_CHECK(cudaMemcpyAsync(a->doc_first, m->h_doc_first, (size_t)B * fox_acp_blocks(T) * sizeof(int),
+                                       cudaMemcpyHostToDevice, m->stream));
     }
+    FOX_CUDA_CHECK(cudaEventRecord(m->tokens_copied, m->stream));
     embedding_forward_kernel<<<fox_blocks((size_t)N * D, 256), 256, 0, m->stream>>>(a->resid, a->inputs,
                                                                                      param(m, FOX_P_wte, 0), N, D);
     FOX_LAUNCH_CHECK();
@@ -1075,7 +1094,7 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
     }
     rmsnorm_forward(m, a->xnf, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), N);
     m->dlogits_kept = 0;
-    if (!targets) return 0.0;
+    if (!targets) return;
     // When the whole batch's logits fit the buffer, the cross entropy leaves its dlogits there for the backward
     // (one pass over the logits); else the backward computes each chunk's logits and dlogits again.
     const int fused = !m->forward_only && N <= m->ce_rows;
@@ -1085,16 +1104,29 @@ static double model_forward(Model *m, const int *inputs, const int *targets, int
         fox_crossentropy(a->losses + r0, a->logits, a->targets + r0, rows, V, m->VP, 1.0f / N, fused, m->stream);
     }
     m->dlogits_kept = fused;
-    FOX_CUDA_CHECK(cudaMemcpy(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
+    FOX_CUDA_CHECK(cudaMemcpyAsync(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
     m->acp_tiles = 0;
     if (acp_on) {
-        FOX_CUDA_CHECK(cudaMemcpy(m->acp_live, a->acp_live, (size_t)L * c->n_head * sizeof(unsigned long long),
-                                  cudaMemcpyDeviceToHost));
+        FOX_CUDA_CHECK(cudaMemcpyAsync(m->acp_live, a->acp_live, (size_t)L * c->n_head * sizeof(unsigned long long),
+                                       cudaMemcpyDeviceToHost, m->stream));
         m->acp_tiles = (long long)B * fox_acp_tiles(T);
     }
+    FOX_CUDA_CHECK(cudaEventRecord(m->losses_copied, m->stream));
+    m->losses_n = N;
+}
+
+// The mean of the queued forward's per-position losses, once they are on the host (h_losses; acp_live too).
+static double model_forward_loss(Model *m) {
+    FOX_CUDA_CHECK(cudaEventSynchronize(m->losses_copied));
     double total = 0.0;
-    for (int n = 0; n < N; n++) total += m->h_losses[n];
-    return total / N;
+    for (int n = 0; n < m->losses_n; n++) total += m->h_losses[n];
+    return total / m->losses_n;
+}
+
+// The full forward, waited for: with targets, the mean loss (h_losses the per-position ones); without, 0.
+static double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
+    model_forward_queue(m, inputs, targets, B, T);
+    return targets ? model_forward_loss(m) : 0.0;
 }
 
 // The fp32 logits of xnf's rows [r0, r0 + rows) on the host (rows x vocab_size), after a forward without
@@ -1956,6 +1988,12 @@ static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Di
 }
 
 static const float *run_model_losses(Model *m) { return m->h_losses; }
+
+static void run_model_forward_queue(Model *m, const int *inputs, const int *targets, int B, int T) {
+    model_forward_queue(m, inputs, targets, B, T);
+}
+
+static double run_model_loss(Model *m) { return model_forward_loss(m); }
 
 static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale,
                                int last) {

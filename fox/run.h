@@ -184,11 +184,12 @@ static double step_gradient(Run *r, double *norm_out, int *stop_out) {
     double loss = 0.0;
     for (int micro = 0; micro < r->grad_accum; micro++) {
         next_batch(r, &r->train, r->args.train, (size_t)N);
-        loss += model_forward(m, r->inputs, r->targets, B, T) / r->grad_accum;
-        const float *pos = run_model_losses(m);
-        for (int n = 0; n < N; n++) r->step_pos_loss[n % T] += pos[n];
+        run_model_forward_queue(m, r->inputs, r->targets, B, T);
         float scale = poison ? NAN : 1.0f / r->grad_accum;
         run_model_backward(m, r->inputs, r->targets, B, T, scale, micro == r->grad_accum - 1);
+        loss += run_model_loss(m) / r->grad_accum;
+        const float *pos = run_model_losses(m);
+        for (int n = 0; n < N; n++) r->step_pos_loss[n % T] += pos[n];
     }
     double shared[2] = {loss, run_stop_signal ? 1.0 : 0.0};
     if (r->dist.world > 1) {

@@ -45,7 +45,12 @@ static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Di
 static void model_free(Model *m);
 // Mean loss over the targets (inputs and targets: batch x T token ids; targets NULL: logits only).
 static double model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
-// Per-position losses of the last forward, on the host.
+// A training micro-batch's forward in two halves, so that the backward is queued before the trainer waits
+// for the forward: run_model_forward_queue (with targets), then run_model_loss, the mean loss (the GPU trainer
+// copies the per-position losses back while the backward runs).
+static void run_model_forward_queue(Model *m, const int *inputs, const int *targets, int B, int T);
+static double run_model_loss(Model *m);
+// Per-position losses of the last forward, on the host (after run_model_loss for a queued one).
 static const float *run_model_losses(Model *m);
 // Adds this micro-batch's gradient, scaled by dloss_scale. last: the step's last micro-batch (a trainer
 // may start averaging the ranks' gradients as they become final).
