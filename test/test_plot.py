@@ -28,18 +28,7 @@ SCRIPT = os.path.join(HERE, "..", "scripts", "plot.py")
 sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
 import plot  # noqa: E402
 
-PASSED = 0
-FAILED = 0
-
-
-def check(name, cond, detail=""):
-    global PASSED, FAILED
-    if cond:
-        PASSED += 1
-        print(f"PASS {name}")
-    else:
-        FAILED += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
+from checks import check, summary  # noqa: E402
 
 
 def run_check(name, fn):
@@ -392,8 +381,7 @@ def main():
         print(f"kept outputs in {tmp}")
     else:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{PASSED} passed, {FAILED} failed")
-    return 1 if FAILED else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -19,18 +19,7 @@ SCRIPT = os.path.join(HERE, "..", "scripts", "timeline.py")
 sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
 import timeline  # noqa: E402
 
-PASSED = 0
-FAILED = 0
-
-
-def check(name, cond, detail=""):
-    global PASSED, FAILED
-    if cond:
-        PASSED += 1
-        print(f"PASS {name}")
-    else:
-        FAILED += 1
-        print(f"FAIL {name} {detail}")
+from checks import check, summary  # noqa: E402
 
 
 def close(a, b, tol=1e-9):
@@ -110,8 +99,7 @@ def main():
     for f in os.listdir(tmp):
         os.remove(os.path.join(tmp, f))
     os.rmdir(tmp)
-    print(f"{PASSED} passed, {FAILED} failed")
-    return 1 if FAILED else 0
+    return summary()
 
 
 if __name__ == "__main__":
