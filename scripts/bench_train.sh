@@ -9,13 +9,16 @@
 # each run's whole log there (its step lines: losses and gradient norms to compare builds bit for bit),
 # MODEL=gsa trains another preset (Gated Slot Attention: its 4 heads, not --heads; several, one after the other:
 # MODEL="fox-pro fox-fam transformer-fam", TransformerFAM at its defaults: blocks of 1024, memory 64, window 3),
-# SIZES="125M" (default "125M 760M") picks the sizes.
+# SIZES="125M" (default "125M 760M") picks the sizes, TIMELINE=DIR records each run's kernels there (one rank;
+# dev/cuda/timeline.so, built by make -C dev/cuda timeline.so) and adds the steps' GPU busy and idle time to its
+# line (python3 scripts/timeline.py DIR/FILE.tsv gives the rest: each kernel's time, the gaps).
 set -e
 STEPS=${1:-8}
 LEVELS=${LEVELS:-0 1 2}
 NONDET=${NONDET:-1}
 RANKS=${RANKS:-1}
 LOGS=${LOGS:-}
+TIMELINE=${TIMELINE:-}
 LAUNCH=""
 TAG=""
 if [ "$RANKS" -gt 1 ]; then
@@ -24,18 +27,32 @@ if [ "$RANKS" -gt 1 ]; then
     TAG=" x $RANKS GPUs"
 fi
 test -x ./train_fox || { echo "error: build ./train_fox first (make train_fox)"; exit 1; }
+if [ -n "$TIMELINE" ]; then
+    [ "$RANKS" -eq 1 ] || { echo "error: TIMELINE records one rank (RANKS=1)"; exit 2; }
+    test -f dev/cuda/timeline.so || { echo "error: build dev/cuda/timeline.so first (make -C dev/cuda timeline.so)"; exit 1; }
+    mkdir -p "$TIMELINE"
+fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 MODEL=${MODEL:-fox-pro}
 SIZES=${SIZES:-125M 760M}
 COMMON="--seq-len 16384 --batch 1 --steps $STEPS --val '' --eval-every 0 --sample-tokens 0 --warmup-tokens 1M"
 run() {  # name (the preset first), recompute level, size flags
-    log=$(eval $LAUNCH ./train_fox --model ${1%% *} $COMMON --recompute "$2" $3 2>&1) || { echo "$log" | tail -5; echo "$1 recompute $2: FAILED"; return 0; }
-    [ -z "$LOGS" ] || { mkdir -p "$LOGS" && echo "$log" > "$LOGS/$(echo "$1" | tr -c 'A-Za-z0-9\n' _)_r$2.log"; }
+    file=$(echo "$1" | tr -c 'A-Za-z0-9\n' _)_r$2
+    record=""
+    if [ -n "$TIMELINE" ]; then
+        [ ! -e "$TIMELINE/$file.tsv" ] || { echo "$1 recompute $2: $TIMELINE/$file.tsv exists (a run never overwrites another's)"; return 0; }
+        record="FOX_TIMELINE=$TIMELINE/$file.tsv CUDA_INJECTION64_PATH=$PWD/dev/cuda/timeline.so"
+    fi
+    log=$(eval $record $LAUNCH ./train_fox --model ${1%% *} $COMMON --recompute "$2" $3 2>&1) || { echo "$log" | tail -5; echo "$1 recompute $2: FAILED"; return 0; }
+    [ -z "$LOGS" ] || { mkdir -p "$LOGS" && echo "$log" > "$LOGS/$file.log"; }
+    [ -z "$TIMELINE" ] || log="$log
+timeline: $(python3 scripts/timeline.py "$TIMELINE/$file.tsv" 2>&1 | grep -m1 -E '^wall|timeline.py:')"
     echo "$log" | awk -v name="$1$TAG" -v rc="$2" '
         /^step / && /tok\/s/ { n++; for (i = 1; i <= NF; i++) { if ($i == "tok/s") tps = $(i-1); if ($i == "MFU") mfu = $(i+1) }
                                if (n > 2) { st += tps; sm += mfu + 0; k++ } }
         /^memory/ { mem = $0; sub(/^memory \(recompute [0-9], /, "", mem); sub(/\): /, ": ", mem) }
-        END { printf "%-24s recompute %s: %8.0f tok/s  MFU %5.1f%%  (mean of %d steps) | %s\n", name, rc, st / k, sm / k, k, mem }'
+        /^timeline: / { tl = " | " substr($0, 11) }
+        END { printf "%-24s recompute %s: %8.0f tok/s  MFU %5.1f%%  (mean of %d steps) | %s%s\n", name, rc, st / k, sm / k, k, mem, tl }'
 }
 for size in $SIZES; do
     case $size in

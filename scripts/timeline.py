@@ -11,6 +11,7 @@ on the others; and the idle gaps on the main stream between two of its records, 
 """
 import argparse
 import re
+import signal
 import statistics
 import sys
 from collections import defaultdict
@@ -119,6 +120,7 @@ def report(a, skip, top):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under `| head`
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('timeline')
     ap.add_argument('--marker', default='adamw_kernel')
