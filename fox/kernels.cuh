@@ -48,8 +48,8 @@ __global__ void embedding_forward_kernel(float *out, const int *tokens, const fl
 }
 
 // dwte[token] += Σ dres over the token's positions, in position order. Tokens come bucketed on the host
-// (buckets: token[nb], start[nb + 1], pos[N]; bucket b is token[b] at positions pos[start[b] .. start[b+1]),
-// the largest first), so no two blocks touch one row and no atomics are needed. A block takes
+// (buckets: token at 0, start at N, pos at 2N + 1; bucket b is token[b] at positions pos[start[b] ..
+// start[b+1]), the largest first), so no two blocks touch one row and no atomics are needed. A block takes
 // EMB_BWD_COLS columns of one bucket, EMB_BWD_LOADS of its rows' loads in flight, added in order: a frequent
 // token's sum (hundreds of rows in a batch) is a chain of latencies, not of adds.
 // CPU: embedding_backward.
