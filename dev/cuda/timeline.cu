@@ -2,8 +2,9 @@
 // (dev/cuda/step_profile times each piece alone, an upper bound). Built as a CUDA injection library: the driver
 // loads it at cuInit when CUDA_INJECTION64_PATH names it, and CUPTI's activity API then records every kernel,
 // memset and memcpy with its GPU start and end (ns) and stream, without serializing the kernels. The records are
-// written, one a line, to the file FOX_TIMELINE names: kind (K kernel, S memset, C memcpy), start, end, stream,
-// name (demangled); scripts/timeline.py reads them.
+// written, one a line, to the file FOX_TIMELINE names (a %p in it becomes the process id: one file a rank under
+// mpirun): kind (K kernel, S memset, C memcpy), start, end, stream, name (demangled); scripts/timeline.py reads
+// them.
 // Usage (repository root): make -C dev/cuda timeline.so &&
 //   FOX_TIMELINE=/tmp/t.tsv CUDA_INJECTION64_PATH=$PWD/dev/cuda/timeline.so ./train_fox ... &&
 //   python3 scripts/timeline.py /tmp/t.tsv
@@ -11,6 +12,8 @@
 #include <cxxabi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static FILE *out;
 
@@ -84,9 +87,17 @@ extern "C" int InitializeInjection(void) {
         fprintf(stderr, "timeline: set FOX_TIMELINE to the file to write\n");
         exit(1);
     }
-    out = fopen(path, "wx");  // never over another run's timeline
+    char name[4096];
+    const char *p = strstr(path, "%p");
+    int n = p ? snprintf(name, sizeof name, "%.*s%d%s", (int)(p - path), path, (int)getpid(), p + 2)
+              : snprintf(name, sizeof name, "%s", path);
+    if (n < 0 || n >= (int)sizeof name) {
+        fprintf(stderr, "timeline: FOX_TIMELINE is too long\n");
+        exit(1);
+    }
+    out = fopen(name, "wx");  // never over another run's timeline
     if (!out) {
-        fprintf(stderr, "timeline: cannot create %s (it must not exist)\n", path);
+        fprintf(stderr, "timeline: cannot create %s (it must not exist)\n", name);
         exit(1);
     }
     CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
