@@ -407,6 +407,9 @@ typedef struct {
 // Rows of a block of the per-head kernels each warp of qkv_forward_kernel and qkv_backward_kernel walks.
 #define QKV_RUN (HEAD_BLOCK_ROWS / FOX_WARPS)
 static_assert(HEAD_BLOCK_ROWS % FOX_WARPS == 0, "the qkv kernels split a block's rows evenly among its warps");
+// The backward's warps a block at d_h 32·PER_LANE: at d_h 64 four, so that a warp walks 16 rows and fewer rows
+// are walked twice (each run's row after); at d_h 128 eight (six blocks of four do not fit its shared memory).
+__host__ __device__ constexpr int qkv_bwd_warps(int per_lane) { return per_lane == 2 ? 4 : FOX_WARPS; }
 
 // Whether row n (position t of its sequence) takes KV-shift's previous row: t > 0 and, under the document
 // mask, the token is not a separator (fox_doc_has_prev). CPU: shift_prev.
@@ -710,22 +713,23 @@ __device__ __forceinline__ void head_row_partials_store(float *part, const float
 
 // Backward of eq. 15-19 in one pass: through RoPE and QK-norm for q and the shifted k, then KV-shift for k
 // and v: dproj's q, k, v and shift-logit columns and, with QK-norm, the weight gradients' block partials
-// (qpart, kpart; head_partials_accumulate). Grid: (head, HEAD_BLOCK_ROWS tokens); a warp walks its QKV_RUN
-// rows last first, so row t's dks and α_t are in registers when row t − 1 needs them, and row t − 1's k and
+// (qpart, kpart; head_partials_accumulate). Grid: (head, HEAD_BLOCK_ROWS tokens); a warp walks its run of rows
+// (HEAD_BLOCK_ROWS / qkv_bwd_warps) last first, so row t's dks and α_t are in registers when row t − 1 needs them, and row t − 1's k and
 // v, read as row t's shift input, are row t − 1's own. The row after the run has its dks computed again, by
 // the same loop (the same instructions, so the same bits as the warp that owns it).
 // Dynamic shared memory (QK-norm only): the rows' norm-weight parts, (2, HEAD_BLOCK_ROWS, dh) floats.
 // CPU: rope_apply (inverse), rmsnorm_backward and kv_shift_backward in attention_block_backward.
-// Bounded to 3 blocks an SM at d_h 64 (80 registers, a few bytes spilled) and 2 at d_h 128: the warps' loads in
-// flight are what the kernel's speed is (unbounded, 2 and 1 blocks, measured slower: docs/perf.md).
+// Bounded to 6 blocks of 4 warps an SM at d_h 64 (80 registers, a few bytes spilled) and 2 of 8 at d_h 128: the
+// warps' loads in flight are what the kernel's speed is (unbounded, fewer blocks, measured slower: docs/perf.md).
 template <int PER_LANE>
-__global__ void __launch_bounds__(FOX_WARPS * 32, PER_LANE == 2 ? 3 : 2)
+__global__ void __launch_bounds__(qkv_bwd_warps(PER_LANE) * 32, PER_LANE == 2 ? 6 : 2)
     qkv_backward_kernel(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                         QkvInputs s) {
     constexpr int dh = 32 * PER_LANE;
     extern __shared__ float prods[];
     int lane = threadIdx.x % 32, h = blockIdx.x, hc = h * dh + lane, N = s.B * s.T, r0 = blockIdx.y * HEAD_BLOCK_ROWS;
-    int n1 = min(N, r0 + HEAD_BLOCK_ROWS), lo = r0 + threadIdx.x / 32 * QKV_RUN, hi = min(n1, lo + QKV_RUN);
+    constexpr int run = HEAD_BLOCK_ROWS / qkv_bwd_warps(PER_LANE);
+    int n1 = min(N, r0 + HEAD_BLOCK_ROWS), lo = r0 + threadIdx.x / 32 * run, hi = min(n1, lo + run);
     float *qprod = prods, *kprod = prods + HEAD_BLOCK_ROWS * dh;
     if (lo < hi) {
         float qw[PER_LANE], kw[PER_LANE];
@@ -814,10 +818,10 @@ static inline void fox_qkv_backward(bf16 *dproj, float *dqw, float *dkw, const b
     int smem = s.qw ? (int)(2 * HEAD_BLOCK_ROWS * s.dh * sizeof(float)) : 0;
     if (s.dh == 64) {
         FOX_CUDA_CHECK(cudaFuncSetAttribute(qkv_backward_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        qkv_backward_kernel<2><<<grid, FOX_WARPS * 32, smem, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
+        qkv_backward_kernel<2><<<grid, qkv_bwd_warps(2) * 32, smem, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
     } else {
         FOX_CUDA_CHECK(cudaFuncSetAttribute(qkv_backward_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        qkv_backward_kernel<4><<<grid, FOX_WARPS * 32, smem, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
+        qkv_backward_kernel<4><<<grid, qkv_bwd_warps(4) * 32, smem, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
     }
     FOX_LAUNCH_CHECK();
     if (s.qw) {
