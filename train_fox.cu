@@ -113,7 +113,7 @@ typedef struct {
     float *colsum_part, *sumsq_part;
     double *sumsq;
     void *attn_scratch;
-    int *buckets;     // the embedding backward's buckets (3N + 1 ints: embedding_buckets' layout)
+    int *buckets;     // the embedding backward's buckets (3N + 1 ints: fox_embedding_buckets' layout)
     bf16 *gsa_dSs, *gsa_dUs;  // GSA: dL/d the states after each chunk
     float *gsa_dsr, *gsa_y;   // GSA: (B·G, T, GSA_SLOTS)
     bf16 *gsa_D1, *gsa_Pt;    // GSA: (B·G, nc, GSA_CHUNK, GSA_CHUNK)
@@ -207,9 +207,9 @@ struct Model {
     cudaEvent_t tokens_copied;      // h_tokens and h_doc_first may be written again after it
     cudaEvent_t losses_copied;      // h_losses (losses_n of them) and acp_live hold the last forward's after it
     int losses_n;
-    int *h_count, *h_fill;          // (V) per token: how many positions hold it; its bucket's next free slot
-    int *h_buckets;                 // (3N + 1) pinned: embedding_buckets' tables, copied to s.buckets
-    uint64_t *h_bucket_key;         // (N) the buckets' sort keys
+    int *h_count, *h_fill;          // (V), h_bucket_key (N): fox_embedding_buckets' scratch
+    int *h_buckets;                 // (3N + 1) pinned: fox_embedding_buckets' tables, copied to s.buckets
+    uint64_t *h_bucket_key;
     cudaEvent_t buckets_copied;     // after the last copy of h_buckets (which must not change before it)
     size_t bytes_weights, bytes_acts, bytes_scratch;
     Cache cache;
@@ -1377,33 +1377,12 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
     mixer_input_backward(m, l, B, T);
 }
 
-static int bucket_key_order(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-// Groups positions by token id for the embedding backward: bucket b is token[b]'s positions
-// pos[start[b] .. start[b+1]) in ascending order, the buckets largest first (their blocks start first);
-// the tables (token N, start N + 1, pos N ints, at h_buckets) go to s.buckets on the stream, without
-// waiting for the GPU. Returns the number of buckets.
+// The embedding backward's tables for inputs (fox_embedding_buckets) into h_buckets, copied to s.buckets on the
+// stream without waiting for the GPU (h_buckets is written again only after that copy). Returns the number of
+// buckets.
 static int embedding_buckets(Model *m, const int *inputs, int N) {
-    int V = m->cfg.vocab_size, nb = 0, at = 0;
-    int *token = m->h_buckets, *start = token + N, *pos = start + N + 1;
     FOX_CUDA_CHECK(cudaEventSynchronize(m->buckets_copied));
-    memset(m->h_count, 0, (size_t)V * sizeof(int));
-    for (int n = 0; n < N; n++) m->h_count[inputs[n]]++;
-    for (int v = 0; v < V; v++)
-        if (m->h_count[v]) m->h_bucket_key[nb++] = (uint64_t)(N - m->h_count[v]) << 32 | (uint64_t)v;
-    qsort(m->h_bucket_key, (size_t)nb, sizeof(uint64_t), bucket_key_order);
-    for (int b = 0; b < nb; b++) {
-        int v = (int)(m->h_bucket_key[b] & 0xFFFFFFFFu);
-        token[b] = v;
-        start[b] = at;
-        m->h_fill[v] = at;
-        at += m->h_count[v];
-    }
-    start[nb] = N;
-    for (int n = 0; n < N; n++) pos[m->h_fill[inputs[n]]++] = n;
+    int nb = fox_embedding_buckets(m->h_buckets, m->h_bucket_key, m->h_count, m->h_fill, inputs, N, m->cfg.vocab_size);
     FOX_CUDA_CHECK(cudaMemcpyAsync(m->s.buckets, m->h_buckets, (3 * (size_t)N + 1) * sizeof(int), cudaMemcpyHostToDevice,
                                    m->stream));
     FOX_CUDA_CHECK(cudaEventRecord(m->buckets_copied, m->stream));

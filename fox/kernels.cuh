@@ -74,6 +74,35 @@ __global__ void __launch_bounds__(EMB_BWD_COLS)
     dwte[(size_t)buckets[b] * D + d] += acc;
 }
 
+static inline int fox_bucket_key_order(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// The tables embedding_backward_kernel reads, on the host, for N token ids of a V-token vocabulary: tables (3N + 1
+// ints) gets token at 0, start at N, pos at 2N + 1; bucket b is token[b] at positions pos[start[b] .. start[b+1])
+// in ascending order, the buckets largest first (their blocks start first), ties by token id. Scratch: count and
+// fill (V ints), key (N). Returns the number of buckets.
+static inline int fox_embedding_buckets(int *tables, uint64_t *key, int *count, int *fill, const int *inputs, int N,
+                                        int V) {
+    int *token = tables, *start = tables + N, *pos = start + N + 1, nb = 0, at = 0;
+    memset(count, 0, (size_t)V * sizeof(int));
+    for (int n = 0; n < N; n++) count[inputs[n]]++;
+    for (int v = 0; v < V; v++)
+        if (count[v]) key[nb++] = (uint64_t)(N - count[v]) << 32 | (uint64_t)v;
+    qsort(key, (size_t)nb, sizeof(uint64_t), fox_bucket_key_order);
+    for (int b = 0; b < nb; b++) {
+        int v = (int)(key[b] & 0xFFFFFFFFu);
+        token[b] = v;
+        start[b] = at;
+        fill[v] = at;
+        at += count[v];
+    }
+    start[nb] = N;
+    for (int n = 0; n < N; n++) pos[fill[inputs[n]]++] = n;
+    return nb;
+}
+
 static inline void fox_embedding_backward(float *dwte, const float *dres, const int *buckets, int nb, int N, int D,
                                           cudaStream_t st) {
     dim3 grid(nb, (D + EMB_BWD_COLS - 1) / EMB_BWD_COLS);

@@ -1,6 +1,6 @@
 // dev/cuda/embedding.cu: checks the embedding backward of fox/kernels.cuh (dwte[token] += Σ dres over the
 // token's positions, in position order) against an fp64 CPU reference and bitwise against version 1, then
-// times both, with the tables train_fox.cu's embedding_buckets makes (buckets largest first).
+// times both, with the tables fox_embedding_buckets makes for the trainer (buckets largest first).
 //   version 1 (until 2026-11-27): a block of 256 threads a bucket, a thread its columns one after another,
 //     one row's load at a time: the most frequent token's block (hundreds of rows) was the kernel's tail
 //     (0.9 ms of a 760M step, dev/cuda/timeline).
@@ -23,26 +23,13 @@ __global__ void embedding_backward_v1(float *dwte, const float *dres, const int 
     }
 }
 
-// embedding_buckets' tables (token N, start N + 1, pos N ints) for these tokens; returns the bucket count.
+// fox_embedding_buckets' tables (the trainer's) for these tokens; returns the bucket count.
 static int make_buckets(std::vector<int> &tab, const std::vector<int> &tokens, int V) {
     const int N = (int)tokens.size();
-    std::vector<int> count(V, 0), fill(V, 0);
-    for (int t : tokens) count[t]++;
-    std::vector<std::pair<int, int>> order;  // (−count, token): largest first, then by token id
-    for (int v = 0; v < V; v++)
-        if (count[v]) order.push_back({-count[v], v});
-    std::sort(order.begin(), order.end());
+    std::vector<int> count(V), fill(V);
+    std::vector<uint64_t> key(N);
     tab.assign(3 * (size_t)N + 1, 0);
-    int *token = tab.data(), *start = token + N, *pos = start + N + 1, at = 0, nb = (int)order.size();
-    for (int b = 0; b < nb; b++) {
-        token[b] = order[b].second;
-        start[b] = at;
-        fill[order[b].second] = at;
-        at -= order[b].first;
-    }
-    start[nb] = N;
-    for (int n = 0; n < N; n++) pos[fill[tokens[n]]++] = n;
-    return nb;
+    return fox_embedding_buckets(tab.data(), key.data(), count.data(), fill.data(), tokens.data(), N, V);
 }
 
 static std::vector<int> zipf_tokens(int N, int V) {
