@@ -36,15 +36,27 @@ static inline int fox_sm_count() {
     return sms;
 }
 
-// G independent warp sums at once (each value's adds in the same butterfly order, so the same bits as one at a
-// time), their shuffles interleaved rather than one chain after another.
-template <int G>
-__device__ __forceinline__ void warp_sums(float x[G]) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-        for (int g = 0; g < G; g++) x[g] += __shfl_xor_sync(0xffffffffu, x[g], off);
+// G independent sums over each group of L lanes (L a power of 2 up to 32: a warp, or its aligned L-lane parts,
+// each summing its own values) at once: each value's adds in the same butterfly order, so the same bits as one at
+// a time, their shuffles interleaved rather than one chain after another. A group's shuffles name its own lanes
+// alone (group_mask), so groups of one warp may take different paths.
+template <int L>
+__device__ __forceinline__ unsigned group_mask() {
+    static_assert(L >= 2 && L <= 32 && (L & (L - 1)) == 0, "a group is a power-of-2 part of a warp");
+    return L == 32 ? 0xffffffffu : ((1u << (L % 32)) - 1u) << (threadIdx.x % 32 / L * L);
 }
+
+template <int G, int L>
+__device__ __forceinline__ void group_sums(float x[G]) {
+    const unsigned mask = group_mask<L>();
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1)
+#pragma unroll
+        for (int g = 0; g < G; g++) x[g] += __shfl_xor_sync(mask, x[g], off);
+}
+
+template <int G>
+__device__ __forceinline__ void warp_sums(float x[G]) { group_sums<G, 32>(x); }
 
 __device__ __forceinline__ float warp_sum(float x) {
     warp_sums<1>(&x);

@@ -436,9 +436,6 @@ typedef struct {
 // Rows of a block of the per-head kernels each warp of qkv_forward_kernel and qkv_backward_kernel walks.
 #define QKV_RUN (HEAD_BLOCK_ROWS / FOX_WARPS)
 static_assert(HEAD_BLOCK_ROWS % FOX_WARPS == 0, "the qkv kernels split a block's rows evenly among its warps");
-// The backward's warps a block at d_h 32·PER_LANE: at d_h 64 four, so that a warp walks 16 rows and fewer rows
-// are walked twice (each run's row after); at d_h 128 eight (six blocks of four do not fit its shared memory).
-__host__ __device__ constexpr int qkv_bwd_warps(int per_lane) { return per_lane == 2 ? 4 : FOX_WARPS; }
 
 // Whether row n (position t of its sequence) takes KV-shift's previous row: t > 0 and, under the document
 // mask, the token is not a separator (fox_doc_has_prev). CPU: shift_prev.
@@ -513,9 +510,9 @@ __device__ __forceinline__ float head_sumsq(const float x[PER_LANE]) {
     return ss;
 }
 
-// rstd from the warp's Σ x² (ss: the lanes' head_sumsq summed).
-template <int PER_LANE>
-__device__ __forceinline__ float head_rstd_of(float ss, float eps) { return 1.0f / sqrtf(ss / (PER_LANE * 32) + eps); }
+// rstd from the Σ x² of a head's row held by L lanes (ss: the lanes' head_sumsq summed).
+template <int PER_LANE, int L = 32>
+__device__ __forceinline__ float head_rstd_of(float ss, float eps) { return 1.0f / sqrtf(ss / (PER_LANE * L) + eps); }
 
 // inverse = 1 turns by −angle (the backward of the rotation is its transpose).
 template <int PER_LANE>
@@ -635,10 +632,10 @@ static inline void fox_qkv_forward(bf16 *q, bf16 *k, bf16 *v, const QkvInputs &s
     LAUNCH_HEAD_BLOCKS(qkv_forward_kernel, s.dh, s.B * s.T, s.H, st, q, k, v, s);
 }
 
-// Per-head RMSNorm backward (one warp, lane-strided elements; w: the lane's weights, head_weights) of G
-// independent rows at once (their reductions interleaved, warp_sums), given each row's rstd rs: dx, and
+// Per-head RMSNorm backward (a row held by a group of L lanes, PER_LANE elements each; w: the lane's weights) of
+// G independent rows at once (their reductions interleaved, group_sums), given each row's rstd rs: dx, and
 // prod = dy⊙x̂ (the weight's part).
-template <int PER_LANE, int G>
+template <int PER_LANE, int G, int L = 32>
 __device__ __forceinline__ void head_norm_backward_rs(float dx[G][PER_LANE], float prod[G][PER_LANE], const float x[G][PER_LANE],
                                                       const float dy[G][PER_LANE], const float w[G][PER_LANE], const float rs[G]) {
     float dot[G];
@@ -648,10 +645,10 @@ __device__ __forceinline__ void head_norm_backward_rs(float dx[G][PER_LANE], flo
 #pragma unroll
         for (int e = 0; e < PER_LANE; e++) dot[g] += dy[g][e] * w[g][e] * x[g][e] * rs[g];
     }
-    warp_sums<G>(dot);
+    group_sums<G, L>(dot);
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        dot[g] /= PER_LANE * 32;
+        dot[g] /= PER_LANE * L;
 #pragma unroll
         for (int e = 0; e < PER_LANE; e++) {
             dx[g][e] = rs[g] * (dy[g][e] * w[g][e] - x[g][e] * rs[g] * dot[g]);
@@ -661,47 +658,89 @@ __device__ __forceinline__ void head_norm_backward_rs(float dx[G][PER_LANE], flo
 }
 
 // The same with the rows' rstd computed here.
-template <int PER_LANE, int G>
+template <int PER_LANE, int G, int L = 32>
 __device__ __forceinline__ void head_norm_backward_rows(float dx[G][PER_LANE], float prod[G][PER_LANE], const float x[G][PER_LANE],
                                                         const float dy[G][PER_LANE], const float w[G][PER_LANE], float eps) {
     float rs[G];
 #pragma unroll
     for (int g = 0; g < G; g++) rs[g] = head_sumsq<PER_LANE>(x[g]);
-    warp_sums<G>(rs);
+    group_sums<G, L>(rs);
 #pragma unroll
-    for (int g = 0; g < G; g++) rs[g] = head_rstd_of<PER_LANE>(rs[g], eps);
-    head_norm_backward_rs<PER_LANE, G>(dx, prod, x, dy, w, rs);
+    for (int g = 0; g < G; g++) rs[g] = head_rstd_of<PER_LANE, L>(rs[g], eps);
+    head_norm_backward_rs<PER_LANE, G, L>(dx, prod, x, dy, w, rs);
+}
+
+// The attention inputs' backward (qkv_backward_kernel) walks a head's rows with walkers of L = dh / 4 lanes, a
+// lane holding 4 adjacent elements of the row (one 16-byte load of the fp32 columns, one 8-byte load or store of
+// bf16): at d_h 64 a half-warp a row, so that the per-row work (the sums of the norm and of dα, the sigmoids, the
+// rstd) is issued once for two rows. A walker walks 16 rows; 128 threads a block.
+template <int DH> struct QkvBwdShape {
+    static constexpr int L = DH / 4;               // lanes a walker
+    static constexpr int threads = 128;
+    static constexpr int walkers = threads / L;    // 8 at d_h 64, 4 at 128
+    static constexpr int run = 16;                 // rows a walker walks
+    static constexpr int rows = walkers * run;     // a block's: 128 or 64, whole HEAD_BLOCK_ROWS blocks
+    static constexpr int groups = rows / HEAD_BLOCK_ROWS;  // the block's rows of norm-weight partials
+    static_assert(DH == 64 || DH == 128, "walkers of 16 or 32 lanes");
+    static_assert(rows % HEAD_BLOCK_ROWS == 0, "a block's partials are whole rows of head_partials_accumulate's");
+};
+
+// A lane's 4 adjacent elements: fp32 as one float4, bf16 as one 8-byte word (p aligned to it).
+__device__ __forceinline__ void load_f32x4(float x[4], const float *p) {
+    const float4 v = *reinterpret_cast<const float4 *>(p);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+
+__device__ __forceinline__ void load_bf16x4(float x[4], const bf16 *p) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+}
+
+// The inverse RoPE rotation in the walkers' layout: element i = 4·gl + e (gl: the lane in its walker of L) pairs
+// with i ± dh/2, held by lane gl ^ L/2 of the same walker. The same products as rope_rotate.
+template <int L>
+__device__ __forceinline__ void rope_unrotate4(float x[4], const QkvInputs &s, int t, int gl) {
+    const int half = s.dh / 2, upper = gl >= L / 2;
+    float cs[4], sn[4];
+    load_f32x4(cs, s.rope_cos + (size_t)t * half + gl % (L / 2) * 4);
+    load_f32x4(sn, s.rope_sin + (size_t)t * half + gl % (L / 2) * 4);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float other = __shfl_xor_sync(group_mask<L>(), x[e], L / 2), si = -sn[e];
+        x[e] = upper ? x[e] * cs[e] + other * si : x[e] * cs[e] - other * si;
+    }
 }
 
 // One row's inputs of qkv_backward_kernel (row p.n of head h), loaded a row ahead (two rows' loads in flight
-// per warp). The row's own k and v columns are not among them: the walk loaded them as the row after's kp, vp.
-template <int PER_LANE> struct QkvRowIn {
-    float gq[PER_LANE], gk[PER_LANE], gv[PER_LANE];  // dq, dk, dv
-    float q[PER_LANE];                                // the q columns of the row
-    float kp[PER_LANE], vp[PER_LANE];                 // the k, v columns of row n − 1 (0 when unread)
-    float ak, av;                                     // the shift logits (0 without KV-shift)
-    int hp;                                           // KV-shift takes row n − 1 (qkv_has_prev)
+// per walker). The row's own k and v columns are not among them: the walk loaded them as the row after's kp, vp.
+struct QkvRowIn {
+    float gq[4], gk[4], gv[4];  // dq, dk, dv
+    float q[4];                 // the q columns of the row
+    float kp[4], vp[4];         // the k, v columns of row n − 1 (0 when unread)
+    float ak, av;               // the shift logits (0 without KV-shift)
+    int hp;                     // KV-shift takes row n − 1 (qkv_has_prev)
 };
 
-// Row n − 1 is read when KV-shift takes it or when it is the warp's next row (n − 1 >= lo). hc: the lane's
-// first column of head h, h·dh + lane.
-template <int PER_LANE>
-__device__ __forceinline__ void qkv_row_load(QkvRowIn<PER_LANE> &in, const bf16 *dq, const bf16 *dk, const bf16 *dv,
-                                             const QkvInputs &s, QkvPos p, int lo, int h, int hc, int lane) {
+// Row n − 1 is read when KV-shift takes it or when it is the walker's next row (n − 1 >= lo). c: the lane's
+// first column of head h, h·dh + 4·gl; oi: its first element in the (B, H, T, dh) tensors' row.
+__device__ __forceinline__ void qkv_row_load(QkvRowIn &in, const bf16 *dq, const bf16 *dk, const bf16 *dv,
+                                             const QkvInputs &s, QkvPos p, int lo, int h, int c, int oi) {
     const float *row = s.proj + (size_t)p.n * s.ld;
     in.ak = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
     in.av = s.cols.v_shift >= 0 ? row[s.cols.v_shift + h] : 0.0f;
     in.hp = qkv_has_prev(s, (size_t)p.n, p.t);
-    int above = in.hp || p.n - 1 >= lo;
+    load_bf16x4(in.gq, dq + p.o + oi);
+    load_bf16x4(in.gk, dk + p.o + oi);
+    load_bf16x4(in.gv, dv + p.o + oi);
+    load_f32x4(in.q, row + s.cols.q + c);
+    if (in.hp || p.n - 1 >= lo) {
+        load_f32x4(in.kp, row - s.ld + s.cols.k + c);
+        load_f32x4(in.vp, row - s.ld + s.cols.v + c);
+    } else {
 #pragma unroll
-    for (int e = 0; e < PER_LANE; e++) {
-        int i = lane + 32 * e;
-        in.gq[e] = __bfloat162float(dq[p.o + i]);
-        in.gk[e] = __bfloat162float(dk[p.o + i]);
-        in.gv[e] = __bfloat162float(dv[p.o + i]);
-        in.q[e] = row[s.cols.q + hc + 32 * e];
-        in.kp[e] = above ? row[s.cols.k + hc + 32 * e - s.ld] : 0.0f;
-        in.vp[e] = above ? row[s.cols.v + hc + 32 * e - s.ld] : 0.0f;
+        for (int e = 0; e < 4; e++) in.kp[e] = in.vp[e] = 0.0f;
     }
 }
 
@@ -722,104 +761,100 @@ __device__ __forceinline__ float shift_backward(float dx[PER_LANE], const float 
     return dal;
 }
 
-// head_partials_store's sums from per-row values rows[r · dh + j] (r: the row in the block): warp w's rows
-// r = w, w + FOX_WARPS, ... in order, then the warps in order, so the bits are those of a warp accumulating
-// its strided rows. Called by one warp.
-template <int PER_LANE>
-__device__ __forceinline__ void head_row_partials_store(float *part, const float *rows, int nrows, int dh, int lane) {
+// The block's QK-norm weight partials: each walker's sums of its rows' dy⊙x̂ (in its walk's order) added in walker
+// order, a row of part for each HEAD_BLOCK_ROWS rows of the block (head_partials_accumulate adds the rows).
+template <int DH>
+__device__ __forceinline__ void qkv_partials_store(float *qpart, float *kpart, float (*red)[QkvBwdShape<DH>::walkers][DH],
+                                                   const float qacc[4], const float kacc[4], int walker, int gl, int N) {
+    using S = QkvBwdShape<DH>;
 #pragma unroll
-    for (int e = 0; e < PER_LANE; e++) {
-        int j = lane + 32 * e;
+    for (int e = 0; e < 4; e++) red[0][walker][4 * gl + e] = qacc[e], red[1][walker][4 * gl + e] = kacc[e];
+    __syncthreads();
+    for (int o = threadIdx.x; o < 2 * S::groups * DH; o += S::threads) {
+        const int which = o / (S::groups * DH), g = o / DH % S::groups, j = o % DH;
+        const int prow = blockIdx.y * S::groups + g;  // the head block
+        if (prow * HEAD_BLOCK_ROWS >= N) continue;
         float t = 0.0f;
-        for (int w = 0; w < FOX_WARPS; w++) {
-            float acc = 0.0f;
-            for (int r = w; r < nrows; r += FOX_WARPS) acc += rows[r * dh + j];
-            t += acc;
-        }
-        part[((size_t)blockIdx.y * gridDim.x + blockIdx.x) * dh + j] = t;
+        for (int w = g * (S::walkers / S::groups); w < (g + 1) * (S::walkers / S::groups); w++) t += red[which][w][j];
+        (which ? kpart : qpart)[((size_t)prow * gridDim.x + blockIdx.x) * DH + j] = t;
     }
 }
 
 // Backward of eq. 15-19 in one pass: through RoPE and QK-norm for q and the shifted k, then KV-shift for k
 // and v: dproj's q, k, v and shift-logit columns and, with QK-norm, the weight gradients' block partials
-// (qpart, kpart; head_partials_accumulate). Grid: (head, HEAD_BLOCK_ROWS tokens); a warp walks its run of rows
-// (HEAD_BLOCK_ROWS / qkv_bwd_warps) last first, so row t's dks and α_t are in registers when row t − 1 needs them, and row t − 1's k and
-// v, read as row t's shift input, are row t − 1's own. The row after the run has its dks computed again, by
-// the same loop (the same instructions, so the same bits as the warp that owns it).
-// Dynamic shared memory (QK-norm only): the rows' norm-weight parts, (2, HEAD_BLOCK_ROWS, dh) floats.
-// CPU: rope_apply (inverse), rmsnorm_backward and kv_shift_backward in attention_block_backward.
-// Bounded to 6 blocks of 4 warps an SM at d_h 64 (80 registers, a few bytes spilled) and 2 of 8 at d_h 128: the
-// warps' loads in flight are what the kernel's speed is (unbounded, fewer blocks, measured slower: docs/perf.md).
-template <int PER_LANE>
-__global__ void __launch_bounds__(qkv_bwd_warps(PER_LANE) * 32, PER_LANE == 2 ? 6 : 2)
+// (qpart, kpart). Grid: (head, QkvBwdShape::rows tokens); a walker walks its run of rows last first, so row t's
+// dks and α_t are in registers when row t − 1 needs them, and row t − 1's k and v, read as row t's shift input,
+// are row t − 1's own. The row after the run has its dks computed again, by the same loop (the same
+// instructions, so the same bits as the walker that owns it). CPU: rope_apply (inverse), rmsnorm_backward and
+// kv_shift_backward in attention_block_backward. Bounded to 4 blocks an SM (128 registers): the walkers' loads
+// in flight are what the kernel's speed is.
+template <int DH>
+__global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
     qkv_backward_kernel(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                         QkvInputs s) {
-    constexpr int dh = 32 * PER_LANE;
-    extern __shared__ float prods[];
-    int lane = threadIdx.x % 32, h = blockIdx.x, hc = h * dh + lane, N = s.B * s.T, r0 = blockIdx.y * HEAD_BLOCK_ROWS;
-    constexpr int run = HEAD_BLOCK_ROWS / qkv_bwd_warps(PER_LANE);
-    int n1 = min(N, r0 + HEAD_BLOCK_ROWS), lo = r0 + threadIdx.x / 32 * run, hi = min(n1, lo + run);
-    float *qprod = prods, *kprod = prods + HEAD_BLOCK_ROWS * dh;
+    using S = QkvBwdShape<DH>;
+    constexpr int L = S::L;
+    __shared__ float red[2][S::walkers][DH];
+    const int walker = threadIdx.x / L, gl = threadIdx.x % L, h = blockIdx.x, N = s.B * s.T, c = h * DH + 4 * gl;
+    const int lo = blockIdx.y * S::rows + walker * S::run, hi = min(N, lo + S::run);
+    float qacc[4] = {}, kacc[4] = {};
     if (lo < hi) {
-        float qw[PER_LANE], kw[PER_LANE];
-        qk_weights<PER_LANE>(qw, kw, s, h, lane);
-        QkvRowIn<PER_LANE> cur, next;
-        float kc[PER_LANE], vc[PER_LANE];                                        // the current row's k, v columns
-        float dksn[PER_LANE] = {}, gvn[PER_LANE] = {}, akn = 0.0f, avn = 0.0f;  // the next row's dks, dv, α's
-        int hn = 0;                                                              // the next row takes this one
+        float qw[4] = {}, kw[4] = {};
+        if (s.qw)
+#pragma unroll
+            for (int e = 0; e < 4; e++) qw[e] = s.qw[h * s.wstride + 4 * gl + e], kw[e] = s.kw[h * s.wstride + 4 * gl + e];
+        QkvRowIn cur, next;
+        float kc[4], vc[4];                                               // the current row's k, v columns
+        float dksn[4] = {}, gvn[4] = {}, akn = 0.0f, avn = 0.0f;          // the next row's dks, dv, α's
+        int hn = 0;                                                       // the next row takes this one
         // the walk starts at the row after the run when that row takes the run's last (its dks alone)
         int tn = (hi - 1) % s.T + 1, top = tn < s.T && qkv_has_prev(s, hi, tn) ? hi : hi - 1;
-        QkvPos p = qkv_pos(s, top, h, dh);
-        qkv_row_load<PER_LANE>(cur, dq, dk, dv, s, p, lo, h, hc, lane);
-        head_cols<PER_LANE>(kc, s.proj + (size_t)top * s.ld, s.cols.k, h, dh, lane);
-        head_cols<PER_LANE>(vc, s.proj + (size_t)top * s.ld, s.cols.v, h, dh, lane);
+        QkvPos p = qkv_pos(s, top, h, DH);
+        qkv_row_load(cur, dq, dk, dv, s, p, lo, h, c, 4 * gl);
+        load_f32x4(kc, s.proj + (size_t)top * s.ld + s.cols.k + c);
+        load_f32x4(vc, s.proj + (size_t)top * s.ld + s.cols.v + c);
         while (p.n >= lo) {
-            QkvPos pn = qkv_pos_prev(s, p, dh);
-            if (pn.n >= lo) qkv_row_load<PER_LANE>(next, dq, dk, dv, s, pn, lo, h, hc, lane);
+            QkvPos pn = qkv_pos_prev(s, p, DH);
+            if (pn.n >= lo) qkv_row_load(next, dq, dk, dv, s, pn, lo, h, c, 4 * gl);
             if (s.rope_cos) {
-                rope_rotate<PER_LANE>(cur.gq, s, p.t, lane, 1);
-                rope_rotate<PER_LANE>(cur.gk, s, p.t, lane, 1);
+                rope_unrotate4<L>(cur.gq, s, p.t, gl);
+                rope_unrotate4<L>(cur.gk, s, p.t, gl);
             }
             float alk = s.cols.k_shift >= 0 ? sigmoidf_(cur.ak) : 0.0f;
             float alv = s.cols.v_shift >= 0 ? sigmoidf_(cur.av) : 0.0f;
             // q (row 0) and the shifted key y_t (row 1) through QK-norm side by side; dx[1] is dks, y_t's gradient
-            float x[2][PER_LANE], g[2][PER_LANE], w[2][PER_LANE], dx[2][PER_LANE], prod[2][PER_LANE];
-            kv_shift<PER_LANE>(x[1], kc, cur.kp, alk, cur.hp, s.cols.k_shift);
+            float x[2][4], g[2][4], w[2][4], dx[2][4], prod[2][4];
+            kv_shift<4>(x[1], kc, cur.kp, alk, cur.hp, s.cols.k_shift);
 #pragma unroll
-            for (int e = 0; e < PER_LANE; e++) {
+            for (int e = 0; e < 4; e++) {
                 x[0][e] = cur.q[e];
                 g[0][e] = dx[0][e] = cur.gq[e];
                 g[1][e] = dx[1][e] = cur.gk[e];
                 w[0][e] = qw[e];
                 w[1][e] = kw[e];
             }
-            if (s.qw) head_norm_backward_rows<PER_LANE, 2>(dx, prod, x, g, w, FOX_QK_NORM_EPS);
-            float dkc[PER_LANE], dvc[PER_LANE], dal[2];  // the gradients of the k, v columns and shift logits
-            dal[0] = shift_backward<PER_LANE>(dkc, dx[1], dksn, akn, hn, kc, cur.kp, alk, cur.hp, s.cols.k_shift);
-            dal[1] = shift_backward<PER_LANE>(dvc, cur.gv, gvn, avn, hn, vc, cur.vp, alv, cur.hp, s.cols.v_shift);
-            warp_sums<2>(dal);
-            if (p.n < hi) {  // the row after the run is another warp's: its dks alone was wanted
-                int r = p.n - r0;
+            if (s.qw) head_norm_backward_rows<4, 2, L>(dx, prod, x, g, w, FOX_QK_NORM_EPS);
+            float dkc[4], dvc[4], dal[2];  // the gradients of the k, v columns and shift logits
+            dal[0] = shift_backward<4>(dkc, dx[1], dksn, akn, hn, kc, cur.kp, alk, cur.hp, s.cols.k_shift);
+            dal[1] = shift_backward<4>(dvc, cur.gv, gvn, avn, hn, vc, cur.vp, alv, cur.hp, s.cols.v_shift);
+            group_sums<2, L>(dal);
+            if (p.n < hi) {  // the row after the run is another walker's: its dks alone was wanted
                 bf16 *drow = dproj + (size_t)p.n * s.ld;
+                store_bf16x4(drow + s.cols.q + c, dx[0][0], dx[0][1], dx[0][2], dx[0][3]);
+                store_bf16x4(drow + s.cols.k + c, dkc[0], dkc[1], dkc[2], dkc[3]);
+                store_bf16x4(drow + s.cols.v + c, dvc[0], dvc[1], dvc[2], dvc[3]);
+                if (s.qw)
 #pragma unroll
-                for (int e = 0; e < PER_LANE; e++) {
-                    drow[s.cols.q + hc + 32 * e] = __float2bfloat16(dx[0][e]);
-                    drow[s.cols.k + hc + 32 * e] = __float2bfloat16(dkc[e]);
-                    drow[s.cols.v + hc + 32 * e] = __float2bfloat16(dvc[e]);
-                    if (s.qw) {
-                        qprod[r * dh + lane + 32 * e] = prod[0][e];
-                        kprod[r * dh + lane + 32 * e] = prod[1][e];
-                    }
-                }
-                if (lane == 0 && s.cols.k_shift >= 0) drow[s.cols.k_shift + h] = __float2bfloat16(dal[0] * alk * (1.0f - alk));
-                if (lane == 0 && s.cols.v_shift >= 0) drow[s.cols.v_shift + h] = __float2bfloat16(dal[1] * alv * (1.0f - alv));
+                    for (int e = 0; e < 4; e++) qacc[e] += prod[0][e], kacc[e] += prod[1][e];
+                if (gl == 0 && s.cols.k_shift >= 0) drow[s.cols.k_shift + h] = __float2bfloat16(dal[0] * alk * (1.0f - alk));
+                if (gl == 0 && s.cols.v_shift >= 0) drow[s.cols.v_shift + h] = __float2bfloat16(dal[1] * alv * (1.0f - alv));
             }
             // row t − 1's next row is this one (it takes row t − 1 exactly when this row has a previous)
             hn = cur.hp;
             akn = alk;
             avn = alv;
 #pragma unroll
-            for (int e = 0; e < PER_LANE; e++) {
+            for (int e = 0; e < 4; e++) {
                 dksn[e] = dx[1][e];
                 gvn[e] = cur.gv[e];
                 kc[e] = cur.kp[e];
@@ -829,30 +864,34 @@ __global__ void __launch_bounds__(qkv_bwd_warps(PER_LANE) * 32, PER_LANE == 2 ? 
             p = pn;
         }
     }
-    if (s.qw) {
-        __syncthreads();
-        int w = threadIdx.x / 32;  // warp 0 sums q's parts, warp 1 k's
-        if (w < 2) head_row_partials_store<PER_LANE>(w ? kpart : qpart, w ? kprod : qprod, n1 - r0, dh, lane);
-    }
+    if (s.qw) qkv_partials_store<DH>(qpart, kpart, red, qacc, kacc, walker, gl, N);
+}
+
+template <int DH>
+static void qkv_backward_launch(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,
+                                const QkvInputs &s, cudaStream_t st) {
+    using S = QkvBwdShape<DH>;
+    const int N = s.B * s.T;
+    dim3 grid = head_grid(N, s.H);
+    grid.y = (N + S::rows - 1) / S::rows;
+    qkv_backward_kernel<DH><<<grid, S::threads, 0, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
+    FOX_LAUNCH_CHECK();
 }
 
 // The backward of the attention inputs (q, k, v → dproj's q, k, v and shift columns) and the QK-norm
 // weight gradients dqw, dkw (with QK-norm). part: 2·colsum_rows_floats(N, D) floats,
-// part2: colsum_scratch_floats(head_blocks(N)·H, D).
+// part2: colsum_scratch_floats(head_blocks(N)·H, D). The walkers' vector accesses need the q, k, v columns
+// and proj's row stride in multiples of 4 (train_fox.cu pads the stride to 64).
 static inline void fox_qkv_backward(bf16 *dproj, float *dqw, float *dkw, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                                     const QkvInputs &s, float *part, float *part2, cudaStream_t st) {
     int N = s.B * s.T;
-    float *qpart = part, *kpart = part + colsum_rows_floats(N, s.H * s.dh);
-    dim3 grid = head_grid(N, s.H);
-    int smem = s.qw ? (int)(2 * HEAD_BLOCK_ROWS * s.dh * sizeof(float)) : 0;
-    if (s.dh == 64) {
-        FOX_CUDA_CHECK(cudaFuncSetAttribute(qkv_backward_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        qkv_backward_kernel<2><<<grid, qkv_bwd_warps(2) * 32, smem, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
-    } else {
-        FOX_CUDA_CHECK(cudaFuncSetAttribute(qkv_backward_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        qkv_backward_kernel<4><<<grid, qkv_bwd_warps(4) * 32, smem, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
+    if ((s.ld | s.cols.q | s.cols.k | s.cols.v) % 4 || (uintptr_t)s.proj % 16 || (uintptr_t)dproj % 8) {
+        fprintf(stderr, "error: fox_qkv_backward needs proj's row stride and q, k, v columns in multiples of 4\n");
+        exit(EXIT_FAILURE);
     }
-    FOX_LAUNCH_CHECK();
+    float *qpart = part, *kpart = part + colsum_rows_floats(N, s.H * s.dh);
+    if (s.dh == 64) qkv_backward_launch<64>(dproj, qpart, kpart, dq, dk, dv, s, st);
+    else qkv_backward_launch<128>(dproj, qpart, kpart, dq, dk, dv, s, st);
     if (s.qw) {
         head_partials_accumulate(dqw, qpart, N, s.H, s.dh, s.wstride == 0, part2, st);
         head_partials_accumulate(dkw, kpart, N, s.H, s.dh, s.wstride == 0, part2, st);

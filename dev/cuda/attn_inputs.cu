@@ -15,10 +15,14 @@
 //   version 3 (session 14): version 2 with fewer instructions: positions stepped, not divided (QkvPos), d_h a
 //     constant, the norm weights in registers, q's and the shifted key's norm backward and the two dα sums with
 //     their reductions interleaved (warp_sums), straight-line.
-//   version 4 (fox/kernels.cuh, session 21): at d_h 64 four warps a block, each walking 16 rows, not eight of
-//     8: a run's row after (walked twice) is one row in 17, not in 9. The same bits (KC_HASH), 4% faster.
+//   version 4 (session 21, below): at d_h 64 four warps a block, each walking 16 rows, not eight of 8: a run's
+//     row after (walked twice) is one row in 17, not in 9. The same bits as version 1, 4% faster.
+//   version 5 (fox/kernels.cuh, session 22): a walker of dh / 4 lanes a row, each lane 4 adjacent elements
+//     (vector loads and stores; at d_h 64 a half-warp a row, so a warp's per-row instructions serve two rows);
+//     the norm-weight parts summed per walker in registers. Its row sums add other pairs of elements first, so
+//     its bits differ from version 4's in the last places: it is checked against the fp64 reference.
 // Version 1 calls the same per-row helpers for one row at a time (head_norm_backward_rows, qk_norm_rope_rows),
-// so the bitwise comparison shows that the walk and the interleaving change nothing; KC_HASH=1 compares two
+// so version 4's bitwise comparison with it shows that the walk and the interleaving change nothing; KC_HASH=1 compares two
 // builds (kcheck.h).
 // With the document mask (docs/model.md §1.8; separators at random, position 0 among them) the KV-shift does
 // not reach back across a separator, forward and backward.
@@ -219,6 +223,181 @@ static void qkv_backward_v1(bf16 *dproj, float *dqw, float *dkw, const bf16 *dq,
     LAUNCH_HEADS(kv_backward_v1, s.dh, (size_t)N * s.H, st, dproj, dks, dv, s);
 }
 
+// ---- version 4 of the backward, as fox/kernels.cuh had it (session 21): a warp a head-row, lane l holding
+// elements l and l + 32 (l + 32e at d_h 128)
+// The backward's warps a block at d_h 32·PER_LANE: at d_h 64 four, so that a warp walks 16 rows and fewer rows
+// are walked twice (each run's row after); at d_h 128 eight (six blocks of four do not fit its shared memory).
+__host__ __device__ constexpr int qkv_bwd_warps_v4(int per_lane) { return per_lane == 2 ? 4 : FOX_WARPS; }
+
+// One row's inputs of qkv_backward_v4_kernel (row p.n of head h), loaded a row ahead (two rows' loads in flight
+// per warp). The row's own k and v columns are not among them: the walk loaded them as the row after's kp, vp.
+template <int PER_LANE> struct QkvRowInV4 {
+    float gq[PER_LANE], gk[PER_LANE], gv[PER_LANE];  // dq, dk, dv
+    float q[PER_LANE];                                // the q columns of the row
+    float kp[PER_LANE], vp[PER_LANE];                 // the k, v columns of row n − 1 (0 when unread)
+    float ak, av;                                     // the shift logits (0 without KV-shift)
+    int hp;                                           // KV-shift takes row n − 1 (qkv_has_prev)
+};
+
+// Row n − 1 is read when KV-shift takes it or when it is the warp's next row (n − 1 >= lo). hc: the lane's
+// first column of head h, h·dh + lane.
+template <int PER_LANE>
+__device__ __forceinline__ void qkv_row_load_v4(QkvRowInV4<PER_LANE> &in, const bf16 *dq, const bf16 *dk, const bf16 *dv,
+                                             const QkvInputs &s, QkvPos p, int lo, int h, int hc, int lane) {
+    const float *row = s.proj + (size_t)p.n * s.ld;
+    in.ak = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
+    in.av = s.cols.v_shift >= 0 ? row[s.cols.v_shift + h] : 0.0f;
+    in.hp = qkv_has_prev(s, (size_t)p.n, p.t);
+    int above = in.hp || p.n - 1 >= lo;
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) {
+        int i = lane + 32 * e;
+        in.gq[e] = __bfloat162float(dq[p.o + i]);
+        in.gk[e] = __bfloat162float(dk[p.o + i]);
+        in.gv[e] = __bfloat162float(dv[p.o + i]);
+        in.q[e] = row[s.cols.q + hc + 32 * e];
+        in.kp[e] = above ? row[s.cols.k + hc + 32 * e - s.ld] : 0.0f;
+        in.vp[e] = above ? row[s.cols.v + hc + 32 * e - s.ld] : 0.0f;
+    }
+}
+
+// head_partials_store's sums from per-row values rows[r · dh + j] (r: the row in the block): warp w's rows
+// r = w, w + FOX_WARPS, ... in order, then the warps in order, so the bits are those of a warp accumulating
+// its strided rows. Called by one warp.
+template <int PER_LANE>
+__device__ __forceinline__ void head_row_partials_store_v4(float *part, const float *rows, int nrows, int dh, int lane) {
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) {
+        int j = lane + 32 * e;
+        float t = 0.0f;
+        for (int w = 0; w < FOX_WARPS; w++) {
+            float acc = 0.0f;
+            for (int r = w; r < nrows; r += FOX_WARPS) acc += rows[r * dh + j];
+            t += acc;
+        }
+        part[((size_t)blockIdx.y * gridDim.x + blockIdx.x) * dh + j] = t;
+    }
+}
+
+// Backward of eq. 15-19 in one pass: through RoPE and QK-norm for q and the shifted k, then KV-shift for k
+// and v: dproj's q, k, v and shift-logit columns and, with QK-norm, the weight gradients' block partials
+// (qpart, kpart; head_partials_accumulate). Grid: (head, HEAD_BLOCK_ROWS tokens); a warp walks its run of rows
+// (HEAD_BLOCK_ROWS / qkv_bwd_warps_v4) last first, so row t's dks and α_t are in registers when row t − 1 needs them, and row t − 1's k and
+// v, read as row t's shift input, are row t − 1's own. The row after the run has its dks computed again, by
+// the same loop (the same instructions, so the same bits as the warp that owns it).
+// Dynamic shared memory (QK-norm only): the rows' norm-weight parts, (2, HEAD_BLOCK_ROWS, dh) floats.
+// CPU: rope_apply (inverse), rmsnorm_backward and kv_shift_backward in attention_block_backward.
+// Bounded to 6 blocks of 4 warps an SM at d_h 64 (80 registers, a few bytes spilled) and 2 of 8 at d_h 128: the
+// warps' loads in flight are what the kernel's speed is (unbounded, fewer blocks, measured slower: docs/perf.md).
+template <int PER_LANE>
+__global__ void __launch_bounds__(qkv_bwd_warps_v4(PER_LANE) * 32, PER_LANE == 2 ? 6 : 2)
+    qkv_backward_v4_kernel(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,
+                        QkvInputs s) {
+    constexpr int dh = 32 * PER_LANE;
+    extern __shared__ float prods[];
+    int lane = threadIdx.x % 32, h = blockIdx.x, hc = h * dh + lane, N = s.B * s.T, r0 = blockIdx.y * HEAD_BLOCK_ROWS;
+    constexpr int run = HEAD_BLOCK_ROWS / qkv_bwd_warps_v4(PER_LANE);
+    int n1 = min(N, r0 + HEAD_BLOCK_ROWS), lo = r0 + threadIdx.x / 32 * run, hi = min(n1, lo + run);
+    float *qprod = prods, *kprod = prods + HEAD_BLOCK_ROWS * dh;
+    if (lo < hi) {
+        float qw[PER_LANE], kw[PER_LANE];
+        qk_weights<PER_LANE>(qw, kw, s, h, lane);
+        QkvRowInV4<PER_LANE> cur, next;
+        float kc[PER_LANE], vc[PER_LANE];                                        // the current row's k, v columns
+        float dksn[PER_LANE] = {}, gvn[PER_LANE] = {}, akn = 0.0f, avn = 0.0f;  // the next row's dks, dv, α's
+        int hn = 0;                                                              // the next row takes this one
+        // the walk starts at the row after the run when that row takes the run's last (its dks alone)
+        int tn = (hi - 1) % s.T + 1, top = tn < s.T && qkv_has_prev(s, hi, tn) ? hi : hi - 1;
+        QkvPos p = qkv_pos(s, top, h, dh);
+        qkv_row_load_v4<PER_LANE>(cur, dq, dk, dv, s, p, lo, h, hc, lane);
+        head_cols<PER_LANE>(kc, s.proj + (size_t)top * s.ld, s.cols.k, h, dh, lane);
+        head_cols<PER_LANE>(vc, s.proj + (size_t)top * s.ld, s.cols.v, h, dh, lane);
+        while (p.n >= lo) {
+            QkvPos pn = qkv_pos_prev(s, p, dh);
+            if (pn.n >= lo) qkv_row_load_v4<PER_LANE>(next, dq, dk, dv, s, pn, lo, h, hc, lane);
+            if (s.rope_cos) {
+                rope_rotate<PER_LANE>(cur.gq, s, p.t, lane, 1);
+                rope_rotate<PER_LANE>(cur.gk, s, p.t, lane, 1);
+            }
+            float alk = s.cols.k_shift >= 0 ? sigmoidf_(cur.ak) : 0.0f;
+            float alv = s.cols.v_shift >= 0 ? sigmoidf_(cur.av) : 0.0f;
+            // q (row 0) and the shifted key y_t (row 1) through QK-norm side by side; dx[1] is dks, y_t's gradient
+            float x[2][PER_LANE], g[2][PER_LANE], w[2][PER_LANE], dx[2][PER_LANE], prod[2][PER_LANE];
+            kv_shift<PER_LANE>(x[1], kc, cur.kp, alk, cur.hp, s.cols.k_shift);
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                x[0][e] = cur.q[e];
+                g[0][e] = dx[0][e] = cur.gq[e];
+                g[1][e] = dx[1][e] = cur.gk[e];
+                w[0][e] = qw[e];
+                w[1][e] = kw[e];
+            }
+            if (s.qw) head_norm_backward_rows<PER_LANE, 2>(dx, prod, x, g, w, FOX_QK_NORM_EPS);
+            float dkc[PER_LANE], dvc[PER_LANE], dal[2];  // the gradients of the k, v columns and shift logits
+            dal[0] = shift_backward<PER_LANE>(dkc, dx[1], dksn, akn, hn, kc, cur.kp, alk, cur.hp, s.cols.k_shift);
+            dal[1] = shift_backward<PER_LANE>(dvc, cur.gv, gvn, avn, hn, vc, cur.vp, alv, cur.hp, s.cols.v_shift);
+            warp_sums<2>(dal);
+            if (p.n < hi) {  // the row after the run is another warp's: its dks alone was wanted
+                int r = p.n - r0;
+                bf16 *drow = dproj + (size_t)p.n * s.ld;
+#pragma unroll
+                for (int e = 0; e < PER_LANE; e++) {
+                    drow[s.cols.q + hc + 32 * e] = __float2bfloat16(dx[0][e]);
+                    drow[s.cols.k + hc + 32 * e] = __float2bfloat16(dkc[e]);
+                    drow[s.cols.v + hc + 32 * e] = __float2bfloat16(dvc[e]);
+                    if (s.qw) {
+                        qprod[r * dh + lane + 32 * e] = prod[0][e];
+                        kprod[r * dh + lane + 32 * e] = prod[1][e];
+                    }
+                }
+                if (lane == 0 && s.cols.k_shift >= 0) drow[s.cols.k_shift + h] = __float2bfloat16(dal[0] * alk * (1.0f - alk));
+                if (lane == 0 && s.cols.v_shift >= 0) drow[s.cols.v_shift + h] = __float2bfloat16(dal[1] * alv * (1.0f - alv));
+            }
+            // row t − 1's next row is this one (it takes row t − 1 exactly when this row has a previous)
+            hn = cur.hp;
+            akn = alk;
+            avn = alv;
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                dksn[e] = dx[1][e];
+                gvn[e] = cur.gv[e];
+                kc[e] = cur.kp[e];
+                vc[e] = cur.vp[e];
+            }
+            cur = next;
+            p = pn;
+        }
+    }
+    if (s.qw) {
+        __syncthreads();
+        int w = threadIdx.x / 32;  // warp 0 sums q's parts, warp 1 k's
+        if (w < 2) head_row_partials_store_v4<PER_LANE>(w ? kpart : qpart, w ? kprod : qprod, n1 - r0, dh, lane);
+    }
+}
+
+// The backward of the attention inputs (q, k, v → dproj's q, k, v and shift columns) and the QK-norm
+// weight gradients dqw, dkw (with QK-norm). part: 2·colsum_rows_floats(N, D) floats,
+// part2: colsum_scratch_floats(head_blocks(N)·H, D).
+static void qkv_backward_v4(bf16 *dproj, float *dqw, float *dkw, const bf16 *dq, const bf16 *dk, const bf16 *dv,
+                                    const QkvInputs &s, float *part, float *part2, cudaStream_t st) {
+    int N = s.B * s.T;
+    float *qpart = part, *kpart = part + colsum_rows_floats(N, s.H * s.dh);
+    dim3 grid = head_grid(N, s.H);
+    int smem = s.qw ? (int)(2 * HEAD_BLOCK_ROWS * s.dh * sizeof(float)) : 0;
+    if (s.dh == 64) {
+        FOX_CUDA_CHECK(cudaFuncSetAttribute(qkv_backward_v4_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        qkv_backward_v4_kernel<2><<<grid, qkv_bwd_warps_v4(2) * 32, smem, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
+    } else {
+        FOX_CUDA_CHECK(cudaFuncSetAttribute(qkv_backward_v4_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        qkv_backward_v4_kernel<4><<<grid, qkv_bwd_warps_v4(4) * 32, smem, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
+    }
+    FOX_LAUNCH_CHECK();
+    if (s.qw) {
+        head_partials_accumulate(dqw, qpart, N, s.H, s.dh, s.wstride == 0, part2, st);
+        head_partials_accumulate(dkw, kpart, N, s.H, s.dh, s.wstride == 0, part2, st);
+    }
+}
+
 struct Cfg {
     int B, T, H, dh;
     bool shift, norm, shared, rope;
@@ -265,11 +444,12 @@ static void run(const Cfg &c) {
     float *d_proj = to_device(proj), *d_qw = to_device(qw), *d_kw = to_device(kw), *d_cs = to_device(cs),
           *d_sn = to_device(sn), *d_dks = dmalloc<float>(n), *d_rows = dmalloc<float>(2 * colsum_rows_floats(N, D)),
           *d_dqw = dmalloc<float>(nw), *d_dkw = dmalloc<float>(nw), *d_dqw1 = dmalloc<float>(nw), *d_dkw1 = dmalloc<float>(nw),
+          *d_dqw4 = dmalloc<float>(nw), *d_dkw4 = dmalloc<float>(nw),
           *d_part = dmalloc<float>(colsum_scratch_floats((size_t)N * H, D));
     bf16 *d_q = dmalloc<bf16>(n), *d_k = dmalloc<bf16>(n), *d_v = dmalloc<bf16>(n), *d_q1 = dmalloc<bf16>(n),
          *d_k1 = dmalloc<bf16>(n), *d_v1 = dmalloc<bf16>(n), *d_dq = to_device(dq),
          *d_dk = to_device(dk), *d_dv = to_device(dv), *d_dproj = dmalloc<bf16>((size_t)N * ld),
-         *d_dproj1 = dmalloc<bf16>((size_t)N * ld);
+         *d_dproj1 = dmalloc<bf16>((size_t)N * ld), *d_dproj4 = dmalloc<bf16>((size_t)N * ld);
     QkvInputs s;
     s.proj = d_proj;
     s.ld = ld;
@@ -400,6 +580,9 @@ static void run(const Cfg &c) {
     auto bwd = [&] {
         fox_qkv_backward(d_dproj, c.norm ? d_dqw : nullptr, c.norm ? d_dkw : nullptr, d_dq, d_dk, d_dv, s, d_rows, d_part, 0);
     };
+    auto bwd4 = [&] {
+        qkv_backward_v4(d_dproj4, c.norm ? d_dqw4 : nullptr, c.norm ? d_dkw4 : nullptr, d_dq, d_dk, d_dv, s, d_rows, d_part, 0);
+    };
     auto bwd1 = [&] {
         qkv_backward_v1(d_dproj1, c.norm ? d_dqw1 : nullptr, c.norm ? d_dkw1 : nullptr, d_dq, d_dk, d_dv, s, d_dks, d_rows,
                         d_part, 0);
@@ -422,12 +605,16 @@ static void run(const Cfg &c) {
 
     poison(d_dproj, (size_t)N * ld);
     poison(d_dproj1, (size_t)N * ld);
+    poison(d_dproj4, (size_t)N * ld);
     poison(d_dks, n);
     upload(d_dqw, dqw0);
     upload(d_dkw, dkw0);
     upload(d_dqw1, dqw0);
     upload(d_dkw1, dkw0);
+    upload(d_dqw4, dqw0);
+    upload(d_dkw4, dkw0);
     bwd();
+    bwd4();
     bwd1();
     std::vector<bf16> dp = to_host(d_dproj, (size_t)N * ld);
     auto cols = [&](int col, int w) {
@@ -453,29 +640,30 @@ static void run(const Cfg &c) {
         printf("    %-20s %s\n", what, ok ? "bitwise ok" : "FAIL");
         if (!ok) gb.ok = false, kc_failures++;
     };
-    std::vector<bf16> dp1 = to_host(d_dproj1, (size_t)N * ld);
-    same("dproj = version 1's", dp.data(), dp1.data(), (size_t)N * ld * sizeof(bf16));
-    if (memcmp(dp.data(), dp1.data(), (size_t)N * ld * sizeof(bf16))) {  // where: elements that differ per column block
+    // version 4 (a warp a row) against version 1: the same per-row helpers, so the same bits
+    std::vector<bf16> dp1 = to_host(d_dproj1, (size_t)N * ld), dp4 = to_host(d_dproj4, (size_t)N * ld);
+    same("v4 dproj = v1's", dp4.data(), dp1.data(), (size_t)N * ld * sizeof(bf16));
+    if (memcmp(dp4.data(), dp1.data(), (size_t)N * ld * sizeof(bf16))) {  // where: elements that differ per column block
         const char *names[] = {"q", "k", "v", "shift logits", "other"};
         size_t count[5] = {};
         for (size_t r = 0; r < (size_t)N; r++)
             for (int k = 0; k < ld; k++) {
                 const size_t i = r * ld + k;
-                if (!memcmp(&dp[i], &dp1[i], sizeof(bf16))) continue;
+                if (!memcmp(&dp4[i], &dp1[i], sizeof(bf16))) continue;
                 const int blk = k < 3 * D ? k / D : (k < 4 * D + 2 * H && k >= 4 * D ? 3 : 4);
                 if (!count[blk]++)
                     printf("      first in %s: row %zu (t %zu) column %d: %.9g against %.9g\n", names[blk], r, r % T, k,
-                           bf(dp[i]), bf(dp1[i]));
+                           bf(dp4[i]), bf(dp1[i]));
             }
         for (int b = 0; b < 5; b++)
             if (count[b]) printf("      %s: %zu elements differ\n", names[b], count[b]);
     }
     if (c.norm) {
-        same("dqw = version 1's", to_host(d_dqw, nw).data(), to_host(d_dqw1, nw).data(), nw * sizeof(float));
-        same("dkw = version 1's", to_host(d_dkw, nw).data(), to_host(d_dkw1, nw).data(), nw * sizeof(float));
+        same("v4 dqw = v1's", to_host(d_dqw4, nw).data(), to_host(d_dqw1, nw).data(), nw * sizeof(float));
+        same("v4 dkw = v1's", to_host(d_dkw4, nw).data(), to_host(d_dkw1, nw).data(), nw * sizeof(float));
     }
 
-    double tf = time_ms(fwd), tf1 = time_ms(fwd1), tb = time_ms(bwd), tb1 = time_ms(bwd1);
+    double tf = time_ms(fwd), tf1 = time_ms(fwd1), tb = time_ms(bwd), tb4 = time_ms(bwd4), tb1 = time_ms(bwd1);
     // bytes per element of (N, D): fwd reads the q, k, v columns (fp32) and writes q, k, v (bf16); the
     // shift logits, RoPE tables and norm weights are per head / per position.
     const double al = c.shift ? 2.0 * N * H * 4 : 0.0, rt = c.rope ? 2.0 * T * half * 4 : 0.0;
@@ -489,10 +677,11 @@ static void run(const Cfg &c) {
     summary("attn_inputs", "fwd", shape, gf, tf, bytes_f);
     summary("attn_inputs", "v1 fwd", shape, gf, tf1, bytes_f);
     summary("attn_inputs", "bwd(one pass+colsum)", shape, gb, tb, bytes_b);
+    summary("attn_inputs", "v4 bwd", shape, gb, tb4, bytes_b);
     summary("attn_inputs", "v1 bwd(qk+colsum+kv)", shape, gb, tb1, bytes_b1);
-    float *fl[] = {d_proj, d_qw, d_kw, d_cs, d_sn, d_dks, d_rows, d_dqw, d_dkw, d_dqw1, d_dkw1, d_part};
+    float *fl[] = {d_proj, d_qw, d_kw, d_cs, d_sn, d_dks, d_rows, d_dqw, d_dkw, d_dqw1, d_dkw1, d_dqw4, d_dkw4, d_part};
     for (float *p : fl) cudaFree(p);
-    bf16 *bl[] = {d_q, d_k, d_v, d_q1, d_k1, d_v1, d_dq, d_dk, d_dv, d_dproj, d_dproj1};
+    bf16 *bl[] = {d_q, d_k, d_v, d_q1, d_k1, d_v1, d_dq, d_dk, d_dv, d_dproj, d_dproj1, d_dproj4};
     for (bf16 *p : bl) cudaFree(p);
     cudaFree(d_tokens);
 }
