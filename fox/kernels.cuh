@@ -685,14 +685,13 @@ template <int DH> struct QkvBwdShape {
     static_assert(rows % HEAD_BLOCK_ROWS == 0, "a block's partials are whole rows of head_partials_accumulate's");
 };
 
-// A lane's 4 adjacent elements: fp32 as one float4, bf16 as one 8-byte word (p aligned to it).
+// A lane's 4 adjacent elements: fp32 as one float4 (p aligned to it); bf16 as the 8-byte word loaded.
 __device__ __forceinline__ void load_f32x4(float x[4], const float *p) {
     const float4 v = *reinterpret_cast<const float4 *>(p);
     x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
 }
 
-__device__ __forceinline__ void load_bf16x4(float x[4], const bf16 *p) {
-    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+__device__ __forceinline__ void unpack_bf16x4(float x[4], uint2 u) {
     const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
     const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
     x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
@@ -716,7 +715,7 @@ __device__ __forceinline__ void rope_unrotate4(float x[4], const QkvInputs &s, i
 // One row's inputs of qkv_backward_kernel (row p.n of head h), loaded a row ahead (two rows' loads in flight
 // per walker). The row's own k and v columns are not among them: the walk loaded them as the row after's kp, vp.
 struct QkvRowIn {
-    float gq[4], gk[4], gv[4];  // dq, dk, dv
+    uint2 gq, gk, gv;           // dq, dk, dv: 4 bf16 each, as loaded (unpacked when used: fewer registers in flight)
     float q[4];                 // the q columns of the row
     float kp[4], vp[4];         // the k, v columns of row n − 1 (0 when unread)
     float ak, av;               // the shift logits (0 without KV-shift)
@@ -731,9 +730,9 @@ __device__ __forceinline__ void qkv_row_load(QkvRowIn &in, const bf16 *dq, const
     in.ak = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
     in.av = s.cols.v_shift >= 0 ? row[s.cols.v_shift + h] : 0.0f;
     in.hp = qkv_has_prev(s, (size_t)p.n, p.t);
-    load_bf16x4(in.gq, dq + p.o + oi);
-    load_bf16x4(in.gk, dk + p.o + oi);
-    load_bf16x4(in.gv, dv + p.o + oi);
+    in.gq = *reinterpret_cast<const uint2 *>(dq + p.o + oi);
+    in.gk = *reinterpret_cast<const uint2 *>(dk + p.o + oi);
+    in.gv = *reinterpret_cast<const uint2 *>(dv + p.o + oi);
     load_f32x4(in.q, row + s.cols.q + c);
     if (in.hp || p.n - 1 >= lo) {
         load_f32x4(in.kp, row - s.ld + s.cols.k + c);
@@ -816,9 +815,13 @@ __global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
         while (p.n >= lo) {
             QkvPos pn = qkv_pos_prev(s, p, DH);
             if (pn.n >= lo) qkv_row_load(next, dq, dk, dv, s, pn, lo, h, c, 4 * gl);
+            float gq[4], gk[4], gv[4];
+            unpack_bf16x4(gq, cur.gq);
+            unpack_bf16x4(gk, cur.gk);
+            unpack_bf16x4(gv, cur.gv);
             if (s.rope_cos) {
-                rope_unrotate4<L>(cur.gq, s, p.t, gl);
-                rope_unrotate4<L>(cur.gk, s, p.t, gl);
+                rope_unrotate4<L>(gq, s, p.t, gl);
+                rope_unrotate4<L>(gk, s, p.t, gl);
             }
             float alk = s.cols.k_shift >= 0 ? sigmoidf_(cur.ak) : 0.0f;
             float alv = s.cols.v_shift >= 0 ? sigmoidf_(cur.av) : 0.0f;
@@ -828,15 +831,15 @@ __global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 x[0][e] = cur.q[e];
-                g[0][e] = dx[0][e] = cur.gq[e];
-                g[1][e] = dx[1][e] = cur.gk[e];
+                g[0][e] = dx[0][e] = gq[e];
+                g[1][e] = dx[1][e] = gk[e];
                 w[0][e] = qw[e];
                 w[1][e] = kw[e];
             }
             if (s.qw) head_norm_backward_rows<4, 2, L>(dx, prod, x, g, w, FOX_QK_NORM_EPS);
             float dkc[4], dvc[4], dal[2];  // the gradients of the k, v columns and shift logits
             dal[0] = shift_backward<4>(dkc, dx[1], dksn, akn, hn, kc, cur.kp, alk, cur.hp, s.cols.k_shift);
-            dal[1] = shift_backward<4>(dvc, cur.gv, gvn, avn, hn, vc, cur.vp, alv, cur.hp, s.cols.v_shift);
+            dal[1] = shift_backward<4>(dvc, gv, gvn, avn, hn, vc, cur.vp, alv, cur.hp, s.cols.v_shift);
             group_sums<2, L>(dal);
             if (p.n < hi) {  // the row after the run is another walker's: its dks alone was wanted
                 bf16 *drow = dproj + (size_t)p.n * s.ld;
@@ -856,7 +859,7 @@ __global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 dksn[e] = dx[1][e];
-                gvn[e] = cur.gv[e];
+                gvn[e] = gv[e];
                 kc[e] = cur.kp[e];
                 vc[e] = cur.vp[e];
             }
