@@ -19,7 +19,8 @@
 //     row after (walked twice) is one row in 17, not in 9. The same bits as version 1, 4% faster.
 //   version 5 (fox/kernels.cuh, session 22): a walker of dh / 4 lanes a row, each lane 4 adjacent elements
 //     (vector loads and stores; at d_h 64 a half-warp a row, so a warp's per-row instructions serve two rows);
-//     the norm-weight parts summed per walker in registers. Its row sums add other pairs of elements first, so
+//     the norm-weight parts summed per walker in registers; dq, dk, dv held packed as loaded until used (128
+//     registers, no spills). Its row sums add other pairs of elements first, so
 //     its bits differ from version 4's in the last places: it is checked against the fp64 reference.
 // Version 1 calls the same per-row helpers for one row at a time (head_norm_backward_rows, qk_norm_rope_rows),
 // so version 4's bitwise comparison with it shows that the walk and the interleaving change nothing; KC_HASH=1 compares two
