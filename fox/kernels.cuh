@@ -760,6 +760,14 @@ __device__ __forceinline__ float shift_backward(float dx[PER_LANE], const float 
     return dal;
 }
 
+// A row's shift-logit gradients (dproj's k_shift and v_shift columns of head h, where KV-shift is on) from dα
+// (dak: keys', dav: values') through the sigmoid α = σ(logit); stored by the lane where lead.
+__device__ __forceinline__ void shift_logit_grads_store(bf16 *drow, int lead, float dak, float dav, float alk, float alv,
+                                                        const QkvInputs &s, int h) {
+    if (lead && s.cols.k_shift >= 0) drow[s.cols.k_shift + h] = __float2bfloat16(dak * alk * (1.0f - alk));
+    if (lead && s.cols.v_shift >= 0) drow[s.cols.v_shift + h] = __float2bfloat16(dav * alv * (1.0f - alv));
+}
+
 // The block's QK-norm weight partials: each walker's sums of its rows' dy⊙x̂ (in its walk's order) added in walker
 // order, a row of part for each HEAD_BLOCK_ROWS rows of the block (head_partials_accumulate adds the rows).
 template <int DH>
@@ -849,8 +857,7 @@ __global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
                 if (s.qw)
 #pragma unroll
                     for (int e = 0; e < 4; e++) qacc[e] += prod[0][e], kacc[e] += prod[1][e];
-                if (gl == 0 && s.cols.k_shift >= 0) drow[s.cols.k_shift + h] = __float2bfloat16(dal[0] * alk * (1.0f - alk));
-                if (gl == 0 && s.cols.v_shift >= 0) drow[s.cols.v_shift + h] = __float2bfloat16(dal[1] * alv * (1.0f - alv));
+                shift_logit_grads_store(drow, gl == 0, dal[0], dal[1], alk, alv, s, h);
             }
             // row t − 1's next row is this one (it takes row t − 1 exactly when this row has a previous)
             hn = cur.hp;

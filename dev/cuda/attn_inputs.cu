@@ -351,8 +351,7 @@ __global__ void __launch_bounds__(qkv_bwd_warps_v4(PER_LANE) * 32, PER_LANE == 2
                         kprod[r * dh + lane + 32 * e] = prod[1][e];
                     }
                 }
-                if (lane == 0 && s.cols.k_shift >= 0) drow[s.cols.k_shift + h] = __float2bfloat16(dal[0] * alk * (1.0f - alk));
-                if (lane == 0 && s.cols.v_shift >= 0) drow[s.cols.v_shift + h] = __float2bfloat16(dal[1] * alv * (1.0f - alv));
+                shift_logit_grads_store(drow, lane == 0, dal[0], dal[1], alk, alv, s, h);
             }
             // row t − 1's next row is this one (it takes row t − 1 exactly when this row has a previous)
             hn = cur.hp;
