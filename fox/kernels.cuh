@@ -433,9 +433,9 @@ typedef struct {
     int sep;                     // the document mask's separator (docs/model.md §1.8); -1: no mask
 } QkvInputs;
 
-// Rows of a block of the per-head kernels each warp of qkv_forward_kernel and qkv_backward_kernel walks.
+// Rows of a block of the per-head kernels each warp of qkv_forward_kernel walks.
 #define QKV_RUN (HEAD_BLOCK_ROWS / FOX_WARPS)
-static_assert(HEAD_BLOCK_ROWS % FOX_WARPS == 0, "the qkv kernels split a block's rows evenly among its warps");
+static_assert(HEAD_BLOCK_ROWS % FOX_WARPS == 0, "qkv_forward_kernel splits a block's rows evenly among its warps");
 
 // Whether row n (position t of its sequence) takes KV-shift's previous row: t > 0 and, under the document
 // mask, the token is not a separator (fox_doc_has_prev). CPU: shift_prev.
