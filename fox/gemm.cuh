@@ -265,17 +265,18 @@ static inline void linear_backward_input(Gemm *g, void *din, cudaDataType_t dtyp
     gemm_colmajor(g, 0, 0, IN, N, OUT, W, IN, dout, ldd, NULL, din, IN, dtype, 0, scale);
 }
 
-// Row-major: dW (OUT, IN) fp32 += scale · dout (N, OUT, ld ldd)ᵀ · in (N, IN). Accumulating in fp32 across
+// Row-major: dW (OUT, IN) fp32 += scale · dout (N, OUT, ld ldd)ᵀ · in (N, IN), or = when not accumulate (a
+// gradient's first product of a step, so that it need not be zeroed first). Accumulating in fp32 across
 // micro-batches is what gradient accumulation needs. With OUT not a multiple of 8 (the vocabulary's
 // lm_head) cuBLASLt offers only slow algorithms, so the first OUT rounded down to 64 rows and the rest are
 // two products.
 static inline void linear_backward_weight(Gemm *g, float *dW, const bf16 *dout, int ldd, const bf16 *in, int N, int IN, int OUT,
-                                          float scale) {
+                                          float scale, int accumulate) {
     int head = OUT % 8 ? OUT / 64 * 64 : OUT;
-    if (head) gemm_colmajor(g, 0, 1, IN, head, N, in, IN, dout, ldd, dW, dW, IN, CUDA_R_32F, 1, scale);
+    if (head) gemm_colmajor(g, 0, 1, IN, head, N, in, IN, dout, ldd, dW, dW, IN, CUDA_R_32F, accumulate, scale);
     if (head < OUT)
         gemm_colmajor(g, 0, 1, IN, OUT - head, N, in, IN, dout + head, ldd, dW + (size_t)head * IN, dW + (size_t)head * IN, IN,
-                      CUDA_R_32F, 1, scale);
+                      CUDA_R_32F, accumulate, scale);
 }
 
 #endif

@@ -91,27 +91,31 @@ static void sweep(Gemm *g, const Product &p) {
     cudaFree(A); cudaFree(B); cudaFree(C); cudaFree(D);
 }
 
-// linear_backward_weight (dW += scale · doutᵀ in, row-major) against an fp64 host product, at OUT values that
-// take the split into a multiple of 64 and the rest, and one that does not.
+// linear_backward_weight (dW += scale · doutᵀ in, row-major; and dW = scale · doutᵀ in, a step's first product,
+// over a dW of NaNs that it must not read) against an fp64 host product, at OUT values that take the split into
+// a multiple of 64 and the rest, and one that does not.
 static void check_backward_weight(Gemm *g, int N, int IN, int OUT) {
     const int ldd = (OUT + 63) / 64 * 64;
     std::vector<bf16> dout = rand_bf16((size_t)N * ldd, -1, 1), in = rand_bf16((size_t)N * IN, -1, 1);
-    std::vector<float> w0 = rand_f32((size_t)OUT * IN, -1, 1);
+    std::vector<float> w0 = rand_f32((size_t)OUT * IN, -1, 1), nans((size_t)OUT * IN, NAN);
     bf16 *d_dout = to_device(dout), *d_in = to_device(in);
-    float *d_w = to_device(w0);
+    float *d_w = to_device(w0), *d_w1 = to_device(nans);
     const float scale = 0.5f;
-    linear_backward_weight(g, d_w, d_dout, ldd, d_in, N, IN, OUT, scale);
-    std::vector<double> ref((size_t)OUT * IN);
+    linear_backward_weight(g, d_w, d_dout, ldd, d_in, N, IN, OUT, scale, 1);
+    linear_backward_weight(g, d_w1, d_dout, ldd, d_in, N, IN, OUT, scale, 0);
+    std::vector<double> ref((size_t)OUT * IN), ref1((size_t)OUT * IN);
     for (int o = 0; o < OUT; o++)
         for (int i = 0; i < IN; i++) {
             double acc = 0;
             for (int n = 0; n < N; n++) acc += bf(dout[(size_t)n * ldd + o]) * bf(in[(size_t)n * IN + i]);
             ref[(size_t)o * IN + i] = w0[(size_t)o * IN + i] + scale * acc;
+            ref1[(size_t)o * IN + i] = scale * acc;
         }
     Group gr;
     printf("linear_backward_weight N %d IN %d OUT %d\n", N, IN, OUT);
-    check_f32(gr, "dW", d_w, ref, TOL_F32_RED);
-    cudaFree(d_dout); cudaFree(d_in); cudaFree(d_w);
+    check_f32(gr, "dW +=", d_w, ref, TOL_F32_RED);
+    check_f32(gr, "dW = (over NaN)", d_w1, ref1, TOL_F32_RED);
+    cudaFree(d_dout); cudaFree(d_in); cudaFree(d_w); cudaFree(d_w1);
 }
 
 int main(int argc, char **argv) {

@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
     TIME("cross entropy, loss only", 0, fox_crossentropy(a->losses, a->logits, a->targets, N, V, m.VP, 1.0f / N, 0, m.stream));
     TIME("cross entropy fwd+bwd (fused)", 0, fox_crossentropy(a->losses, a->logits, a->targets, N, V, m.VP, 1.0f / N, 1, m.stream));
     TIME("gemm lm_head dx", 0, linear_backward_input(&m.gemm, s->dxn, CUDA_R_32F, a->logits, m.VP, wbf(&m, FOX_P_lm_head_w, 0), N, D, m.VP, 1.0f));
-    TIME("gemm lm_head dW", 0, linear_backward_weight(&m.gemm, grad(&m, FOX_P_lm_head_w, 0), a->logits, m.VP, a->xnf, N, D, V, 1.0f));
+    TIME("gemm lm_head dW", 0, linear_backward_weight(&m.gemm, grad(&m, FOX_P_lm_head_w, 0), a->logits, m.VP, a->xnf, N, D, V, 1.0f, 1));
     // Blocks that keep xn, z and h (outs_kept) skip their backward kernels' rewrites.
     const int kept = m.outs_kept > 0;
     bf16 *rw_xn = rewritten(&m, 0, a->xn2), *rw_z = rewritten(&m, 0, a->z), *rw_h = rewritten(&m, 0, a->mlp_h);
@@ -90,18 +90,18 @@ int main(int argc, char **argv) {
     if (m.qkv_kept < L) TIME("qkv recompute (fwd kernel)", 1, fox_qkv_forward(a->q[0], a->k[0], a->v[0], qs, m.stream));
     TIME("gemm mlp_out dx", 1, linear_backward_input(&m.gemm, s->dh, CUDA_R_16BF, s->dres_bf, D, wbf(&m, FOX_P_mlp_out_w, 0), N, I, D, 1.0f));
     TIME(kept ? "swiglu bwd" : "swiglu bwd (+h)", 1, fox_swiglu_backward(s->du, rw_h, s->dh, a->mlp_u[0], N, I, m.stream));
-    TIME("gemm mlp_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_mlp_out_w, 0), s->dres_bf, D, a->mlp_h[0], N, I, D, 1.0f));
+    TIME("gemm mlp_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_mlp_out_w, 0), s->dres_bf, D, a->mlp_h[0], N, I, D, 1.0f, 1));
     TIME("gemm mlp_in dx", 1, linear_backward_input(&m.gemm, s->dxn, CUDA_R_32F, s->du, 2 * I, wbf(&m, FOX_P_mlp_in_w, 0), N, D, 2 * I, 1.0f));
     TIME(kept ? "rmsnorm bwd + colsum (x2/layer)" : "rmsnorm bwd + colsum (+xn, x2/layer)", 1, rmsnorm_backward(&m, s->dres_bf, rw_xn, a->mid[0], param(&m, FOX_P_ln2_w, 0), grad(&m, FOX_P_ln2_w, 0), N, 1); rmsnorm_backward(&m, s->dres_bf, rw_xn, a->mid[0], param(&m, FOX_P_ln2_w, 0), grad(&m, FOX_P_ln2_w, 0), N, 1));
-    TIME("gemm mlp_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_mlp_in_w, 0), s->du, 2 * I, a->xn2[0], N, D, 2 * I, 1.0f));
+    TIME("gemm mlp_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_mlp_in_w, 0), s->du, 2 * I, a->xn2[0], N, D, 2 * I, 1.0f, 1));
     TIME("gemm attn_out dx", 1, linear_backward_input(&m.gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(&m, FOX_P_attn_out_w, 0), N, D, D, 1.0f));
     TIME(kept ? "output bwd + colsum" : "output bwd + colsum (+z)", 1, fox_output_backward(s->d_o, s->dproj, rw_z, grad(&m, FOX_P_onorm_w, 0), s->dxn, a->o[0], a->proj[0], NINP, m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh, s->colsum_rows, s->colsum_part, m.stream));
-    TIME("gemm attn_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_out_w, 0), s->dres_bf, D, a->z[0], N, D, D, 1.0f));
+    TIME("gemm attn_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_out_w, 0), s->dres_bf, D, a->z[0], N, D, D, 1.0f, 1));
     TIME("attention bwd", 1, fox_attention_backward(a->q[0], a->k[0], a->v[0], a->c[0], a->o[0], a->lse[0], s->d_o, s->dc, s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, NULL, 1, m.stream));
     TIME("forget-gate bwd + colsum", 1, forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m.stream>>>(s->dproj, s->dfg, s->dlogf, a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T); colsum_accumulate(grad(&m, FOX_P_fgate_b, 0), s->dfg, N, H, H, s->colsum_part, m.stream));
     TIME("qkv bwd (one pass + colsums)", 1, fox_qkv_backward(s->dproj, grad(&m, FOX_P_qnorm_w, 0), grad(&m, FOX_P_knorm_w, 0), s->dq, s->dk, s->dv, qs, s->colsum_rows, s->colsum_part, m.stream));
     TIME("gemm attn_in dx", 1, linear_backward_input(&m.gemm, s->dxn, CUDA_R_32F, s->dproj, NINP, wbf(&m, FOX_P_attn_in_w, 0), N, D, NINP, 1.0f));
-    TIME("gemm attn_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_in_w, 0), s->dproj, NINP, a->xn[0], N, D, m.cols.width, 1.0f));
+    TIME("gemm attn_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_in_w, 0), s->dproj, NINP, a->xn[0], N, D, m.cols.width, 1.0f, 1));
     printf("--- once per step\n");
     TIME("embedding bwd (incl. host buckets)", 0, { int nb = embedding_buckets(&m, in, N); fox_embedding_backward(grad(&m, FOX_P_wte, 0), s->dres, s->buckets, nb, N, D, m.stream); });
     TIME("optimizer (norm + AdamW)", 0, optimizer_step(&m, &o, 1e-4, 5));
