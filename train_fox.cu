@@ -173,7 +173,7 @@ struct Model {
                                     // cross entropy in chunks, recomputing each chunk's logits in the backward
     float *params, *grads, *m, *v;  // fp32, FOX_PARAMS layout (a checkpoint is a straight copy)
     unsigned char *grad_fresh;      // (FOX_NUM_PARAMS, n_layer): a GEMM weight's gradient slice not yet written
-                                    // this step (grad_accumulate); not when forward_only
+                                    // this step (weight_grad); not when forward_only
     bf16 *wbf[FOX_NUM_PARAMS];      // bf16 copies of the GEMM weights, rows padded (NULL otherwise)
     size_t rows_pad[FOX_NUM_PARAMS];
     float *rope_cos, *rope_sin;     // (rope_len, dh/2), RoPE presets only
@@ -265,14 +265,14 @@ static int is_gemm_weight(int k) {
     return k == FOX_P_attn_in_w || k == FOX_P_attn_out_w || k == FOX_P_mlp_in_w || k == FOX_P_mlp_out_w || k == FOX_P_lm_head_w;
 }
 
-// Whether a weight-gradient product into GEMM weight `which`'s layer-`layer` slice adds to it (1) or is its first
-// of the step and overwrites it (0): model_zero_grad leaves these slices out, so a step's first product, not a
-// memset, clears the last step's values.
-static int grad_accumulate(Model *m, int which, int layer) {
+// GEMM weight `which`'s layer-`layer` gradient (+)= scale · doutᵀ in (linear_backward_weight on g): the slice's
+// first product of the step overwrites it and the others add (model_zero_grad leaves these slices out, so a
+// step's first product, not a memset, clears the last step's values).
+static void weight_grad(Model *m, Gemm *g, int which, int layer, const bf16 *dout, int ldd, const bf16 *in, int N, int IN,
+                        int OUT, float scale) {
     unsigned char *fresh = &m->grad_fresh[(size_t)which * m->cfg.n_layer + layer];
-    int add = !*fresh;
+    linear_backward_weight(g, grad(m, which, layer), dout, ldd, in, N, IN, OUT, scale, !*fresh);
     *fresh = 0;
-    return add;
 }
 
 // Rewrites every bf16 GEMM weight from the fp32 masters (after init or a load).
@@ -769,8 +769,7 @@ static void mixer_input_backward(Model *m, int l, int B, int T) {
     FOX_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->beside_done, 0));  // the weight gradients beside read xn, dres_up_bf
     rmsnorm_backward(m, s->dres_up_bf, rewritten(m, l, a->xn), resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l),
                      grad(m, FOX_P_ln1_w, l), N, 1);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), s->dproj, NINP, a->xn[l], N, D, m->cols.width, 1.0f,
-                           grad_accumulate(m, FOX_P_attn_in_w, l));
+    weight_grad(m, &m->gemm, FOX_P_attn_in_w, l, s->dproj, NINP, a->xn[l], N, D, m->cols.width, 1.0f);
 }
 
 // Block l's attention inputs: xn, proj, the q, k, v of the attention and c (a forget gate, the document mask).
@@ -1195,10 +1194,8 @@ static void mlp_weight_grads(Model *m, int l, int B, int T) {
     Scratch *s = &m->s;
     int N = B * T, D = m->cfg.d_model, I = m->cfg.mlp_hidden;
     Gemm *g = beside_begin(m);
-    linear_backward_weight(g, grad(m, FOX_P_mlp_out_w, l), s->dres_up_bf, D, a->mlp_h[l], N, I, D, 1.0f,
-                           grad_accumulate(m, FOX_P_mlp_out_w, l));
-    linear_backward_weight(g, grad(m, FOX_P_mlp_in_w, l), s->du, 2 * I, a->xn2[l], N, D, 2 * I, 1.0f,
-                           grad_accumulate(m, FOX_P_mlp_in_w, l));
+    weight_grad(m, g, FOX_P_mlp_out_w, l, s->dres_up_bf, D, a->mlp_h[l], N, I, D, 1.0f);
+    weight_grad(m, g, FOX_P_mlp_in_w, l, s->du, 2 * I, a->xn2[l], N, D, 2 * I, 1.0f);
     beside_end(m);
 }
 
@@ -1227,8 +1224,7 @@ static void attention_output_backward(Model *m, int l, int B, int T) {
     fox_output_backward(s->d_o, s->dproj, rewritten(m, l, a->z), ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l],
                         a->proj[l], m->NINP, c->output_gate ? m->cols.gate : -1, ow, N, c->n_head, m->Dh, s->colsum_rows,
                         s->colsum_part, m->stream);
-    linear_backward_weight(beside_begin(m), grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z[l], N, D, D, 1.0f,
-                           grad_accumulate(m, FOX_P_attn_out_w, l));
+    weight_grad(m, beside_begin(m), FOX_P_attn_out_w, l, s->dres_bf, D, a->z[l], N, D, D, 1.0f);
     beside_end(m);
 }
 
@@ -1276,20 +1272,17 @@ static void fam_update_backward_rows(Model *m, int l, FamRows f, float *dout, fl
     fam_to_bf16(g->dxbf, dout, n, m->stream);
     linear_backward_input(&m->gemm, g->dh, CUDA_R_16BF, g->dxbf, D, wbf(m, FOX_P_mlp_out_w, l), R, I, D, 1.0f);
     fox_swiglu_backward(g->du, f.h, g->dh, f.u, R, I, m->stream);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_out_w, l), g->dxbf, D, f.h, R, I, D, 1.0f,
-                           grad_accumulate(m, FOX_P_mlp_out_w, l));
+    weight_grad(m, &m->gemm, FOX_P_mlp_out_w, l, g->dxbf, D, f.h, R, I, D, 1.0f);
     linear_backward_input(&m->gemm, g->dxn, CUDA_R_32F, g->du, 2 * I, wbf(m, FOX_P_mlp_in_w, l), R, D, 2 * I, 1.0f);
     fox_rmsnorm_backward(dout, g->dxbf, NULL, grad(m, FOX_P_ln2_w, l), g->dxn, f.mid, param(m, FOX_P_ln2_w, l), R, D, 1,
                          s->colsum_rows, s->colsum_part, m->stream);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_mlp_in_w, l), g->du, 2 * I, f.xn2, R, D, 2 * I, 1.0f,
-                           grad_accumulate(m, FOX_P_mlp_in_w, l));
+    weight_grad(m, &m->gemm, FOX_P_mlp_in_w, l, g->du, 2 * I, f.xn2, R, D, 2 * I, 1.0f);
     linear_backward_input(&m->gemm, g->dxn, CUDA_R_32F, g->dxbf, D, wbf(m, FOX_P_attn_out_w, l), R, D, D, 1.0f);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
     fox_output_backward(g->d_o, g->dproj, f.z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, g->dxn, f.o, f.proj, m->NINP,
                         c->output_gate ? m->cols.gate : -1, ow, R, c->n_head, m->Dh, s->colsum_rows, s->colsum_part,
                         m->stream);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), g->dxbf, D, f.z, R, D, D, 1.0f,
-                           grad_accumulate(m, FOX_P_attn_out_w, l));
+    weight_grad(m, &m->gemm, FOX_P_attn_out_w, l, g->dxbf, D, f.z, R, D, D, 1.0f);
     if (!dx) return;
     if (accumulate) fam_sum_rows(dx, dout, 1, n, 1, m->stream);
     else FOX_CUDA_CHECK(cudaMemcpyAsync(dx, dout, n * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
@@ -1312,8 +1305,7 @@ static void fam_project_backward(Model *m, int l, FamRows f, int B, int tau, con
     linear_backward_input(&m->gemm, g->dxn, CUDA_R_32F, g->dproj, m->NINP, wbf(m, FOX_P_attn_in_w, l), R, D, m->NINP, 1.0f);
     fox_rmsnorm_backward(dx, g->dxbf, NULL, grad(m, FOX_P_ln1_w, l), g->dxn, f.x, param(m, FOX_P_ln1_w, l), R, D, accumulate,
                          s->colsum_rows, s->colsum_part, m->stream);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_in_w, l), g->dproj, m->NINP, f.xn, R, D, m->cols.width, 1.0f,
-                           grad_accumulate(m, FOX_P_attn_in_w, l));
+    weight_grad(m, &m->gemm, FOX_P_attn_in_w, l, g->dproj, m->NINP, f.xn, R, D, m->cols.width, 1.0f);
 }
 
 // Backward of fam_memory_forward: the states from the last down (F_{τ+1} depends on F_τ), each update's gradient
@@ -1394,8 +1386,7 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
                                  s->colsum_part, m->stream);
     if (rewritten(m, l, a->z))  // z again, the forward's bits (one slice for the blocks that do not keep it)
         fox_gsa_output_norm(a->z[l], a->o[l], ow, N, D, m->stream);
-    linear_backward_weight(&m->gemm, grad(m, FOX_P_attn_out_w, l), s->dres_bf, D, a->z[l], N, D, D, 1.0f,
-                           grad_accumulate(m, FOX_P_attn_out_w, l));
+    weight_grad(m, &m->gemm, FOX_P_attn_out_w, l, s->dres_bf, D, a->z[l], N, D, D, 1.0f);
     fox_gsa_backward(gsa_args(m, l, B, T), m->stream);
     mixer_input_backward(m, l, B, T);
 }
@@ -1451,8 +1442,7 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
         }
         linear_backward_input(&m->gemm, s->dxn + (size_t)r0 * D, CUDA_R_32F, a->logits, m->VP, wbf(m, FOX_P_lm_head_w, 0),
                               rows, D, m->VP, dloss_scale);
-        linear_backward_weight(&m->gemm, grad(m, FOX_P_lm_head_w, 0), a->logits, m->VP, a->xnf + (size_t)r0 * D, rows, D, V,
-                               dloss_scale, grad_accumulate(m, FOX_P_lm_head_w, 0));
+        weight_grad(m, &m->gemm, FOX_P_lm_head_w, 0, a->logits, m->VP, a->xnf + (size_t)r0 * D, rows, D, V, dloss_scale);
     }
     m->dlogits_kept = 0;
     reduce_final_grads(m, reduce, FOX_P_lm_head_w, 0);
@@ -1476,7 +1466,7 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
 }
 
 // Zeroes the gradients but the GEMM weights' (each slice's first product of the step overwrites it:
-// grad_accumulate), as the runs of the flat vector between them (a tensor's layers lie together).
+// weight_grad), as the runs of the flat vector between them (a tensor's layers lie together).
 static void model_zero_grad(Model *m) {
     size_t lo = 0;  // where the run still to be zeroed starts
     for (int k = 0; k < FOX_NUM_PARAMS; k++) {
