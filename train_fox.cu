@@ -50,8 +50,8 @@ enum { RECOMPUTE_NONE = 0, RECOMPUTE_NORM_MLP = 1, RECOMPUTE_BLOCK = 2 };
 // and then its update through the attention's output and the MLP, X(type, name, row width); q, k, v in the
 // attention's (B, H, M, dh) layout, the others by row. Kept at every recompute level.
 #define FAM_FIELDS(X) \
-    X(float, x, D) X(bf16, xn, D) X(float, proj, NINP) X(bf16, q, D) X(bf16, k, D) X(bf16, v, D) X(bf16, o, D) \
-    X(float, lse, H) X(bf16, z, D) X(float, mid, D) X(bf16, xn2, D) X(bf16, u, 2 * I) X(bf16, h, I)
+    X(float, x, D) X(bf16, xn, D) X(bf16, proj_wide, NW) X(float, proj_logits, NL) X(bf16, q, D) X(bf16, k, D) \
+    X(bf16, v, D) X(bf16, o, D) X(float, lse, H) X(bf16, z, D) X(float, mid, D) X(bf16, xn2, D) X(bf16, u, 2 * I) X(bf16, h, I)
 
 typedef struct {
 #define X(type, name, width) type *name;
@@ -61,7 +61,7 @@ typedef struct {
 
 // The row widths FAM_FIELDS names, for model m.
 #define FAM_WIDTHS(m) size_t D = (size_t)(m)->cfg.d_model, NINP = (size_t)(m)->NINP, H = (size_t)(m)->cfg.n_head, \
-                             I = (size_t)(m)->cfg.mlp_hidden
+                             I = (size_t)(m)->cfg.mlp_hidden, NW = (size_t)(m)->cols.wide, NL = NINP - NW
 
 // Per-layer activations: each ** entry points at its layer's slice, or, for what the recompute level or the
 // device's room drops (q, k, v from block qkv_kept on, xn, xn2, z, mlp_h from block outs_kept on), at one slice
@@ -72,7 +72,8 @@ typedef struct {
     float **mid;    // (N, D): residual after attention
     bf16 **xn, **xn2;  // (N, D): RMSNorm(resid) and RMSNorm(mid), attn_in_w's and mlp_in_w's operands; blocks
                        // from outs_kept on share one slice for both (the backward writes each again)
-    float **proj;   // (N, NINP): attn_in_w outputs (fp32: gates and shifts are formed in fp32)
+    bf16 **proj_wide;     // (N, cols.wide): attn_in_w's outputs q, k, v and the output gate (docs/model.md §1.6)
+    float **proj_logits;  // (N, NINP − cols.wide): its per-head logits (fp32: gates and shifts are formed in fp32)
     bf16 **q, **k, **v;  // (B, H, T, dh): attention operands after KV-shift, QK-norm, RoPE; GSA:
                          // (N + GSA_CHUNK, D), the Swish features (the rows past N stay zero)
     float **c, **lse;    // (B, H, T): c = Σ log f (a forget gate or the document mask); attention log-sum-exp
@@ -140,7 +141,7 @@ typedef struct {
     bf16 *k, *v;                    // (L, B, H, max_len, dh)
     float *c;                       // (L, B, H, max_len): a forget gate or the document mask
     int *doc_start;                 // (B): each sequence's latest separator position (document mask; 0: none)
-    float *k_prev, *v_prev;         // (L, B, D): the KV-shift state
+    bf16 *k_prev, *v_prev;          // (L, B, D): the KV-shift state
     float *k_max2;                  // (L, B, H): ACP without QK-norm
     bf16 *q;                        // (B, H, dh): one step's queries
     int *first;                     // (B, H): one step's first key read (ACP)
@@ -406,7 +407,8 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->mid = (float **)layer_slices(m, L, N * D * f, keep_block, cnt);
     void ***xns[2] = {(void ***)&a->xn, (void ***)&a->xn2};
     layer_slice_arrays(m, L, N * D * h, m->outs_kept, 2, xns, cnt);
-    a->proj = (float **)layer_slices(m, L, N * NINP * f, keep_block, cnt);
+    a->proj_wide = (bf16 **)layer_slices(m, L, N * m->cols.wide * h, keep_block, cnt);
+    a->proj_logits = (float **)layer_slices(m, L, N * (NINP - m->cols.wide) * f, keep_block, cnt);
     a->q = (bf16 **)layer_slices(m, L, NQ * D * h, m->qkv_kept, cnt);
     a->k = (bf16 **)layer_slices(m, L, NQ * D * h, m->qkv_kept, cnt);
     a->v = (bf16 **)layer_slices(m, L, NQ * D * h, m->qkv_kept, cnt);
@@ -640,7 +642,7 @@ static void model_free(Model *m) {
     if (m->cfg.arch == FOX_ARCH_FAM) fam_free(m);
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    void **layered[] = {(void **)a->mid, (void **)a->proj, (void **)a->q, (void **)a->k, (void **)a->v, (void **)a->c,
+    void **layered[] = {(void **)a->mid, (void **)a->proj_wide, (void **)a->proj_logits, (void **)a->q, (void **)a->k, (void **)a->v, (void **)a->c,
                         (void **)a->lse, (void **)a->o, (void **)a->mlp_u, (void **)a->gsa_S, (void **)a->gsa_U,
                         (void **)a->gsa_s, (void **)a->xn, (void **)a->z, (void **)a->mlp_h};
     for (size_t i = 0; i < sizeof(layered) / sizeof(layered[0]); i++) {
@@ -693,11 +695,18 @@ static void model_free(Model *m) {
 // ----------------------------------------------------------------------------
 // Launch helpers
 
+// proj's two parts (docs/model.md §1.6) as the kernels read them.
+static Proj proj_of(const Model *m, const bf16 *wide, const float *logits) {
+    Proj p = {wide, logits, m->cols.wide, m->NINP - m->cols.wide};
+    return p;
+}
+
+static Proj proj_at(const Model *m, int l) { return proj_of(m, m->a.proj_wide[l], m->a.proj_logits[l]); }
+
 static QkvInputs qkv_inputs(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     QkvInputs s;
-    s.proj = m->a.proj[l];
-    s.ld = m->NINP;
+    s.proj = proj_at(m, l);
     s.cols = m->cols;
     s.qw = c->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL;
     s.kw = c->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL;
@@ -751,12 +760,39 @@ static int acp_tables(Model *m, int l, int B, int T, int count) {
     return 1;
 }
 
+// out (B, OUT, row stride ldo, fp32 or bf16) = [C +] in (B, IN) · W (OUT, IN)ᵀ for the decode step's B rows:
+// fox/decode.cuh's GEMV at batch 1 (pdl: launched as a dependent of the step's previous kernel), cuBLASLt beyond
+// (linear_forward's arguments).
+static void decode_linear(Model *m, void *out, const float *C, cudaDataType_t dtype, int ldo, const bf16 *in, const bf16 *W,
+                          int IN, int OUT, int pdl) {
+    if (!fox_decode_linear_fits(in, W, m->B, IN)) {
+        linear_forward(&m->gemm, out, C, dtype, ldo, in, W, m->B, IN, OUT);
+        return;
+    }
+    int epi = dtype == CUDA_R_16BF ? DECODE_BF16 : C ? DECODE_F32_ADD : DECODE_F32;
+    fox_decode_linear(out, C, in, W, IN, OUT, epi, m->stream, pdl);
+}
+
+// proj = attn_in_w xn for R rows of xn, as two products (two row ranges of the weight): the wide columns rounded
+// to bf16, the per-head logits in fp32 (docs/model.md §1.6). decode: the decode step's B rows (decode_linear).
+static void attn_in_forward(Model *m, bf16 *wide, float *logits, const bf16 *xn, int l, int R, int decode) {
+    int D = m->cfg.d_model, NW = m->cols.wide, NL = m->NINP - NW;
+    const bf16 *W = wbf(m, FOX_P_attn_in_w, l), *WL = W + (size_t)NW * D;
+    if (decode) {
+        decode_linear(m, wide, NULL, CUDA_R_16BF, NW, xn, W, D, NW, 1);
+        if (NL) decode_linear(m, logits, NULL, CUDA_R_32F, NL, xn, WL, D, NL, 1);
+        return;
+    }
+    linear_forward(&m->gemm, wide, NULL, CUDA_R_16BF, NW, xn, W, R, D, NW);
+    if (NL) linear_forward(&m->gemm, logits, NULL, CUDA_R_32F, NL, xn, WL, R, D, NL);
+}
+
 // The token mixer's input, shared by attention and GSA: xn = RMSNorm(resid[l]), proj = attn_in_w xn.
 static void mixer_input_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
-    int N = B * T, D = m->cfg.d_model;
+    int N = B * T;
     rmsnorm_forward(m, a->xn[l], resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), N);
-    linear_forward(&m->gemm, a->proj[l], NULL, CUDA_R_32F, m->NINP, a->xn[l], wbf(m, FOX_P_attn_in_w, l), N, D, m->NINP);
+    attn_in_forward(m, a->proj_wide[l], a->proj_logits[l], a->xn[l], l, N, 0);
 }
 
 // Its backward from s.dproj: dres += the RMSNorm backward of dproj attn_in_w (which writes xn again, the
@@ -781,7 +817,7 @@ static void attention_inputs_forward(Model *m, int l, int B, int T) {
     fox_qkv_forward(a->q[l], a->k[l], a->v[l], qkv_inputs(m, l, B, T), m->stream);
     if (model_has_c(m)) {  // c from the gate (or 0 without one) and the document mask's separators
         int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
-        fox_forget_gate_forward(a->c[l], a->proj[l], m->NINP, cf,
+        fox_forget_gate_forward(a->c[l], proj_at(m, l), cf,
                                 c->forget_gate != FOX_FG_NONE ? param(m, FOX_P_fgate_b, l) : NULL, a->inputs, m->doc_sep,
                                 B, H, T, m->stream);
     }
@@ -792,7 +828,7 @@ static void attention_output_forward(Model *m, int l, int B, int T) {
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, H = c->n_head;
-    fox_output_forward(a->z[l], a->o[l], a->proj[l], m->NINP, c->output_gate ? m->cols.gate : -1,
+    fox_output_forward(a->z[l], a->o[l], proj_at(m, l), c->output_gate ? m->cols.gate : -1,
                        c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, m->Dh, m->stream);
     linear_forward(&m->gemm, a->mid[l], resid_at(m, l, B, T), CUDA_R_32F, D, a->z[l], wbf(m, FOX_P_attn_out_w, l), N, D, D);
 }
@@ -828,7 +864,7 @@ static const float *fam_c(const Model *m, int l) { return m->cfg.forget_gate != 
 // time), no document mask, RoPE at the state's positions (docs/model.md §1.10).
 static QkvInputs fam_qkv_inputs(Model *m, int l, FamRows f, int B, int tau) {
     QkvInputs s = qkv_inputs(m, l, B, m->cfg.fam_memory);
-    s.proj = f.proj;
+    s.proj = proj_of(m, f.proj_wide, f.proj_logits);
     s.cols.k_shift = s.cols.v_shift = -1;
     if (m->cfg.rope) {
         size_t at = (size_t)tau * m->cfg.fam_memory * (m->Dh / 2);
@@ -843,9 +879,9 @@ static QkvInputs fam_qkv_inputs(Model *m, int l, FamRows f, int B, int tau) {
 // The memory rows' attention inputs (FAM paper B.1: they pass through the layer as tokens do): RMSNorm, attn_in_w,
 // q, k, v at state τ's positions. CPU: fam_project.
 static void fam_project(Model *m, int l, FamRows f, int B, int tau) {
-    int R = B * m->cfg.fam_memory, D = m->cfg.d_model;
+    int R = B * m->cfg.fam_memory;
     rmsnorm_forward(m, f.xn, f.x, param(m, FOX_P_ln1_w, l), R);
-    linear_forward(&m->gemm, f.proj, NULL, CUDA_R_32F, m->NINP, f.xn, wbf(m, FOX_P_attn_in_w, l), R, D, m->NINP);
+    attn_in_forward(m, f.proj_wide, f.proj_logits, f.xn, l, R, 0);
     fox_qkv_forward(f.q, f.k, f.v, fam_qkv_inputs(m, l, f, B, tau), m->stream);
 }
 
@@ -855,7 +891,7 @@ static void fam_project(Model *m, int l, FamRows f, int B, int tau) {
 static void fam_update(Model *m, int l, FamRows f, float *out, int R, int residual) {
     const FoxConfig *c = &m->cfg;
     int D = c->d_model, I = c->mlp_hidden;
-    fox_output_forward(f.z, f.o, f.proj, m->NINP, c->output_gate ? m->cols.gate : -1,
+    fox_output_forward(f.z, f.o, proj_of(m, f.proj_wide, f.proj_logits), c->output_gate ? m->cols.gate : -1,
                        c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, R, c->n_head, m->Dh, m->stream);
     linear_forward(&m->gemm, f.mid, residual ? f.x : NULL, CUDA_R_32F, D, f.z, wbf(m, FOX_P_attn_out_w, l), R, D, D);
     rmsnorm_forward(m, f.xn2, f.mid, param(m, FOX_P_ln2_w, l), R);
@@ -935,7 +971,7 @@ static GsaArgs gsa_args(Model *m, int l, int B, int T) {
     GsaArgs g;
     memset(&g, 0, sizeof(g));
     g.sh = gsa_shape(m, B, T);
-    g.proj = a->proj[l];
+    g.proj = proj_at(m, l);
     g.q = a->q[l];
     g.k = a->k[l];
     g.v = a->v[l];
@@ -968,7 +1004,7 @@ static GsaArgs gsa_args(Model *m, int l, int B, int T) {
 // GSA's q, k, v: the Swish features of block l's proj columns (GSA paper eq. 8), into the shared slices.
 static void gsa_features(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
-    fox_gsa_features(a->q[l], a->k[l], a->v[l], a->proj[l], m->NINP, m->cols.q, m->cols.k, m->cols.v, B * T, m->cfg.d_model,
+    fox_gsa_features(a->q[l], a->k[l], a->v[l], proj_at(m, l), m->cols.q, m->cols.k, m->cols.v, B * T, m->cfg.d_model,
                      m->stream);
 }
 
@@ -1051,17 +1087,17 @@ static CacheLayer cache_layer(Model *m, int l) {
 static void cache_store(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     CacheLayer cl = cache_layer(m, l);
-    size_t BH = (size_t)B * m->cfg.n_head, f = sizeof(float), row = (size_t)T * m->Dh * sizeof(bf16);
+    size_t BH = (size_t)B * m->cfg.n_head, f = sizeof(float), h = sizeof(bf16), row = (size_t)T * m->Dh * h;
     size_t pitch = (size_t)cl.max_len * m->Dh * sizeof(bf16), D = (size_t)m->cfg.d_model;
     FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.k, pitch, a->k[l], row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
     FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.v, pitch, a->v[l], row, row, BH, cudaMemcpyDeviceToDevice, m->stream));
     if (cl.c)
         FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.c, cl.max_len * f, a->c[l], T * f, T * f, BH, cudaMemcpyDeviceToDevice, m->stream));
     if (cl.k_prev) {
-        const float *last = a->proj[l] + (size_t)(T - 1) * m->NINP;
-        size_t seq = (size_t)T * m->NINP * f;
-        FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.k_prev, D * f, last + m->cols.k, seq, D * f, B, cudaMemcpyDeviceToDevice, m->stream));
-        FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.v_prev, D * f, last + m->cols.v, seq, D * f, B, cudaMemcpyDeviceToDevice, m->stream));
+        const bf16 *last = a->proj_wide[l] + (size_t)(T - 1) * m->cols.wide;
+        size_t seq = (size_t)T * m->cols.wide * h;
+        FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.k_prev, D * h, last + m->cols.k, seq, D * h, B, cudaMemcpyDeviceToDevice, m->stream));
+        FOX_CUDA_CHECK(cudaMemcpy2DAsync(cl.v_prev, D * h, last + m->cols.v, seq, D * h, B, cudaMemcpyDeviceToDevice, m->stream));
     }
     if (cl.k_max2) LAUNCH_HEADS(cache_key_norms_kernel, m->Dh, BH, m->stream, cl.k_max2, cl.k, (int)BH, T, cl.max_len, m->Dh);
 }
@@ -1222,7 +1258,7 @@ static void attention_output_backward(Model *m, int l, int B, int T) {
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
     fox_output_backward(s->d_o, s->dproj, rewritten(m, l, a->z), ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l],
-                        a->proj[l], m->NINP, c->output_gate ? m->cols.gate : -1, ow, N, c->n_head, m->Dh, s->colsum_rows,
+                        proj_at(m, l), c->output_gate ? m->cols.gate : -1, ow, N, c->n_head, m->Dh, s->colsum_rows,
                         s->colsum_part, m->stream);
     weight_grad(m, beside_begin(m), FOX_P_attn_out_w, l, s->dres_bf, D, a->z[l], N, D, D, 1.0f);
     beside_end(m);
@@ -1238,7 +1274,7 @@ static void attention_inputs_backward(Model *m, int l, int B, int T) {
     if (c->forget_gate != FOX_FG_NONE) {
         int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
         forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m->stream>>>(
-            s->dproj, s->dfg, s->dlogf, a->proj[l], m->NINP, cf, param(m, FOX_P_fgate_b, l), a->inputs, m->doc_sep, B, H, T);
+            s->dproj, s->dfg, s->dlogf, proj_at(m, l), cf, param(m, FOX_P_fgate_b, l), a->inputs, m->doc_sep, B, H, T);
         FOX_LAUNCH_CHECK();
         if (c->forget_gate != FOX_FG_FIXED)
             colsum_accumulate(grad(m, FOX_P_fgate_b, l), s->dfg, N, H, H, s->colsum_part, m->stream);
@@ -1279,7 +1315,8 @@ static void fam_update_backward_rows(Model *m, int l, FamRows f, float *dout, fl
     weight_grad(m, &m->gemm, FOX_P_mlp_in_w, l, g->du, 2 * I, f.xn2, R, D, 2 * I, 1.0f);
     linear_backward_input(&m->gemm, g->dxn, CUDA_R_32F, g->dxbf, D, wbf(m, FOX_P_attn_out_w, l), R, D, D, 1.0f);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
-    fox_output_backward(g->d_o, g->dproj, f.z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, g->dxn, f.o, f.proj, m->NINP,
+    fox_output_backward(g->d_o, g->dproj, f.z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, g->dxn, f.o,
+                        proj_of(m, f.proj_wide, f.proj_logits),
                         c->output_gate ? m->cols.gate : -1, ow, R, c->n_head, m->Dh, s->colsum_rows, s->colsum_part,
                         m->stream);
     weight_grad(m, &m->gemm, FOX_P_attn_out_w, l, g->dxbf, D, f.z, R, D, D, 1.0f);
@@ -1589,7 +1626,7 @@ static double cache_bytes_needed(const Model *m, int max_len) {
         return 2.0 * L * BH * GSA_SLOTS * Dh * f + sizeof(unsigned long long) + sizeof(int);
     double bytes = L * BH * max_len * (2.0 * Dh * sizeof(bf16) + (model_has_c(m) ? f : 0.0));
     if (m->doc_sep >= 0) bytes += B * sizeof(int);
-    if (c->kv_shift) bytes += 2.0 * L * B * D * f;
+    if (c->kv_shift) bytes += 2.0 * L * B * D * sizeof(bf16);
     if (m->acp && has_fg && !c->qk_norm) bytes += L * BH * f;
     bytes += BH * Dh * sizeof(bf16) + BH * sizeof(int) + sizeof(unsigned long long) + sizeof(int);
     bytes += (double)fox_decode_scratch_floats((int)BH, fox_decode_max_splits((int)BH, m->Dh), m->Dh) * f;
@@ -1667,8 +1704,8 @@ static void model_cache_init(Model *m, int max_len) {
     if (model_has_c(m)) kc->c = (float *)dev_alloc(m, L * BH * max_len * f, &counted);
     if (m->doc_sep >= 0) kc->doc_start = (int *)dev_alloc(m, B * sizeof(int), &counted);
     if (c->kv_shift) {
-        kc->k_prev = (float *)dev_alloc(m, L * B * D * f, &counted);
-        kc->v_prev = (float *)dev_alloc(m, L * B * D * f, &counted);
+        kc->k_prev = (bf16 *)dev_alloc(m, L * B * D * sizeof(bf16), &counted);
+        kc->v_prev = (bf16 *)dev_alloc(m, L * B * D * sizeof(bf16), &counted);
     }
     if (m->acp && has_fg && !c->qk_norm) kc->k_max2 = (float *)dev_alloc(m, L * BH * f, &counted);
     kc->q = (bf16 *)dev_alloc(m, BH * Dh * sizeof(bf16), &counted);
@@ -1751,19 +1788,6 @@ static void model_prefill(Model *m, const int *tokens, int T, float *logits) {
     FOX_CUDA_CHECK(cudaMemcpy(kc->pos, &T, sizeof(int), cudaMemcpyHostToDevice));
 }
 
-// out (B, OUT, row stride ldo, fp32 or bf16) = [C +] in (B, IN) · W (OUT, IN)ᵀ for the decode step's B rows:
-// fox/decode.cuh's GEMV at batch 1 (pdl: launched as a dependent of the step's previous kernel), cuBLASLt beyond
-// (linear_forward's arguments).
-static void decode_linear(Model *m, void *out, const float *C, cudaDataType_t dtype, int ldo, const bf16 *in, const bf16 *W,
-                          int IN, int OUT, int pdl) {
-    if (!fox_decode_linear_fits(in, W, m->B, IN)) {
-        linear_forward(&m->gemm, out, C, dtype, ldo, in, W, m->B, IN, OUT);
-        return;
-    }
-    int epi = dtype == CUDA_R_16BF ? DECODE_BF16 : C ? DECODE_F32_ADD : DECODE_F32;
-    fox_decode_linear(out, C, in, W, IN, OUT, epi, m->stream, pdl);
-}
-
 // Block l's attention for the new token of each sequence at position *kc->pos, over the cache: mid = x + W_o z
 // (FoX eq. 11-13 and 15-23; FAM: over its window of the cache and its memory). CPU: decode_attention_block.
 static void decode_attention_block(Model *m, int l, const float *x, float *mid) {
@@ -1773,9 +1797,9 @@ static void decode_attention_block(Model *m, int l, const float *x, float *mid) 
     int B = m->B, D = c->d_model, H = c->n_head, Dh = m->Dh, has_fg = c->forget_gate != FOX_FG_NONE;
     int acp = m->acp && model_has_c(m), cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
     fox_decode_rmsnorm(a->xn[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
-    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn[0], wbf(m, FOX_P_attn_in_w, l), D, m->NINP, 1);
+    attn_in_forward(m, a->proj_wide[0], a->proj_logits[0], a->xn[0], l, B, 1);
     QkvInputs s = qkv_inputs(m, l, B, 1);
-    s.proj = a->proj[0];
+    s.proj = proj_at(m, 0);
     CacheLayer cl = cache_layer(m, l);
     LAUNCH_HEADS(decode_qkv_kernel, Dh, (size_t)B * H, m->stream, kc->q, kc->first, kc->keys_read, cl, s, cf,
                  has_fg ? param(m, FOX_P_fgate_b, l) : NULL, acp, kc->doc_start, kc->pos);
@@ -1787,7 +1811,7 @@ static void decode_attention_block(Model *m, int l, const float *x, float *mid) 
         fox_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, acp ? kc->first : NULL, kc->part, B * H, Dh, kc->max_len,
                              kc->pos, kc->max_splits, m->stream, 1);
     }
-    fox_output_forward(a->z[0], a->o[0], a->proj[0], m->NINP, c->output_gate ? m->cols.gate : -1,
+    fox_output_forward(a->z[0], a->o[0], proj_at(m, 0), c->output_gate ? m->cols.gate : -1,
                        c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, B, H, Dh, m->stream);
     decode_linear(m, mid, x, CUDA_R_32F, D, a->z[0], wbf(m, FOX_P_attn_out_w, l), D, D, 1);
 }
@@ -1801,8 +1825,8 @@ static void decode_gsa_block(Model *m, int l, const float *x, float *mid) {
     int B = m->B, D = c->d_model;
     size_t per_layer = (size_t)B * c->gsa_heads * GSA_SLOTS * m->Dh;
     fox_decode_rmsnorm(a->xn[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
-    decode_linear(m, a->proj[0], NULL, CUDA_R_32F, m->NINP, a->xn[0], wbf(m, FOX_P_attn_in_w, l), D, m->NINP, 1);
-    fox_gsa_decode(a->o[0], kc->gsa_S + l * per_layer, kc->gsa_U + l * per_layer, a->proj[0], gsa_shape(m, B, 1), m->stream);
+    attn_in_forward(m, a->proj_wide[0], a->proj_logits[0], a->xn[0], l, B, 1);
+    fox_gsa_decode(a->o[0], kc->gsa_S + l * per_layer, kc->gsa_U + l * per_layer, proj_at(m, 0), gsa_shape(m, B, 1), m->stream);
     fox_gsa_output_norm(a->z[0], a->o[0], param(m, FOX_P_onorm_w, l), B, D, m->stream);
     decode_linear(m, mid, x, CUDA_R_32F, D, a->z[0], wbf(m, FOX_P_attn_out_w, l), D, D, 1);
 }

@@ -39,6 +39,7 @@
 #include "acp.h"                     // FOX_ACP_BLOCK: the grid of the kv_first / q_last hooks
 #include "docmask.h"                 // fox_doc_start, FOX_DOC_LOG_F: the document mask's term of the scan
 #include "cuda_common.cuh"           // FOX_LAUNCH_CHECK, logsigmoidf_
+#include "proj.cuh"                  // Proj, proj_logit: the forget gate's logits
 #include "attention_forward.cuh"     // fox_attn::forward: the forward kernel and its launcher
 #include "attention_backward.cuh"    // fox_attn::backward: D = rowsum(dO o), dK / dV / dQ / dS sums, dq to bf16
 
@@ -51,17 +52,17 @@ static constexpr int FOX_ATTN_SCAN_THREADS = 1024;
 // term when cf < 0: data-independent and fixed gates; 0 when bias is NULL: no forget gate), replaced by
 // FOX_DOC_LOG_F at a separator of the document mask (tokens[n] == sep; sep < 0: no mask, tokens unread and may be
 // NULL; docs/model.md §1.8). CPU: log_forget.
-__device__ __forceinline__ float fox_gate_log_f(const float *proj, int ld, int cf, const float *bias, const int *tokens,
-                                                int sep, size_t n, int h) {
+__device__ __forceinline__ float fox_gate_log_f(const Proj &proj, int cf, const float *bias, const int *tokens, int sep,
+                                                size_t n, int h) {
     if (sep >= 0 && fox_doc_start(tokens[n], sep)) return FOX_DOC_LOG_F;
-    return bias ? logsigmoidf_(bias[h] + (cf >= 0 ? proj[n * ld + cf + h] : 0.0f)) : 0.0f;
+    return bias ? logsigmoidf_(bias[h] + (cf >= 0 ? proj_logit(proj, n, cf + h) : 0.0f)) : 0.0f;
 }
 
 // Paper eq. 20 and the cumulative sum behind D_ij = c_i − c_j: c_t = Σ_{l≤t} log f_l per (b, h), log f_l from
 // fox_gate_log_f, an inclusive fp32 scan (one block per sequence and head: each thread sums a contiguous
 // chunk, the block scans the chunk totals, then each thread walks its chunk forward from its prefix).
 // CPU: forget_gate_forward.
-__global__ void __launch_bounds__(FOX_ATTN_SCAN_THREADS) forget_gate_forward_kernel(float *c, const float *proj, int ld, int cf,
+__global__ void __launch_bounds__(FOX_ATTN_SCAN_THREADS) forget_gate_forward_kernel(float *c, const Proj proj, int cf,
                                                                             const float *bias, const int *tokens, int sep,
                                                                             int H, int T) {
     __shared__ float warp_tot[FOX_ATTN_SCAN_THREADS / 32];
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(FOX_ATTN_SCAN_THREADS) forget_gate_forward_ker
     const size_t n0 = (size_t)b * T;  // the sequence's first row of proj and tokens
     float *cr = c + (size_t)bh * T;
     float tot = 0.0f;
-    for (int t = lo; t < hi; t++) tot += fox_gate_log_f(proj, ld, cf, bias, tokens, sep, n0 + t, h);
+    for (int t = lo; t < hi; t++) tot += fox_gate_log_f(proj, cf, bias, tokens, sep, n0 + t, h);
     float pre = tot;  // inclusive prefix across lanes, then across warps
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
@@ -93,17 +94,17 @@ __global__ void __launch_bounds__(FOX_ATTN_SCAN_THREADS) forget_gate_forward_ker
     float excl = __shfl_up_sync(0xffffffffu, pre, 1);  // exact exclusive prefix (no pre − tot)
     float run = (lane ? excl : 0.0f) + (warp ? warp_tot[warp - 1] : 0.0f);
     for (int t = lo; t < hi; t++) {
-        run += fox_gate_log_f(proj, ld, cf, bias, tokens, sep, n0 + t, h);
+        run += fox_gate_log_f(proj, cf, bias, tokens, sep, n0 + t, h);
         cr[t] = run;
     }
 }
 
-// c (B, H, T) for the attention from the gate logits: proj (B·T, ld) at columns cf.. (cf < 0: none), bias (H),
-// or NULL for no forget gate (c then holds the document mask's terms alone); tokens (B·T) and sep: the document
-// mask (sep < 0: none, tokens may be NULL).
-static inline void fox_forget_gate_forward(float *c, const float *proj, int ld, int cf, const float *bias, const int *tokens,
+// c (B, H, T) for the attention from the gate logits: proj's (B·T rows) at columns cf.. (cf < 0: none, and
+// proj unread), bias (H), or NULL for no forget gate (c then holds the document mask's terms alone); tokens
+// (B·T) and sep: the document mask (sep < 0: none, tokens may be NULL).
+static inline void fox_forget_gate_forward(float *c, const Proj &proj, int cf, const float *bias, const int *tokens,
                                            int sep, int B, int H, int T, cudaStream_t s) {
-    forget_gate_forward_kernel<<<B * H, FOX_ATTN_SCAN_THREADS, 0, s>>>(c, proj, ld, cf, bias, tokens, sep, H, T);
+    forget_gate_forward_kernel<<<B * H, FOX_ATTN_SCAN_THREADS, 0, s>>>(c, proj, cf, bias, tokens, sep, H, T);
     FOX_LAUNCH_CHECK();
 }
 

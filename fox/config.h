@@ -143,12 +143,14 @@ static inline size_t fox_param_offset(const FoxLayout *lay, int which, int layer
 static inline int fox_head_dim(const FoxConfig *c) { return c->d_model / c->n_head; }
 
 // First row of each FOX_ATTN_IN_ROWS block in attn_in_w (the column in a row of its output), -1 when
-// absent; width: the rows of attn_in_w.
+// absent; width: the rows of attn_in_w; wide: the rows of its d_model-row blocks (q, k, v, the output gate),
+// which come first; the per-head logits' blocks follow (the GPU keeps the two parts of a row in bf16 and fp32,
+// docs/model.md §1.6).
 typedef struct {
 #define R(name, rows, present) int name;
     FOX_ATTN_IN_ROWS(R)
 #undef R
-    int width;
+    int width, wide;
 } AttnCols;
 
 static inline AttnCols fox_attn_cols(const FoxConfig *c) {
@@ -160,6 +162,7 @@ static inline AttnCols fox_attn_cols(const FoxConfig *c) {
     if (present) a.width += (rows);
     FOX_ATTN_IN_ROWS(R)
 #undef R
+    a.wide = (a.gate >= 0 ? a.gate : a.v) + D;
     return a;
 }
 

@@ -28,7 +28,7 @@
 typedef struct {
     bf16 *k, *v;             // (B, H, max_len, dh): keys and values as attention sees them
     float *c;                // (B, H, max_len): c_t = Σ log f, NULL without a forget gate or document mask
-    float *k_prev, *v_prev;  // (B, D): the newest token's unshifted key and value, NULL without KV-shift
+    bf16 *k_prev, *v_prev;   // (B, D): the newest token's unshifted key and value, NULL without KV-shift
     float *k_max2;           // (B, H): the largest cached |k_j|², NULL unless ACP without QK-norm
     int max_len;
 } CacheLayer;
@@ -91,20 +91,22 @@ __global__ void decode_qkv_kernel(bf16 *q, int *first, unsigned long long *keys_
     const int t = *pos;
     int b = (int)(w / s.H), h = (int)(w % s.H), D = s.H * s.dh;
     const int starts = s.sep >= 0 && fox_doc_start(s.tokens[b], s.sep);  // this token starts a document
-    const float *row = s.proj + (size_t)b * s.ld;
-    float *kp = cl.k_prev ? cl.k_prev + (size_t)b * D : NULL, *vp = cl.v_prev ? cl.v_prev + (size_t)b * D : NULL;
-    float ak = kp ? sigmoidf_(row[s.cols.k_shift + h]) : 0.0f, av = vp ? sigmoidf_(row[s.cols.v_shift + h]) : 0.0f;
+    const bf16 *row = proj_wide_row(s.proj, b);
+    bf16 *kp = cl.k_prev ? cl.k_prev + (size_t)b * D : NULL, *vp = cl.v_prev ? cl.v_prev + (size_t)b * D : NULL;
+    float ak = kp ? sigmoidf_(proj_logit(s.proj, b, s.cols.k_shift + h)) : 0.0f;
+    float av = vp ? sigmoidf_(proj_logit(s.proj, b, s.cols.v_shift + h)) : 0.0f;
     float qv[PER_LANE], kv[PER_LANE], vv[PER_LANE];
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
         int i = h * s.dh + lane + 32 * e;
-        float kt = row[s.cols.k + i], vt = row[s.cols.v + i];
-        qv[e] = row[s.cols.q + i];
-        kv[e] = kp ? (starts ? 0.0f : ak * kp[i]) + (1.0f - ak) * kt : kt;  // kv_shift's arithmetic
-        vv[e] = vp ? (starts ? 0.0f : av * vp[i]) + (1.0f - av) * vt : vt;
+        const bf16 kb = row[s.cols.k + i], vb = row[s.cols.v + i];
+        const float kt = __bfloat162float(kb), vt = __bfloat162float(vb);
+        qv[e] = __bfloat162float(row[s.cols.q + i]);
+        kv[e] = kp ? (starts ? 0.0f : ak * __bfloat162float(kp[i])) + (1.0f - ak) * kt : kt;  // kv_shift's arithmetic
+        vv[e] = vp ? (starts ? 0.0f : av * __bfloat162float(vp[i])) + (1.0f - av) * vt : vt;
         if (kp) {
-            kp[i] = kt;
-            vp[i] = vt;
+            kp[i] = kb;
+            vp[i] = vb;
         }
     }
     float qw[PER_LANE], kw[PER_LANE];
@@ -125,7 +127,7 @@ __global__ void decode_qkv_kernel(bf16 *q, int *first, unsigned long long *keys_
     if (!cl.c) return;
     float *ch = cl.c + w * cl.max_len;
     if (lane == 0) {  // fox_gate_log_f's value (fox/attention.cuh) for this row
-        float lf = starts ? FOX_DOC_LOG_F : fbias ? logsigmoidf_(fbias[h] + (cf >= 0 ? row[cf + h] : 0.0f)) : 0.0f;
+        float lf = starts ? FOX_DOC_LOG_F : fbias ? logsigmoidf_(fbias[h] + (cf >= 0 ? proj_logit(s.proj, b, cf + h) : 0.0f)) : 0.0f;
         ch[t] = ch[t - 1] + lf;
     }
     if (!acp) return;

@@ -27,10 +27,11 @@
 //                                    + Σ_{j>=t} (dsr_j·s_j/scale + p_j·dp_j − ω_j κ^in_j)
 // (κ^in: κ without the part from after the chunk). The logit's gradient is d log α · σ(−logit)/τ.
 //
-// Layouts: proj (N, ldp) fp32 (the slot-gate logits of head g's slot i at column slot_col + g·m + i); q, k, v,
-// d_o bf16 (N + GSA_CHUNK, D): a chunk's rows past its sequence's end (the next sequence's, or past N, where they
-// must be finite: zero at allocation) are read and multiplied by exact zeros; o (N, D);
-// states (B·G, nc, GSA_SLOTS, dh); s (B·G, T, GSA_SLOTS) and lse (B·G, T) fp32. Slots past m are zero rows.
+// Layouts: proj as fox/proj.cuh keeps it (docs/model.md §1.6): the q, k, v pre-activations in its bf16 wide part,
+// the slot-gate logits (head g's slot i at column slot_col + g·m + i) in its fp32 logits; dproj (N, ldp) bf16 with
+// the same columns; q, k, v, d_o bf16 (N + GSA_CHUNK, D): a chunk's rows past its sequence's end (the next
+// sequence's, or past N, where they must be finite: zero at allocation) are read and multiplied by exact zeros;
+// o (N, D); states (B·G, nc, GSA_SLOTS, dh); s (B·G, T, GSA_SLOTS) and lse (B·G, T) fp32. Slots past m are zero rows.
 // Deterministic: no atomics, every sum in a fixed order. Head dims 64, 128, 192, 256; up to GSA_SLOTS slots.
 //
 // The chunk kernels are written once as a sequence of block-wide steps (x.each: every thread runs the step,
@@ -44,6 +45,7 @@
 #include "cuda_common.cuh"  // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, bf16, warp_sum, warp_max, sigmoidf_
 #include "kernels.cuh"      // FOX_WARPS, warp_index, norm_blocks, colsum_accumulate, NORM_BLOCK_ROWS
 #include "config.h"         // FOX_NORM_EPS
+#include "proj.cuh"         // Proj, proj_wide_row, proj_logit: attn_in_w's output rows
 
 #define GSA_CHUNK 64                 // tokens per chunk
 #define GSA_SLOTS 64                 // the slot rows of a state; m <= GSA_SLOTS
@@ -84,13 +86,13 @@ static inline const char *gsa_unsupported(int dh, int m) {
 typedef struct {
     int B, T, G, m, dh;   // sequences, tokens, heads, slots, head dim
     float tau;            // α = σ(logit)^(1/τ)
-    int ldp, slot_col;    // proj's row stride; head g's slot i at column slot_col + g·m + i
-    int col_q, col_k, col_v;  // the columns of q, k, v in proj (and dproj)
+    int ldp, slot_col;    // dproj's row stride (proj_ld); head g's slot i at column slot_col + g·m + i (>= ldw: a logit)
+    int col_q, col_k, col_v;  // the columns of q, k, v in proj's wide part (and dproj)
 } GsaShape;
 
 typedef struct {
     GsaShape sh;
-    const float *proj;        // (N, ldp)
+    Proj proj;                // attn_in_w's outputs: q, k, v pre-activations (wide), slot-gate logits
     const bf16 *q, *k, *v;    // (N + GSA_CHUNK, D): the Swish features
     bf16 *o;                  // (N, D)
     bf16 *S, *U;              // (B·G, nc, GSA_SLOTS, dh): the states after each chunk
@@ -195,12 +197,12 @@ GSA_HD void gsa_tile(const GsaProd<LA, LB> &p, int r0, int c0, float *stage, int
     gsa_tile(p, gsa_prod<LA, LB>(NULL, 0, NULL, 0, 0), r0, c0, stage, lane, epi);
 }
 
-// gsa_tile of a feature's gradient g (rows: a chunk's tokens) into its proj columns: dproj[r·ldp] = g·Swish'(proj[r·ldp])
-// for the rows r < L (proj, dproj point at the chunk's first row and the tile's column 0). Each lane loads its 8
-// pre-activations together before it stores.
+// gsa_tile of a feature's gradient g (rows: a chunk's tokens) into its dproj columns: dproj[r·ldp] = g·Swish'(pre[r·ldw])
+// for the rows r < L (pre: its pre-activations in proj's wide part; pre, dproj point at the chunk's first row and the
+// tile's column 0). Each lane loads its 8 pre-activations together before it stores.
 template <class LA1, class LB1, class LA2, class LB2>
 GSA_HD void gsa_tile_dproj(const GsaProd<LA1, LB1> &p1, const GsaProd<LA2, LB2> &p2, int r0, int c0, float *stage, int lane,
-                           const float *proj, bf16 *dproj, int ldp, int L) {
+                           const bf16 *pre, int ldw, bf16 *dproj, int ldp, int L) {
 #ifdef __CUDA_ARCH__
     nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc;
     nvcuda::wmma::fill_fragment(acc, 0.0f);
@@ -212,7 +214,7 @@ GSA_HD void gsa_tile_dproj(const GsaProd<LA1, LB1> &p1, const GsaProd<LA2, LB2> 
 #pragma unroll
     for (int u = 0; u < 8; u++) {
         int e = lane + 32 * u, r = r0 + e / 16;
-        x[u] = r < L ? proj[(size_t)r * ldp + c0 + e % 16] : 0.0f;
+        x[u] = r < L ? __bfloat162float(pre[(size_t)r * ldw + c0 + e % 16]) : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < 8; u++) {
@@ -225,8 +227,9 @@ GSA_HD void gsa_tile_dproj(const GsaProd<LA1, LB1> &p1, const GsaProd<LA2, LB2> 
     if (lane) return;
     for (int e = 0; e < 256; e++) {
         int r = r0 + e / 16, c = c0 + e % 16;
-        if (r < L)
-            dproj[(size_t)r * ldp + c] = __float2bfloat16((gsa_dot(p1, r, c) + gsa_dot(p2, r, c)) * gsa_swish_grad(proj[(size_t)r * ldp + c]));
+        if (r >= L) continue;
+        float x = __bfloat162float(pre[(size_t)r * ldw + c]);
+        dproj[(size_t)r * ldp + c] = __float2bfloat16((gsa_dot(p1, r, c) + gsa_dot(p2, r, c)) * gsa_swish_grad(x));
     }
 #endif
 }
@@ -282,7 +285,7 @@ GSA_HD void gsa_load_gates(float *b, float *al, float *om, const GsaArgs &a, con
         for (int e = tid; e < GSA_CHUNK * GSA_SLOTS; e += GSA_THREADS) {
             int t = e / GSA_SLOTS, i = e % GSA_SLOTS;
             float la = 0.0f;
-            if (t < ch.L && i < s.m) la = gsa_log_alpha(a.proj[(ch.row0 + t) * s.ldp + s.slot_col + ch.g * s.m + i], s.tau);
+            if (t < ch.L && i < s.m) la = gsa_log_alpha(proj_logit(a.proj, ch.row0 + t, s.slot_col + ch.g * s.m + i), s.tau);
             b[t * GSA_LDF + i] = la;
             if (al) al[t * GSA_LDF + i] = expf(la);
             if (om) om[t * GSA_LDF + i] = -expm1f(la);
@@ -622,10 +625,11 @@ template <int DH, class X> GSA_HD void gsa_bwd1_chunk(const GsaArgs &a, int bg, 
                 gsa_tile(gsa_prod<GsaCol, GsaRow>(u ? sm.ep : sm.ed, GSA_LDB, u ? dO : Q, D, GSA_CHUNK), r0, c0, stage, lane,
                          [&](int r, int cc, float v) { out[(size_t)r * DH + cc] = v; });
             } else {
-                size_t at = ch.row0 * s.ldp + s.col_q + (size_t)ch.g * DH;
+                int col = s.col_q + ch.g * DH;
                 gsa_tile_dproj(gsa_prod<GsaRow, GsaRow>(S0 ? sm.ed : NULL, GSA_LDB, S0, DH, GSA_SLOTS),
-                               gsa_prod<GsaRow, GsaRow>(sm.d1, GSA_LDB, K, D, GSA_CHUNK), r0, c0, stage, lane, a.proj + at,
-                               a.dproj + at, s.ldp, ch.L);
+                               gsa_prod<GsaRow, GsaRow>(sm.d1, GSA_LDB, K, D, GSA_CHUNK), r0, c0, stage, lane,
+                               proj_wide_row(a.proj, ch.row0) + col, a.proj.ldw, a.dproj + ch.row0 * s.ldp + col, s.ldp,
+                               ch.L);
             }
         }
     });
@@ -741,8 +745,9 @@ template <int DH, class X> GSA_HD void gsa_bwd3_chunk(const GsaArgs &a, int bg, 
             int t = e / GSA_SLOTS, i = e % GSA_SLOTS;
             if (t >= ch.L || i >= m) continue;
             float dla = expf(last[i]) * sm.sd[i] + sm.X[t * GSA_LDW + i] + sm.y[t * GSA_LDF + i] + sm.r[t * GSA_LDF + i];
-            size_t at = (ch.row0 + t) * s.ldp + s.slot_col + (size_t)ch.g * m + i;
-            a.dproj[at] = __float2bfloat16(dla * gsa_sigmoid(-a.proj[at]) / s.tau);
+            size_t n = ch.row0 + t;
+            int col = s.slot_col + ch.g * m + i;
+            a.dproj[n * s.ldp + col] = __float2bfloat16(dla * gsa_sigmoid(-proj_logit(a.proj, n, col)) / s.tau);
         }
     });
     const bf16 *D1g = a.D1 + (ch.bg * ch.nc + c) * GSA_CHUNK * GSA_CHUNK, *Ptg = a.Pt + (ch.bg * ch.nc + c) * GSA_CHUNK * GSA_CHUNK;
@@ -751,10 +756,11 @@ template <int DH, class X> GSA_HD void gsa_bwd3_chunk(const GsaArgs &a, int bg, 
         const int per = 4 * (DH / 16);
         for (int tile = warp; tile < 2 * per; tile += GSA_WARPS) {
             int u = tile / per, r0 = (tile % per) / (DH / 16) * 16, c0 = tile % (DH / 16) * 16;
-            size_t at = ch.row0 * s.ldp + (u ? s.col_v : s.col_k) + (size_t)ch.g * DH;
+            int col = (u ? s.col_v : s.col_k) + ch.g * DH;
             gsa_tile_dproj(gsa_prod<GsaCol, GsaRow>(u ? Ptg : D1g, GSA_CHUNK, u ? dO : Q, D, GSA_CHUNK),
                            gsa_prod<GsaRow, GsaRow>(sm.gl, GSA_LDB, u ? dUn : dSn, DH, GSA_SLOTS), r0, c0,
-                           sm.stage + warp * 256, lane, a.proj + at, a.dproj + at, s.ldp, ch.L);
+                           sm.stage + warp * 256, lane, proj_wide_row(a.proj, ch.row0) + col, a.proj.ldw,
+                           a.dproj + ch.row0 * s.ldp + col, s.ldp, ch.L);
         }
     });
 }
@@ -835,20 +841,20 @@ static inline void fox_gsa_backward(const GsaArgs &a, cudaStream_t st) {
 // ---------------------------------------------------------------------------------------------
 // Element-wise pieces: the Swish features, and the output (eq. 9) z = RMSNorm(Swish(o)) over all D.
 
-// GSA paper eq. 8: q, k, v (N, D) bf16 = Swish of their proj columns. CPU: gsa_features.
-__global__ void gsa_features_kernel(bf16 *q, bf16 *k, bf16 *v, const float *proj, int ldp, int cq, int ck, int cv, int N, int D) {
+// GSA paper eq. 8: q, k, v (N, D) bf16 = Swish of their columns of proj's wide part. CPU: gsa_features.
+__global__ void gsa_features_kernel(bf16 *q, bf16 *k, bf16 *v, const Proj proj, int cq, int ck, int cv, int N, int D) {
     size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (size_t)N * 3 * D) return;
     size_t n = e / (3 * (size_t)D);
     int j = (int)(e % (3 * (size_t)D)), w = j / D, d = j % D;
-    float x = proj[n * ldp + (w == 0 ? cq : w == 1 ? ck : cv) + d];
+    float x = __bfloat162float(proj_wide_row(proj, n)[(w == 0 ? cq : w == 1 ? ck : cv) + d]);
     bf16 *out = w == 0 ? q : w == 1 ? k : v;
     out[n * D + d] = __float2bfloat16(x * sigmoidf_(x));
 }
 
-static inline void fox_gsa_features(bf16 *q, bf16 *k, bf16 *v, const float *proj, int ldp, int cq, int ck, int cv, int N,
-                                    int D, cudaStream_t st) {
-    gsa_features_kernel<<<fox_blocks((size_t)N * 3 * D, 256), 256, 0, st>>>(q, k, v, proj, ldp, cq, ck, cv, N, D);
+static inline void fox_gsa_features(bf16 *q, bf16 *k, bf16 *v, const Proj &proj, int cq, int ck, int cv, int N, int D,
+                                    cudaStream_t st) {
+    gsa_features_kernel<<<fox_blocks((size_t)N * 3 * D, 256), 256, 0, st>>>(q, k, v, proj, cq, ck, cv, N, D);
     FOX_LAUNCH_CHECK();
 }
 
@@ -928,17 +934,20 @@ static inline void fox_gsa_output_norm_backward(bf16 *d_o, float *dw, const floa
 
 #define GSA_DECODE_THREADS 256
 
-__global__ void __launch_bounds__(GSA_DECODE_THREADS) gsa_decode_kernel(bf16 *o, float *S, float *U, const float *proj, GsaShape s) {
+__global__ void __launch_bounds__(GSA_DECODE_THREADS)
+gsa_decode_kernel(bf16 *o, float *S, float *U, const Proj proj, GsaShape s) {
     __shared__ float q[256], k[256], v[256], al[GSA_SLOTS], sc[GSA_SLOTS];
     const int bg = blockIdx.x, b = bg / s.G, g = bg % s.G, dh = s.dh, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const float *row = proj + (size_t)b * s.ldp;
+    const bf16 *row = proj_wide_row(proj, b);
     for (int d = threadIdx.x; d < dh; d += GSA_DECODE_THREADS) {
-        float xq = row[s.col_q + g * dh + d], xk = row[s.col_k + g * dh + d], xv = row[s.col_v + g * dh + d];
+        float xq = __bfloat162float(row[s.col_q + g * dh + d]), xk = __bfloat162float(row[s.col_k + g * dh + d]);
+        float xv = __bfloat162float(row[s.col_v + g * dh + d]);
         q[d] = __bfloat162float(__float2bfloat16(xq * sigmoidf_(xq)));
         k[d] = __bfloat162float(__float2bfloat16(xk * sigmoidf_(xk)));
         v[d] = __bfloat162float(__float2bfloat16(xv * sigmoidf_(xv)));
     }
-    for (int i = threadIdx.x; i < s.m; i += GSA_DECODE_THREADS) al[i] = expf(gsa_log_alpha(row[s.slot_col + g * s.m + i], s.tau));
+    for (int i = threadIdx.x; i < s.m; i += GSA_DECODE_THREADS)
+        al[i] = expf(gsa_log_alpha(proj_logit(proj, b, s.slot_col + g * s.m + i), s.tau));
     __syncthreads();
     float *Sb = S + (size_t)bg * GSA_SLOTS * dh, *Ub = U + (size_t)bg * GSA_SLOTS * dh;
     for (int i = warp; i < s.m; i += GSA_DECODE_THREADS / 32) {  // a warp per slot: the update, then the score
@@ -971,7 +980,7 @@ __global__ void __launch_bounds__(GSA_DECODE_THREADS) gsa_decode_kernel(bf16 *o,
     }
 }
 
-static inline void fox_gsa_decode(bf16 *o, float *S, float *U, const float *proj, const GsaShape &s, cudaStream_t st) {
+static inline void fox_gsa_decode(bf16 *o, float *S, float *U, const Proj &proj, const GsaShape &s, cudaStream_t st) {
     gsa_decode_kernel<<<s.B * s.G, GSA_DECODE_THREADS, 0, st>>>(o, S, U, proj, s);
     FOX_LAUNCH_CHECK();
 }

@@ -9,6 +9,7 @@
 #include "config.h"         // FOX_NORM_EPS
 #include "acp.h"            // FOX_ACP_BLOCK, fox_acp_threshold: the ACP tables' grid and bound
 #include "docmask.h"        // fox_doc_has_prev, fox_doc_start: KV-shift's reach under the document mask
+#include "proj.cuh"         // Proj, proj_wide_row, proj_logit, proj_ld: attn_in_w's output rows
 
 #define FOX_WARPS 8  // warps per block of the one-warp-per-row kernels
 
@@ -415,15 +416,14 @@ static inline void fox_rmsnorm_backward(float *dres, bf16 *dres_bf, bf16 *xn, fl
 }
 
 // ----------------------------------------------------------------------------
-// Attention inputs: KV-shift, QK-norm and RoPE in one pass over the fp32 projection, writing the
+// Attention inputs: KV-shift, QK-norm and RoPE in one pass over the projection, writing the
 // attention's bf16 q, k, v in (B, H, T, dh). A warp takes one head of a run of tokens; lane l holds elements
 // l + 32e (e < PER_LANE = dh/32), so each RoPE pair (i, i + dh/2) lives in one lane (dh % 64 == 0).
 // Under the document mask (docs/model.md §1.8) KV-shift does not reach back across a separator: the
 // previous token counts as 0 there, as at t = 0 (fox_doc_has_prev).
 
 typedef struct {
-    const float *proj;           // (N, ld): attn_in_w outputs
-    int ld;                      // proj's row stride
+    Proj proj;                   // attn_in_w's outputs
     AttnCols cols;               // where q, k, v and the shift logits sit in a row (k_shift < 0: no KV-shift)
     const float *qw, *kw;        // QK-norm weights (NULL without QK-norm); wstride 0 when shared
     int wstride;
@@ -484,11 +484,11 @@ __device__ __forceinline__ QkvPos qkv_pos_prev(const QkvInputs &s, QkvPos p, int
     return {p.n - 1, s.T - 1, p.o - ((size_t)s.H * s.T - (s.T - 1)) * dh};  // the last row of sequence b − 1
 }
 
-// Head h's columns col of a row: lane-strided elements h·dh + lane + 32e.
+// Head h's columns col of a row of proj's wide part: lane-strided elements h·dh + lane + 32e.
 template <int PER_LANE>
-__device__ __forceinline__ void head_cols(float x[PER_LANE], const float *row, int col, int h, int dh, int lane) {
+__device__ __forceinline__ void head_cols(float x[PER_LANE], const bf16 *row, int col, int h, int dh, int lane) {
 #pragma unroll
-    for (int e = 0; e < PER_LANE; e++) x[e] = row[col + h * dh + lane + 32 * e];
+    for (int e = 0; e < PER_LANE; e++) x[e] = __bfloat162float(row[col + h * dh + lane + 32 * e]);
 }
 
 // KV-shift (ca >= 0: y = α x_{n−1} + (1 − α) x_n, the previous row xp taken only when has_prev, qkv_has_prev,
@@ -584,8 +584,8 @@ __global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
     if (lo >= hi) return;
     float kx[PER_LANE] = {}, vx[PER_LANE] = {};  // the previous row's k, v columns
     if (lo > 0) {
-        head_cols<PER_LANE>(kx, s.proj + (size_t)(lo - 1) * s.ld, s.cols.k, h, dh, lane);
-        head_cols<PER_LANE>(vx, s.proj + (size_t)(lo - 1) * s.ld, s.cols.v, h, dh, lane);
+        head_cols<PER_LANE>(kx, proj_wide_row(s.proj, lo - 1), s.cols.k, h, dh, lane);
+        head_cols<PER_LANE>(vx, proj_wide_row(s.proj, lo - 1), s.cols.v, h, dh, lane);
     }
     float qw[PER_LANE], kw[PER_LANE];
     qk_weights<PER_LANE>(qw, kw, s, h, lane);
@@ -596,12 +596,13 @@ __global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
         float qv[2][PER_LANE], kr[2][PER_LANE], vr[2][PER_LANE], kv[2][PER_LANE], vv[2][PER_LANE], ak[2], av[2];
 #pragma unroll
         for (int g = 0; g < 2; g++) {
-            const float *row = s.proj + (size_t)(live[g] ? pr[g].n : p.n) * s.ld;
+            const size_t n = live[g] ? pr[g].n : p.n;
+            const bf16 *row = proj_wide_row(s.proj, n);
             head_cols<PER_LANE>(qv[g], row, s.cols.q, h, dh, lane);
             head_cols<PER_LANE>(kr[g], row, s.cols.k, h, dh, lane);
             head_cols<PER_LANE>(vr[g], row, s.cols.v, h, dh, lane);
-            ak[g] = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
-            av[g] = s.cols.v_shift >= 0 ? row[s.cols.v_shift + h] : 0.0f;
+            ak[g] = s.cols.k_shift >= 0 ? proj_logit(s.proj, n, s.cols.k_shift + h) : 0.0f;
+            av[g] = s.cols.v_shift >= 0 ? proj_logit(s.proj, n, s.cols.v_shift + h) : 0.0f;
         }
 #pragma unroll
         for (int g = 0; g < 2; g++) {
@@ -691,6 +692,8 @@ __device__ __forceinline__ void load_f32x4(float x[4], const float *p) {
     x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
 }
 
+__device__ __forceinline__ uint2 load_bf16x4(const bf16 *p) { return *reinterpret_cast<const uint2 *>(p); }
+
 __device__ __forceinline__ void unpack_bf16x4(float x[4], uint2 u) {
     const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
     const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
@@ -716,8 +719,8 @@ __device__ __forceinline__ void rope_unrotate4(float x[4], const QkvInputs &s, i
 // per walker). The row's own k and v columns are not among them: the walk loaded them as the row after's kp, vp.
 struct QkvRowIn {
     uint2 gq, gk, gv;           // dq, dk, dv: 4 bf16 each, as loaded (unpacked when used: fewer registers in flight)
-    float q[4];                 // the q columns of the row
-    float kp[4], vp[4];         // the k, v columns of row n − 1 (0 when unread)
+    uint2 q;                    // the q columns of the row (4 bf16)
+    uint2 kp, vp;               // the k, v columns of row n − 1 (0 when unread)
     float ak, av;               // the shift logits (0 without KV-shift)
     int hp;                     // KV-shift takes row n − 1 (qkv_has_prev)
 };
@@ -726,21 +729,17 @@ struct QkvRowIn {
 // first column of head h, h·dh + 4·gl; oi: its first element in the (B, H, T, dh) tensors' row.
 __device__ __forceinline__ void qkv_row_load(QkvRowIn &in, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                                              const QkvInputs &s, QkvPos p, int lo, int h, int c, int oi) {
-    const float *row = s.proj + (size_t)p.n * s.ld;
-    in.ak = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
-    in.av = s.cols.v_shift >= 0 ? row[s.cols.v_shift + h] : 0.0f;
+    const bf16 *row = proj_wide_row(s.proj, p.n);
+    in.ak = s.cols.k_shift >= 0 ? proj_logit(s.proj, p.n, s.cols.k_shift + h) : 0.0f;
+    in.av = s.cols.v_shift >= 0 ? proj_logit(s.proj, p.n, s.cols.v_shift + h) : 0.0f;
     in.hp = qkv_has_prev(s, (size_t)p.n, p.t);
-    in.gq = *reinterpret_cast<const uint2 *>(dq + p.o + oi);
-    in.gk = *reinterpret_cast<const uint2 *>(dk + p.o + oi);
-    in.gv = *reinterpret_cast<const uint2 *>(dv + p.o + oi);
-    load_f32x4(in.q, row + s.cols.q + c);
-    if (in.hp || p.n - 1 >= lo) {
-        load_f32x4(in.kp, row - s.ld + s.cols.k + c);
-        load_f32x4(in.vp, row - s.ld + s.cols.v + c);
-    } else {
-#pragma unroll
-        for (int e = 0; e < 4; e++) in.kp[e] = in.vp[e] = 0.0f;
-    }
+    in.gq = load_bf16x4(dq + p.o + oi);
+    in.gk = load_bf16x4(dk + p.o + oi);
+    in.gv = load_bf16x4(dv + p.o + oi);
+    in.q = load_bf16x4(row + s.cols.q + c);
+    const int prev = in.hp || p.n - 1 >= lo;
+    in.kp = prev ? load_bf16x4(row - s.proj.ldw + s.cols.k + c) : make_uint2(0, 0);  // bf16 0x0000 is 0
+    in.vp = prev ? load_bf16x4(row - s.proj.ldw + s.cols.v + c) : make_uint2(0, 0);
 }
 
 // Backward of the KV-shift y_t = α_t x_{t−1} + (1−α_t) x_t of one head's columns of row t (eq. 17-18):
@@ -818,15 +817,18 @@ __global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
         int tn = (hi - 1) % s.T + 1, top = tn < s.T && qkv_has_prev(s, hi, tn) ? hi : hi - 1;
         QkvPos p = qkv_pos(s, top, h, DH);
         qkv_row_load(cur, dq, dk, dv, s, p, lo, h, c, 4 * gl);
-        load_f32x4(kc, s.proj + (size_t)top * s.ld + s.cols.k + c);
-        load_f32x4(vc, s.proj + (size_t)top * s.ld + s.cols.v + c);
+        unpack_bf16x4(kc, load_bf16x4(proj_wide_row(s.proj, top) + s.cols.k + c));
+        unpack_bf16x4(vc, load_bf16x4(proj_wide_row(s.proj, top) + s.cols.v + c));
         while (p.n >= lo) {
             QkvPos pn = qkv_pos_prev(s, p, DH);
             if (pn.n >= lo) qkv_row_load(next, dq, dk, dv, s, pn, lo, h, c, 4 * gl);
-            float gq[4], gk[4], gv[4];
+            float gq[4], gk[4], gv[4], q[4], kp[4], vp[4];
             unpack_bf16x4(gq, cur.gq);
             unpack_bf16x4(gk, cur.gk);
             unpack_bf16x4(gv, cur.gv);
+            unpack_bf16x4(q, cur.q);
+            unpack_bf16x4(kp, cur.kp);
+            unpack_bf16x4(vp, cur.vp);
             if (s.rope_cos) {
                 rope_unrotate4<L>(gq, s, p.t, gl);
                 rope_unrotate4<L>(gk, s, p.t, gl);
@@ -835,10 +837,10 @@ __global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
             float alv = s.cols.v_shift >= 0 ? sigmoidf_(cur.av) : 0.0f;
             // q (row 0) and the shifted key y_t (row 1) through QK-norm side by side; dx[1] is dks, y_t's gradient
             float x[2][4], g[2][4], w[2][4], dx[2][4], prod[2][4];
-            kv_shift<4>(x[1], kc, cur.kp, alk, cur.hp, s.cols.k_shift);
+            kv_shift<4>(x[1], kc, kp, alk, cur.hp, s.cols.k_shift);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                x[0][e] = cur.q[e];
+                x[0][e] = q[e];
                 g[0][e] = dx[0][e] = gq[e];
                 g[1][e] = dx[1][e] = gk[e];
                 w[0][e] = qw[e];
@@ -846,11 +848,11 @@ __global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
             }
             if (s.qw) head_norm_backward_rows<4, 2, L>(dx, prod, x, g, w, FOX_QK_NORM_EPS);
             float dkc[4], dvc[4], dal[2];  // the gradients of the k, v columns and shift logits
-            dal[0] = shift_backward<4>(dkc, dx[1], dksn, akn, hn, kc, cur.kp, alk, cur.hp, s.cols.k_shift);
-            dal[1] = shift_backward<4>(dvc, gv, gvn, avn, hn, vc, cur.vp, alv, cur.hp, s.cols.v_shift);
+            dal[0] = shift_backward<4>(dkc, dx[1], dksn, akn, hn, kc, kp, alk, cur.hp, s.cols.k_shift);
+            dal[1] = shift_backward<4>(dvc, gv, gvn, avn, hn, vc, vp, alv, cur.hp, s.cols.v_shift);
             group_sums<2, L>(dal);
             if (p.n < hi) {  // the row after the run is another walker's: its dks alone was wanted
-                bf16 *drow = dproj + (size_t)p.n * s.ld;
+                bf16 *drow = dproj + (size_t)p.n * proj_ld(s.proj);
                 store_bf16x4(drow + s.cols.q + c, dx[0][0], dx[0][1], dx[0][2], dx[0][3]);
                 store_bf16x4(drow + s.cols.k + c, dkc[0], dkc[1], dkc[2], dkc[3]);
                 store_bf16x4(drow + s.cols.v + c, dvc[0], dvc[1], dvc[2], dvc[3]);
@@ -867,8 +869,8 @@ __global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
             for (int e = 0; e < 4; e++) {
                 dksn[e] = dx[1][e];
                 gvn[e] = gv[e];
-                kc[e] = cur.kp[e];
-                vc[e] = cur.vp[e];
+                kc[e] = kp[e];
+                vc[e] = vp[e];
             }
             cur = next;
             p = pn;
@@ -891,12 +893,13 @@ static void qkv_backward_launch(bf16 *dproj, float *qpart, float *kpart, const b
 // The backward of the attention inputs (q, k, v → dproj's q, k, v and shift columns) and the QK-norm
 // weight gradients dqw, dkw (with QK-norm). part: 2·colsum_rows_floats(N, D) floats,
 // part2: colsum_scratch_floats(head_blocks(N)·H, D). The walkers' vector accesses need the q, k, v columns
-// and proj's row stride in multiples of 4 (train_fox.cu pads the stride to 64).
+// and the row strides of proj's wide part and of dproj in multiples of 4 (train_fox.cu's are multiples of 64).
 static inline void fox_qkv_backward(bf16 *dproj, float *dqw, float *dkw, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                                     const QkvInputs &s, float *part, float *part2, cudaStream_t st) {
     int N = s.B * s.T;
-    if ((s.ld | s.cols.q | s.cols.k | s.cols.v) % 4 || (uintptr_t)s.proj % 16 || (uintptr_t)dproj % 8) {
-        fprintf(stderr, "error: fox_qkv_backward needs proj's row stride and q, k, v columns in multiples of 4\n");
+    if ((s.proj.ldw | proj_ld(s.proj) | s.cols.q | s.cols.k | s.cols.v) % 4 || (uintptr_t)s.proj.wide % 8 ||
+        (uintptr_t)dproj % 8) {
+        fprintf(stderr, "error: fox_qkv_backward needs proj's and dproj's row strides and q, k, v columns in multiples of 4\n");
         exit(EXIT_FAILURE);
     }
     float *qpart = part, *kpart = part + colsum_rows_floats(N, s.H * s.dh);
@@ -914,15 +917,15 @@ static inline void fox_qkv_backward(bf16 *dproj, float *dqw, float *dkw, const b
 // document mask (tokens[n] == sep >= 0; tokens unread when sep < 0) log f is FOX_DOC_LOG_F whatever the gate
 // computes, so d logit = 0 there (docs/model.md §1.8). CPU: the last loop of forget_gate_backward (d log f
 // comes from fox_attention_backward's reverse scan).
-__global__ void forget_gate_backward_kernel(bf16 *dproj, float *dfg, const float *dlogf, const float *proj, int ld,
-                                            int cf, const float *bias, const int *tokens, int sep, int B, int H, int T) {
+__global__ void forget_gate_backward_kernel(bf16 *dproj, float *dfg, const float *dlogf, const Proj proj, int cf,
+                                            const float *bias, const int *tokens, int sep, int B, int H, int T) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * H * T) return;
     int t = (int)(i % T), h = (int)((i / T) % H), b = (int)(i / ((size_t)T * H));
     size_t n = (size_t)b * T + t;
-    float logit = bias[h] + (cf >= 0 ? proj[n * ld + cf + h] : 0.0f);
+    float logit = bias[h] + (cf >= 0 ? proj_logit(proj, n, cf + h) : 0.0f);
     float d = sep >= 0 && fox_doc_start(tokens[n], sep) ? 0.0f : dlogf[i] * sigmoidf_(-logit);
-    if (cf >= 0) dproj[n * ld + cf + h] = __float2bfloat16(d);
+    if (cf >= 0) dproj[n * proj_ld(proj) + cf + h] = __float2bfloat16(d);
     dfg[n * H + h] = d;
 }
 
@@ -1015,7 +1018,7 @@ static inline void fox_acp_tables(int *kv_first, int *q_last, unsigned long long
 
 // ----------------------------------------------------------------------------
 // Attention output: z = RMSNorm_head(o) ⊙ σ(g) (each part optional) on the (head, HEAD_BLOCK_ROWS tokens)
-// grid, a warp a token at a time; o and z are (N, D) bf16, g read from proj (fp32) at column cg (< 0: no
+// grid, a warp a token at a time; o and z are (N, D) bf16, g read from proj's wide part at column cg (< 0: no
 // gate); ow NULL: no norm.
 
 // Two tokens' inputs of the output norm+gate kernels, rows nn and nn + FOX_WARPS (the second only when
@@ -1024,7 +1027,7 @@ static inline void fox_acp_tables(int *kv_first, int *q_last, unsigned long long
 // agree bitwise.
 template <int PER_LANE>
 __device__ __forceinline__ void output_rows_load(float x[2][PER_LANE], float gl[2][PER_LANE], float rs[2], const int live[2],
-                                                 const bf16 *o, const float *proj, int ld, int cg, const float *ow, int nn,
+                                                 const bf16 *o, const Proj &proj, int cg, const float *ow, int nn,
                                                  int D, int hc) {
 #pragma unroll
     for (int g = 0; g < 2; g++) {
@@ -1032,7 +1035,7 @@ __device__ __forceinline__ void output_rows_load(float x[2][PER_LANE], float gl[
 #pragma unroll
         for (int e = 0; e < PER_LANE; e++) {
             x[g][e] = live[g] ? __bfloat162float(o[n * D + hc + 32 * e]) : 0.0f;
-            gl[g][e] = live[g] && cg >= 0 ? proj[n * ld + cg + hc + 32 * e] : 0.0f;
+            gl[g][e] = live[g] && cg >= 0 ? __bfloat162float(proj_wide_row(proj, n)[cg + hc + 32 * e]) : 0.0f;
         }
         rs[g] = head_sumsq<PER_LANE>(x[g]);
     }
@@ -1044,8 +1047,7 @@ __device__ __forceinline__ void output_rows_load(float x[2][PER_LANE], float gl[
 // Paper eq. 21 and 23: z = RMSNorm(o) ⊙ σ(W_g x) (output norm and output gate, each optional). CPU:
 // rmsnorm_forward (per head) and output_gate_forward in attention_block_forward.
 template <int PER_LANE>
-__global__ void output_forward_kernel(bf16 *z, const bf16 *o, const float *proj, int ld, int cg, const float *ow,
-                                      int N, int H) {
+__global__ void output_forward_kernel(bf16 *z, const bf16 *o, const Proj proj, int cg, const float *ow, int N, int H) {
     constexpr int dh = 32 * PER_LANE;
     int lane = threadIdx.x % 32, h = blockIdx.x, hc = h * dh + lane, D = H * dh;
     int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
@@ -1055,7 +1057,7 @@ __global__ void output_forward_kernel(bf16 *z, const bf16 *o, const float *proj,
     for (int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32; nn < n1; nn += 2 * FOX_WARPS) {
         int live[2] = {1, nn + FOX_WARPS < n1};
         float x[2][PER_LANE], gl[2][PER_LANE], rs[2];
-        output_rows_load<PER_LANE>(x, gl, rs, live, o, proj, ld, cg, ow, nn, D, hc);
+        output_rows_load<PER_LANE>(x, gl, rs, live, o, proj, cg, ow, nn, D, hc);
 #pragma unroll
         for (int g = 0; g < 2; g++) {
             if (!live[g]) continue;
@@ -1070,9 +1072,9 @@ __global__ void output_forward_kernel(bf16 *z, const bf16 *o, const float *proj,
     }
 }
 
-static inline void fox_output_forward(bf16 *z, const bf16 *o, const float *proj, int ld, int cg, const float *ow, int N,
-                                      int H, int dh, cudaStream_t s) {
-    LAUNCH_HEAD_BLOCKS(output_forward_kernel, dh, N, H, s, z, o, proj, ld, cg, ow, N, H);
+static inline void fox_output_forward(bf16 *z, const bf16 *o, const Proj &proj, int cg, const float *ow, int N, int H,
+                                      int dh, cudaStream_t s) {
+    LAUNCH_HEAD_BLOCKS(output_forward_kernel, dh, N, H, s, z, o, proj, cg, ow, N, H);
 }
 
 // Backward of the above: dz (N, D) fp32 → d_o (N, D) bf16 (the attention's dO), the gate's dproj
@@ -1084,7 +1086,7 @@ static inline void fox_output_forward(bf16 *z, const bf16 *o, const float *proj,
 // Backward of eq. 21 and 23. CPU: output_gate_backward, rmsnorm_backward (per head).
 template <int PER_LANE>
 __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *part, const float *dz, const bf16 *o,
-                                       const float *proj, int ld, int cg, const float *ow, int N, int H) {
+                                       const Proj proj, int cg, const float *ow, int N, int H) {
     constexpr int dh = 32 * PER_LANE;
     int lane = threadIdx.x % 32, h = blockIdx.x, hc = h * dh + lane, D = H * dh;
     int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
@@ -1097,7 +1099,7 @@ __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *p
         for (int g = 0; g < 2; g++)
 #pragma unroll
             for (int e = 0; e < PER_LANE; e++) gy[g][e] = live[g] ? dz[(size_t)(nn + g * FOX_WARPS) * D + hc + 32 * e] : 0.0f;
-        output_rows_load<PER_LANE>(x, gl, rs, live, o, proj, ld, cg, ow, nn, D, hc);
+        output_rows_load<PER_LANE>(x, gl, rs, live, o, proj, cg, ow, nn, D, hc);
         float don[2][PER_LANE], wr[2][PER_LANE], dx[2][PER_LANE], prod[2][PER_LANE];
 #pragma unroll
         for (int g = 0; g < 2; g++) {
@@ -1107,7 +1109,7 @@ __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *p
                 float gv = gy[g][e], on = ow ? x[g][e] * rs[g] * w[e] : x[g][e], y = on;
                 if (cg >= 0) {
                     float sg = sigmoidf_(gl[g][e]);
-                    if (live[g]) dproj[n * ld + cg + hc + 32 * e] = __float2bfloat16(gv * on * sg * (1.0f - sg));
+                    if (live[g]) dproj[n * proj_ld(proj) + cg + hc + 32 * e] = __float2bfloat16(gv * on * sg * (1.0f - sg));
                     gv *= sg;
                     y *= sg;
                 }
@@ -1134,9 +1136,9 @@ __global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *p
 // The output norm+gate backward, z again, and with the norm dow += its weight gradient. part:
 // colsum_rows_floats(N, D) floats, part2: colsum_scratch_floats(head_blocks(N), D).
 static inline void fox_output_backward(bf16 *d_o, bf16 *dproj, bf16 *z, float *dow, const float *dz, const bf16 *o,
-                                       const float *proj, int ld, int cg, const float *ow, int N, int H, int dh,
-                                       float *part, float *part2, cudaStream_t s) {
-    LAUNCH_HEAD_BLOCKS(output_backward_kernel, dh, N, H, s, d_o, dproj, z, part, dz, o, proj, ld, cg, ow, N, H);
+                                       const Proj &proj, int cg, const float *ow, int N, int H, int dh, float *part,
+                                       float *part2, cudaStream_t s) {
+    LAUNCH_HEAD_BLOCKS(output_backward_kernel, dh, N, H, s, d_o, dproj, z, part, dz, o, proj, cg, ow, N, H);
     if (ow) head_partials_accumulate(dow, part, N, H, dh, 0, part2, s);
 }
 

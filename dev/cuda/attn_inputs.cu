@@ -1,6 +1,6 @@
 // dev/cuda/attn_inputs.cu: checks the attention-input kernels of fox/kernels.cuh (KV-shift, QK-norm and
 // RoPE fused) against an fp64 CPU reference, then times them, with train_fox.cu's launches and order:
-//   forward:  qkv_forward_kernel (fp32 projection → bf16 q, k, v in (B, H, T, dh)); version 1 (until
+//   forward:  qkv_forward_kernel (the projection proj → bf16 q, k, v in (B, H, T, dh)); version 1 (until
 //             2026-11-26) a warp per (token, head), reading the previous row's k, v again for KV-shift;
 //             version 2 (fox/kernels.cuh) a warp walks 8 rows of a head, each row's k, v read once; since
 //             session 14 its position stepped, not divided, and q's and k's norm reductions interleaved
@@ -27,6 +27,10 @@
 // builds (kcheck.h).
 // With the document mask (docs/model.md §1.8; separators at random, position 0 among them) the KV-shift does
 // not reach back across a separator, forward and backward.
+// proj as train_fox.cu keeps it (fox/proj.cuh), in fox-pro's column layout: the q, k, v and output-gate columns
+// bf16 (N, ldw = 4D), the per-head logits fp32 (N, ldl; the shift logits at 4D and 4D + H, the forget logits
+// after them), dproj one bf16 array of rows ldw + ldl; every version reads the same bf16 q, k, v columns and
+// fp32 logits, and the fp64 reference reads those values too.
 //   make attn_inputs && ./attn_inputs [train]   (train: the three training shapes alone)
 #include "kcheck.h"
 
@@ -36,13 +40,13 @@
 template <int PER_LANE>
 __device__ __forceinline__ void load_shifted_v1(float y[PER_LANE], const QkvInputs &s, size_t n, int has_prev, int col, int ca,
                                              int h, int lane) {
-    const float *row = s.proj + n * s.ld;
-    float al = ca >= 0 ? sigmoidf_(row[ca + h]) : 0.0f;
+    const bf16 *row = proj_wide_row(s.proj, n);
+    float al = ca >= 0 ? sigmoidf_(proj_logit(s.proj, n, ca + h)) : 0.0f;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
         int k = h * s.dh + lane + 32 * e;
-        float x = row[col + k];
-        y[e] = ca >= 0 ? (has_prev ? al * row[col + k - s.ld] : 0.0f) + (1.0f - al) * x : x;
+        float x = __bfloat162float(row[col + k]);
+        y[e] = ca >= 0 ? (has_prev ? al * __bfloat162float(row[col + k - s.proj.ldw]) : 0.0f) + (1.0f - al) * x : x;
     }
 }
 
@@ -94,17 +98,17 @@ __device__ __forceinline__ void qk_load_v1(QkInV1<PER_LANE> &in, const bf16 *dq,
     size_t n = (size_t)nn;
     int t = (int)(n % s.T), b = (int)(n / s.T);
     size_t o = (((size_t)b * s.H + h) * s.T + t) * s.dh;
-    const float *row = s.proj + n * s.ld;
-    in.al = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
+    const bf16 *row = proj_wide_row(s.proj, n);
+    in.al = s.cols.k_shift >= 0 ? proj_logit(s.proj, n, s.cols.k_shift + h) : 0.0f;
     in.hp = qkv_has_prev(s, n, t);
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
         int k = h * s.dh + lane + 32 * e;
         in.gq[e] = __bfloat162float(dq[o + lane + 32 * e]);
         in.gk[e] = __bfloat162float(dk[o + lane + 32 * e]);
-        in.q[e] = row[s.cols.q + k];
-        in.k[e] = row[s.cols.k + k];
-        in.kp[e] = s.cols.k_shift >= 0 && in.hp ? row[s.cols.k + k - s.ld] : 0.0f;
+        in.q[e] = __bfloat162float(row[s.cols.q + k]);
+        in.k[e] = __bfloat162float(row[s.cols.k + k]);
+        in.kp[e] = s.cols.k_shift >= 0 && in.hp ? __bfloat162float(row[s.cols.k + k - s.proj.ldw]) : 0.0f;
     }
 }
 
@@ -136,7 +140,7 @@ __global__ void qk_backward_v1(bf16 *dproj, float *dks, float *qpart, float *kpa
         if (s.qw) head_norm_backward<PER_LANE>(dx, prod, in.q, in.gq, qw, FOX_QK_NORM_EPS);
 #pragma unroll
         for (int e = 0; e < PER_LANE; e++) {
-            dproj[n * s.ld + s.cols.q + h * s.dh + lane + 32 * e] = __float2bfloat16(s.qw ? dx[e] : in.gq[e]);
+            dproj[n * proj_ld(s.proj) + s.cols.q + h * s.dh + lane + 32 * e] = __float2bfloat16(s.qw ? dx[e] : in.gq[e]);
             if (s.qw) qacc[e] += prod[e];
         }
         // k, shifted as in load_shifted
@@ -165,22 +169,24 @@ __global__ void qk_backward_v1(bf16 *dproj, float *dks, float *qpart, float *kpa
 template <int PER_LANE>
 __device__ __forceinline__ void shift_backward_v1(bf16 *dproj, const float gy[PER_LANE], const float gnext[PER_LANE], int has_next,
                                                const QkvInputs &s, size_t n, int has_prev, int col, int ca, int h, int lane) {
-    const float *row = s.proj + n * s.ld;
+    const bf16 *row = proj_wide_row(s.proj, n);
+    bf16 *drow = dproj + n * proj_ld(s.proj);
     if (ca < 0) {
 #pragma unroll
-        for (int e = 0; e < PER_LANE; e++) dproj[n * s.ld + col + h * s.dh + lane + 32 * e] = __float2bfloat16(gy[e]);
+        for (int e = 0; e < PER_LANE; e++) drow[col + h * s.dh + lane + 32 * e] = __float2bfloat16(gy[e]);
         return;
     }
-    float al = sigmoidf_(row[ca + h]), an = has_next ? sigmoidf_(row[s.ld + ca + h]) : 0.0f, dal = 0.0f;
+    float al = sigmoidf_(proj_logit(s.proj, n, ca + h)), dal = 0.0f;
+    float an = has_next ? sigmoidf_(proj_logit(s.proj, n + 1, ca + h)) : 0.0f;
 #pragma unroll
     for (int e = 0; e < PER_LANE; e++) {
         int k = col + h * s.dh + lane + 32 * e;
-        float dx = (1.0f - al) * gy[e] + (has_next ? an * gnext[e] : 0.0f);
-        dproj[n * s.ld + k] = __float2bfloat16(dx);
-        dal += has_prev ? gy[e] * (row[k - s.ld] - row[k]) : -gy[e] * row[k];
+        float dx = (1.0f - al) * gy[e] + (has_next ? an * gnext[e] : 0.0f), x = __bfloat162float(row[k]);
+        drow[k] = __float2bfloat16(dx);
+        dal += has_prev ? gy[e] * (__bfloat162float(row[k - s.proj.ldw]) - x) : -gy[e] * x;
     }
     dal = warp_sum(dal);
-    if (lane == 0) dproj[n * s.ld + ca + h] = __float2bfloat16(dal * al * (1.0f - al));
+    if (lane == 0) drow[ca + h] = __float2bfloat16(dal * al * (1.0f - al));
 }
 
 // Backward of eq. 16-19's KV-shift. CPU: kv_shift_backward_v1.
@@ -245,9 +251,9 @@ template <int PER_LANE> struct QkvRowInV4 {
 template <int PER_LANE>
 __device__ __forceinline__ void qkv_row_load_v4(QkvRowInV4<PER_LANE> &in, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                                              const QkvInputs &s, QkvPos p, int lo, int h, int hc, int lane) {
-    const float *row = s.proj + (size_t)p.n * s.ld;
-    in.ak = s.cols.k_shift >= 0 ? row[s.cols.k_shift + h] : 0.0f;
-    in.av = s.cols.v_shift >= 0 ? row[s.cols.v_shift + h] : 0.0f;
+    const bf16 *row = proj_wide_row(s.proj, p.n);
+    in.ak = s.cols.k_shift >= 0 ? proj_logit(s.proj, p.n, s.cols.k_shift + h) : 0.0f;
+    in.av = s.cols.v_shift >= 0 ? proj_logit(s.proj, p.n, s.cols.v_shift + h) : 0.0f;
     in.hp = qkv_has_prev(s, (size_t)p.n, p.t);
     int above = in.hp || p.n - 1 >= lo;
 #pragma unroll
@@ -256,9 +262,9 @@ __device__ __forceinline__ void qkv_row_load_v4(QkvRowInV4<PER_LANE> &in, const 
         in.gq[e] = __bfloat162float(dq[p.o + i]);
         in.gk[e] = __bfloat162float(dk[p.o + i]);
         in.gv[e] = __bfloat162float(dv[p.o + i]);
-        in.q[e] = row[s.cols.q + hc + 32 * e];
-        in.kp[e] = above ? row[s.cols.k + hc + 32 * e - s.ld] : 0.0f;
-        in.vp[e] = above ? row[s.cols.v + hc + 32 * e - s.ld] : 0.0f;
+        in.q[e] = __bfloat162float(row[s.cols.q + hc + 32 * e]);
+        in.kp[e] = above ? __bfloat162float(row[s.cols.k + hc + 32 * e - s.proj.ldw]) : 0.0f;
+        in.vp[e] = above ? __bfloat162float(row[s.cols.v + hc + 32 * e - s.proj.ldw]) : 0.0f;
     }
 }
 
@@ -311,8 +317,8 @@ __global__ void __launch_bounds__(qkv_bwd_warps_v4(PER_LANE) * 32, PER_LANE == 2
         int tn = (hi - 1) % s.T + 1, top = tn < s.T && qkv_has_prev(s, hi, tn) ? hi : hi - 1;
         QkvPos p = qkv_pos(s, top, h, dh);
         qkv_row_load_v4<PER_LANE>(cur, dq, dk, dv, s, p, lo, h, hc, lane);
-        head_cols<PER_LANE>(kc, s.proj + (size_t)top * s.ld, s.cols.k, h, dh, lane);
-        head_cols<PER_LANE>(vc, s.proj + (size_t)top * s.ld, s.cols.v, h, dh, lane);
+        head_cols<PER_LANE>(kc, proj_wide_row(s.proj, top), s.cols.k, h, dh, lane);
+        head_cols<PER_LANE>(vc, proj_wide_row(s.proj, top), s.cols.v, h, dh, lane);
         while (p.n >= lo) {
             QkvPos pn = qkv_pos_prev(s, p, dh);
             if (pn.n >= lo) qkv_row_load_v4<PER_LANE>(next, dq, dk, dv, s, pn, lo, h, hc, lane);
@@ -340,7 +346,7 @@ __global__ void __launch_bounds__(qkv_bwd_warps_v4(PER_LANE) * 32, PER_LANE == 2
             warp_sums<2>(dal);
             if (p.n < hi) {  // the row after the run is another warp's: its dks alone was wanted
                 int r = p.n - r0;
-                bf16 *drow = dproj + (size_t)p.n * s.ld;
+                bf16 *drow = dproj + (size_t)p.n * proj_ld(s.proj);
 #pragma unroll
                 for (int e = 0; e < PER_LANE; e++) {
                     drow[s.cols.q + hc + 32 * e] = __float2bfloat16(dx[0][e]);
@@ -406,25 +412,28 @@ struct Cfg {
 
 static void run(const Cfg &c) {
     const int B = c.B, T = c.T, H = c.H, dh = c.dh, D = H * dh, N = B * T, half = dh / 2;
-    // the column layout of attn_cols (fox-pro with an output gate and a data-dependent forget gate)
+    // the column layout of attn_cols (fox-pro with an output gate and a data-dependent forget gate); ld: dproj's
+    // row stride (proj_ld), a multiple of 64 as train_fox.cu pads it (ldw = 4D is one)
     const int cq = 0, ck = D, cv = 2 * D, cak = c.shift ? 4 * D : -1, cav = c.shift ? 4 * D + H : -1;
-    const int ld = (4 * D + 3 * H + 63) / 64 * 64, wst = c.shared ? 0 : dh, nw = c.shared ? dh : D;
+    const int ldw = 4 * D, ldl = (3 * H + 63) / 64 * 64, ld = ldw + ldl, wst = c.shared ? 0 : dh, nw = c.shared ? dh : D;
     const int sep = c.doc_p > 0 ? 7 : -1;
     std::string shape = fmt("B=%d T=%d H=%d dh=%d%s%s%s%s%s", B, T, H, dh, c.shift ? "" : " no-shift", c.norm ? "" : " no-qknorm",
                             c.shared ? " shared-w" : "", c.rope ? " rope" : "", sep >= 0 ? fmt(" docs(p=%.2g)", c.doc_p).c_str() : "");
     printf("attn_inputs %s\n", shape.c_str());
     const size_t n = (size_t)N * D;
-    std::vector<float> proj((size_t)N * ld);
+    std::vector<bf16> wide((size_t)N * ldw);
+    std::vector<float> logits((size_t)N * ldl);
     for (size_t r = 0; r < (size_t)N; r++) {
         for (int h = 0; h < H; h++) {  // per-head scales, so the QK-norm rstd varies
             double sq = uniform(0.1, 3.0), sk = uniform(0.1, 3.0), sv = uniform(0.1, 3.0);
             for (int i = 0; i < dh; i++) {
-                proj[r * ld + cq + h * dh + i] = (float)(sq * uniform(-1, 1));
-                proj[r * ld + ck + h * dh + i] = (float)(sk * uniform(-1, 1));
-                proj[r * ld + cv + h * dh + i] = (float)(sv * uniform(-1, 1));
+                wide[r * ldw + cq + h * dh + i] = __float2bfloat16((float)(sq * uniform(-1, 1)));
+                wide[r * ldw + ck + h * dh + i] = __float2bfloat16((float)(sk * uniform(-1, 1)));
+                wide[r * ldw + cv + h * dh + i] = __float2bfloat16((float)(sv * uniform(-1, 1)));
             }
         }
-        for (int k = 3 * D; k < ld; k++) proj[r * ld + k] = (float)uniform(-4, 4);  // gate, shift logits, forget
+        for (int k = 3 * D; k < ldw; k++) wide[r * ldw + k] = __float2bfloat16((float)uniform(-4, 4));  // gate
+        for (int k = 0; k < ldl; k++) logits[r * ldl + k] = (float)uniform(-4, 4);  // shift logits, forget
     }
     std::vector<float> qw = rand_f32(nw, 0.5, 1.5), kw = rand_f32(nw, 0.5, 1.5), dqw0 = rand_f32(nw, -1, 1),
                        dkw0 = rand_f32(nw, -1, 1), cs((size_t)T * half), sn((size_t)T * half);
@@ -441,7 +450,7 @@ static void run(const Cfg &c) {
     std::vector<int> tokens = random_tokens(N, sep, c.doc_p);
     int *d_tokens = to_device(tokens);
 
-    float *d_proj = to_device(proj), *d_qw = to_device(qw), *d_kw = to_device(kw), *d_cs = to_device(cs),
+    float *d_logits = to_device(logits), *d_qw = to_device(qw), *d_kw = to_device(kw), *d_cs = to_device(cs),
           *d_sn = to_device(sn), *d_dks = dmalloc<float>(n), *d_rows = dmalloc<float>(2 * colsum_rows_floats(N, D)),
           *d_dqw = dmalloc<float>(nw), *d_dkw = dmalloc<float>(nw), *d_dqw1 = dmalloc<float>(nw), *d_dkw1 = dmalloc<float>(nw),
           *d_dqw4 = dmalloc<float>(nw), *d_dkw4 = dmalloc<float>(nw),
@@ -449,10 +458,9 @@ static void run(const Cfg &c) {
     bf16 *d_q = dmalloc<bf16>(n), *d_k = dmalloc<bf16>(n), *d_v = dmalloc<bf16>(n), *d_q1 = dmalloc<bf16>(n),
          *d_k1 = dmalloc<bf16>(n), *d_v1 = dmalloc<bf16>(n), *d_dq = to_device(dq),
          *d_dk = to_device(dk), *d_dv = to_device(dv), *d_dproj = dmalloc<bf16>((size_t)N * ld),
-         *d_dproj1 = dmalloc<bf16>((size_t)N * ld), *d_dproj4 = dmalloc<bf16>((size_t)N * ld);
+         *d_dproj1 = dmalloc<bf16>((size_t)N * ld), *d_dproj4 = dmalloc<bf16>((size_t)N * ld), *d_wide = to_device(wide);
     QkvInputs s;
-    s.proj = d_proj;
-    s.ld = ld;
+    s.proj = {d_wide, d_logits, ldw, ldl};
     s.cols.q = cq;
     s.cols.k = ck;
     s.cols.v = cv;
@@ -460,6 +468,7 @@ static void run(const Cfg &c) {
     s.cols.k_shift = cak;
     s.cols.v_shift = cav;
     s.cols.width = ld;
+    s.cols.wide = ldw;
     s.qw = c.norm ? d_qw : nullptr;
     s.kw = c.norm ? d_kw : nullptr;
     s.wstride = wst;
@@ -473,7 +482,8 @@ static void run(const Cfg &c) {
     s.sep = sep;
 
     // ---- fp64 reference
-    auto P = [&](size_t nn, int col) { return (double)proj[nn * ld + col]; };
+    // proj's column col of row nn, as the kernels read it
+    auto P = [&](size_t nn, int col) { return col < ldw ? bf(wide[nn * ldw + col]) : (double)logits[nn * ldl + col - ldw]; };
     auto alpha = [&](size_t nn, int ca, int h) { return sigmoid_d(P(nn, ca + h)); };
     // whether row nn (position t) takes the previous row: t > 0 and not a separator
     auto has_prev = [&](size_t nn, int t) { return t > 0 && !(sep >= 0 && tokens[nn] == sep); };
@@ -664,24 +674,24 @@ static void run(const Cfg &c) {
     }
 
     double tf = time_ms(fwd), tf1 = time_ms(fwd1), tb = time_ms(bwd), tb4 = time_ms(bwd4), tb1 = time_ms(bwd1);
-    // bytes per element of (N, D): fwd reads the q, k, v columns (fp32) and writes q, k, v (bf16); the
-    // shift logits, RoPE tables and norm weights are per head / per position.
+    // bytes per element of (N, D): fwd reads the q, k, v columns (bf16) and writes q, k, v (bf16); the
+    // shift logits (fp32), RoPE tables and norm weights are per head / per position.
     const double al = c.shift ? 2.0 * N * H * 4 : 0.0, rt = c.rope ? 2.0 * T * half * 4 : 0.0;
-    const double bytes_f = n * (12.0 + 6.0) + al + rt;
-    // bwd: reads dq, dk, dv (bf16) and proj q, k, v (fp32), writes dproj q, k, v (bf16). Version 1: qk read
+    const double bytes_f = n * (6.0 + 6.0) + al + rt;
+    // bwd: reads dq, dk, dv (bf16) and proj q, k, v (bf16), writes dproj q, k, v (bf16). Version 1: qk read
     // dq, dk, proj q, k (for the norm), wrote dproj q, dks (fp32); kv read dks, dv, proj k, v (for dα), wrote
     // dproj k, v.
-    const double bytes_b = n * (6.0 + 12.0 + 6.0) + 2 * al + rt;
+    const double bytes_b = n * (6.0 + 6.0 + 6.0) + 2 * al + rt;
     const double bytes_b1 =
-        n * (4.0 + (c.norm ? 8.0 : 0.0) + 2.0 + 4.0 + 4.0 + 2.0 + (c.shift ? 8.0 : 0.0) + 4.0) + 2 * al + rt;
+        n * (4.0 + (c.norm ? 4.0 : 0.0) + 2.0 + 4.0 + 4.0 + 2.0 + (c.shift ? 4.0 : 0.0) + 4.0) + 2 * al + rt;
     summary("attn_inputs", "fwd", shape, gf, tf, bytes_f);
     summary("attn_inputs", "v1 fwd", shape, gf, tf1, bytes_f);
     summary("attn_inputs", "bwd(one pass+colsum)", shape, gb, tb, bytes_b);
     summary("attn_inputs", "v4 bwd", shape, gb, tb4, bytes_b);
     summary("attn_inputs", "v1 bwd(qk+colsum+kv)", shape, gb, tb1, bytes_b1);
-    float *fl[] = {d_proj, d_qw, d_kw, d_cs, d_sn, d_dks, d_rows, d_dqw, d_dkw, d_dqw1, d_dkw1, d_dqw4, d_dkw4, d_part};
+    float *fl[] = {d_logits, d_qw, d_kw, d_cs, d_sn, d_dks, d_rows, d_dqw, d_dkw, d_dqw1, d_dkw1, d_dqw4, d_dkw4, d_part};
     for (float *p : fl) cudaFree(p);
-    bf16 *bl[] = {d_q, d_k, d_v, d_q1, d_k1, d_v1, d_dq, d_dk, d_dv, d_dproj, d_dproj1, d_dproj4};
+    bf16 *bl[] = {d_q, d_k, d_v, d_q1, d_k1, d_v1, d_dq, d_dk, d_dv, d_dproj, d_dproj1, d_dproj4, d_wide};
     for (bf16 *p : bl) cudaFree(p);
     cudaFree(d_tokens);
 }

@@ -9,6 +9,9 @@
 // as train_fox runs it for the Transformer presets under the document mask). With the document mask
 // (docs/model.md §1.8; tokens with separators at random, position 0 among them): log f = FOX_DOC_LOG_F at a
 // separator (replacing the gate's value) and d logit = 0 there.
+// proj as train_fox.cu keeps it (fox/proj.cuh), in fox-pro's column layout: the q, k, v and output-gate columns
+// bf16 (N, 4D; noise, not read), the per-head logits fp32 (N, ldl), the forget logits f = 4D + 2H among them;
+// dproj one bf16 array of rows 4D + ldl.
 //   make forget_gate && ./forget_gate
 #include "kcheck.h"
 #include "../../fox/attention.cuh"  // fox_forget_gate_forward, fox_attention_reverse_scan
@@ -24,21 +27,23 @@ struct Cfg {
 static void run(const Cfg &c) {
     const int B = c.B, T = c.T, H = c.H, N = B * T, sep = c.doc_p > 0 ? 7 : -1, gated = c.gate != GATE_NONE;
     const bool data_dep = c.gate == GATE_DATA_DEP;
-    const int D = 64 * H, cf = data_dep ? 4 * D + 2 * H : -1, ld = (4 * D + 3 * H + 63) / 64 * 64;
+    // ld: dproj's row stride (proj_ld), a multiple of 64 as train_fox.cu pads it (ldw = 4D is one)
+    const int D = 64 * H, cf = data_dep ? 4 * D + 2 * H : -1, ldw = 4 * D, ldl = (3 * H + 63) / 64 * 64, ld = ldw + ldl;
     std::string shape = fmt("B=%d T=%d H=%d%s%s", B, T, H, data_dep ? "" : gated ? " bias-only" : " no-gate",
                             sep >= 0 ? fmt(" docs(p=%.2g)", c.doc_p).c_str() : "");
     printf("forget_gate %s\n", shape.c_str());
     const size_t nv = (size_t)N * H;
     // only the forget column matters; the rest of the projection is noise
-    std::vector<float> proj((size_t)N * ld), bias = rand_f32(H, 0.0, 4.0), dc = rand_f32(nv, -1, 1),
-                                             xc = rand_f32(nv, -1, 1), db0 = rand_f32(H, -1, 1);
-    for (size_t i = 0; i < proj.size(); i++) proj[i] = (float)uniform(-6, 6);
+    std::vector<bf16> wide = rand_bf16((size_t)N * ldw, -6, 6);
+    std::vector<float> logits = rand_f32((size_t)N * ldl, -6, 6), bias = rand_f32(H, 0.0, 4.0), dc = rand_f32(nv, -1, 1),
+                       xc = rand_f32(nv, -1, 1), db0 = rand_f32(H, -1, 1);
     std::vector<int> tokens = random_tokens(N, sep, c.doc_p);
-    float *d_proj = to_device(proj), *d_bias = to_device(bias), *d_c = dmalloc<float>(nv), *d_dc = dmalloc<float>(nv),
+    float *d_logits = to_device(logits), *d_bias = to_device(bias), *d_c = dmalloc<float>(nv), *d_dc = dmalloc<float>(nv),
           *d_xc = to_device(xc), *d_dlogf = dmalloc<float>(nv), *d_dfg = dmalloc<float>(nv), *d_db = dmalloc<float>(H),
           *d_part = dmalloc<float>(colsum_scratch_floats(N, H));
     int *d_tokens = to_device(tokens);
-    bf16 *d_dproj = dmalloc<bf16>((size_t)N * ld);
+    bf16 *d_wide = to_device(wide), *d_dproj = dmalloc<bf16>((size_t)N * ld);
+    const Proj proj = {d_wide, d_logits, ldw, ldl};
     auto at_sep = [&](size_t nn) { return sep >= 0 && tokens[nn] == sep; };
 
     // fp64 reference: c in (B, H, T); dc, xc, dlogf in (B, H, T); dfg (N, H)
@@ -50,7 +55,7 @@ static void run(const Cfg &c) {
             double acc = 0;
             for (int t = 0; t < T; t++) {
                 const size_t nn = (size_t)b * T + t;
-                const double logit = bias[h] + (data_dep ? proj[nn * ld + cf + h] : 0.0);
+                const double logit = bias[h] + (data_dep ? logits[nn * ldl + cf - ldw + h] : 0.0);
                 // log σ(logit), 0 without a gate, FOX_DOC_LOG_F (replacing it) at a separator
                 acc += at_sep(nn) ? (double)FOX_DOC_LOG_F : gated ? -log1p(exp(-logit)) : 0.0;
                 rc[bh + t] = acc;
@@ -61,7 +66,7 @@ static void run(const Cfg &c) {
                 rdcsum[bh + t] = (double)dc[bh + t] + xc[bh + t];
                 racc += rdcsum[bh + t];
                 rdlogf[bh + t] = racc;
-                const double logit = bias[h] + (data_dep ? proj[nn * ld + cf + h] : 0.0);
+                const double logit = bias[h] + (data_dep ? logits[nn * ldl + cf - ldw + h] : 0.0);
                 const double d = at_sep(nn) ? 0.0 : racc * sigmoid_d(-logit);
                 rdl[nn * H + h] = d;
                 rdfg[nn * H + h] = d;
@@ -71,12 +76,12 @@ static void run(const Cfg &c) {
 
     const int *tok = sep >= 0 ? d_tokens : nullptr;
     auto fwd = [&] {
-        fox_forget_gate_forward(d_c, d_proj, ld, cf, gated ? d_bias : nullptr, tok, sep, B, H, T, 0);
+        fox_forget_gate_forward(d_c, proj, cf, gated ? d_bias : nullptr, tok, sep, B, H, T, 0);
     };
     auto bwd = [&] {
         fox_attention_reverse_scan(d_dc, d_xc, d_dlogf, B * H, T, 0);
-        forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256>>>(d_dproj, d_dfg, d_dlogf, d_proj, ld, cf,
-                                                                             d_bias, tok, sep, B, H, T);
+        forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256>>>(d_dproj, d_dfg, d_dlogf, proj, cf, d_bias,
+                                                                             tok, sep, B, H, T);
         FOX_LAUNCH_CHECK();
         colsum_accumulate(d_db, d_dfg, N, H, H, d_part, 0);
     };
@@ -88,8 +93,9 @@ static void run(const Cfg &c) {
     const double lg = data_dep ? 4.0 : 0.0, tk = sep >= 0 ? 4.0 : 0.0;
     summary("forget_gate", "fwd scan", shape, gf, tf, nv * (lg + 4.0) + N * tk);
     if (!gated) {  // no gate: nothing to differentiate (train_fox runs no gate backward)
-        float *fl[] = {d_proj, d_bias, d_c, d_dc, d_xc, d_dlogf, d_dfg, d_db, d_part};
+        float *fl[] = {d_logits, d_bias, d_c, d_dc, d_xc, d_dlogf, d_dfg, d_db, d_part};
         for (float *p : fl) cudaFree(p);
+        cudaFree(d_wide);
         cudaFree(d_dproj);
         cudaFree(d_tokens);
         return;
@@ -119,8 +125,9 @@ static void run(const Cfg &c) {
     // rscan: dc, xc in, dc, dlogf out; backward: dlogf (+ logit, token) in, dproj, dfg out; colsum: dfg in
     summary("forget_gate", "bwd(rscan+gate+colsum)", shape, gb, tb,
             nv * (16.0 + 4.0 + lg + (data_dep ? 2.0 : 0.0) + 4.0 + 4.0 + tk));
-    float *fl[] = {d_proj, d_bias, d_c, d_dc, d_xc, d_dlogf, d_dfg, d_db, d_part};
+    float *fl[] = {d_logits, d_bias, d_c, d_dc, d_xc, d_dlogf, d_dfg, d_db, d_part};
     for (float *p : fl) cudaFree(p);
+    cudaFree(d_wide);
     cudaFree(d_dproj);
     cudaFree(d_tokens);
 }

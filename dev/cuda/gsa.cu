@@ -5,12 +5,12 @@
 //   ./gsa --cpu              no GPU needed: the chunk kernels' block steps run on the CPU, one thread after another
 //                            (GsaEmulated, the same code with its MMA tiles as loops), with the same checks
 //   ./gsa --bench            the timings alone (for a profiler)
-// Inputs are fresh random numbers: Swish features of pre-activations in [−3, 3), slot-gate logits from fast (−40)
-// to slow (+8) gates, dL/do in [−1, 1); every output poisoned (NaN) before the launch. Errors are relative L2
-// norms ‖gpu − ref‖ / ‖ref‖ over each output (NaN or Inf fails). Tolerances: the forward rounds the states, e^b ⊙ p
-// and P̃ to bf16 once each (2^-9 relative) before fp32 GEMMs: o within 1e-2; the backward adds bf16 roundings of
-// dsr, p, D1, P̃ and the state gradients: dq, dk, dv within 2e-2; the slot-gate logits' gradient sums terms that
-// cancel (y − ω κ, the suffix sums of a chunk): 3e-2.
+// Inputs are fresh random numbers: Swish features of bf16 pre-activations in [−3, 3) (proj's wide part), fp32
+// slot-gate logits from fast (−40) to slow (+8) gates (its logits; fox/proj.cuh), dL/do in [−1, 1); every output
+// poisoned (NaN) before the launch. Errors are relative L2 norms ‖gpu − ref‖ / ‖ref‖ over each output (NaN or Inf
+// fails). Tolerances: the forward rounds the states, e^b ⊙ p and P̃ to bf16 once each (2^-9 relative) before fp32
+// GEMMs: o within 1e-2; the backward adds bf16 roundings of dsr, p, D1, P̃ and the state gradients: dq, dk, dv
+// within 2e-2; the slot-gate logits' gradient sums terms that cancel (y − ω κ, the suffix sums of a chunk): 3e-2.
 // Timing: CUDA events, the median of 21 launches after 3; TFLOP/s counts the tensor-core GEMMs the chunked kernels
 // run (2 FLOPs a multiply-add, C = GSA_CHUNK, M = GSA_SLOTS, per head and chunk): forward 4·M·C·dh (chunk deltas)
 // + 4·C²·dh (Q Kᵀ, P̃ V) + 4·C·M·dh (Q S0ᵀ, (e⊙p) U0); backward 12·C²·dh + 16·C·M·dh.
@@ -31,14 +31,21 @@ struct Cfg {
     int B, T, G, m, dh;
 };
 
-// The inputs of one check: proj (N, ldp) fp32 with q, k, v pre-activations and slot-gate logits, the features
-// (bf16 Swish, N + GSA_CHUNK rows, the last zero), dL/do alike.
+// The inputs of one check: proj as its two parts, the q, k, v pre-activations (wide, (N, ldw = 3·D) bf16) and the
+// slot-gate logits (N, ldl) fp32 (slot_col = ldw); the features (bf16 Swish, N + GSA_CHUNK rows, the last zero),
+// dL/do alike. dproj's rows: ldp = ldw + ldl.
 struct Problem {
     GsaShape sh;
-    int N, D;
-    std::vector<float> proj;
+    int N, D, ldw, ldl;
+    std::vector<bf16> wide;
+    std::vector<float> logits;
     std::vector<bf16> q, k, v, d_o;
 };
+
+// Column col of proj's row n as the kernels read it: a bf16 pre-activation (col < ldw) or an fp32 logit.
+static double proj_at(const Problem &p, size_t n, int col) {
+    return col < p.ldw ? bf(p.wide[n * p.ldw + col]) : p.logits[n * p.ldl + (col - p.ldw)];
+}
 
 static double swish_d(double x) { return x * sigmoid_d(x); }
 static double swish_grad_d(double x) {
@@ -48,37 +55,40 @@ static double swish_grad_d(double x) {
 
 static Problem make_problem(const Cfg &c) {
     Problem p;
-    const int D = c.G * c.dh, N = c.B * c.T;
-    GsaShape s = {c.B, c.T, c.G, c.m, c.dh, 8.0f, (3 * D + c.G * c.m + 63) / 64 * 64, 3 * D, 0, D, 2 * D};
+    const int D = c.G * c.dh, N = c.B * c.T, ldw = 3 * D, ldl = (c.G * c.m + 3) / 4 * 4;
+    GsaShape s = {c.B, c.T, c.G, c.m, c.dh, 8.0f, ldw + ldl, ldw, 0, D, 2 * D};
     p.sh = s;
     p.N = N;
     p.D = D;
-    p.proj.assign((size_t)N * s.ldp, 0.0f);
+    p.ldw = ldw;
+    p.ldl = ldl;
+    p.wide = rand_bf16((size_t)N * ldw, -3, 3);
+    p.logits.assign((size_t)N * ldl, 0.0f);
     std::vector<double> base((size_t)c.G * c.m);
     for (size_t i = 0; i < base.size(); i++) base[i] = i % 16 == 5 ? -40.0 : uniform(-8, 8);  // a fast slot in 16
-    for (int n = 0; n < N; n++) {
-        float *row = &p.proj[(size_t)n * s.ldp];
-        for (int j = 0; j < 3 * D; j++) row[j] = (float)uniform(-3, 3);
-        for (int j = 0; j < c.G * c.m; j++) row[s.slot_col + j] = (float)(base[j] + uniform(-2, 2));
-    }
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < c.G * c.m; j++) p.logits[(size_t)n * ldl + j] = (float)(base[j] + uniform(-2, 2));
     size_t rows = (size_t)N + GSA_CHUNK;
     p.q.assign(rows * D, __float2bfloat16(0.0f));
     p.k = p.q;
     p.v = p.q;
     p.d_o = p.q;
+    auto feature = [&](int n, int col) {
+        float x = (float)proj_at(p, n, col);
+        return __float2bfloat16(x / (1.0f + expf(-x)));
+    };
     for (int n = 0; n < N; n++)
         for (int d = 0; d < D; d++) {
-            const float *row = &p.proj[(size_t)n * s.ldp];
-            p.q[(size_t)n * D + d] = __float2bfloat16(row[d] / (1.0f + expf(-row[d])));
-            p.k[(size_t)n * D + d] = __float2bfloat16(row[D + d] / (1.0f + expf(-row[D + d])));
-            p.v[(size_t)n * D + d] = __float2bfloat16(row[2 * D + d] / (1.0f + expf(-row[2 * D + d])));
+            p.q[(size_t)n * D + d] = feature(n, s.col_q + d);
+            p.k[(size_t)n * D + d] = feature(n, s.col_k + d);
+            p.v[(size_t)n * D + d] = feature(n, s.col_v + d);
             p.d_o[(size_t)n * D + d] = __float2bfloat16((float)uniform(-1, 1));
         }
     return p;
 }
 
 // The reference: o (N, D), the q, k, v columns of dproj (dL/d pre-activation = dL/dfeature · Swish') and the
-// slot-gate logits' gradient (N, G·m), in fp64, from the bf16 features the kernels read.
+// slot-gate logits' gradient (N, G·m), in fp64, from the bf16 features and the pre-activations the kernels read.
 struct Ref {
     std::vector<double> o, dq, dk, dv, dlogit;
 };
@@ -97,12 +107,12 @@ static Ref reference(const Problem &p) {
             std::vector<double> S((size_t)(T + 1) * st, 0.0), U = S, P((size_t)T * m), al((size_t)T * m);
             auto feat = [&](const std::vector<bf16> &x, int t, int d) { return bf(x[((size_t)b * T + t) * D + g * dh + d]); };
             for (int t = 0; t < T; t++) {
-                const float *row = &p.proj[((size_t)b * T + t) * s.ldp];
+                const size_t n = (size_t)b * T + t;
                 double *S1 = &S[(t + 1) * st], *U1 = &U[(t + 1) * st], *S0 = &S[t * st], *U0 = &U[t * st];
                 std::vector<double> sc(m);
                 double mx = -INFINITY, sum = 0.0;
                 for (int i = 0; i < m; i++) {
-                    double z = row[s.slot_col + g * m + i], a = exp((fmin(z, 0.0) - log1p(exp(-fabs(z)))) / s.tau);
+                    double z = proj_at(p, n, s.slot_col + g * m + i), a = exp((fmin(z, 0.0) - log1p(exp(-fabs(z)))) / s.tau);
                     al[(size_t)t * m + i] = a;
                     double dot = 0.0;
                     for (int d = 0; d < dh; d++) {
@@ -118,13 +128,12 @@ static Ref reference(const Problem &p) {
                 for (int d = 0; d < dh; d++) {
                     double acc = 0.0;
                     for (int i = 0; i < m; i++) acc += U1[i * dh + d] * P[(size_t)t * m + i];
-                    r.o[((size_t)b * T + t) * D + g * dh + d] = acc;
+                    r.o[n * D + g * dh + d] = acc;
                 }
             }
             std::vector<double> dS(st, 0.0), dU(st, 0.0), dp(m), ds(m);
             for (int t = T - 1; t >= 0; t--) {
                 const size_t n = (size_t)b * T + t;
-                const float *row = &p.proj[n * s.ldp];
                 const double *S1 = &S[(t + 1) * st], *U1 = &U[(t + 1) * st], *S0 = &S[t * st], *U0 = &U[t * st];
                 const double *pt = &P[(size_t)t * m];
                 double pdp = 0.0;
@@ -144,7 +153,7 @@ static Ref reference(const Problem &p) {
                         dS[i * dh + d] += ds[i] * feat(p.q, t, d);
                         dq += S1[i * dh + d] * ds[i];
                     }
-                    r.dq[n * D + g * dh + d] = dq * swish_grad_d(row[s.col_q + g * dh + d]);
+                    r.dq[n * D + g * dh + d] = dq * swish_grad_d(proj_at(p, n, s.col_q + g * dh + d));
                 }
                 std::vector<double> dk(dh, 0.0), dv(dh, 0.0);
                 for (int i = 0; i < m; i++) {
@@ -156,12 +165,12 @@ static Ref reference(const Problem &p) {
                         dS[i * dh + d] *= a;
                         dU[i * dh + d] *= a;
                     }
-                    double z = row[s.slot_col + g * m + i];
+                    double z = proj_at(p, n, s.slot_col + g * m + i);
                     r.dlogit[n * s.G * m + g * m + i] = dal * a / s.tau * sigmoid_d(-z);
                 }
                 for (int d = 0; d < dh; d++) {
-                    r.dk[n * D + g * dh + d] = dk[d] * swish_grad_d(row[s.col_k + g * dh + d]);
-                    r.dv[n * D + g * dh + d] = dv[d] * swish_grad_d(row[s.col_v + g * dh + d]);
+                    r.dk[n * D + g * dh + d] = dk[d] * swish_grad_d(proj_at(p, n, s.col_k + g * dh + d));
+                    r.dv[n * D + g * dh + d] = dv[d] * swish_grad_d(proj_at(p, n, s.col_v + g * dh + d));
                 }
             }
         }
@@ -213,7 +222,10 @@ static GsaArgs make_args(const Problem &p, bool dev) {
     memset(&a, 0, sizeof(a));
     a.sh = p.sh;
     Bufs z = sizes(p.sh);
-    a.proj = copy_on(dev, p.proj);
+    a.proj.wide = copy_on(dev, p.wide);
+    a.proj.logits = copy_on(dev, p.logits);
+    a.proj.ldw = p.ldw;
+    a.proj.ldl = p.ldl;
     a.q = copy_on(dev, p.q);
     a.k = copy_on(dev, p.k);
     a.v = copy_on(dev, p.v);
@@ -237,8 +249,8 @@ static GsaArgs make_args(const Problem &p, bool dev) {
 }
 
 static void free_args(GsaArgs &a, bool dev) {
-    const void *bufs[] = {a.proj, a.q, a.k, a.v, a.d_o, a.o, a.S, a.U, a.dS, a.dU, a.decay, a.s, a.lse, a.dSs, a.dUs,
-                          a.dsr, a.y, a.D1, a.Pt, a.dproj};
+    const void *bufs[] = {a.proj.wide, a.proj.logits, a.q, a.k, a.v, a.d_o, a.o, a.S, a.U, a.dS, a.dU, a.decay, a.s, a.lse,
+                          a.dSs, a.dUs, a.dsr, a.y, a.D1, a.Pt, a.dproj};
     for (const void *b : bufs) {
         if (dev) FOX_CUDA_CHECK(cudaFree((void *)b));
         else free((void *)b);
@@ -338,10 +350,11 @@ static void run_check(const Cfg &c, bool dev) {
 // gradient through the column sums).
 static void check_elementwise(int N, int D) {
     printf("gsa element-wise N=%d D=%d\n", N, D);
-    const int ldp = (3 * D + 64 + 63) / 64 * 64;
-    std::vector<float> proj = rand_f32((size_t)N * ldp, -4, 4), w = rand_f32(D, 0.5, 1.5), dz = rand_f32((size_t)N * D, -1, 1);
-    std::vector<bf16> o = rand_bf16((size_t)N * D, -3, 3);
-    float *dproj_in = to_device(proj), *dw = to_device(w), *ddz = to_device(dz), *dgw = dmalloc<float>(D);
+    const int ldw = 4 * D;  // proj's wide part: q, k, v and an output gate's block (unread)
+    std::vector<bf16> wide = rand_bf16((size_t)N * ldw, -4, 4), o = rand_bf16((size_t)N * D, -3, 3);
+    std::vector<float> w = rand_f32(D, 0.5, 1.5), dz = rand_f32((size_t)N * D, -1, 1);
+    bf16 *dwide = to_device(wide);
+    float *dw = to_device(w), *ddz = to_device(dz), *dgw = dmalloc<float>(D);
     float *part = dmalloc<float>((size_t)norm_blocks(N) * D), *part2 = dmalloc<float>(colsum_scratch_floats(norm_blocks(N), D));
     bf16 *dq = dmalloc<bf16>((size_t)N * D), *dk = dmalloc<bf16>((size_t)N * D), *dv = dmalloc<bf16>((size_t)N * D);
     bf16 *d_oin = to_device(o), *dz_out = dmalloc<bf16>((size_t)N * D), *dd_o = dmalloc<bf16>((size_t)N * D);
@@ -351,7 +364,8 @@ static void check_elementwise(int N, int D) {
     poison(dz_out, (size_t)N * D);
     poison(dd_o, (size_t)N * D);
     FOX_CUDA_CHECK(cudaMemset(dgw, 0, D * sizeof(float)));
-    fox_gsa_features(dq, dk, dv, dproj_in, ldp, 0, D, 2 * D, N, D, 0);
+    const Proj proj = {dwide, NULL, ldw, 0};
+    fox_gsa_features(dq, dk, dv, proj, 0, D, 2 * D, N, D, 0);
     fox_gsa_output_norm(dz_out, d_oin, dw, N, D, 0);
     fox_gsa_output_norm_backward(dd_o, dgw, ddz, d_oin, dw, N, D, part, part2, 0);
     std::vector<double> rq((size_t)N * D), rk(rq.size()), rv(rq.size()), rz(rq.size()), rdo(rq.size()), rdw(D, 0.0);
@@ -359,9 +373,9 @@ static void check_elementwise(int N, int D) {
         double ss = 0.0, gwx = 0.0;
         for (int d = 0; d < D; d++) {
             size_t i = (size_t)n * D + d;
-            rq[i] = swish_d(proj[(size_t)n * ldp + d]);
-            rk[i] = swish_d(proj[(size_t)n * ldp + D + d]);
-            rv[i] = swish_d(proj[(size_t)n * ldp + 2 * D + d]);
+            rq[i] = swish_d(bf(wide[(size_t)n * ldw + d]));
+            rk[i] = swish_d(bf(wide[(size_t)n * ldw + D + d]));
+            rv[i] = swish_d(bf(wide[(size_t)n * ldw + 2 * D + d]));
             double on = swish_d(bf(o[i]));
             ss += on * on;
             gwx += dz[i] * w[d] * on;
@@ -381,7 +395,7 @@ static void check_elementwise(int N, int D) {
     check_rel("output norm z", widen(to_host(dz_out, rz.size())), rz, 4e-3);
     check_rel("output norm d_o", widen(to_host(dd_o, rdo.size())), rdo, 4e-3);
     check_rel("output norm dw", widen(to_host(dgw, D)), rdw, 1e-4);
-    const void *bufs[] = {dproj_in, dw, ddz, dgw, part, part2, dq, dk, dv, d_oin, dz_out, dd_o};
+    const void *bufs[] = {dwide, dw, ddz, dgw, part, part2, dq, dk, dv, d_oin, dz_out, dd_o};
     for (const void *b : bufs) FOX_CUDA_CHECK(cudaFree((void *)b));
 }
 

@@ -3,7 +3,9 @@
 // (64 tokens, head) grid, a warp a token at a time) and its backward fox_output_backward (output_backward_kernel
 // on the same grid: d_o, the gate's dproj columns, the norm weight's block partials, then their column sums; and
 // z again, which must equal the forward's bitwise: the trainer keeps no per-block copy of it), as train_fox.cu
-// launches them (E = dh/32).
+// launches them (E = dh/32). proj as train_fox.cu keeps it (fox/proj.cuh), in fox-pro's column layout: the q, k, v
+// and gate columns bf16 (N, 4D; the gate g at 3D, the rest 0: not read), the per-head logits fp32 (N, ldl; 0, not
+// read); dproj one bf16 array of rows 4D + ldl. The reference reads g as the kernels do, rounded to bf16.
 //   make output_gate && ./output_gate
 #include "kcheck.h"
 
@@ -14,7 +16,8 @@ struct Cfg {
 
 static void run(const Cfg &c) {
     const int N = c.B * c.T, H = c.H, dh = c.dh, D = H * dh;
-    const int ld = (3 * D + D + 3 * H + 63) / 64 * 64, cg = c.gate ? 3 * D : -1;  // fox-pro's column layout
+    // fox-pro's column layout; ld: dproj's row stride (proj_ld), a multiple of 64 as train_fox.cu pads it
+    const int ldw = 4 * D, ldl = (3 * H + 63) / 64 * 64, ld = ldw + ldl, cg = c.gate ? 3 * D : -1;
     std::string shape = fmt("B=%d T=%d H=%d dh=%d%s%s", c.B, c.T, H, dh, c.norm ? "" : " no-norm", c.gate ? "" : " no-gate");
     printf("output_gate %s\n", shape.c_str());
     const size_t n = (size_t)N * D;
@@ -23,15 +26,17 @@ static void run(const Cfg &c) {
         double s = uniform(0.05, 3.0);
         for (int i = 0; i < dh; i++) o[r * dh + i] = __float2bfloat16((float)(s * uniform(-1, 1)));
     }
-    std::vector<float> proj((size_t)N * ld, 0.0f), ow = rand_f32(D, 0.5, 1.5), dz = rand_f32(n, -1, 1),
+    std::vector<bf16> wide((size_t)N * ldw, __float2bfloat16(0.0f));
+    std::vector<float> logits((size_t)N * ldl, 0.0f), ow = rand_f32(D, 0.5, 1.5), dz = rand_f32(n, -1, 1),
                        dow0 = rand_f32(D, -1, 1);
     for (int nn = 0; nn < N; nn++)  // the gate columns (the rest of the projection is not read)
-        for (int k = 0; k < D; k++) proj[(size_t)nn * ld + 3 * D + k] = (float)uniform(-6, 6);
-    bf16 *d_o_in = to_device(o), *dz_out = dmalloc<bf16>(n), *dd_o = dmalloc<bf16>(n), *ddproj = dmalloc<bf16>((size_t)N * ld),
-         *dz2 = dmalloc<bf16>(n);
-    float *dproj_in = to_device(proj), *dow = c.norm ? to_device(ow) : nullptr, *ddz = to_device(dz),
+        for (int k = 0; k < D; k++) wide[(size_t)nn * ldw + 3 * D + k] = __float2bfloat16((float)uniform(-6, 6));
+    bf16 *d_o_in = to_device(o), *dz_out = dmalloc<bf16>(n), *dd_o = dmalloc<bf16>(n), *dz2 = dmalloc<bf16>(n),
+         *ddproj = dmalloc<bf16>((size_t)N * ld), *dwide = to_device(wide);
+    float *dlogits = to_device(logits), *dow = c.norm ? to_device(ow) : nullptr, *ddz = to_device(dz),
           *drows = dmalloc<float>(colsum_rows_floats(N, D)), *ddow = dmalloc<float>(D),
           *dpart = dmalloc<float>(colsum_scratch_floats(N, D));
+    const Proj proj = {dwide, dlogits, ldw, ldl};
 
     std::vector<double> z(n), rdo(n), rdg(n), rdow(D);
     for (int i = 0; i < D; i++) rdow[i] = dow0[i];
@@ -46,7 +51,7 @@ static void run(const Cfg &c) {
             for (int i = 0; i < dh; i++) {
                 const int k = h * dh + i;
                 const double xh = bf(o[base + i]) * rs, on = c.norm ? xh * ow[k] : xh;
-                const double sg = c.gate ? sigmoid_d(proj[(size_t)nn * ld + cg + k]) : 1.0;
+                const double sg = c.gate ? sigmoid_d(bf(wide[(size_t)nn * ldw + cg + k])) : 1.0;
                 z[base + i] = on * sg;
                 rdg[base + i] = dz[base + i] * on * sg * (1.0 - sg);
                 don[i] = dz[base + i] * sg;
@@ -61,9 +66,9 @@ static void run(const Cfg &c) {
             }
         }
 
-    auto fwd = [&] { fox_output_forward(dz_out, d_o_in, dproj_in, ld, cg, dow, N, H, dh, 0); };
+    auto fwd = [&] { fox_output_forward(dz_out, d_o_in, proj, cg, dow, N, H, dh, 0); };
     auto bwd = [&] {
-        fox_output_backward(dd_o, ddproj, dz2, ddow, ddz, d_o_in, dproj_in, ld, cg, dow, N, H, dh, drows, dpart, 0);
+        fox_output_backward(dd_o, ddproj, dz2, ddow, ddz, d_o_in, proj, cg, dow, N, H, dh, drows, dpart, 0);
     };
     Group gf, gb;
     poison(dz_out, n);
@@ -88,11 +93,12 @@ static void run(const Cfg &c) {
     if (c.norm) check_f32(gb, "dow (colsum)", ddow, rdow, TOL_F32_RED);
 
     double tf = time_ms(fwd), tb = time_ms(bwd);
-    // fwd: o (bf16), gate (fp32) in, z (bf16) out; bwd: dz (fp32), o, gate in; d_o, dproj, z (bf16) out
-    const double gt = c.gate ? 4.0 : 0.0;
+    // fwd: o, gate (bf16) in, z (bf16) out; bwd: dz (fp32), o, gate in; d_o, dproj, z (bf16) out
+    const double gt = c.gate ? 2.0 : 0.0;
     summary("output_gate", "fwd", shape, gf, tf, n * (2.0 + gt + 2.0));
     summary("output_gate", "bwd+colsum (+z)", shape, gb, tb, n * (4.0 + 2.0 + gt + 2.0 + (c.gate ? 2.0 : 0.0) + 2.0));
-    cudaFree(d_o_in); cudaFree(dz_out); cudaFree(dz2); cudaFree(dd_o); cudaFree(ddproj); cudaFree(dproj_in); if (dow) cudaFree(dow);
+    cudaFree(d_o_in); cudaFree(dz_out); cudaFree(dz2); cudaFree(dd_o); cudaFree(ddproj); cudaFree(dwide); cudaFree(dlogits);
+    if (dow) cudaFree(dow);
     cudaFree(ddz); cudaFree(drows); cudaFree(ddow); cudaFree(dpart);
 }
 

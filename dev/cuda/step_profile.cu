@@ -67,11 +67,11 @@ int main(int argc, char **argv) {
     float *x = resid_at(&m, 0, B, T);
     printf("--- forward (layer 0, x L)\n");
     TIME("rmsnorm fwd", 1, rmsnorm_forward(&m, a->xn[0], x, param(&m, FOX_P_ln1_w, 0), N));
-    TIME("gemm attn_in (fp32 out)", 1, linear_forward(&m.gemm, a->proj[0], NULL, CUDA_R_32F, NINP, a->xn[0], wbf(&m, FOX_P_attn_in_w, 0), N, D, NINP));
+    TIME("gemm attn_in (bf16 + fp32 logits)", 1, attn_in_forward(&m, a->proj_wide[0], a->proj_logits[0], a->xn[0], 0, N, 0));
     TIME("qkv fwd (shift, qk-norm)", 1, fox_qkv_forward(a->q[0], a->k[0], a->v[0], qs, m.stream));
-    TIME("forget-gate scan", 1, fox_forget_gate_forward(a->c[0], a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T, m.stream));
+    TIME("forget-gate scan", 1, fox_forget_gate_forward(a->c[0], proj_at(&m, 0), m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T, m.stream));
     TIME("attention fwd", 1, fox_attention_forward(a->q[0], a->k[0], a->v[0], a->c[0], a->o[0], a->lse[0], B, H, T, Dh, NULL, m.stream));
-    TIME("output norm+gate fwd", 1, fox_output_forward(a->z[0], a->o[0], a->proj[0], NINP, m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh, m.stream));
+    TIME("output norm+gate fwd", 1, fox_output_forward(a->z[0], a->o[0], proj_at(&m, 0), m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh, m.stream));
     TIME("gemm attn_out (+resid)", 1, linear_forward(&m.gemm, a->mid[0], x, CUDA_R_32F, D, a->z[0], wbf(&m, FOX_P_attn_out_w, 0), N, D, D));
     TIME("gemm mlp_in (bf16 out)", 1, linear_forward(&m.gemm, a->mlp_u[0], NULL, CUDA_R_16BF, 2 * I, a->xn2[0], wbf(&m, FOX_P_mlp_in_w, 0), N, D, 2 * I));
     TIME("swiglu fwd", 1, fox_swiglu_forward(a->mlp_h[0], a->mlp_u[0], N, I, m.stream));
@@ -95,10 +95,10 @@ int main(int argc, char **argv) {
     TIME(kept ? "rmsnorm bwd + colsum (x2/layer)" : "rmsnorm bwd + colsum (+xn, x2/layer)", 1, rmsnorm_backward(&m, s->dres_bf, rw_xn, a->mid[0], param(&m, FOX_P_ln2_w, 0), grad(&m, FOX_P_ln2_w, 0), N, 1); rmsnorm_backward(&m, s->dres_bf, rw_xn, a->mid[0], param(&m, FOX_P_ln2_w, 0), grad(&m, FOX_P_ln2_w, 0), N, 1));
     TIME("gemm mlp_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_mlp_in_w, 0), s->du, 2 * I, a->xn2[0], N, D, 2 * I, 1.0f, 1));
     TIME("gemm attn_out dx", 1, linear_backward_input(&m.gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(&m, FOX_P_attn_out_w, 0), N, D, D, 1.0f));
-    TIME(kept ? "output bwd + colsum" : "output bwd + colsum (+z)", 1, fox_output_backward(s->d_o, s->dproj, rw_z, grad(&m, FOX_P_onorm_w, 0), s->dxn, a->o[0], a->proj[0], NINP, m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh, s->colsum_rows, s->colsum_part, m.stream));
+    TIME(kept ? "output bwd + colsum" : "output bwd + colsum (+z)", 1, fox_output_backward(s->d_o, s->dproj, rw_z, grad(&m, FOX_P_onorm_w, 0), s->dxn, a->o[0], proj_at(&m, 0), m.cols.gate, param(&m, FOX_P_onorm_w, 0), N, H, Dh, s->colsum_rows, s->colsum_part, m.stream));
     TIME("gemm attn_out dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_out_w, 0), s->dres_bf, D, a->z[0], N, D, D, 1.0f, 1));
     TIME("attention bwd", 1, fox_attention_backward(a->q[0], a->k[0], a->v[0], a->c[0], a->o[0], a->lse[0], s->d_o, s->dc, s->dlogf, s->dq, s->dk, s->dv, s->attn_scratch, B, H, T, Dh, NULL, 1, m.stream));
-    TIME("forget-gate bwd + colsum", 1, forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m.stream>>>(s->dproj, s->dfg, s->dlogf, a->proj[0], NINP, m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T); colsum_accumulate(grad(&m, FOX_P_fgate_b, 0), s->dfg, N, H, H, s->colsum_part, m.stream));
+    TIME("forget-gate bwd + colsum", 1, forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m.stream>>>(s->dproj, s->dfg, s->dlogf, proj_at(&m, 0), m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T); colsum_accumulate(grad(&m, FOX_P_fgate_b, 0), s->dfg, N, H, H, s->colsum_part, m.stream));
     TIME("qkv bwd (one pass + colsums)", 1, fox_qkv_backward(s->dproj, grad(&m, FOX_P_qnorm_w, 0), grad(&m, FOX_P_knorm_w, 0), s->dq, s->dk, s->dv, qs, s->colsum_rows, s->colsum_part, m.stream));
     TIME("gemm attn_in dx", 1, linear_backward_input(&m.gemm, s->dxn, CUDA_R_32F, s->dproj, NINP, wbf(&m, FOX_P_attn_in_w, 0), N, D, NINP, 1.0f));
     TIME("gemm attn_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_in_w, 0), s->dproj, NINP, a->xn[0], N, D, m.cols.width, 1.0f, 1));
