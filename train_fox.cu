@@ -51,7 +51,8 @@ enum { RECOMPUTE_NONE = 0, RECOMPUTE_NORM_MLP = 1, RECOMPUTE_BLOCK = 2 };
 // attention's (B, H, M, dh) layout, the others by row. Kept at every recompute level.
 #define FAM_FIELDS(X) \
     X(float, x, D) X(bf16, xn, D) X(bf16, proj_wide, NW) X(float, proj_logits, NL) X(bf16, q, D) X(bf16, k, D) \
-    X(bf16, v, D) X(bf16, o, D) X(float, lse, H) X(bf16, z, D) X(float, mid, D) X(bf16, xn2, D) X(bf16, u, 2 * I) X(bf16, h, I)
+    X(bf16, v, D) X(bf16, o, D) X(float, lse, H) X(bf16, z, D) X(float, mid, D) X(bf16, xn2, D) X(bf16, u, 2 * I) \
+    X(bf16, h, I)
 
 typedef struct {
 #define X(type, name, width) type *name;
@@ -642,7 +643,8 @@ static void model_free(Model *m) {
     if (m->cfg.arch == FOX_ARCH_FAM) fam_free(m);
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    void **layered[] = {(void **)a->mid, (void **)a->proj_wide, (void **)a->proj_logits, (void **)a->q, (void **)a->k, (void **)a->v, (void **)a->c,
+    void **layered[] = {(void **)a->mid, (void **)a->proj_wide, (void **)a->proj_logits, (void **)a->q, (void **)a->k,
+                        (void **)a->v, (void **)a->c,
                         (void **)a->lse, (void **)a->o, (void **)a->mlp_u, (void **)a->gsa_S, (void **)a->gsa_U,
                         (void **)a->gsa_s, (void **)a->xn, (void **)a->z, (void **)a->mlp_h};
     for (size_t i = 0; i < sizeof(layered) / sizeof(layered[0]); i++) {

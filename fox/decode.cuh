@@ -127,7 +127,8 @@ __global__ void decode_qkv_kernel(bf16 *q, int *first, unsigned long long *keys_
     if (!cl.c) return;
     float *ch = cl.c + w * cl.max_len;
     if (lane == 0) {  // fox_gate_log_f's value (fox/attention.cuh) for this row
-        float lf = starts ? FOX_DOC_LOG_F : fbias ? logsigmoidf_(fbias[h] + (cf >= 0 ? proj_logit(s.proj, b, cf + h) : 0.0f)) : 0.0f;
+        const float logit = cf >= 0 ? proj_logit(s.proj, b, cf + h) : 0.0f;
+        float lf = starts ? FOX_DOC_LOG_F : fbias ? logsigmoidf_(fbias[h] + logit) : 0.0f;
         ch[t] = ch[t - 1] + lf;
     }
     if (!acp) return;

@@ -899,7 +899,8 @@ static inline void fox_qkv_backward(bf16 *dproj, float *dqw, float *dkw, const b
     int N = s.B * s.T;
     if ((s.proj.ldw | proj_ld(s.proj) | s.cols.q | s.cols.k | s.cols.v) % 4 || (uintptr_t)s.proj.wide % 8 ||
         (uintptr_t)dproj % 8) {
-        fprintf(stderr, "error: fox_qkv_backward needs proj's and dproj's row strides and q, k, v columns in multiples of 4\n");
+        fprintf(stderr, "error: fox_qkv_backward needs proj's and dproj's row strides and q, k, v columns in multiples "
+                        "of 4\n");
         exit(EXIT_FAILURE);
     }
     float *qpart = part, *kpart = part + colsum_rows_floats(N, s.H * s.dh);
