@@ -417,10 +417,11 @@ static inline void fox_rmsnorm_backward(float *dres, bf16 *dres_bf, bf16 *xn, fl
 
 // ----------------------------------------------------------------------------
 // Attention inputs: KV-shift, QK-norm and RoPE in one pass over the projection, writing the
-// attention's bf16 q, k, v in (B, H, T, dh). A warp takes one head of a run of tokens; lane l holds elements
-// l + 32e (e < PER_LANE = dh/32), so each RoPE pair (i, i + dh/2) lives in one lane (dh % 64 == 0).
-// Under the document mask (docs/model.md §1.8) KV-shift does not reach back across a separator: the
-// previous token counts as 0 there, as at t = 0 (fox_doc_has_prev).
+// attention's bf16 q, k, v in (B, H, T, dh). The decode step's warp holds a head-row with lane l holding
+// elements l + 32e (e < PER_LANE = dh/32), so each RoPE pair (i, i + dh/2) lives in one lane (dh % 64 == 0);
+// training's kernels walk rows in walkers of dh / 4 lanes (QkvWalk, below). Under the document mask
+// (docs/model.md §1.8) KV-shift does not reach back across a separator: the previous token counts as 0 there,
+// as at t = 0 (fox_doc_has_prev).
 
 typedef struct {
     Proj proj;                   // attn_in_w's outputs
@@ -432,10 +433,6 @@ typedef struct {
     const int *tokens;           // (N): the token of each row (the document mask reads them); NULL when sep < 0
     int sep;                     // the document mask's separator (docs/model.md §1.8); -1: no mask
 } QkvInputs;
-
-// Rows of a block of the per-head kernels each warp of qkv_forward_kernel walks.
-#define QKV_RUN (HEAD_BLOCK_ROWS / FOX_WARPS)
-static_assert(HEAD_BLOCK_ROWS % FOX_WARPS == 0, "qkv_forward_kernel splits a block's rows evenly among its warps");
 
 // Whether row n (position t of its sequence) takes KV-shift's previous row: t > 0 and, under the document
 // mask, the token is not a separator (fox_doc_has_prev). CPU: shift_prev.
@@ -484,13 +481,6 @@ __device__ __forceinline__ QkvPos qkv_pos_prev(const QkvInputs &s, QkvPos p, int
     return {p.n - 1, s.T - 1, p.o - ((size_t)s.H * s.T - (s.T - 1)) * dh};  // the last row of sequence b − 1
 }
 
-// Head h's columns col of a row of proj's wide part: lane-strided elements h·dh + lane + 32e.
-template <int PER_LANE>
-__device__ __forceinline__ void head_cols(float x[PER_LANE], const bf16 *row, int col, int h, int dh, int lane) {
-#pragma unroll
-    for (int e = 0; e < PER_LANE; e++) x[e] = __bfloat162float(row[col + h * dh + lane + 32 * e]);
-}
-
 // KV-shift (ca >= 0: y = α x_{n−1} + (1 − α) x_n, the previous row xp taken only when has_prev, qkv_has_prev,
 // else 0) or none (ca < 0: y = x).
 template <int PER_LANE>
@@ -531,8 +521,7 @@ __device__ __forceinline__ void rope_rotate(float x[PER_LANE], const QkvInputs &
 
 // The per-head RMSNorm of q and k (when s.qw) and their rotation at position t (when s.rope_cos), in place:
 // head h's lane-held dimensions (qw, kw: the lane's norm weights, qk_weights), for G rows (positions t[g]) at
-// once, their reductions interleaved (warp_sums). The forward's and the decode step's q and k
-// (fox/decode.cuh) come from here.
+// once, their reductions interleaved (warp_sums). The decode step's q and k (fox/decode.cuh) come from here.
 template <int PER_LANE, int G>
 __device__ __forceinline__ void qk_norm_rope_rows(float qv[G][PER_LANE], float kv[G][PER_LANE], const QkvInputs &s,
                                                   const float qw[PER_LANE], const float kw[PER_LANE], const int t[G],
@@ -569,68 +558,6 @@ __device__ __forceinline__ void qk_norm_rope(float qv[PER_LANE], float kv[PER_LA
                                              const float kw[PER_LANE], int t, int lane) {
     typedef float Row[PER_LANE];
     qk_norm_rope_rows<PER_LANE, 1>((Row *)qv, (Row *)kv, s, qw, kw, &t, lane);
-}
-
-// Paper eq. 15-19 (FoX Pro): q = QK-norm(W_q x); k = QK-norm(KV-shift(W_k x)), v = KV-shift(W_v x); then
-// RoPE (Transformer presets). Grid: (head, HEAD_BLOCK_ROWS tokens); a warp walks QKV_RUN rows in order, two
-// at a time (their loads issued together, their norms' reductions interleaved), so a row's k and v columns,
-// read once, are the next row's shift input. CPU: kv_shift_forward, rmsnorm_forward (per head), rope_apply
-// in attention_block_forward.
-template <int PER_LANE>
-__global__ void qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
-    constexpr int dh = 32 * PER_LANE;
-    int lane = threadIdx.x % 32, h = blockIdx.x, N = s.B * s.T;
-    int lo = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32 * QKV_RUN, hi = min(N, lo + QKV_RUN);
-    if (lo >= hi) return;
-    float kx[PER_LANE] = {}, vx[PER_LANE] = {};  // the previous row's k, v columns
-    if (lo > 0) {
-        head_cols<PER_LANE>(kx, proj_wide_row(s.proj, lo - 1), s.cols.k, h, dh, lane);
-        head_cols<PER_LANE>(vx, proj_wide_row(s.proj, lo - 1), s.cols.v, h, dh, lane);
-    }
-    float qw[PER_LANE], kw[PER_LANE];
-    qk_weights<PER_LANE>(qw, kw, s, h, lane);
-    QkvPos p = qkv_pos(s, lo, h, dh);
-    while (p.n < hi) {
-        QkvPos pr[2] = {p, qkv_pos_next(s, p, dh)};
-        int live[2] = {1, pr[1].n < hi}, t[2] = {pr[0].t, pr[1].t};
-        float qv[2][PER_LANE], kr[2][PER_LANE], vr[2][PER_LANE], kv[2][PER_LANE], vv[2][PER_LANE], ak[2], av[2];
-#pragma unroll
-        for (int g = 0; g < 2; g++) {
-            const size_t n = live[g] ? pr[g].n : p.n;
-            const bf16 *row = proj_wide_row(s.proj, n);
-            head_cols<PER_LANE>(qv[g], row, s.cols.q, h, dh, lane);
-            head_cols<PER_LANE>(kr[g], row, s.cols.k, h, dh, lane);
-            head_cols<PER_LANE>(vr[g], row, s.cols.v, h, dh, lane);
-            ak[g] = s.cols.k_shift >= 0 ? proj_logit(s.proj, n, s.cols.k_shift + h) : 0.0f;
-            av[g] = s.cols.v_shift >= 0 ? proj_logit(s.proj, n, s.cols.v_shift + h) : 0.0f;
-        }
-#pragma unroll
-        for (int g = 0; g < 2; g++) {
-            int hp = live[g] && qkv_has_prev(s, (size_t)pr[g].n, pr[g].t);
-            float a = s.cols.k_shift >= 0 ? sigmoidf_(ak[g]) : 0.0f, b = s.cols.v_shift >= 0 ? sigmoidf_(av[g]) : 0.0f;
-            kv_shift<PER_LANE>(kv[g], kr[g], g ? kr[0] : kx, a, hp, s.cols.k_shift);
-            kv_shift<PER_LANE>(vv[g], vr[g], g ? vr[0] : vx, b, hp, s.cols.v_shift);
-        }
-        qk_norm_rope_rows<PER_LANE, 2>(qv, kv, s, qw, kw, t, lane);
-#pragma unroll
-        for (int g = 0; g < 2; g++) {
-            if (!live[g]) break;
-#pragma unroll
-            for (int e = 0; e < PER_LANE; e++) {
-                int i = lane + 32 * e;
-                q[pr[g].o + i] = __float2bfloat16(qv[g][e]);
-                k[pr[g].o + i] = __float2bfloat16(kv[g][e]);
-                v[pr[g].o + i] = __float2bfloat16(vv[g][e]);
-                kx[e] = kr[g][e];
-                vx[e] = vr[g][e];
-            }
-        }
-        p = live[1] ? qkv_pos_next(s, pr[1], dh) : pr[1];
-    }
-}
-
-static inline void fox_qkv_forward(bf16 *q, bf16 *k, bf16 *v, const QkvInputs &s, cudaStream_t st) {
-    LAUNCH_HEAD_BLOCKS(qkv_forward_kernel, s.dh, s.B * s.T, s.H, st, q, k, v, s);
 }
 
 // Per-head RMSNorm backward (a row held by a group of L lanes, PER_LANE elements each; w: the lane's weights) of
@@ -671,11 +598,11 @@ __device__ __forceinline__ void head_norm_backward_rows(float dx[G][PER_LANE], f
     head_norm_backward_rs<PER_LANE, G, L>(dx, prod, x, dy, w, rs);
 }
 
-// The attention inputs' backward (qkv_backward_kernel) walks a head's rows with walkers of L = dh / 4 lanes, a
-// lane holding 4 adjacent elements of the row (one 16-byte load of the fp32 columns, one 8-byte load or store of
-// bf16): at d_h 64 a half-warp a row, so that the per-row work (the sums of the norm and of dα, the sigmoids, the
-// rstd) is issued once for two rows. A walker walks 16 rows; 128 threads a block.
-template <int DH> struct QkvBwdShape {
+// The attention inputs' kernels (qkv_forward_kernel, qkv_backward_kernel) walk a head's rows with walkers of
+// L = dh / 4 lanes, a lane holding 4 adjacent elements of the row (one 8-byte load or store of bf16 a column
+// group): at d_h 64 a half-warp a row, so that the per-row work (the sums of the norm and of dα, the sigmoids,
+// the rstd) is issued once for two rows. A walker walks 16 rows; 128 threads a block.
+template <int DH> struct QkvWalk {
     static constexpr int L = DH / 4;               // lanes a walker
     static constexpr int threads = 128;
     static constexpr int walkers = threads / L;    // 8 at d_h 64, 4 at 128
@@ -700,19 +627,124 @@ __device__ __forceinline__ void unpack_bf16x4(float x[4], uint2 u) {
     x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
 }
 
-// The inverse RoPE rotation in the walkers' layout: element i = 4·gl + e (gl: the lane in its walker of L) pairs
-// with i ± dh/2, held by lane gl ^ L/2 of the same walker. The same products as rope_rotate.
+// The RoPE rotation at position t in the walkers' layout (inverse = 1: by −angle, the backward's): element
+// i = 4·gl + e (gl: the lane in its walker of L) pairs with i ± dh/2, held by lane gl ^ L/2 of the same walker.
+// The same products as rope_rotate.
 template <int L>
-__device__ __forceinline__ void rope_unrotate4(float x[4], const QkvInputs &s, int t, int gl) {
+__device__ __forceinline__ void rope_rotate4(float x[4], const QkvInputs &s, int t, int gl, int inverse) {
     const int half = s.dh / 2, upper = gl >= L / 2;
     float cs[4], sn[4];
     load_f32x4(cs, s.rope_cos + (size_t)t * half + gl % (L / 2) * 4);
     load_f32x4(sn, s.rope_sin + (size_t)t * half + gl % (L / 2) * 4);
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-        const float other = __shfl_xor_sync(group_mask<L>(), x[e], L / 2), si = -sn[e];
+        const float other = __shfl_xor_sync(group_mask<L>(), x[e], L / 2), si = inverse ? -sn[e] : sn[e];
         x[e] = upper ? x[e] * cs[e] + other * si : x[e] * cs[e] - other * si;
     }
+}
+
+// A walker's QK-norm weights of head h, its lane's 4 (zeros without QK-norm).
+__device__ __forceinline__ void qk_weights4(float qw[4], float kw[4], const QkvInputs &s, int h, int gl) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        qw[e] = s.qw ? s.qw[h * s.wstride + 4 * gl + e] : 0.0f;
+        kw[e] = s.qw ? s.kw[h * s.wstride + 4 * gl + e] : 0.0f;
+    }
+}
+
+// One row's inputs of qkv_forward_kernel (row p.n of head h, the lane's columns from c = h·dh + 4·gl), loaded a
+// row ahead: q, k, v as loaded (4 bf16 each), the shift logits (0 without KV-shift), whether KV-shift takes row
+// n − 1 (qkv_has_prev).
+struct QkvFwdIn {
+    uint2 q, k, v;
+    float ak, av;
+    int hp;
+};
+
+__device__ __forceinline__ QkvFwdIn qkv_fwd_load(const QkvInputs &s, QkvPos p, int h, int c) {
+    const bf16 *row = proj_wide_row(s.proj, p.n);
+    QkvFwdIn in;
+    in.q = load_bf16x4(row + s.cols.q + c);
+    in.k = load_bf16x4(row + s.cols.k + c);
+    in.v = load_bf16x4(row + s.cols.v + c);
+    in.ak = s.cols.k_shift >= 0 ? proj_logit(s.proj, p.n, s.cols.k_shift + h) : 0.0f;
+    in.av = s.cols.v_shift >= 0 ? proj_logit(s.proj, p.n, s.cols.v_shift + h) : 0.0f;
+    in.hp = qkv_has_prev(s, (size_t)p.n, p.t);
+    return in;
+}
+
+// Paper eq. 15-19 (FoX Pro): q = QK-norm(W_q x); k = QK-norm(KV-shift(W_k x)), v = KV-shift(W_v x); then
+// RoPE (Transformer presets). Grid: (head, QkvWalk::rows tokens); a walker walks its run of rows in order, the
+// next row's loads issued before this row's work, so a row's k and v columns, read once, are the next row's shift
+// input. CPU: kv_shift_forward, rmsnorm_forward (per head), rope_apply in attention_block_forward.
+template <int DH>
+__global__ void __launch_bounds__(QkvWalk<DH>::threads) qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
+    using S = QkvWalk<DH>;
+    constexpr int L = S::L;
+    const int walker = threadIdx.x / L, gl = threadIdx.x % L, h = blockIdx.x, N = s.B * s.T, c = h * DH + 4 * gl;
+    const int lo = blockIdx.y * S::rows + walker * S::run, hi = min(N, lo + S::run);
+    if (lo >= hi) return;
+    float qw[4], kw[4], kx[4] = {}, vx[4] = {};  // kx, vx: the previous row's k, v columns
+    qk_weights4(qw, kw, s, h, gl);
+    if (lo > 0) {
+        unpack_bf16x4(kx, load_bf16x4(proj_wide_row(s.proj, lo - 1) + s.cols.k + c));
+        unpack_bf16x4(vx, load_bf16x4(proj_wide_row(s.proj, lo - 1) + s.cols.v + c));
+    }
+    QkvPos p = qkv_pos(s, lo, h, DH);
+    QkvFwdIn cur = qkv_fwd_load(s, p, h, c), next = cur;
+    while (p.n < hi) {
+        const QkvPos pn = qkv_pos_next(s, p, DH);
+        if (pn.n < hi) next = qkv_fwd_load(s, pn, h, c);
+        float qv[4], kr[4], vr[4], kv[4], vv[4];
+        unpack_bf16x4(qv, cur.q);
+        unpack_bf16x4(kr, cur.k);
+        unpack_bf16x4(vr, cur.v);
+        const float ak = s.cols.k_shift >= 0 ? sigmoidf_(cur.ak) : 0.0f;
+        const float av = s.cols.v_shift >= 0 ? sigmoidf_(cur.av) : 0.0f;
+        kv_shift<4>(kv, kr, kx, ak, cur.hp, s.cols.k_shift);
+        kv_shift<4>(vv, vr, vx, av, cur.hp, s.cols.v_shift);
+        if (s.qw) {
+            float ss[2] = {head_sumsq<4>(qv), head_sumsq<4>(kv)};
+            group_sums<2, L>(ss);
+            const float rq = head_rstd_of<4, L>(ss[0], FOX_QK_NORM_EPS), rk = head_rstd_of<4, L>(ss[1], FOX_QK_NORM_EPS);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                qv[e] = qv[e] * rq * qw[e];
+                kv[e] = kv[e] * rk * kw[e];
+            }
+        }
+        if (s.rope_cos) {
+            rope_rotate4<L>(qv, s, p.t, gl, 0);
+            rope_rotate4<L>(kv, s, p.t, gl, 0);
+        }
+        const size_t o = p.o + 4 * gl;
+        store_bf16x4(q + o, qv[0], qv[1], qv[2], qv[3]);
+        store_bf16x4(k + o, kv[0], kv[1], kv[2], kv[3]);
+        store_bf16x4(v + o, vv[0], vv[1], vv[2], vv[3]);
+#pragma unroll
+        for (int e = 0; e < 4; e++) kx[e] = kr[e], vx[e] = vr[e];
+        cur = next;
+        p = pn;
+    }
+}
+
+// The forward of the attention inputs. The walkers' vector accesses need the q, k, v columns and proj's wide row
+// stride in multiples of 4 (train_fox.cu's are multiples of 64).
+static inline void fox_qkv_forward(bf16 *q, bf16 *k, bf16 *v, const QkvInputs &s, cudaStream_t st) {
+    if ((s.proj.ldw | s.cols.q | s.cols.k | s.cols.v) % 4 || (uintptr_t)s.proj.wide % 8) {
+        fprintf(stderr, "error: fox_qkv_forward needs proj's row stride and q, k, v columns in multiples of 4\n");
+        exit(EXIT_FAILURE);
+    }
+    const int N = s.B * s.T;
+    dim3 grid = head_grid(N, s.H);
+    if (s.dh == 64) {
+        grid.y = (N + QkvWalk<64>::rows - 1) / QkvWalk<64>::rows;
+        qkv_forward_kernel<64><<<grid, QkvWalk<64>::threads, 0, st>>>(q, k, v, s);
+    } else {
+        grid.y = (N + QkvWalk<128>::rows - 1) / QkvWalk<128>::rows;
+        qkv_forward_kernel<128><<<grid, QkvWalk<128>::threads, 0, st>>>(q, k, v, s);
+    }
+    FOX_LAUNCH_CHECK();
 }
 
 // One row's inputs of qkv_backward_kernel (row p.n of head h), loaded a row ahead (two rows' loads in flight
@@ -770,9 +802,9 @@ __device__ __forceinline__ void shift_logit_grads_store(bf16 *drow, int lead, fl
 // The block's QK-norm weight partials: each walker's sums of its rows' dy⊙x̂ (in its walk's order) added in walker
 // order, a row of part for each HEAD_BLOCK_ROWS rows of the block (head_partials_accumulate adds the rows).
 template <int DH>
-__device__ __forceinline__ void qkv_partials_store(float *qpart, float *kpart, float (*red)[QkvBwdShape<DH>::walkers][DH],
+__device__ __forceinline__ void qkv_partials_store(float *qpart, float *kpart, float (*red)[QkvWalk<DH>::walkers][DH],
                                                    const float qacc[4], const float kacc[4], int walker, int gl, int N) {
-    using S = QkvBwdShape<DH>;
+    using S = QkvWalk<DH>;
 #pragma unroll
     for (int e = 0; e < 4; e++) red[0][walker][4 * gl + e] = qacc[e], red[1][walker][4 * gl + e] = kacc[e];
     __syncthreads();
@@ -788,27 +820,25 @@ __device__ __forceinline__ void qkv_partials_store(float *qpart, float *kpart, f
 
 // Backward of eq. 15-19 in one pass: through RoPE and QK-norm for q and the shifted k, then KV-shift for k
 // and v: dproj's q, k, v and shift-logit columns and, with QK-norm, the weight gradients' block partials
-// (qpart, kpart). Grid: (head, QkvBwdShape::rows tokens); a walker walks its run of rows last first, so row t's
+// (qpart, kpart). Grid: (head, QkvWalk::rows tokens); a walker walks its run of rows last first, so row t's
 // dks and α_t are in registers when row t − 1 needs them, and row t − 1's k and v, read as row t's shift input,
 // are row t − 1's own. The row after the run has its dks computed again, by the same loop (the same
 // instructions, so the same bits as the walker that owns it). CPU: rope_apply (inverse), rmsnorm_backward and
 // kv_shift_backward in attention_block_backward. Bounded to 4 blocks an SM (128 registers): the walkers' loads
 // in flight are what the kernel's speed is.
 template <int DH>
-__global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
+__global__ void __launch_bounds__(QkvWalk<DH>::threads, 4)
     qkv_backward_kernel(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                         QkvInputs s) {
-    using S = QkvBwdShape<DH>;
+    using S = QkvWalk<DH>;
     constexpr int L = S::L;
     __shared__ float red[2][S::walkers][DH];
     const int walker = threadIdx.x / L, gl = threadIdx.x % L, h = blockIdx.x, N = s.B * s.T, c = h * DH + 4 * gl;
     const int lo = blockIdx.y * S::rows + walker * S::run, hi = min(N, lo + S::run);
     float qacc[4] = {}, kacc[4] = {};
     if (lo < hi) {
-        float qw[4] = {}, kw[4] = {};
-        if (s.qw)
-#pragma unroll
-            for (int e = 0; e < 4; e++) qw[e] = s.qw[h * s.wstride + 4 * gl + e], kw[e] = s.kw[h * s.wstride + 4 * gl + e];
+        float qw[4], kw[4];
+        qk_weights4(qw, kw, s, h, gl);
         QkvRowIn cur, next;
         float kc[4], vc[4];                                               // the current row's k, v columns
         float dksn[4] = {}, gvn[4] = {}, akn = 0.0f, avn = 0.0f;          // the next row's dks, dv, α's
@@ -830,8 +860,8 @@ __global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
             unpack_bf16x4(kp, cur.kp);
             unpack_bf16x4(vp, cur.vp);
             if (s.rope_cos) {
-                rope_unrotate4<L>(gq, s, p.t, gl);
-                rope_unrotate4<L>(gk, s, p.t, gl);
+                rope_rotate4<L>(gq, s, p.t, gl, 1);
+                rope_rotate4<L>(gk, s, p.t, gl, 1);
             }
             float alk = s.cols.k_shift >= 0 ? sigmoidf_(cur.ak) : 0.0f;
             float alv = s.cols.v_shift >= 0 ? sigmoidf_(cur.av) : 0.0f;
@@ -882,7 +912,7 @@ __global__ void __launch_bounds__(QkvBwdShape<DH>::threads, 4)
 template <int DH>
 static void qkv_backward_launch(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                                 const QkvInputs &s, cudaStream_t st) {
-    using S = QkvBwdShape<DH>;
+    using S = QkvWalk<DH>;
     const int N = s.B * s.T;
     dim3 grid = head_grid(N, s.H);
     grid.y = (N + S::rows - 1) / S::rows;

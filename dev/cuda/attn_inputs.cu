@@ -2,8 +2,12 @@
 // RoPE fused) against an fp64 CPU reference, then times them, with train_fox.cu's launches and order:
 //   forward:  qkv_forward_kernel (the projection proj → bf16 q, k, v in (B, H, T, dh)); version 1 (until
 //             2026-11-26) a warp per (token, head), reading the previous row's k, v again for KV-shift;
-//             version 2 (fox/kernels.cuh) a warp walks 8 rows of a head, each row's k, v read once; since
-//             session 14 its position stepped, not divided, and q's and k's norm reductions interleaved
+//             version 2 (until session 23) a warp walks 8 rows of a head, each row's k, v read once; since
+//             session 14 its position stepped, not divided, and q's and k's norm reductions interleaved;
+//             version 3 (fox/kernels.cuh, session 23) in the backward's walkers (QkvWalk: dh / 4 lanes a row, 4
+//             adjacent elements a lane, 8-byte loads and stores, the next row's loads ahead): its row sums add
+//             other pairs first, so it is checked against the fp64 reference, and version 2 against version 1
+//             bitwise
 //   backward: fox_qkv_backward: qkv_backward_kernel (dproj's q, k, v and shift-logit columns, and the
 //             QK-norm weight gradients' block partials), then their column sums.
 // Backward versions (checked bitwise equal, timed side by side):
@@ -74,6 +78,73 @@ __global__ void qkv_forward_v1(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
         q[o + i] = __float2bfloat16(qv[e]);
         k[o + i] = __float2bfloat16(kv[e]);
         v[o + i] = __float2bfloat16(vv[e]);
+    }
+}
+
+// ---- version 2 of the forward, as fox/kernels.cuh had it until session 23
+// Rows of a block each warp walks.
+#define QKV_RUN (HEAD_BLOCK_ROWS / FOX_WARPS)
+
+// Head h's columns col of a row of proj's wide part: lane-strided elements h·dh + lane + 32e.
+template <int PER_LANE>
+__device__ __forceinline__ void head_cols(float x[PER_LANE], const bf16 *row, int col, int h, int dh, int lane) {
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) x[e] = __bfloat162float(row[col + h * dh + lane + 32 * e]);
+}
+
+// Grid: (head, HEAD_BLOCK_ROWS tokens); a warp walks QKV_RUN rows in order, two at a time (their loads issued
+// together, their norms' reductions interleaved), so a row's k and v columns, read once, are the next row's shift
+// input.
+template <int PER_LANE>
+__global__ void qkv_forward_v2(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
+    constexpr int dh = 32 * PER_LANE;
+    int lane = threadIdx.x % 32, h = blockIdx.x, N = s.B * s.T;
+    int lo = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32 * QKV_RUN, hi = min(N, lo + QKV_RUN);
+    if (lo >= hi) return;
+    float kx[PER_LANE] = {}, vx[PER_LANE] = {};  // the previous row's k, v columns
+    if (lo > 0) {
+        head_cols<PER_LANE>(kx, proj_wide_row(s.proj, lo - 1), s.cols.k, h, dh, lane);
+        head_cols<PER_LANE>(vx, proj_wide_row(s.proj, lo - 1), s.cols.v, h, dh, lane);
+    }
+    float qw[PER_LANE], kw[PER_LANE];
+    qk_weights<PER_LANE>(qw, kw, s, h, lane);
+    QkvPos p = qkv_pos(s, lo, h, dh);
+    while (p.n < hi) {
+        QkvPos pr[2] = {p, qkv_pos_next(s, p, dh)};
+        int live[2] = {1, pr[1].n < hi}, t[2] = {pr[0].t, pr[1].t};
+        float qv[2][PER_LANE], kr[2][PER_LANE], vr[2][PER_LANE], kv[2][PER_LANE], vv[2][PER_LANE], ak[2], av[2];
+#pragma unroll
+        for (int g = 0; g < 2; g++) {
+            const size_t n = live[g] ? pr[g].n : p.n;
+            const bf16 *row = proj_wide_row(s.proj, n);
+            head_cols<PER_LANE>(qv[g], row, s.cols.q, h, dh, lane);
+            head_cols<PER_LANE>(kr[g], row, s.cols.k, h, dh, lane);
+            head_cols<PER_LANE>(vr[g], row, s.cols.v, h, dh, lane);
+            ak[g] = s.cols.k_shift >= 0 ? proj_logit(s.proj, n, s.cols.k_shift + h) : 0.0f;
+            av[g] = s.cols.v_shift >= 0 ? proj_logit(s.proj, n, s.cols.v_shift + h) : 0.0f;
+        }
+#pragma unroll
+        for (int g = 0; g < 2; g++) {
+            int hp = live[g] && qkv_has_prev(s, (size_t)pr[g].n, pr[g].t);
+            float a = s.cols.k_shift >= 0 ? sigmoidf_(ak[g]) : 0.0f, b = s.cols.v_shift >= 0 ? sigmoidf_(av[g]) : 0.0f;
+            kv_shift<PER_LANE>(kv[g], kr[g], g ? kr[0] : kx, a, hp, s.cols.k_shift);
+            kv_shift<PER_LANE>(vv[g], vr[g], g ? vr[0] : vx, b, hp, s.cols.v_shift);
+        }
+        qk_norm_rope_rows<PER_LANE, 2>(qv, kv, s, qw, kw, t, lane);
+#pragma unroll
+        for (int g = 0; g < 2; g++) {
+            if (!live[g]) break;
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                int i = lane + 32 * e;
+                q[pr[g].o + i] = __float2bfloat16(qv[g][e]);
+                k[pr[g].o + i] = __float2bfloat16(kv[g][e]);
+                v[pr[g].o + i] = __float2bfloat16(vv[g][e]);
+                kx[e] = kr[g][e];
+                vx[e] = vr[g][e];
+            }
+        }
+        p = live[1] ? qkv_pos_next(s, pr[1], dh) : pr[1];
     }
 }
 
@@ -456,7 +527,8 @@ static void run(const Cfg &c) {
           *d_dqw4 = dmalloc<float>(nw), *d_dkw4 = dmalloc<float>(nw),
           *d_part = dmalloc<float>(colsum_scratch_floats((size_t)N * H, D));
     bf16 *d_q = dmalloc<bf16>(n), *d_k = dmalloc<bf16>(n), *d_v = dmalloc<bf16>(n), *d_q1 = dmalloc<bf16>(n),
-         *d_k1 = dmalloc<bf16>(n), *d_v1 = dmalloc<bf16>(n), *d_dq = to_device(dq),
+         *d_k1 = dmalloc<bf16>(n), *d_v1 = dmalloc<bf16>(n), *d_q2 = dmalloc<bf16>(n), *d_k2 = dmalloc<bf16>(n),
+         *d_v2 = dmalloc<bf16>(n), *d_dq = to_device(dq),
          *d_dk = to_device(dk), *d_dv = to_device(dv), *d_dproj = dmalloc<bf16>((size_t)N * ld),
          *d_dproj1 = dmalloc<bf16>((size_t)N * ld), *d_dproj4 = dmalloc<bf16>((size_t)N * ld), *d_wide = to_device(wide);
     QkvInputs s;
@@ -587,6 +659,7 @@ static void run(const Cfg &c) {
     // ---- GPU
     auto fwd = [&] { fox_qkv_forward(d_q, d_k, d_v, s, 0); };
     auto fwd1 = [&] { LAUNCH_HEADS(qkv_forward_v1, dh, (size_t)N * H, 0, d_q1, d_k1, d_v1, s); };
+    auto fwd2 = [&] { LAUNCH_HEAD_BLOCKS(qkv_forward_v2, dh, N, H, 0, d_q2, d_k2, d_v2, s); };
     auto bwd = [&] {
         fox_qkv_backward(d_dproj, c.norm ? d_dqw : nullptr, c.norm ? d_dkw : nullptr, d_dq, d_dk, d_dv, s, d_rows, d_part, 0);
     };
@@ -606,10 +679,11 @@ static void run(const Cfg &c) {
     check_bf16(gf, "k", d_k, rk);
     check_bf16(gf, "v", d_v, rv);
     fwd1();
-    bf16 *outs[3][2] = {{d_q, d_q1}, {d_k, d_k1}, {d_v, d_v1}};
+    fwd2();
+    bf16 *outs[3][2] = {{d_q2, d_q1}, {d_k2, d_k1}, {d_v2, d_v1}};
     for (int i = 0; i < 3; i++) {
         bool ok = to_host(outs[i][0], n) == to_host(outs[i][1], n);
-        printf("    %c = version 1's     %s\n", "qkv"[i], ok ? "bitwise ok" : "FAIL");
+        printf("    v2 %c = v1's        %s\n", "qkv"[i], ok ? "bitwise ok" : "FAIL");
         if (!ok) gf.ok = false, kc_failures++;
     }
 
@@ -673,7 +747,7 @@ static void run(const Cfg &c) {
         same("v4 dkw = v1's", to_host(d_dkw4, nw).data(), to_host(d_dkw1, nw).data(), nw * sizeof(float));
     }
 
-    double tf = time_ms(fwd), tf1 = time_ms(fwd1), tb = time_ms(bwd), tb4 = time_ms(bwd4), tb1 = time_ms(bwd1);
+    double tf = time_ms(fwd), tf1 = time_ms(fwd1), tf2 = time_ms(fwd2), tb = time_ms(bwd), tb4 = time_ms(bwd4), tb1 = time_ms(bwd1);
     // bytes per element of (N, D): fwd reads the q, k, v columns (bf16) and writes q, k, v (bf16); the
     // shift logits (fp32), RoPE tables and norm weights are per head / per position.
     const double al = c.shift ? 2.0 * N * H * 4 : 0.0, rt = c.rope ? 2.0 * T * half * 4 : 0.0;
@@ -685,13 +759,14 @@ static void run(const Cfg &c) {
     const double bytes_b1 =
         n * (4.0 + (c.norm ? 4.0 : 0.0) + 2.0 + 4.0 + 4.0 + 2.0 + (c.shift ? 4.0 : 0.0) + 4.0) + 2 * al + rt;
     summary("attn_inputs", "fwd", shape, gf, tf, bytes_f);
+    summary("attn_inputs", "v2 fwd", shape, gf, tf2, bytes_f);
     summary("attn_inputs", "v1 fwd", shape, gf, tf1, bytes_f);
     summary("attn_inputs", "bwd(one pass+colsum)", shape, gb, tb, bytes_b);
     summary("attn_inputs", "v4 bwd", shape, gb, tb4, bytes_b);
     summary("attn_inputs", "v1 bwd(qk+colsum+kv)", shape, gb, tb1, bytes_b1);
     float *fl[] = {d_logits, d_qw, d_kw, d_cs, d_sn, d_dks, d_rows, d_dqw, d_dkw, d_dqw1, d_dkw1, d_dqw4, d_dkw4, d_part};
     for (float *p : fl) cudaFree(p);
-    bf16 *bl[] = {d_q, d_k, d_v, d_q1, d_k1, d_v1, d_dq, d_dk, d_dv, d_dproj, d_dproj1, d_dproj4, d_wide};
+    bf16 *bl[] = {d_q, d_k, d_v, d_q1, d_k1, d_v1, d_q2, d_k2, d_v2, d_dq, d_dk, d_dv, d_dproj, d_dproj1, d_dproj4, d_wide};
     for (bf16 *p : bl) cudaFree(p);
     cudaFree(d_tokens);
 }
