@@ -862,11 +862,14 @@ static FamDims fam_dims(const Model *m, int B, int T) {
 // The tokens' c for FAM's kernels: NULL without a forget gate (transformer-fam: no bias).
 static const float *fam_c(const Model *m, int l) { return m->cfg.forget_gate != FOX_FG_NONE ? m->a.c[l] : NULL; }
 
+// proj's two parts of a FAM rows' pass (FamRows).
+static Proj fam_proj(const Model *m, FamRows f) { return proj_of(m, f.proj_wide, f.proj_logits); }
+
 // The attention inputs of memory state τ's rows (B sequences of M): no KV-shift (the rows are not a sequence in
 // time), no document mask, RoPE at the state's positions (docs/model.md §1.10).
 static QkvInputs fam_qkv_inputs(Model *m, int l, FamRows f, int B, int tau) {
     QkvInputs s = qkv_inputs(m, l, B, m->cfg.fam_memory);
-    s.proj = proj_of(m, f.proj_wide, f.proj_logits);
+    s.proj = fam_proj(m, f);
     s.cols.k_shift = s.cols.v_shift = -1;
     if (m->cfg.rope) {
         size_t at = (size_t)tau * m->cfg.fam_memory * (m->Dh / 2);
@@ -893,7 +896,7 @@ static void fam_project(Model *m, int l, FamRows f, int B, int tau) {
 static void fam_update(Model *m, int l, FamRows f, float *out, int R, int residual) {
     const FoxConfig *c = &m->cfg;
     int D = c->d_model, I = c->mlp_hidden;
-    fox_output_forward(f.z, f.o, proj_of(m, f.proj_wide, f.proj_logits), c->output_gate ? m->cols.gate : -1,
+    fox_output_forward(f.z, f.o, fam_proj(m, f), c->output_gate ? m->cols.gate : -1,
                        c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, R, c->n_head, m->Dh, m->stream);
     linear_forward(&m->gemm, f.mid, residual ? f.x : NULL, CUDA_R_32F, D, f.z, wbf(m, FOX_P_attn_out_w, l), R, D, D);
     rmsnorm_forward(m, f.xn2, f.mid, param(m, FOX_P_ln2_w, l), R);
@@ -1317,8 +1320,7 @@ static void fam_update_backward_rows(Model *m, int l, FamRows f, float *dout, fl
     weight_grad(m, &m->gemm, FOX_P_mlp_in_w, l, g->du, 2 * I, f.xn2, R, D, 2 * I, 1.0f);
     linear_backward_input(&m->gemm, g->dxn, CUDA_R_32F, g->dxbf, D, wbf(m, FOX_P_attn_out_w, l), R, D, D, 1.0f);
     const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
-    fox_output_backward(g->d_o, g->dproj, f.z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, g->dxn, f.o,
-                        proj_of(m, f.proj_wide, f.proj_logits),
+    fox_output_backward(g->d_o, g->dproj, f.z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, g->dxn, f.o, fam_proj(m, f),
                         c->output_gate ? m->cols.gate : -1, ow, R, c->n_head, m->Dh, s->colsum_rows, s->colsum_part,
                         m->stream);
     weight_grad(m, &m->gemm, FOX_P_attn_out_w, l, g->dxbf, D, f.z, R, D, D, 1.0f);

@@ -440,6 +440,11 @@ __device__ __forceinline__ int qkv_has_prev(const QkvInputs &s, size_t n, int t)
     return s.sep >= 0 ? fox_doc_has_prev(s.tokens + (n - (size_t)t), t, s.sep) : t > 0;
 }
 
+// Row n's shift logit of head h at column col (k_shift or v_shift; 0 when < 0: no KV-shift).
+__device__ __forceinline__ float qkv_shift_logit(const QkvInputs &s, size_t n, int col, int h) {
+    return col >= 0 ? proj_logit(s.proj, n, col + h) : 0.0f;
+}
+
 // A lane's elements lane + 32e of a head's norm weight w (w: the head's first), kept in registers by the
 // kernels that use them on every row.
 template <int PER_LANE>
@@ -611,7 +616,19 @@ template <int DH> struct QkvWalk {
     static constexpr int groups = rows / HEAD_BLOCK_ROWS;  // the block's rows of norm-weight partials
     static_assert(DH == 64 || DH == 128, "walkers of 16 or 32 lanes");
     static_assert(rows % HEAD_BLOCK_ROWS == 0, "a block's partials are whole rows of head_partials_accumulate's");
+    // (head, rows of N tokens), after head_grid's check of N
+    static dim3 grid(int N, int H) {
+        dim3 g = head_grid(N, H);
+        g.y = (N + rows - 1) / rows;
+        return g;
+    }
 };
+
+// Whether the walkers' 8-byte accesses of proj's wide part are aligned: its row stride and the q, k, v columns
+// multiples of 4 (train_fox.cu's are multiples of 64), the array 8-byte aligned.
+static inline int qkv_walk_aligned(const QkvInputs &s) {
+    return (s.proj.ldw | s.cols.q | s.cols.k | s.cols.v) % 4 == 0 && (uintptr_t)s.proj.wide % 8 == 0;
+}
 
 // A lane's 4 adjacent elements: fp32 as one float4 (p aligned to it); bf16 as the 8-byte word loaded.
 __device__ __forceinline__ void load_f32x4(float x[4], const float *p) {
@@ -667,8 +684,8 @@ __device__ __forceinline__ QkvFwdIn qkv_fwd_load(const QkvInputs &s, QkvPos p, i
     in.q = load_bf16x4(row + s.cols.q + c);
     in.k = load_bf16x4(row + s.cols.k + c);
     in.v = load_bf16x4(row + s.cols.v + c);
-    in.ak = s.cols.k_shift >= 0 ? proj_logit(s.proj, p.n, s.cols.k_shift + h) : 0.0f;
-    in.av = s.cols.v_shift >= 0 ? proj_logit(s.proj, p.n, s.cols.v_shift + h) : 0.0f;
+    in.ak = qkv_shift_logit(s, p.n, s.cols.k_shift, h);
+    in.av = qkv_shift_logit(s, p.n, s.cols.v_shift, h);
     in.hp = qkv_has_prev(s, (size_t)p.n, p.t);
     return in;
 }
@@ -728,22 +745,15 @@ __global__ void __launch_bounds__(QkvWalk<DH>::threads) qkv_forward_kernel(bf16 
     }
 }
 
-// The forward of the attention inputs. The walkers' vector accesses need the q, k, v columns and proj's wide row
-// stride in multiples of 4 (train_fox.cu's are multiples of 64).
+// The forward of the attention inputs (qkv_walk_aligned's layout).
 static inline void fox_qkv_forward(bf16 *q, bf16 *k, bf16 *v, const QkvInputs &s, cudaStream_t st) {
-    if ((s.proj.ldw | s.cols.q | s.cols.k | s.cols.v) % 4 || (uintptr_t)s.proj.wide % 8) {
+    if (!qkv_walk_aligned(s)) {
         fprintf(stderr, "error: fox_qkv_forward needs proj's row stride and q, k, v columns in multiples of 4\n");
         exit(EXIT_FAILURE);
     }
     const int N = s.B * s.T;
-    dim3 grid = head_grid(N, s.H);
-    if (s.dh == 64) {
-        grid.y = (N + QkvWalk<64>::rows - 1) / QkvWalk<64>::rows;
-        qkv_forward_kernel<64><<<grid, QkvWalk<64>::threads, 0, st>>>(q, k, v, s);
-    } else {
-        grid.y = (N + QkvWalk<128>::rows - 1) / QkvWalk<128>::rows;
-        qkv_forward_kernel<128><<<grid, QkvWalk<128>::threads, 0, st>>>(q, k, v, s);
-    }
+    if (s.dh == 64) qkv_forward_kernel<64><<<QkvWalk<64>::grid(N, s.H), QkvWalk<64>::threads, 0, st>>>(q, k, v, s);
+    else qkv_forward_kernel<128><<<QkvWalk<128>::grid(N, s.H), QkvWalk<128>::threads, 0, st>>>(q, k, v, s);
     FOX_LAUNCH_CHECK();
 }
 
@@ -762,8 +772,8 @@ struct QkvRowIn {
 __device__ __forceinline__ void qkv_row_load(QkvRowIn &in, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                                              const QkvInputs &s, QkvPos p, int lo, int h, int c, int oi) {
     const bf16 *row = proj_wide_row(s.proj, p.n);
-    in.ak = s.cols.k_shift >= 0 ? proj_logit(s.proj, p.n, s.cols.k_shift + h) : 0.0f;
-    in.av = s.cols.v_shift >= 0 ? proj_logit(s.proj, p.n, s.cols.v_shift + h) : 0.0f;
+    in.ak = qkv_shift_logit(s, p.n, s.cols.k_shift, h);
+    in.av = qkv_shift_logit(s, p.n, s.cols.v_shift, h);
     in.hp = qkv_has_prev(s, (size_t)p.n, p.t);
     in.gq = load_bf16x4(dq + p.o + oi);
     in.gk = load_bf16x4(dk + p.o + oi);
@@ -913,22 +923,18 @@ template <int DH>
 static void qkv_backward_launch(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                                 const QkvInputs &s, cudaStream_t st) {
     using S = QkvWalk<DH>;
-    const int N = s.B * s.T;
-    dim3 grid = head_grid(N, s.H);
-    grid.y = (N + S::rows - 1) / S::rows;
-    qkv_backward_kernel<DH><<<grid, S::threads, 0, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
+    qkv_backward_kernel<DH><<<S::grid(s.B * s.T, s.H), S::threads, 0, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
     FOX_LAUNCH_CHECK();
 }
 
 // The backward of the attention inputs (q, k, v → dproj's q, k, v and shift columns) and the QK-norm
 // weight gradients dqw, dkw (with QK-norm). part: 2·colsum_rows_floats(N, D) floats,
-// part2: colsum_scratch_floats(head_blocks(N)·H, D). The walkers' vector accesses need the q, k, v columns
-// and the row strides of proj's wide part and of dproj in multiples of 4 (train_fox.cu's are multiples of 64).
+// part2: colsum_scratch_floats(head_blocks(N)·H, D). proj in qkv_walk_aligned's layout, dproj's row stride a
+// multiple of 4 and the array 8-byte aligned.
 static inline void fox_qkv_backward(bf16 *dproj, float *dqw, float *dkw, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                                     const QkvInputs &s, float *part, float *part2, cudaStream_t st) {
     int N = s.B * s.T;
-    if ((s.proj.ldw | proj_ld(s.proj) | s.cols.q | s.cols.k | s.cols.v) % 4 || (uintptr_t)s.proj.wide % 8 ||
-        (uintptr_t)dproj % 8) {
+    if (!qkv_walk_aligned(s) || proj_ld(s.proj) % 4 || (uintptr_t)dproj % 8) {
         fprintf(stderr, "error: fox_qkv_backward needs proj's and dproj's row strides and q, k, v columns in multiples "
                         "of 4\n");
         exit(EXIT_FAILURE);
