@@ -27,6 +27,16 @@ static inline unsigned warp_blocks(size_t items) { return (unsigned)((items + FO
         FOX_LAUNCH_CHECK();                                                                                             \
     } while (0)
 
+// Launches a kernel of the (head, HEAD_BLOCK_ROWS tokens) grid templated on PER_LANE = dh/32. The head is
+// blockIdx.x so that the blocks running at once cover whole rows (DRAM locality).
+#define LAUNCH_HEAD_BLOCKS(kernel, dh, N, H, stream, ...)                                                               \
+    do {                                                                                                                \
+        dim3 grid_ = head_grid(N, H);                                                                                   \
+        if ((dh) == 64) kernel<2><<<grid_, FOX_WARPS * 32, 0, stream>>>(__VA_ARGS__);                                   \
+        else kernel<4><<<grid_, FOX_WARPS * 32, 0, stream>>>(__VA_ARGS__);                                              \
+        FOX_LAUNCH_CHECK();                                                                                             \
+    } while (0)
+
 // ----------------------------------------------------------------------------
 // Embedding
 
@@ -168,57 +178,34 @@ static inline size_t colsum_rows_floats(int N, int D) {
     return nb * D;
 }
 
+// In the (head, HEAD_BLOCK_ROWS tokens) kernels a lane owns elements lane + 32e (e < PER_LANE) of head
+// h = blockIdx.x in every token its warp visits; this adds the warps' per-lane sums acc in warp order
+// into part[blockIdx.y, h·dh + lane + 32e], i.e. a (head_blocks(N), H·dh) matrix of block partials.
+// Every thread of the block must call it.
+template <int PER_LANE>
+__device__ __forceinline__ void head_partials_store(float *part, const float acc[PER_LANE], int dh) {
+    __shared__ float red[FOX_WARPS][PER_LANE * 32];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();  // a previous call's reads of red are done
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e++) red[warp][lane + 32 * e] = acc[e];
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) {
+            float t = 0.0f;
+            for (int w = 0; w < FOX_WARPS; w++) t += red[w][lane + 32 * e];
+            part[((size_t)blockIdx.y * gridDim.x + blockIdx.x) * dh + lane + 32 * e] = t;
+        }
+    }
+}
+
 // dw += the column sums of head partials: per-head weights (D columns), or one vector shared by the
 // heads (wshared: dh columns, summed over blocks and heads).
 static inline void head_partials_accumulate(float *dw, const float *part, int N, int H, int dh, int wshared,
                                             float *part2, cudaStream_t s) {
     int rows = head_blocks(N) * (wshared ? H : 1), cols = wshared ? dh : H * dh;
     colsum_accumulate(dw, part, rows, cols, cols, part2, s);
-}
-
-// The per-head kernels of training (the attention inputs' qkv_forward_kernel and qkv_backward_kernel, the
-// output norm+gate's output_forward_kernel and output_backward_kernel) walk a head's rows with walkers of
-// L = dh / 4 lanes, a lane holding 4 adjacent elements of the row (one 8-byte load or store of bf16, one 16-byte
-// load of fp32): at d_h 64 a half-warp a row, so that the per-row work (the norms' sums, the sigmoids, the
-// rstd) is issued once for two rows. A walker walks 16 rows; 128 threads a block.
-template <int DH> struct HeadWalk {
-    static constexpr int L = DH / 4;               // lanes a walker
-    static constexpr int threads = 128;
-    static constexpr int walkers = threads / L;    // 8 at d_h 64, 4 at 128
-    static constexpr int run = 16;                 // rows a walker walks
-    static constexpr int rows = walkers * run;     // a block's: 128 or 64, whole HEAD_BLOCK_ROWS blocks
-    static constexpr int groups = rows / HEAD_BLOCK_ROWS;  // the block's rows of norm-weight partials
-    static_assert(DH == 64 || DH == 128, "walkers of 16 or 32 lanes");
-    static_assert(rows % HEAD_BLOCK_ROWS == 0, "a block's partials are whole rows of head_partials_accumulate's");
-    // (head, rows of N tokens), after head_grid's check of N
-    static dim3 grid(int N, int H) {
-        dim3 g = head_grid(N, H);
-        g.y = (N + rows - 1) / rows;
-        return g;
-    }
-};
-
-// The block's norm-weight partials of A (1 or 2) weights in the walkers' layout: each walker's sums of its rows'
-// dy⊙x̂ (acc[a], in its walk's order) added in walker order into part0 (a = 0) or part1, a row for each
-// HEAD_BLOCK_ROWS rows of the block (head_partials_accumulate adds the rows). Every thread of the block calls it.
-template <int DH, int A>
-__device__ __forceinline__ void walk_partials_store(float *part0, float *part1, float (*red)[HeadWalk<DH>::walkers][DH],
-                                                    const float acc[A][4], int walker, int gl, int N) {
-    using S = HeadWalk<DH>;
-    static_assert(A == 1 || A == 2, "one or two weights");
-#pragma unroll
-    for (int a = 0; a < A; a++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) red[a][walker][4 * gl + e] = acc[a][e];
-    __syncthreads();
-    for (int o = threadIdx.x; o < A * S::groups * DH; o += S::threads) {
-        const int which = o / (S::groups * DH), g = o / DH % S::groups, j = o % DH;
-        const int prow = blockIdx.y * S::groups + g;  // the head block
-        if (prow * HEAD_BLOCK_ROWS >= N) continue;
-        float t = 0.0f;
-        for (int w = g * (S::walkers / S::groups); w < (g + 1) * (S::walkers / S::groups); w++) t += red[which][w][j];
-        (which ? part1 : part0)[((size_t)prow * gridDim.x + blockIdx.x) * DH + j] = t;
-    }
 }
 
 // ----------------------------------------------------------------------------
@@ -432,7 +419,7 @@ static inline void fox_rmsnorm_backward(float *dres, bf16 *dres_bf, bf16 *xn, fl
 // Attention inputs: KV-shift, QK-norm and RoPE in one pass over the projection, writing the
 // attention's bf16 q, k, v in (B, H, T, dh). The decode step's warp holds a head-row with lane l holding
 // elements l + 32e (e < PER_LANE = dh/32), so each RoPE pair (i, i + dh/2) lives in one lane (dh % 64 == 0);
-// training's kernels walk rows in walkers of dh / 4 lanes (HeadWalk, above). Under the document mask
+// training's kernels walk rows in walkers of dh / 4 lanes (QkvWalk, below). Under the document mask
 // (docs/model.md §1.8) KV-shift does not reach back across a separator: the previous token counts as 0 there,
 // as at t = 0 (fox_doc_has_prev).
 
@@ -616,6 +603,27 @@ __device__ __forceinline__ void head_norm_backward_rows(float dx[G][PER_LANE], f
     head_norm_backward_rs<PER_LANE, G, L>(dx, prod, x, dy, w, rs);
 }
 
+// The attention inputs' kernels (qkv_forward_kernel, qkv_backward_kernel) walk a head's rows with walkers of
+// L = dh / 4 lanes, a lane holding 4 adjacent elements of the row (one 8-byte load or store of bf16 a column
+// group): at d_h 64 a half-warp a row, so that the per-row work (the sums of the norm and of dα, the sigmoids,
+// the rstd) is issued once for two rows. A walker walks 16 rows; 128 threads a block.
+template <int DH> struct QkvWalk {
+    static constexpr int L = DH / 4;               // lanes a walker
+    static constexpr int threads = 128;
+    static constexpr int walkers = threads / L;    // 8 at d_h 64, 4 at 128
+    static constexpr int run = 16;                 // rows a walker walks
+    static constexpr int rows = walkers * run;     // a block's: 128 or 64, whole HEAD_BLOCK_ROWS blocks
+    static constexpr int groups = rows / HEAD_BLOCK_ROWS;  // the block's rows of norm-weight partials
+    static_assert(DH == 64 || DH == 128, "walkers of 16 or 32 lanes");
+    static_assert(rows % HEAD_BLOCK_ROWS == 0, "a block's partials are whole rows of head_partials_accumulate's");
+    // (head, rows of N tokens), after head_grid's check of N
+    static dim3 grid(int N, int H) {
+        dim3 g = head_grid(N, H);
+        g.y = (N + rows - 1) / rows;
+        return g;
+    }
+};
+
 // Whether the walkers' 8-byte accesses of proj's wide part are aligned: its row stride and the q, k, v columns
 // multiples of 4 (train_fox.cu's are multiples of 64), the array 8-byte aligned.
 static inline int qkv_walk_aligned(const QkvInputs &s) {
@@ -683,12 +691,12 @@ __device__ __forceinline__ QkvFwdIn qkv_fwd_load(const QkvInputs &s, QkvPos p, i
 }
 
 // Paper eq. 15-19 (FoX Pro): q = QK-norm(W_q x); k = QK-norm(KV-shift(W_k x)), v = KV-shift(W_v x); then
-// RoPE (Transformer presets). Grid: (head, HeadWalk::rows tokens); a walker walks its run of rows in order, the
+// RoPE (Transformer presets). Grid: (head, QkvWalk::rows tokens); a walker walks its run of rows in order, the
 // next row's loads issued before this row's work, so a row's k and v columns, read once, are the next row's shift
 // input. CPU: kv_shift_forward, rmsnorm_forward (per head), rope_apply in attention_block_forward.
 template <int DH>
-__global__ void __launch_bounds__(HeadWalk<DH>::threads) qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
-    using S = HeadWalk<DH>;
+__global__ void __launch_bounds__(QkvWalk<DH>::threads) qkv_forward_kernel(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
+    using S = QkvWalk<DH>;
     constexpr int L = S::L;
     const int walker = threadIdx.x / L, gl = threadIdx.x % L, h = blockIdx.x, N = s.B * s.T, c = h * DH + 4 * gl;
     const int lo = blockIdx.y * S::rows + walker * S::run, hi = min(N, lo + S::run);
@@ -744,8 +752,8 @@ static inline void fox_qkv_forward(bf16 *q, bf16 *k, bf16 *v, const QkvInputs &s
         exit(EXIT_FAILURE);
     }
     const int N = s.B * s.T;
-    if (s.dh == 64) qkv_forward_kernel<64><<<HeadWalk<64>::grid(N, s.H), HeadWalk<64>::threads, 0, st>>>(q, k, v, s);
-    else qkv_forward_kernel<128><<<HeadWalk<128>::grid(N, s.H), HeadWalk<128>::threads, 0, st>>>(q, k, v, s);
+    if (s.dh == 64) qkv_forward_kernel<64><<<QkvWalk<64>::grid(N, s.H), QkvWalk<64>::threads, 0, st>>>(q, k, v, s);
+    else qkv_forward_kernel<128><<<QkvWalk<128>::grid(N, s.H), QkvWalk<128>::threads, 0, st>>>(q, k, v, s);
     FOX_LAUNCH_CHECK();
 }
 
@@ -801,24 +809,43 @@ __device__ __forceinline__ void shift_logit_grads_store(bf16 *drow, int lead, fl
     if (lead && s.cols.v_shift >= 0) drow[s.cols.v_shift + h] = __float2bfloat16(dav * alv * (1.0f - alv));
 }
 
+// The block's QK-norm weight partials: each walker's sums of its rows' dy⊙x̂ (in its walk's order) added in walker
+// order, a row of part for each HEAD_BLOCK_ROWS rows of the block (head_partials_accumulate adds the rows).
+template <int DH>
+__device__ __forceinline__ void qkv_partials_store(float *qpart, float *kpart, float (*red)[QkvWalk<DH>::walkers][DH],
+                                                   const float qacc[4], const float kacc[4], int walker, int gl, int N) {
+    using S = QkvWalk<DH>;
+#pragma unroll
+    for (int e = 0; e < 4; e++) red[0][walker][4 * gl + e] = qacc[e], red[1][walker][4 * gl + e] = kacc[e];
+    __syncthreads();
+    for (int o = threadIdx.x; o < 2 * S::groups * DH; o += S::threads) {
+        const int which = o / (S::groups * DH), g = o / DH % S::groups, j = o % DH;
+        const int prow = blockIdx.y * S::groups + g;  // the head block
+        if (prow * HEAD_BLOCK_ROWS >= N) continue;
+        float t = 0.0f;
+        for (int w = g * (S::walkers / S::groups); w < (g + 1) * (S::walkers / S::groups); w++) t += red[which][w][j];
+        (which ? kpart : qpart)[((size_t)prow * gridDim.x + blockIdx.x) * DH + j] = t;
+    }
+}
+
 // Backward of eq. 15-19 in one pass: through RoPE and QK-norm for q and the shifted k, then KV-shift for k
 // and v: dproj's q, k, v and shift-logit columns and, with QK-norm, the weight gradients' block partials
-// (qpart, kpart). Grid: (head, HeadWalk::rows tokens); a walker walks its run of rows last first, so row t's
+// (qpart, kpart). Grid: (head, QkvWalk::rows tokens); a walker walks its run of rows last first, so row t's
 // dks and α_t are in registers when row t − 1 needs them, and row t − 1's k and v, read as row t's shift input,
 // are row t − 1's own. The row after the run has its dks computed again, by the same loop (the same
 // instructions, so the same bits as the walker that owns it). CPU: rope_apply (inverse), rmsnorm_backward and
 // kv_shift_backward in attention_block_backward. Bounded to 4 blocks an SM (128 registers): the walkers' loads
 // in flight are what the kernel's speed is.
 template <int DH>
-__global__ void __launch_bounds__(HeadWalk<DH>::threads, 4)
+__global__ void __launch_bounds__(QkvWalk<DH>::threads, 4)
     qkv_backward_kernel(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                         QkvInputs s) {
-    using S = HeadWalk<DH>;
+    using S = QkvWalk<DH>;
     constexpr int L = S::L;
     __shared__ float red[2][S::walkers][DH];
     const int walker = threadIdx.x / L, gl = threadIdx.x % L, h = blockIdx.x, N = s.B * s.T, c = h * DH + 4 * gl;
     const int lo = blockIdx.y * S::rows + walker * S::run, hi = min(N, lo + S::run);
-    float acc[2][4] = {};  // the QK-norm weights' partials: q's, k's
+    float qacc[4] = {}, kacc[4] = {};
     if (lo < hi) {
         float qw[4], kw[4];
         qk_weights4(qw, kw, s, h, gl);
@@ -871,7 +898,7 @@ __global__ void __launch_bounds__(HeadWalk<DH>::threads, 4)
                 store_bf16x4(drow + s.cols.v + c, dvc[0], dvc[1], dvc[2], dvc[3]);
                 if (s.qw)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) acc[0][e] += prod[0][e], acc[1][e] += prod[1][e];
+                    for (int e = 0; e < 4; e++) qacc[e] += prod[0][e], kacc[e] += prod[1][e];
                 shift_logit_grads_store(drow, gl == 0, dal[0], dal[1], alk, alv, s, h);
             }
             // row t − 1's next row is this one (it takes row t − 1 exactly when this row has a previous)
@@ -889,13 +916,13 @@ __global__ void __launch_bounds__(HeadWalk<DH>::threads, 4)
             p = pn;
         }
     }
-    if (s.qw) walk_partials_store<DH, 2>(qpart, kpart, red, acc, walker, gl, N);
+    if (s.qw) qkv_partials_store<DH>(qpart, kpart, red, qacc, kacc, walker, gl, N);
 }
 
 template <int DH>
 static void qkv_backward_launch(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,
                                 const QkvInputs &s, cudaStream_t st) {
-    using S = HeadWalk<DH>;
+    using S = QkvWalk<DH>;
     qkv_backward_kernel<DH><<<S::grid(s.B * s.T, s.H), S::threads, 0, st>>>(dproj, qpart, kpart, dq, dk, dv, s);
     FOX_LAUNCH_CHECK();
 }
@@ -1027,145 +1054,120 @@ static inline void fox_acp_tables(int *kv_first, int *q_last, unsigned long long
 }
 
 // ----------------------------------------------------------------------------
-// Attention output: z = RMSNorm_head(o) ⊙ σ(g) (each part optional) on the (head, HeadWalk::rows tokens) grid,
-// a walker two rows at a time; o and z are (N, D) bf16, g read from proj's wide part at column cg (< 0: no gate);
-// ow NULL: no norm.
+// Attention output: z = RMSNorm_head(o) ⊙ σ(g) (each part optional) on the (head, HEAD_BLOCK_ROWS tokens)
+// grid, a warp a token at a time; o and z are (N, D) bf16, g read from proj's wide part at column cg (< 0: no
+// gate); ow NULL: no norm.
 
-// Whether the walkers' 8-byte accesses of the gate columns are aligned (o, z, d_o and dz are the trainer's own
-// (N, D) arrays, D a multiple of 64): proj's strides and cg multiples of 4, its arrays 8-byte aligned.
-static inline int output_walk_aligned(const Proj &proj, int cg) {
-    return cg < 0 || ((proj.ldw | proj.ldl | cg) % 4 == 0 && (uintptr_t)proj.wide % 8 == 0);
-}
-
-// Rows n and n + 1's inputs (the second only when live[1]) at the lane's columns c = h·dh + 4·gl: o as x, the
-// gate logits gl (0 without a gate), and each row's rstd rs (1 without the norm), the two reductions
-// interleaved. The forward and the backward (which writes z again) take them from here, so their z agree
-// bitwise.
-template <int L>
-__device__ __forceinline__ void output_rows_load(float x[2][4], float gl[2][4], float rs[2], const int live[2], const bf16 *o,
-                                                 const Proj &proj, int cg, bool norm, int n, int D, int c) {
+// Two tokens' inputs of the output norm+gate kernels, rows nn and nn + FOX_WARPS (the second only when
+// live[1]): o as x, the gate logits gl (0 without a gate), and each row's rstd rs (1 without the norm), the two
+// reductions interleaved. The forward and the backward (which writes z again) take them from here, so their z
+// agree bitwise.
+template <int PER_LANE>
+__device__ __forceinline__ void output_rows_load(float x[2][PER_LANE], float gl[2][PER_LANE], float rs[2], const int live[2],
+                                                 const bf16 *o, const Proj &proj, int cg, const float *ow, int nn,
+                                                 int D, int hc) {
 #pragma unroll
     for (int g = 0; g < 2; g++) {
-        const size_t r = (size_t)(n + g);
-        unpack_bf16x4(x[g], live[g] ? load_bf16x4(o + r * D + c) : make_uint2(0, 0));  // bf16 0x0000 is 0
-        unpack_bf16x4(gl[g], live[g] && cg >= 0 ? load_bf16x4(proj_wide_row(proj, r) + cg + c) : make_uint2(0, 0));
-        rs[g] = head_sumsq<4>(x[g]);
+        size_t n = (size_t)(nn + g * FOX_WARPS);
+#pragma unroll
+        for (int e = 0; e < PER_LANE; e++) {
+            x[g][e] = live[g] ? __bfloat162float(o[n * D + hc + 32 * e]) : 0.0f;
+            gl[g][e] = live[g] && cg >= 0 ? __bfloat162float(proj_wide_row(proj, n)[cg + hc + 32 * e]) : 0.0f;
+        }
+        rs[g] = head_sumsq<PER_LANE>(x[g]);
     }
-    if (norm) group_sums<2, L>(rs);
+    if (ow) warp_sums<2>(rs);
 #pragma unroll
-    for (int g = 0; g < 2; g++) rs[g] = norm ? head_rstd_of<4, L>(rs[g], FOX_NORM_EPS) : 1.0f;
-}
-
-// A walker's norm weights of head h, its lane's 4 (zeros without the norm): ow may sit at any 4-byte offset.
-__device__ __forceinline__ void output_weights4(float w[4], const float *ow, int c) {
-#pragma unroll
-    for (int e = 0; e < 4; e++) w[e] = ow ? ow[c + e] : 0.0f;
+    for (int g = 0; g < 2; g++) rs[g] = ow ? head_rstd_of<PER_LANE>(rs[g], FOX_NORM_EPS) : 1.0f;
 }
 
 // Paper eq. 21 and 23: z = RMSNorm(o) ⊙ σ(W_g x) (output norm and output gate, each optional). CPU:
 // rmsnorm_forward (per head) and output_gate_forward in attention_block_forward.
-template <int DH>
-__global__ void __launch_bounds__(HeadWalk<DH>::threads) output_forward_kernel(bf16 *z, const bf16 *o, const Proj proj, int cg,
-                                                                              const float *ow, int N, int H) {
-    using S = HeadWalk<DH>;
-    const int walker = threadIdx.x / S::L, gl = threadIdx.x % S::L, D = H * DH, c = blockIdx.x * DH + 4 * gl;
-    const int lo = blockIdx.y * S::rows + walker * S::run, hi = min(N, lo + S::run);
-    float w[4];
-    output_weights4(w, ow, c);
-    for (int n = lo; n < hi; n += 2) {
-        const int live[2] = {1, n + 1 < hi};
-        float x[2][4], g[2][4], rs[2];
-        output_rows_load<S::L>(x, g, rs, live, o, proj, cg, ow, n, D, c);
+template <int PER_LANE>
+__global__ void output_forward_kernel(bf16 *z, const bf16 *o, const Proj proj, int cg, const float *ow, int N, int H) {
+    constexpr int dh = 32 * PER_LANE;
+    int lane = threadIdx.x % 32, h = blockIdx.x, hc = h * dh + lane, D = H * dh;
+    int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
+    float w[PER_LANE] = {};
+    if (ow) head_weights<PER_LANE>(w, ow + h * dh, lane);
+    // two rows at a time (n and n + FOX_WARPS), their norms' reductions interleaved (warp_sums)
+    for (int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32; nn < n1; nn += 2 * FOX_WARPS) {
+        int live[2] = {1, nn + FOX_WARPS < n1};
+        float x[2][PER_LANE], gl[2][PER_LANE], rs[2];
+        output_rows_load<PER_LANE>(x, gl, rs, live, o, proj, cg, ow, nn, D, hc);
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            if (!live[r]) continue;
-            float y[4];
+        for (int g = 0; g < 2; g++) {
+            if (!live[g]) continue;
+            size_t n = (size_t)(nn + g * FOX_WARPS);
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                y[e] = ow ? x[r][e] * rs[r] * w[e] : x[r][e];
-                if (cg >= 0) y[e] *= sigmoidf_(g[r][e]);
+            for (int e = 0; e < PER_LANE; e++) {
+                float y = ow ? x[g][e] * rs[g] * w[e] : x[g][e];
+                if (cg >= 0) y *= sigmoidf_(gl[g][e]);
+                z[n * D + hc + 32 * e] = __float2bfloat16(y);
             }
-            store_bf16x4(z + (size_t)(n + r) * D + c, y[0], y[1], y[2], y[3]);
         }
     }
 }
-
-// The output kernels' launch: the walkers' alignment checked, the grid (head, HeadWalk::rows tokens).
-#define LAUNCH_OUTPUT_WALKERS(kernel, dh, N, H, proj, cg, stream, ...)                                                 \
-    do {                                                                                                                \
-        if (!output_walk_aligned(proj, cg)) {                                                                           \
-            fprintf(stderr, "error: " #kernel " needs proj's strides and gate columns in multiples of 4\n");             \
-            exit(EXIT_FAILURE);                                                                                         \
-        }                                                                                                               \
-        if ((dh) == 64) kernel<64><<<HeadWalk<64>::grid(N, H), HeadWalk<64>::threads, 0, stream>>>(__VA_ARGS__);       \
-        else kernel<128><<<HeadWalk<128>::grid(N, H), HeadWalk<128>::threads, 0, stream>>>(__VA_ARGS__);               \
-        FOX_LAUNCH_CHECK();                                                                                             \
-    } while (0)
 
 static inline void fox_output_forward(bf16 *z, const bf16 *o, const Proj &proj, int cg, const float *ow, int N, int H,
                                       int dh, cudaStream_t s) {
-    LAUNCH_OUTPUT_WALKERS(output_forward_kernel, dh, N, H, proj, cg, s, z, o, proj, cg, ow, N, H);
+    LAUNCH_HEAD_BLOCKS(output_forward_kernel, dh, N, H, s, z, o, proj, cg, ow, N, H);
 }
 
 // Backward of the above: dz (N, D) fp32 → d_o (N, D) bf16 (the attention's dO), the gate's dproj
-// columns, and with the norm the block partials of its weight gradient Σ d(on)⊙ô (walk_partials_store).
-// z: the forward's output again, bitwise (output_rows_load: the same products), for the attn_out
-// weight-gradient GEMM that follows, so the forward need not keep it per block (NULL where it did). Grid and
-// walk: the forward's.
+// columns, and with the norm the block partials of its weight gradient Σ d(on)⊙ô (head_partials_store).
+// z: the forward's output again, bitwise (head_sumsq, head_rstd_of: the same products), for the attn_out
+// weight-gradient GEMM that follows, so the forward need not keep it per block (NULL where it did). Grid:
+// (head, token block); a warp takes two tokens at a time (n and n + FOX_WARPS), their norms' reductions
+// interleaved (warp_sums).
 // Backward of eq. 21 and 23. CPU: output_gate_backward, rmsnorm_backward (per head).
-template <int DH>
-__global__ void __launch_bounds__(HeadWalk<DH>::threads) output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *part,
-                                                                               const float *dz, const bf16 *o,
-                                                                               const Proj proj, int cg, const float *ow,
-                                                                               int N, int H) {
-    using S = HeadWalk<DH>;
-    __shared__ float red[1][S::walkers][DH];
-    const int walker = threadIdx.x / S::L, gl = threadIdx.x % S::L, D = H * DH, c = blockIdx.x * DH + 4 * gl;
-    const int lo = blockIdx.y * S::rows + walker * S::run, hi = min(N, lo + S::run);
-    float acc[1][4] = {}, w[4];
-    output_weights4(w, ow, c);
-    for (int n = lo; n < hi; n += 2) {
-        const int live[2] = {1, n + 1 < hi};
-        float gy[2][4] = {}, x[2][4], gl4[2][4], rs[2];  // dz, o and the gate logits
+template <int PER_LANE>
+__global__ void output_backward_kernel(bf16 *d_o, bf16 *dproj, bf16 *z, float *part, const float *dz, const bf16 *o,
+                                       const Proj proj, int cg, const float *ow, int N, int H) {
+    constexpr int dh = 32 * PER_LANE;
+    int lane = threadIdx.x % 32, h = blockIdx.x, hc = h * dh + lane, D = H * dh;
+    int n1 = min(N, (int)(blockIdx.y + 1) * HEAD_BLOCK_ROWS);
+    float acc[PER_LANE] = {}, w[PER_LANE] = {};
+    if (ow) head_weights<PER_LANE>(w, ow + h * dh, lane);
+    for (int nn = blockIdx.y * HEAD_BLOCK_ROWS + threadIdx.x / 32; nn < n1; nn += 2 * FOX_WARPS) {
+        int live[2] = {1, nn + FOX_WARPS < n1};
+        float x[2][PER_LANE], gy[2][PER_LANE], gl[2][PER_LANE], rs[2];  // o, dz and the gate logits
 #pragma unroll
-        for (int r = 0; r < 2; r++)
-            if (live[r]) load_f32x4(gy[r], dz + (size_t)(n + r) * D + c);
-        output_rows_load<S::L>(x, gl4, rs, live, o, proj, cg, ow, n, D, c);
-        float don[2][4], wr[2][4], dx[2][4], prod[2][4];
+        for (int g = 0; g < 2; g++)
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const size_t row = (size_t)(n + r);
-            float dg[4], y[4];
+            for (int e = 0; e < PER_LANE; e++) gy[g][e] = live[g] ? dz[(size_t)(nn + g * FOX_WARPS) * D + hc + 32 * e] : 0.0f;
+        output_rows_load<PER_LANE>(x, gl, rs, live, o, proj, cg, ow, nn, D, hc);
+        float don[2][PER_LANE], wr[2][PER_LANE], dx[2][PER_LANE], prod[2][PER_LANE];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float gv = gy[r][e], on = ow ? x[r][e] * rs[r] * w[e] : x[r][e];
-                y[e] = on;
+        for (int g = 0; g < 2; g++) {
+            size_t n = (size_t)(nn + g * FOX_WARPS);
+#pragma unroll
+            for (int e = 0; e < PER_LANE; e++) {
+                float gv = gy[g][e], on = ow ? x[g][e] * rs[g] * w[e] : x[g][e], y = on;
                 if (cg >= 0) {
-                    const float sg = sigmoidf_(gl4[r][e]);
-                    dg[e] = gv * on * sg * (1.0f - sg);
+                    float sg = sigmoidf_(gl[g][e]);
+                    if (live[g]) dproj[n * proj_ld(proj) + cg + hc + 32 * e] = __float2bfloat16(gv * on * sg * (1.0f - sg));
                     gv *= sg;
-                    y[e] *= sg;
+                    y *= sg;
                 }
-                don[r][e] = gv;
-                wr[r][e] = w[e];
+                if (live[g] && z) z[n * D + hc + 32 * e] = __float2bfloat16(y);
+                don[g][e] = gv;
+                wr[g][e] = w[e];
             }
-            if (live[r] && cg >= 0) store_bf16x4(dproj + row * proj_ld(proj) + cg + c, dg[0], dg[1], dg[2], dg[3]);
-            if (live[r] && z) store_bf16x4(z + row * D + c, y[0], y[1], y[2], y[3]);
         }
-        if (ow) head_norm_backward_rs<4, 2, S::L>(dx, prod, x, don, wr, rs);
+        if (ow) head_norm_backward_rs<PER_LANE, 2>(dx, prod, x, don, wr, rs);
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            if (!live[r]) continue;
-            float d[4];
+        for (int g = 0; g < 2; g++) {
+            if (!live[g]) continue;
+            size_t n = (size_t)(nn + g * FOX_WARPS);
 #pragma unroll
-            for (int e = 0; e < 4; e++) d[e] = ow ? dx[r][e] : don[r][e];
-            store_bf16x4(d_o + (size_t)(n + r) * D + c, d[0], d[1], d[2], d[3]);
-            if (ow)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[0][e] += prod[r][e];
+            for (int e = 0; e < PER_LANE; e++) {
+                d_o[n * D + hc + 32 * e] = __float2bfloat16(ow ? dx[g][e] : don[g][e]);
+                if (ow) acc[e] += prod[g][e];
+            }
         }
     }
-    if (ow) walk_partials_store<DH, 1>(part, NULL, red, acc, walker, gl, N);
+    if (ow) head_partials_store<PER_LANE>(part, acc, dh);
 }
 
 // The output norm+gate backward, z again, and with the norm dow += its weight gradient. part:
@@ -1173,7 +1175,7 @@ __global__ void __launch_bounds__(HeadWalk<DH>::threads) output_backward_kernel(
 static inline void fox_output_backward(bf16 *d_o, bf16 *dproj, bf16 *z, float *dow, const float *dz, const bf16 *o,
                                        const Proj &proj, int cg, const float *ow, int N, int H, int dh, float *part,
                                        float *part2, cudaStream_t s) {
-    LAUNCH_OUTPUT_WALKERS(output_backward_kernel, dh, N, H, proj, cg, s, d_o, dproj, z, part, dz, o, proj, cg, ow, N, H);
+    LAUNCH_HEAD_BLOCKS(output_backward_kernel, dh, N, H, s, d_o, dproj, z, part, dz, o, proj, cg, ow, N, H);
     if (ow) head_partials_accumulate(dow, part, N, H, dh, 0, part2, s);
 }
 

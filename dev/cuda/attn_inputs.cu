@@ -37,7 +37,6 @@
 // fp32 logits, and the fp64 reference reads those values too.
 //   make attn_inputs && ./attn_inputs [train]   (train: the three training shapes alone)
 #include "kcheck.h"
-#include "head_warps.cuh"  // LAUNCH_HEAD_BLOCKS, head_partials_store: the warp-form versions
 
 // ---- version 1 of the forward, as fox/kernels.cuh had it
 // The KV-shifted (ca >= 0) or plain (ca < 0) column col of head h at row n: y = α x_{n−1} + (1 − α) x_n, the
