@@ -3,9 +3,9 @@
 // sampling) with the precision of docs/model.md §2: bf16 GEMM and attention operands with fp32 accumulation;
 // fp32 master weights, AdamW moments, residual stream, gate/norm/softmax statistics and loss.
 // GEMMs: fox/gemm.cuh (cuBLASLt); attention: fox/attention.cuh; Gated Slot Attention (--model gsa): fox/gsa.cuh;
-// TransformerFAM (--model transformer-fam, fox-fam): fox/attention.cuh's window and fox/fam.cuh's memory; other
-// kernels: fox/kernels.cuh; generation with a KV cache (prefill, decode steps): fox/decode.cuh (GSA: its
-// recurrent state, fox/gsa.cuh).
+// TransformerFAM (--model transformer-fam, fox-fam): fox/attention.cuh's window and fox/fam.cuh's memory; the
+// other kernels a header a role (the includes below); generation with a KV cache (prefill, decode steps):
+// fox/decode.cuh (GSA: its recurrent state, fox/gsa.cuh).
 // Data parallel when built with FOX_MPI and started by mpirun: one rank per GPU, each block's gradients
 // averaged by NCCL during the step's last backward pass (reduce_final_grads), ZeRO-1 sharding of the
 // AdamW state (--zero). test/test_parity_gpu.cu and test/test_decode_gpu.cu include this file with TESTING set.
@@ -22,7 +22,15 @@
 #include "fox/cuda_common.cuh" // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, bf16
 #include "fox/attention.cuh"   // fox_attention_forward/backward: Forgetting Attention, the forget-gate scans
 #include "fox/gemm.cuh"        // Gemm, linear_forward, linear_backward_*: cuBLASLt GEMMs
-#include "fox/kernels.cuh"     // every other kernel: norms, attention inputs, gates, SwiGLU, loss, AdamW, ACP
+#include "fox/rows.cuh"        // FOX_WARPS, head_grid, colsum_accumulate: how the row-wise kernels divide rows
+#include "fox/embedding.cuh"   // fox_embedding_buckets, fox_embedding_backward: the token embedding
+#include "fox/rmsnorm.cuh"     // fox_rmsnorm_forward/backward: the residual stream's norms
+#include "fox/attn_inputs.cuh" // QkvInputs, fox_qkv_forward/backward: KV-shift, QK-norm, RoPE
+#include "fox/acp_tables.cuh"  // fox_acp_tables: ACP's live key blocks per query block
+#include "fox/output_gate.cuh" // fox_output_forward/backward: the output norm and gate
+#include "fox/swiglu.cuh"      // fox_swiglu_forward/backward: the MLP's SwiGLU
+#include "fox/crossentropy.cuh" // fox_crossentropy: losses and dlogits in one pass over the logits
+#include "fox/adamw.cuh"       // fox_adamw, the gradient norm's sums, the weights' bf16 copy
 #include "fox/decode.cuh"      // CacheLayer, decode_qkv_kernel, fox_decode_attention: a decode step over the KV cache
 #include "fox/gsa.cuh"         // fox_gsa_forward/backward: Gated Slot Attention's chunked kernels, its output norm, decode
 #include "fox/fam.cuh"         // TransformerFAM: the window's staircase, the memory's attention kernels and merges

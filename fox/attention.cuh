@@ -44,7 +44,8 @@
 #include "attention_backward.cuh"    // fox_attn::backward: D = rowsum(dO o), dK / dV / dQ / dS sums, dq to bf16
 
 // ---------------------------------------------------------------------------------------------
-// The forget gate's scans: c from log f before the forward, d log f from dc after the backward.
+// The forget gate's scans: c from log f before the forward, d log f from dc after the backward; then the gate
+// logits' gradient from d log f.
 
 static constexpr int FOX_ATTN_SCAN_THREADS = 1024;
 
@@ -198,6 +199,23 @@ static inline void fox_attention_reverse_scan(float *dc, const float *colsum, fl
                                               cudaStream_t s) {
     fox_attention_reverse_scan_kernel<<<BH, FOX_ATTN_SCAN_THREADS, 0, s>>>(dc, colsum, dlogf, T);
     FOX_LAUNCH_CHECK();
+}
+
+// Backward of eq. 20 (f_t = σ(w_f·x_t + b_f)): d logit = d log f · σ(−logit), into dproj's forget column
+// (when there is one) and dfg (N, H) fp32, whose column sums are the bias gradient. At a separator of the
+// document mask (tokens[n] == sep >= 0; tokens unread when sep < 0) log f is FOX_DOC_LOG_F whatever the gate
+// computes, so d logit = 0 there (docs/model.md §1.8). CPU: the last loop of forget_gate_backward (d log f
+// comes from fox_attention_backward's reverse scan).
+__global__ void forget_gate_backward_kernel(bf16 *dproj, float *dfg, const float *dlogf, const Proj proj, int cf,
+                                            const float *bias, const int *tokens, int sep, int B, int H, int T) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * H * T) return;
+    int t = (int)(i % T), h = (int)((i / T) % H), b = (int)(i / ((size_t)T * H));
+    size_t n = (size_t)b * T + t;
+    float logit = bias[h] + (cf >= 0 ? proj_logit(proj, n, cf + h) : 0.0f);
+    float d = sep >= 0 && fox_doc_start(tokens[n], sep) ? 0.0f : dlogf[i] * sigmoidf_(-logit);
+    if (cf >= 0) dproj[n * proj_ld(proj) + cf + h] = __float2bfloat16(d);
+    dfg[n * H + h] = d;
 }
 
 // ---------------------------------------------------------------------------------------------

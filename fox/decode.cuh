@@ -19,7 +19,8 @@
 
 #include <stdint.h>
 #include "cuda_common.cuh"  // FOX_LAUNCH_CHECK, bf16, fox_sm_count, sigmoidf_, logsigmoidf_, warp_sum, warp_max
-#include "kernels.cuh"      // QkvInputs, qk_weights, qk_norm_rope, warp_index, load_w4, store_bf16x4: the forward's arithmetic
+#include "attn_inputs.cuh"  // QkvInputs, qk_weights, qk_norm_rope: the forward's arithmetic
+#include "rows.cuh"         // warp_index, load_w4, store_bf16x4, fox_check_width
 #include "io.h"             // fox_fatal
 #include "acp.h"            // fox_acp_first_key, fox_acp_threshold, fox_acp_bound_*: ACP's first key
 #include "docmask.h"        // fox_doc_start, FOX_DOC_LOG_F: the document mask in a decode step

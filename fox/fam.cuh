@@ -18,7 +18,7 @@
 
 #include <math.h>
 #include "cuda_common.cuh"  // FOX_LAUNCH_CHECK, bf16, warp_sum, warp_max
-#include "kernels.cuh"      // FOX_WARPS, warp_index, warp_blocks
+#include "rows.cuh"         // FOX_WARPS, warp_index, warp_blocks
 #include "acp.h"            // FOX_ACP_BLOCK: the attention kernel's tile grid the window is cut on
 #include "config.h"         // FoxConfig
 #include "attention_traits.cuh"  // dq_acc_rows, dq_acc_offset: the attention backward's dq accumulator

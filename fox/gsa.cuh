@@ -43,7 +43,7 @@
 #include <math.h>
 #include <mma.h>
 #include "cuda_common.cuh"  // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, bf16, warp_sum, warp_max, sigmoidf_
-#include "kernels.cuh"      // FOX_WARPS, warp_index, norm_blocks, colsum_accumulate, NORM_BLOCK_ROWS
+#include "rows.cuh"         // FOX_WARPS, warp_index, norm_blocks, colsum_accumulate, NORM_BLOCK_ROWS
 #include "config.h"         // FOX_NORM_EPS
 #include "proj.cuh"         // Proj, proj_wide_row, proj_logit: attn_in_w's output rows
 

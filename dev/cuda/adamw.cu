@@ -1,4 +1,4 @@
-// dev/cuda/adamw.cu: checks the optimizer kernels of fox/kernels.cuh against an fp64 CPU reference, then
+// dev/cuda/adamw.cu: checks the optimizer kernels of fox/adamw.cuh against an fp64 CPU reference, then
 // times them, with train_fox.cu's launches and arithmetic (grad_norm, optimizer_update):
 //   grad norm: sumsq_partial_kernel + sumsq_final_kernel (fixed-order Σ g², double result);
 //   clipping:  gscale = clip/(norm + 1e-6) when norm > clip (torch clip_grad_norm_), folded into AdamW;
@@ -6,12 +6,13 @@
 //   row padding (the padding must stay untouched), over a flat vector of several tensors, one of them not
 //   learned (its weights and moments must stay as they are), on a ZeRO-1 shard [lo, hi) of it.
 //     version 1 (until 2026-11-25): adamw_v1, one launch per tensor, one element per thread.
-//     version 2 (fox/kernels.cuh, fox_adamw): one launch over every tensor, 4 elements per thread (16-byte
+//     version 2 (fox/adamw.cuh, fox_adamw): one launch over every tensor, 4 elements per thread (16-byte
 //     accesses, an 8-byte store of the bf16 copy). Checked bitwise equal to version 1 (w, m, v, bf16 copy).
 //   make adamw && ./adamw
 #include "kcheck.h"
+#include "../../fox/adamw.cuh"         // fox_adamw, the gradient norm's sums
 
-// ---- version 1, as fox/kernels.cuh had it (AdamStep then carried the tensor's decay)
+// ---- version 1, as the product had it (AdamStep then carried the tensor's decay)
 __global__ void adamw_v1(float *w, bf16 *wbf, const float *grad, float *m, float *v, size_t n, size_t first,
                          size_t layer_numel, size_t pad_per_layer, AdamStep a, double decay) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -6,7 +6,7 @@
 // The kernel versions behind the API, and the experiments beside them, are attention_forward.cu and
 // attention_backward.cu; their measurements are in NOTES.md.
 #include "attention_ref.h"          // reference, checks, timing; includes fox/attention.cuh
-#include "../../fox/kernels.cuh"   // fox_acp_tables: the trainers' ACP staircase scan
+#include "../../fox/acp_tables.cuh" // fox_acp_tables: the trainers' ACP staircase scan
 
 struct ApiBwd {
     const char *name;

@@ -1,10 +1,10 @@
-// dev/cuda/attn_inputs.cu: checks the attention-input kernels of fox/kernels.cuh (KV-shift, QK-norm and
+// dev/cuda/attn_inputs.cu: checks the attention-input kernels of fox/attn_inputs.cuh (KV-shift, QK-norm and
 // RoPE fused) against an fp64 CPU reference, then times them, with train_fox.cu's launches and order:
 //   forward:  qkv_forward_kernel (the projection proj → bf16 q, k, v in (B, H, T, dh)); version 1 (until
 //             2026-11-26) a warp per (token, head), reading the previous row's k, v again for KV-shift;
 //             version 2 (until session 23) a warp walks 8 rows of a head, each row's k, v read once; since
 //             session 14 its position stepped, not divided, and q's and k's norm reductions interleaved;
-//             version 3 (fox/kernels.cuh, session 23) in the backward's walkers (QkvWalk: dh / 4 lanes a row, 4
+//             version 3 (fox/attn_inputs.cuh, session 23) in the backward's walkers (QkvWalk: dh / 4 lanes a row, 4
 //             adjacent elements a lane, 8-byte loads and stores, the next row's loads ahead): its row sums add
 //             other pairs first, so it is checked against the fp64 reference, and version 2 against version 1
 //             bitwise
@@ -21,7 +21,7 @@
 //     their reductions interleaved (warp_sums), straight-line.
 //   version 4 (session 21, below): at d_h 64 four warps a block, each walking 16 rows, not eight of 8: a run's
 //     row after (walked twice) is one row in 17, not in 9. The same bits as version 1, 4% faster.
-//   version 5 (fox/kernels.cuh, session 22): a walker of dh / 4 lanes a row, each lane 4 adjacent elements
+//   version 5 (fox/attn_inputs.cuh, session 22): a walker of dh / 4 lanes a row, each lane 4 adjacent elements
 //     (vector loads and stores; at d_h 64 a half-warp a row, so a warp's per-row instructions serve two rows);
 //     the norm-weight parts summed per walker in registers; dq, dk, dv held packed as loaded until used (128
 //     registers, no spills). Its row sums add other pairs of elements first, so
@@ -37,8 +37,9 @@
 // fp32 logits, and the fp64 reference reads those values too.
 //   make attn_inputs && ./attn_inputs [train]   (train: the three training shapes alone)
 #include "kcheck.h"
+#include "../../fox/attn_inputs.cuh"   // the attention inputs' kernels
 
-// ---- version 1 of the forward, as fox/kernels.cuh had it
+// ---- version 1 of the forward, as the product had it
 // The KV-shifted (ca >= 0) or plain (ca < 0) column col of head h at row n: y = α x_{n−1} + (1 − α) x_n, the
 // previous row taken only when has_prev (qkv_has_prev), else 0.
 template <int PER_LANE>
@@ -81,7 +82,7 @@ __global__ void qkv_forward_v1(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
     }
 }
 
-// ---- version 2 of the forward, as fox/kernels.cuh had it until session 23
+// ---- version 2 of the forward, as the product had it until session 23
 // Rows of a block each warp walks.
 #define QKV_RUN (HEAD_BLOCK_ROWS / FOX_WARPS)
 
@@ -148,8 +149,8 @@ __global__ void qkv_forward_v2(bf16 *q, bf16 *k, bf16 *v, QkvInputs s) {
     }
 }
 
-// ---- version 1 of the backward, as fox/kernels.cuh had it
-// head_norm_backward_rows (fox/kernels.cuh) for one row.
+// ---- version 1 of the backward, as the product had it
+// head_norm_backward_rows (fox/rows.cuh) for one row.
 template <int PER_LANE>
 __device__ __forceinline__ void head_norm_backward(float dx[PER_LANE], float prod[PER_LANE], const float x[PER_LANE],
                                                    const float dy[PER_LANE], const float w[PER_LANE], float eps) {
@@ -301,7 +302,7 @@ static void qkv_backward_v1(bf16 *dproj, float *dqw, float *dkw, const bf16 *dq,
     LAUNCH_HEADS(kv_backward_v1, s.dh, (size_t)N * s.H, st, dproj, dks, dv, s);
 }
 
-// ---- version 4 of the backward, as fox/kernels.cuh had it (session 21): a warp a head-row, lane l holding
+// ---- version 4 of the backward, as the product had it (session 21): a warp a head-row, lane l holding
 // elements l and l + 32 (l + 32e at d_h 128)
 // The backward's warps a block at d_h 32·PER_LANE: at d_h 64 four, so that a warp walks 16 rows and fewer rows
 // are walked twice (each run's row after); at d_h 128 eight (six blocks of four do not fit its shared memory).

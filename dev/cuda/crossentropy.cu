@@ -1,18 +1,19 @@
-// dev/cuda/crossentropy.cu: checks the softmax cross entropy of fox/kernels.cuh against an fp64 CPU reference,
+// dev/cuda/crossentropy.cu: checks the softmax cross entropy of fox/crossentropy.cuh against an fp64 CPU reference,
 // then times it beside the version it replaced. Both take bf16 logits of which the first V of VP columns are
 // real, give the per-position loss (fp32) and dlogits = (softmax − onehot)·scale in place (bf16, padding
 // columns 0). The padding columns are filled with large values here, so a kernel that read them would fail.
 //   version 1 (until 2026-11-25): crossentropy_forward_v1 (loss and lse) in the forward, then
 //     crossentropy_backward_v1 (dlogits from the stored lse) in the backward: two reads and one write of the
 //     logits, 2-byte accesses.
-//   version 2 (fox/kernels.cuh, fox_crossentropy): one kernel, the row staged in shared memory with 16-byte
+//   version 2 (fox/crossentropy.cuh, fox_crossentropy): one kernel, the row staged in shared memory with 16-byte
 //     loads, the same lse arithmetic (so the same loss bits as version 1), dlogits written with 16-byte stores:
 //     one read and one write. Also checked: its unstaged path (rows too long for shared memory read twice from
 //     global), the loss-only launch (grad 0), and that losses, lse and dlogits equal version 1's bitwise.
 //   make crossentropy && ./crossentropy
 #include "kcheck.h"
+#include "../../fox/crossentropy.cuh"  // fox_crossentropy
 
-// ---- version 1, as fox/kernels.cuh had it
+// ---- version 1, as the product had it
 __global__ void __launch_bounds__(CE_THREADS) crossentropy_forward_v1(float *losses, float *lse, const bf16 *logits,
                                                                      const int *targets, int V, int VP) {
     size_t row = blockIdx.x;

@@ -1,17 +1,18 @@
-// dev/cuda/embedding.cu: checks the embedding backward of fox/kernels.cuh (dwte[token] += Σ dres over the
+// dev/cuda/embedding.cu: checks the embedding backward of fox/embedding.cuh (dwte[token] += Σ dres over the
 // token's positions, in position order) against an fp64 CPU reference and bitwise against version 1, then
 // times both, with the tables fox_embedding_buckets makes for the trainer (buckets largest first).
 //   version 1 (until 2026-11-27): a block of 256 threads a bucket, a thread its columns one after another,
 //     one row's load at a time: the most frequent token's block (hundreds of rows) was the kernel's tail
 //     (0.9 ms of a 760M step, dev/cuda/timeline).
-//   version 2 (fox/kernels.cuh): a block a bucket's 128 columns, 16 rows' loads in flight, the same adds in
+//   version 2 (fox/embedding.cuh): a block a bucket's 128 columns, 16 rows' loads in flight, the same adds in
 //     the same order.
 // Tokens: uniform over the vocabulary, and Zipf-distributed (s = 1: the most frequent token ~8% of the
 // positions, as in text).
 //   make embedding && ./embedding
 #include "kcheck.h"
+#include "../../fox/embedding.cuh"     // fox_embedding_buckets, fox_embedding_backward
 
-// ---- version 1, as fox/kernels.cuh had it
+// ---- version 1, as the product had it
 __global__ void embedding_backward_v1(float *dwte, const float *dres, const int *bucket_token, const int *start,
                                       const int *pos, int D) {
     int b = blockIdx.x;

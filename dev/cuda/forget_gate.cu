@@ -14,7 +14,8 @@
 // dproj one bf16 array of rows 4D + ldl.
 //   make forget_gate && ./forget_gate
 #include "kcheck.h"
-#include "../../fox/attention.cuh"  // fox_forget_gate_forward, fox_attention_reverse_scan
+#include "../../fox/attention.cuh"  // fox_forget_gate_forward, fox_attention_reverse_scan, forget_gate_backward_kernel
+#include "../../fox/rows.cuh"       // colsum_accumulate, colsum_scratch_floats
 
 enum { GATE_DATA_DEP, GATE_BIAS_ONLY, GATE_NONE };
 

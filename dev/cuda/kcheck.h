@@ -23,7 +23,7 @@
 #define FOX_KCHECK_H
 
 #include "../../fox/config.h"
-#include "../../fox/kernels.cuh"
+#include "../../fox/cuda_common.cuh"  // bf16, FOX_CUDA_CHECK
 
 #include <stdarg.h>
 

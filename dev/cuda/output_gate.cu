@@ -1,4 +1,4 @@
-// dev/cuda/output_gate.cu: checks the attention-output kernels of fox/kernels.cuh against an fp64 CPU
+// dev/cuda/output_gate.cu: checks the attention-output kernels of fox/output_gate.cuh against an fp64 CPU
 // reference, then times them: z = RMSNorm_head(o) ⊙ σ(g) (fox_output_forward: output_forward_kernel on the
 // (64 tokens, head) grid, a warp a token at a time) and its backward fox_output_backward (output_backward_kernel
 // on the same grid: d_o, the gate's dproj columns, the norm weight's block partials, then their column sums; and
@@ -8,6 +8,7 @@
 // read); dproj one bf16 array of rows 4D + ldl. The reference reads g as the kernels do, rounded to bf16.
 //   make output_gate && ./output_gate
 #include "kcheck.h"
+#include "../../fox/output_gate.cuh"   // fox_output_forward/backward
 
 struct Cfg {
     int B, T, H, dh;

@@ -1,15 +1,16 @@
-// dev/cuda/rmsnorm.cu: checks the residual-stream RMSNorm of fox/kernels.cuh against an fp64 CPU
+// dev/cuda/rmsnorm.cu: checks the residual-stream RMSNorm of fox/rmsnorm.cuh against an fp64 CPU
 // reference, then times it, through the launchers train_fox.cu calls. Forward: fox_rmsnorm_forward
 // (fp32 in, bf16 out). Backward: fox_rmsnorm_backward (dres = dx, or dres += dx; dres_bf; dw's block
 // partials, then their column sums: dw += Σ_rows dy⊙x̂; and the forward's output again, which must equal
 // the forward's bitwise: the trainer keeps no per-block copy of it).
 //   version 1 (until 2026-11-25): each pass of a warp over its row reads the row (the second from L1/L2).
-//   version 2 (fox/kernels.cuh): a lane keeps its float4s of the row in registers between the passes
+//   version 2 (fox/rmsnorm.cuh): a lane keeps its float4s of the row in registers between the passes
 //     (D <= 4·32·RMS_MAX_RV; beyond that the version 1 loops). Checked bitwise equal to version 1.
 //   make rmsnorm && ./rmsnorm
 #include "kcheck.h"
+#include "../../fox/rmsnorm.cuh"       // fox_rmsnorm_forward/backward
 
-// ---- version 1, as fox/kernels.cuh had it
+// ---- version 1, as the product had it
 __global__ void rmsnorm_forward_v1(bf16 *out, const float *in, const float *w, int N, int D, float eps) {
     size_t row = warp_index();
     int lane = threadIdx.x % 32, D4 = D / 4;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# dev/cuda/run_all.sh: builds and runs every per-kernel check of fox/kernels.cuh (rmsnorm, attn_inputs,
+# dev/cuda/run_all.sh: builds and runs every per-kernel check of the row-wise kernels (rmsnorm, attn_inputs,
 # forget_gate, output_gate, swiglu, crossentropy, adamw, embedding) and of TransformerFAM's fox/fam.cuh (fam), then prints one table of their summary rows:
 # worst err/tol over a launch group's outputs (PASS when <= 1), median time of 21 launches after 3 warm-up,
 # and GB/s over the bytes that must move ("(L2)": the working set fits in twice the L2, not an HBM figure).

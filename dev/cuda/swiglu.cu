@@ -1,9 +1,10 @@
-// dev/cuda/swiglu.cu: checks the SwiGLU kernels of fox/kernels.cuh (h = silu(a) ⊙ b over u = [a | b],
+// dev/cuda/swiglu.cu: checks the SwiGLU kernels of fox/swiglu.cuh (h = silu(a) ⊙ b over u = [a | b],
 // bf16 in and out; backward du from bf16 dh, and h again, which must equal the forward's bitwise: the
 // trainer keeps no per-block copy of it) against an fp64 CPU reference, then times them, with the
 // launchers train_fox.cu calls (8 units per thread; element by element when I % 8 != 0).
 //   make swiglu && ./swiglu
 #include "kcheck.h"
+#include "../../fox/swiglu.cuh"        // fox_swiglu_forward/backward
 
 static void launch_fwd(bf16 *h, const bf16 *u, int N, int I) { fox_swiglu_forward(h, u, N, I, 0); }
 static void launch_bwd(bf16 *du, bf16 *h, const bf16 *dh, const bf16 *u, int N, int I) {
