@@ -180,19 +180,31 @@ __device__ __forceinline__ void unpack_bf16x4(float x[4], uint2 u) {
     x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
 }
 
-// The RoPE rotation at position t in the walkers' layout (inverse = 1: by −angle, the backward's): element
+// The RoPE table's row t in the walkers' layout: the cos and sin of lane gl's 4 angles (element i = 4·gl + e and
+// its pair share one; the lanes gl and gl ^ L/2 hold the same 4). rope_rotate4 turns a row's q and k by them.
+struct Rope4 {
+    float cs[4], sn[4];
+};
+
+template <int L>
+__device__ __forceinline__ Rope4 rope_row4(const QkvInputs &s, int t, int gl) {
+    const size_t at = (size_t)t * (s.dh / 2) + gl % (L / 2) * 4;
+    Rope4 r;
+    load_f32x4(r.cs, s.rope_cos + at);
+    load_f32x4(r.sn, s.rope_sin + at);
+    return r;
+}
+
+// The RoPE rotation by r (rope_row4; inverse = 1: by −angle, the backward's) in the walkers' layout: element
 // i = 4·gl + e (gl: the lane in its walker of L) pairs with i ± dh/2, held by lane gl ^ L/2 of the same walker.
 // The same products as rope_rotate.
 template <int L>
-__device__ __forceinline__ void rope_rotate4(float x[4], const QkvInputs &s, int t, int gl, int inverse) {
-    const int half = s.dh / 2, upper = gl >= L / 2;
-    float cs[4], sn[4];
-    load_f32x4(cs, s.rope_cos + (size_t)t * half + gl % (L / 2) * 4);
-    load_f32x4(sn, s.rope_sin + (size_t)t * half + gl % (L / 2) * 4);
+__device__ __forceinline__ void rope_rotate4(float x[4], const Rope4 &r, int gl, int inverse) {
+    const int upper = gl >= L / 2;
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-        const float other = __shfl_xor_sync(group_mask<L>(), x[e], L / 2), si = inverse ? -sn[e] : sn[e];
-        x[e] = upper ? x[e] * cs[e] + other * si : x[e] * cs[e] - other * si;
+        const float other = __shfl_xor_sync(group_mask<L>(), x[e], L / 2), si = inverse ? -r.sn[e] : r.sn[e];
+        x[e] = upper ? x[e] * r.cs[e] + other * si : x[e] * r.cs[e] - other * si;
     }
 }
 
@@ -267,8 +279,9 @@ __global__ void __launch_bounds__(QkvWalk<DH>::threads) qkv_forward_kernel(bf16 
             }
         }
         if (s.rope_cos) {
-            rope_rotate4<L>(qv, s, p.t, gl, 0);
-            rope_rotate4<L>(kv, s, p.t, gl, 0);
+            const Rope4 r = rope_row4<L>(s, p.t, gl);
+            rope_rotate4<L>(qv, r, gl, 0);
+            rope_rotate4<L>(kv, r, gl, 0);
         }
         const size_t o = p.o + 4 * gl;
         store_bf16x4(q + o, qv[0], qv[1], qv[2], qv[3]);
@@ -406,8 +419,9 @@ __global__ void __launch_bounds__(QkvWalk<DH>::threads, 4)
             unpack_bf16x4(kp, cur.kp);
             unpack_bf16x4(vp, cur.vp);
             if (s.rope_cos) {
-                rope_rotate4<L>(gq, s, p.t, gl, 1);
-                rope_rotate4<L>(gk, s, p.t, gl, 1);
+                const Rope4 r = rope_row4<L>(s, p.t, gl);
+                rope_rotate4<L>(gq, r, gl, 1);
+                rope_rotate4<L>(gk, r, gl, 1);
             }
             float alk = s.cols.k_shift >= 0 ? sigmoidf_(cur.ak) : 0.0f;
             float alv = s.cols.v_shift >= 0 ? sigmoidf_(cur.av) : 0.0f;
