@@ -22,7 +22,7 @@
 #include "fox/cuda_common.cuh" // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, bf16
 #include "fox/attention.cuh"   // fox_attention_forward/backward: Forgetting Attention, the forget-gate scans
 #include "fox/gemm.cuh"        // Gemm, linear_forward, linear_backward_*: cuBLASLt GEMMs
-#include "fox/rows.cuh"        // FOX_WARPS, head_grid, colsum_accumulate: how the row-wise kernels divide rows
+#include "fox/rows.cuh"        // LAUNCH_HEADS, colsum_accumulate, colsum_*_floats: the row-wise kernels' rows and sums
 #include "fox/embedding.cuh"   // fox_embedding_buckets, fox_embedding_backward: the token embedding
 #include "fox/rmsnorm.cuh"     // fox_rmsnorm_forward/backward: the residual stream's norms
 #include "fox/attn_inputs.cuh" // QkvInputs, fox_qkv_forward/backward: KV-shift, QK-norm, RoPE

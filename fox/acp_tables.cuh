@@ -1,12 +1,12 @@
 // fox/acp_tables.cuh: Adaptive Computation Pruning's tables on the GPU: for each query block the first live key
-// block (fox/acp.h's bound and threshold), and for each key block the last query block that reads it, which the
-// attention kernels take as their hooks.
+// block (fox/acp.h's bound and threshold; under the document mask never before the query's document, and from the
+// mask alone without a forget gate), for each key block the last query block that reads it (the attention
+// kernels' hooks), and the live tiles counted per head.
 #ifndef FOX_ACP_TABLES_CUH
 #define FOX_ACP_TABLES_CUH
 
 #include "cuda_common.cuh"  // FOX_LAUNCH_CHECK, bf16, warp_max
 #include "acp.h"            // fox_acp_blocks, fox_acp_threshold, fox_acp_bound_*, fox_acp_first_live, fox_acp_live_tiles
-#include "docmask.h"        // fox_doc_first_blocks: the document mask's dead key blocks
 
 // ACP tables (fox/acp.h) of one attention call, one block per (b, h): U from the QK-norm weights (qw, kw;
 // wstride 0 when shared) or, with qw NULL, from the largest q and k norms of the sequence; then kv_first[m]

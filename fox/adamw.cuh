@@ -1,5 +1,6 @@
-// fox/adamw.cuh: the optimizer step: the gradient's global norm (a fixed-order sum), AdamW over every tensor in
-// one launch, and the bf16 copy of the weights the GEMMs read.
+// fox/adamw.cuh: the optimizer step's kernels: Σ g² of the gradients (a fixed-order sum; the host takes its root
+// and the clip factor), AdamW over every learned tensor of this rank's shard in one launch, and the bf16 copy of
+// the weights the GEMMs read.
 #ifndef FOX_ADAMW_CUH
 #define FOX_ADAMW_CUH
 
@@ -34,7 +35,8 @@ __global__ void sumsq_final_kernel(double *out, const float *part) {
 
 // AdamW (torch semantics, the CPU trainer's arithmetic in double) over every learned tensor of the flat
 // parameter vector in one launch: g ·= clip scale, m, v moments, decoupled decay, update, and the bf16
-// copy of a GEMM weight with its rows padded from `rows` to `rows_pad` per layer (the padding stays zero).
+// copy of a GEMM weight with `pad` zero elements after each layer's `layer_numel` (its rows padded; the padding
+// stays zero).
 typedef struct {
     double lr, beta1, beta2, eps, bc1, bc2;
     float gscale;  // 1, or the clip factor

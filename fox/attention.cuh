@@ -12,7 +12,8 @@
 // where c_t = sum_{l <= t} log f_l is the cumulative log forget gate (c_i - c_j = D_ij, the paper's log F_ij).
 // Under the document mask (docs/model.md §1.8) the scan below puts log f = FOX_DOC_LOG_F at every separator
 // (with or without a gate), so c_i - c_j <= -512 across a document boundary; the attention is unchanged.
-// The backward returns dc = dL/dc and d log f, its reverse cumulative sum: dlogf_t = sum_{i >= t} dc_i.
+// The backward returns dc = dL/dc and d log f, its reverse cumulative sum: dlogf_t = sum_{i >= t} dc_i;
+// forget_gate_backward_kernel then turns d log f into the gate logits' gradient (dproj's forget column, dfg).
 // Layouts: q, k, v, dq, dk, dv bf16 (B, H, T, dh); o, dO bf16 (B, T, H, dh); c, lse, dc, dlogf fp32 (B, H, T);
 // the bf16 tensors 16-byte aligned (the kernels move 16 bytes at a time).
 //

@@ -1,7 +1,8 @@
 // fox/attn_inputs.cuh: the attention's inputs from attn_in_w's output rows (proj): KV-shift, QK-norm and RoPE
 // in one pass into the attention's bf16 q, k, v (paper eq. 15-19), and its backward into dproj's q, k, v and
-// shift-logit columns with the QK-norm weights' gradients. The decode step (fox/decode.cuh) takes its arithmetic
-// from here.
+// shift-logit columns with the QK-norm weights' gradients. The decode step (fox/decode.cuh) takes its QK-norm and
+// RoPE from here (the warp-a-row helpers, qk_weights and qk_norm_rope; the dev program's earlier versions use them
+// too).
 #ifndef FOX_ATTN_INPUTS_CUH
 #define FOX_ATTN_INPUTS_CUH
 
@@ -52,7 +53,7 @@ __device__ __forceinline__ void qk_weights(float qw[PER_LANE], float kw[PER_LANE
     }
 }
 
-// Where a warp's walk over the rows of head h is: row n, position t of its sequence, and o, the row's offset
+// Where a walk over the rows of head h is: row n, position t of its sequence, and o, the row's offset
 // in the (B, H, T, dh) tensors. Stepping back by one row needs no division.
 struct QkvPos {
     int n, t;
@@ -181,7 +182,8 @@ __device__ __forceinline__ void unpack_bf16x4(float x[4], uint2 u) {
 }
 
 // The RoPE table's row t in the walkers' layout: the cos and sin of lane gl's 4 angles (element i = 4·gl + e and
-// its pair share one; the lanes gl and gl ^ L/2 hold the same 4). rope_rotate4 turns a row's q and k by them.
+// its pair share one; the lanes gl and gl ^ L/2 hold the same 4). rope_rotate4 turns a row's q and k (the backward's dq
+// and dk) by them.
 struct Rope4 {
     float cs[4], sn[4];
 };

@@ -1,5 +1,6 @@
-// fox/crossentropy.cuh: the cross entropy over bf16 logits, per-position losses and dlogits in one pass over
-// each row (the logits are never materialised in fp32).
+// fox/crossentropy.cuh: the cross entropy over bf16 logits: per-position losses and, in place, dlogits, a block a
+// row, the row staged in shared memory where it fits (one read of the logits), else read again for the gradient;
+// the logits are never materialised in fp32.
 #ifndef FOX_CROSSENTROPY_CUH
 #define FOX_CROSSENTROPY_CUH
 

@@ -21,6 +21,8 @@
 #include "cuda_common.cuh"  // FOX_LAUNCH_CHECK, bf16, fox_sm_count, sigmoidf_, logsigmoidf_, warp_sum, warp_max
 #include "attn_inputs.cuh"  // QkvInputs, qk_weights, qk_norm_rope: the forward's arithmetic
 #include "rows.cuh"         // warp_index, load_w4, store_bf16x4, fox_check_width
+#include "proj.cuh"         // proj_wide_row, proj_logit: the new token's row of attn_in_w's output
+#include "config.h"         // FOX_NORM_EPS
 #include "io.h"             // fox_fatal
 #include "acp.h"            // fox_acp_first_key, fox_acp_threshold, fox_acp_bound_*: ACP's first key
 #include "docmask.h"        // fox_doc_start, FOX_DOC_LOG_F: the document mask in a decode step

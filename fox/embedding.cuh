@@ -4,7 +4,7 @@
 #define FOX_EMBEDDING_CUH
 
 #include <stdint.h>         // uint64_t
-#include "cuda_common.cuh"  // FOX_LAUNCH_CHECK, bf16
+#include "cuda_common.cuh"  // FOX_LAUNCH_CHECK
 
 // Paper: x_0 = the token embedding (no positional embedding; docs/model.md §1). CPU: embedding_forward.
 __global__ void embedding_forward_kernel(float *out, const int *tokens, const float *wte, int N, int D) {

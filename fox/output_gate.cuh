@@ -3,7 +3,7 @@
 #ifndef FOX_OUTPUT_GATE_CUH
 #define FOX_OUTPUT_GATE_CUH
 
-#include "cuda_common.cuh"  // FOX_LAUNCH_CHECK, bf16, warp_sums, sigmoidf_
+#include "cuda_common.cuh"  // bf16, warp_sums, sigmoidf_ (FOX_LAUNCH_CHECK in LAUNCH_HEAD_BLOCKS)
 #include "config.h"         // FOX_NORM_EPS
 #include "proj.cuh"         // Proj, proj_wide_row, proj_ld: the gate's columns of attn_in_w's output rows
 #include "rows.cuh"         // LAUNCH_HEAD_BLOCKS, head_weights, head_sumsq, head_rstd_of, head_norm_backward_rs, head_partials_*

@@ -9,6 +9,9 @@
 #include <stdint.h>         // uint32_t
 #include "cuda_common.cuh"  // FOX_LAUNCH_CHECK, bf16, fox_blocks, group_sums
 
+// ----------------------------------------------------------------------------
+// How rows are divided: a warp a row (FOX_WARPS warps a block), or a block a (head, HEAD_BLOCK_ROWS tokens).
+
 #define FOX_WARPS 8  // warps per block of the one-warp-per-row kernels
 
 // Global warp index of the one-warp-per-item kernels.

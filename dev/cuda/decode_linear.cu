@@ -8,7 +8,7 @@
 #include "../../fox/rng.h"      // fox_mix64: the bench weights filled on the device
 #include "../../fox/gemm.cuh"    // Gemm, linear_forward: cuBLASLt, the comparison
 #include "../../fox/decode.cuh"  // fox_decode_linear, fox_decode_rmsnorm
-#include "../../fox/swiglu.cuh"  // fox_swiglu_forward: the MLP between the decode step's GEMVs
+#include "../../fox/swiglu.cuh"  // fox_swiglu_forward: the cuBLASLt comparison's separate SwiGLU
 
 // g and u rounded to bf16 before silu(g)·u (as the forward's mlp_u), then h: three roundings, and silu's
 // relative slope 1 + g(1 − σ(g)) stays under 1.3 where |h| is not small against the tensor's scale.
