@@ -541,7 +541,7 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 // the same bits as the select). BwdDetCfg holds what measured faster at each head size (dev/cuda/NOTES.md,
 // sessions 8 and 9; the dev programs run the other forms); every form gives the same bits.
 template <int DH, class Cfg = BwdDetCfg<DH>>
-__global__ void __launch_bounds__(bwd_ws_threads<Cfg>(), 1)
+__global__ void __launch_bounds__(NTHREADS + 128, 1)
 bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
@@ -557,10 +557,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
     constexpr int TURNS = Cfg::TURNS;
     constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK, K_REGS = Cfg::K_REGS;
-    constexpr bool PERSISTENT = Cfg::PERSISTENT, DQ_WG = Cfg::DQ_WG;
+    constexpr bool PERSISTENT = Cfg::PERSISTENT;
     static_assert(!PERSISTENT || (TMA && Cfg::GROUPED), "a persistent block takes its items from the producer, in the grouped order");
-    static_assert(!DQ_WG || (BM == 128 && PERSISTENT && DQ_BULK && TURNS < 2), "the dQ warpgroup: the persistent d_h 64 form");
-    constexpr int DQ_THREADS = DQ_WG ? 128 : NTHREADS;  // the threads that store a tile's dQ for the sync warp
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -575,7 +573,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     uint64_t *kv_full = reinterpret_cast<uint64_t *>(dcs + (DQ_BULK ? BM : 0));  // TMA only
     uint64_t *full = kv_full + 1, *empty = full + 2, *kv_empty = empty + 2;  // kv_empty: PERSISTENT only
     int *item_slot = reinterpret_cast<int *>(kv_empty + 1);                    // PERSISTENT: [2]
-    uint64_t *ds_full = reinterpret_cast<uint64_t *>(item_slot + 2), *ds_empty = ds_full + 2;  // DQ_WG: [2] each
 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
@@ -630,20 +627,16 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     if constexpr (TMA) {
         if (tid == 0) {
             mbar_init(kv_full, 1);
-            mbar_init(kv_empty, NWARPS + (DQ_WG ? 4 : 0));
+            mbar_init(kv_empty, NWARPS);
             for (int s = 0; s < 2; s++) {
                 mbar_init(full + s, 32);
                 mbar_init(empty + s, NWARPS);
-                if (DQ_WG) {
-                    mbar_init(ds_full + s, NTHREADS);  // every compute thread: each wrote its part
-                    mbar_init(ds_empty + s, 4);
-                }
             }
             mbar_fence_init();
         }
         __syncthreads();
     }
-    if (warp >= NWARPS && warp < NWARPS + 4) {  // the sync warpgroup gives its registers to the compute warpgroups
+    if (warp >= NWARPS) {  // the sync warpgroup gives its registers to the compute warpgroups
         setmaxnreg_dec<BWD_REGS_SYNC>();
         if (warp == NWARPS) {  // the sync warp: the API's
             // DQ_BULK, query tile t acquired: once the compute warps have put its dQ and dc row sums in smem
@@ -652,7 +645,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
             // add the dc sums, the smem tile goes back to the compute warps (barrier 2) once read, and the adds
             // are complete before the release.
             auto bulk_add_dq = [&](int t, bool first) {
-                named_bar_sync(1, DQ_THREADS + 32);
+                named_bar_sync(1, NTHREADS + 32);
                 const int i0 = t * BM, rows = min(BM, T - i0);
                 if (lane == 0) {
                     fence_proxy_async_global();  // the acquire before the copy engine's add
@@ -664,7 +657,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 for (int r = lane; r < rows; r += 32) atomicAdd(dch + i0 + r, dcs[r]);
                 if (lane == 0) bulk_wait<true>();
                 __syncwarp();
-                if (t < qt_last) named_bar_arrive(2, DQ_THREADS + 32);
+                if (t < qt_last) named_bar_arrive(2, NTHREADS + 32);
                 if (lane == 0) {
                     bulk_wait<false>();
                     fence_proxy_async_global();  // the copy engine's add before the release
@@ -678,7 +671,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 begin_item(i);
                 int ord_row = -1, before = 0;
                 bool last = false;
-                if (DQ_BULK) named_bar_arrive(2, DQ_THREADS + 32);  // the smem dQ tile starts free
+                if (DQ_BULK) named_bar_arrive(2, NTHREADS + 32);  // the smem dQ tile starts free
                 for (int t = qt_first; t <= qt_last; t++) {
                     const int m = t / TPB;
                     if (m != ord_row) {
@@ -755,55 +748,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         }
         return;
     }
-    if constexpr (DQ_WG) {
-        if (warp >= NWARPS + 4) {  // the dQ warpgroup (see above)
-            setmaxnreg_dec<BWD_DQWG_REGS_DQ>();
-            const int qtid = tid - (NTHREADS + 128), qr = (warp & 3) * 16 + g;  // its thread; a warp's 16 rows
-            int gt = 0;  // query tiles walked so far (the dS^T buffers' count)
-            for (int n = 0;; n++) {
-                mbar_wait(kv_full, n & 1);  // item n posted (and its K landed)
-                const int item = item_at(n);
-                if (item >= items) break;
-                begin_item(item);
-                for (int it = 0; it < ntiles; it++, gt++) {
-                    const int buf = gt & 1;
-                    mbar_wait(ds_full + buf, (gt >> 1) & 1);  // the tile's dS^T and dS row sums in smem
-                    const __nv_bfloat16 *dSb = dSt + buf * BN * BM;
-                    float rtot = 0.f;
-#pragma unroll
-                    for (int w = 0; w < NWARPS; w++) rtot += rowsum[(buf * NWARPS + w) * BM + qtid];
-#pragma unroll
-                    for (int sub = 0; sub < NSUB; sub++) {  // dQ of the tile's sub-tile of 64 queries = dS K
-                        float dqa[DH / 8][4];
-                        wg_fence();
-#pragma unroll
-                        for (int kk = 0; kk < BN / 16; kk++)
-                            wgmma_m64n64_ss<1, 1>(dqa, desc_mnmajor<BN>(dSb, sub, kk), desc_mnmajor<BN>(Ks, 0, kk), kk > 0);
-                        wg_commit();
-                        if (sub == 0) named_bar_sync(2, DQ_THREADS + 32);  // the copy engine has read the last tile's
-                        wg_wait<0>();
-                        if (sub == NSUB - 1) {  // the tile's dS^T and row sums are read: the buffer goes back
-                            __syncwarp();
-                            if (lane == 0) mbar_arrive(ds_empty + buf);
-                        }
-#pragma unroll
-                        for (int nt = 0; nt < DH / 8; nt++) {
-                            const int col = nt * 8 + 2 * tq, r0 = sub * 64 + qr;
-                            *reinterpret_cast<float2 *>(dQs + dq_acc_offset(r0, col, DH)) = make_float2(dqa[nt][0], dqa[nt][1]);
-                            *reinterpret_cast<float2 *>(dQs + dq_acc_offset(r0 + 8, col, DH)) = make_float2(dqa[nt][2], dqa[nt][3]);
-                        }
-                    }
-                    dcs[qtid] = rtot;
-                    fence_proxy_async_smem();  // st.shared -> the copy engine's reads
-                    named_bar_arrive(1, DQ_THREADS + 32);
-                }
-                __syncwarp();
-                if (lane == 0) mbar_arrive(kv_empty);  // the item's K is read
-            }
-            return;
-        }
-    }
-    setmaxnreg_inc<DQ_WG ? BWD_DQWG_REGS_COMPUTE : BWD_REGS_COMPUTE>();
+    setmaxnreg_inc<BWD_REGS_COMPUTE>();
 
     // cp.async form: loader threads tid < BM fetch per-query values; rows past T get r = -inf so their P is 0.
     auto fetch_rows = [&](int qt, float &r, float &d) {
@@ -816,7 +761,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         }
     };
 
-    if constexpr (!DQ_WG) {  // dS^T buffer 1: the operand of the unused dQ product issued in iteration 0
+    {  // dS^T buffer 1: the operand of the unused dQ product issued in iteration 0
         uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
         for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
     }
@@ -931,17 +876,15 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 #pragma unroll
             for (int kk = 0; kk < DH / 16; kk++) load_a<64>(ka[kk], Ks, w4 * 64 + (warp & 3) * 16, kk * 16, lane);
         }
-        for (int it = 0; it < ntiles + (DQ_WG ? 0 : 1); it++) {
+        for (int it = 0; it <= ntiles; it++) {
             const int buf = (gt0 + it) & 1;  // the Q / dO stage and the dS^T, row-sum buffers
             if constexpr (TMA) {
                 if (it < ntiles) mbar_wait(full + buf, ((gt0 + it) >> 1) & 1);
             } else {
                 cp_async_wait_all();
             }
-            if constexpr (!DQ_WG) {  // with it, the dQ warpgroup alone reads the two warpgroups' dS^T and row sums
-                fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
-                named_bar_sync(0, NTHREADS);  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
-            }
+            fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
+            named_bar_sync(0, NTHREADS);  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
             const bool more = it + 1 < ntiles;
             float r_next = 0.f, d_next = 0.f;
             if (!TMA && more) {
@@ -973,12 +916,12 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     for (int kk = 0; kk < DH / 16; kk++)
                         wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
                     wg_commit();
-                    if (!DQ_WG && !DQ_LATE && sub == 0) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
+                    if (!DQ_LATE && sub == 0) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
                         dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
                         wg_commit();
                     }
                     turn_pass(TURNS == 2 || (TURNS == 1 && sub == 0), TURNS == 1 && it + 1 == ntiles);
-                    if (DQ_WG || DQ_LATE || sub > 0) wg_wait<0>();
+                    if (DQ_LATE || sub > 0) wg_wait<0>();
                     else wg_wait<1>();
 
                     // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
@@ -1012,8 +955,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     } else {
                         p_ds(std::false_type{});
                     }
-                    if (DQ_WG && sub == 0 && gt0 + it >= 2)  // the dQ warpgroup has read this buffer's tile before
-                        mbar_wait(ds_empty + buf, (((gt0 + it) >> 1) & 1) ^ 1);
                     if constexpr (DQ_LATE) park_row_sums(rsum, buf, qs);  // its 16 registers free before the MMAs
                     // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
                     uint32_t pa[4][4], sa[4][4];
@@ -1044,13 +985,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     turn_pass(TURNS == 2, false);
                     if constexpr (!DQ_LATE) park_row_sums(rsum, buf, qs);
                 }
-                if constexpr (DQ_WG) {  // the tile's dS^T and row sums to the dQ warpgroup
-                    fence_proxy_async_smem();  // st.shared -> its wgmma reads
-                    mbar_arrive(ds_full + buf);
-                } else {
-                    wg_wait<1>();  // tile it-1's dQ product (tile it's last dV/dK products may still run)
-                }
-            } else if constexpr (!DQ_WG) {  // after the last tile: its dQ product alone
+                wg_wait<1>();  // tile it-1's dQ product (tile it's last dV/dK products may still run)
+            } else {  // after the last tile: its dQ product alone
                 turn_wait(TURNS == 2);
                 wg_fence();
                 dq_mma_issue(it, dqp);
@@ -1058,7 +994,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 turn_pass(TURNS == 2, true);
                 wg_wait<0>();
             }
-            if (!DQ_WG && it > 0) dq_phase(it, dqp);
+            if (it > 0) dq_phase(it, dqp);
             wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
             if (TMA && it < ntiles) {  // the stage's Q, dO and row stats are free
                 __syncwarp();
@@ -1219,7 +1155,7 @@ BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_b
     if (!Cfg::ORDER || !Cfg::GROUPED) chains = 1;
     const BwdSums p = bwd_sums(scratch, B, H, T, DH, chains, q_last);
     bwd_prepare<DH>(o, dout, dc, p, !bwd_store_first<Cfg>(), B, H, T, s);
-    const size_t smem = bwd_ws_smem_bytes<DH, BM, Cfg::DQ_BULK, Cfg::DQ_WG>();
+    const size_t smem = bwd_ws_smem_bytes<DH, BM, Cfg::DQ_BULK>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CUtensorMap tq = {}, tk = {}, tv = {}, tdo = {};
     if (Cfg::TMA) {
@@ -1231,7 +1167,7 @@ BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_b
     const int nblk = (T + BWD_BN - 1) / BWD_BN, items = nblk * B * H, sms = fox_sm_count();
     const dim3 grid = Cfg::PERSISTENT ? dim3(items < sms ? items : sms) : Cfg::GROUPED ? dim3(items) : dim3(nblk, B * H);
     const int want = Cfg::HEAD_GROUP > 0 ? Cfg::HEAD_GROUP : bwd_head_group(T, DH), group = want < B * H ? want : B * H;
-    bwd_ws_kernel<DH, Cfg><<<grid, bwd_ws_threads<Cfg>(), smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc,
+    bwd_ws_kernel<DH, Cfg><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc,
                                                               dk, dv, dc, p.dc_chains, p.colsum, p.sem, p.next_item, H,
                                                               T, q_last, B * H, chains, group);
     FOX_LAUNCH_CHECK();

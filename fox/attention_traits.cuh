@@ -114,9 +114,8 @@ template <int DH, int BM> size_t bwd_smem_bytes() {
 // empty per stage, 2 stages; K/V empty) and two work-item slots (the persistent form's).
 // With DQ_BULK, before the mbarriers: the query tile's dQ in the accumulator's order (dq_acc_offset) and its dc
 // row sums, for the copy engine's and the sync warp's adds.
-// With DQ_WG, after them the dS^T buffers' full / empty mbarriers (bwd_ws_kernel's dQ warpgroup).
-template <int DH, int BM, bool DQ_BULK, bool DQ_WG = false> size_t bwd_ws_smem_bytes() {
-    return bwd_smem_bytes<DH, BM>() + (DQ_BULK ? (size_t)BM * (DH + 1) * 4 : 0) + 6 * 8 + 2 * 4 + (DQ_WG ? 4 * 8 : 0);
+template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
+    return bwd_smem_bytes<DH, BM>() + (DQ_BULK ? (size_t)BM * (DH + 1) * 4 : 0) + 6 * 8 + 2 * 4;
 }
 
 // The deterministic Hopper backward's form per head size (bwd_ws_kernel; each measured faster at its size,
@@ -139,7 +138,6 @@ template <int DH> struct BwdDetCfg {
     static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true, GROUPED = true;
     static constexpr bool K_REGS = DH == 64;
     static constexpr bool PERSISTENT = true;
-    static constexpr bool DQ_WG = false;
     static constexpr int TURNS = DH == 128 ? 2 : 0;
     static constexpr int BM = DH == 64 ? 128 : 64;
     static constexpr int HEAD_GROUP = 0;
@@ -189,12 +187,6 @@ __device__ __forceinline__ void bwd_block_of(int i, int nblk, int nheads, int gr
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24
 // = 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).
 inline constexpr int BWD_REGS_COMPUTE = 240, BWD_REGS_SYNC = 24;
-// With Cfg::DQ_WG a fourth warpgroup takes the dQ products (bwd_ws_kernel): 2 x 208 + 64 + 24 = 504 registers
-// a thread over the 512-thread block's four warpgroups, within its 65,536.
-inline constexpr int BWD_DQWG_REGS_COMPUTE = 208, BWD_DQWG_REGS_DQ = 64;
-static_assert(128 * (2 * BWD_DQWG_REGS_COMPUTE + BWD_DQWG_REGS_DQ + BWD_REGS_SYNC) <= 65536, "the block's registers");
-// bwd_ws_kernel's threads: two compute warpgroups, the sync warpgroup, and with Cfg::DQ_WG the dQ warpgroup.
-template <class Cfg> __host__ __device__ constexpr int bwd_ws_threads() { return NTHREADS + (Cfg::DQ_WG ? 256 : 128); }
 
 // Whether the kernels take the warpgroup-MMA path: the current device (queried once) is a Hopper
 // (compute capability 9.x; the build must then be sm_90a), and FOX_ATTN_NO_WGMMA is unset or "0"

@@ -818,7 +818,7 @@ template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = 
     static constexpr int TURNS = TURNS_;
     static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, GROUPED = false;
     static constexpr bool K_REGS = false;
-    static constexpr bool PERSISTENT = false, DQ_WG = false;
+    static constexpr bool PERSISTENT = false;
     static constexpr int HEAD_GROUP = 1;  // unused: not GROUPED
     static constexpr int BM = BM_;
 };
@@ -847,12 +847,6 @@ template <int DH> struct DevAtomicPerBlockCfg : BwdAtomicCfg<DH> {
 // API until session 17, K_REGS off).
 template <int DH> struct DevDetKSmemCfg : BwdDetCfg<DH> {
     static constexpr bool K_REGS = false;
-};
-// Versions 59, 60 (session 25): the API's deterministic form at d_h 64 with a fourth warpgroup for the dQ products
-// (DQ_WG), K from smem (59) or K's fragments in registers (60).
-template <int DH, bool K_REGS_, int TURNS_ = 0> struct DevDetDqWgCfg : BwdDetCfg<DH> {
-    static constexpr bool K_REGS = K_REGS_, DQ_WG = true;
-    static constexpr int TURNS = TURNS_;
 };
 // Steps 1 to 4 of the backward with bwd_ws_kernel in the form Cfg as step 2, its order (if any) in CHAINS chains.
 template <int DH, class Cfg, int CHAINS = 1>
@@ -998,12 +992,6 @@ static const Version versions[] = {
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicPerBlockCfg<128>>, true, false},
     {56, "50 with K read from smem for every S^T sub-tile (the API before session 17)", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKSmemCfg<64>, 4>, nullptr, false, false, true},
-    {59, "56 with a dQ warpgroup (the dQ products and their smem stores off the compute warpgroups)", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetDqWgCfg<64, false>, 4>, nullptr, false, false, true},
-    {60, "59 with K's fragments in registers (the API's K_REGS)", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetDqWgCfg<64, true>, 4>, nullptr, false, false, true},
-    {61, "59 with the compute warpgroups taking turns at each tile's first MMA issue", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetDqWgCfg<64, false, 1>, 4>, nullptr, false, false, true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
