@@ -557,9 +557,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
     constexpr int TURNS = Cfg::TURNS;
     constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK, K_REGS = Cfg::K_REGS;
-    constexpr bool PERSISTENT = Cfg::PERSISTENT, SUB_OVERLAP = Cfg::SUB_OVERLAP;
+    constexpr bool PERSISTENT = Cfg::PERSISTENT;
     static_assert(!PERSISTENT || (TMA && Cfg::GROUPED), "a persistent block takes its items from the producer, in the grouped order");
-    static_assert(!SUB_OVERLAP || (NSUB == 2 && !DQ_LATE && TURNS == 0), "the sub-tiles' overlap: d_h 64's two sub-tiles");
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -900,7 +899,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
                 const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
                 __nv_bfloat16 *dSb = dSt + buf * BN * BM;
-                uint32_t pa0[4][4], sa0[4][4];  // SUB_OVERLAP: sub-tile 0's P^T, dS^T operands until their dV / dK products
 #pragma unroll
                 for (int sub = 0; sub < NSUB; sub++) {  // sub-tiles of 64 queries, from column qs of the tile
                     const int qs = sub * 64, i0s = i0 + qs;
@@ -922,16 +920,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                         dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
                         wg_commit();
                     }
-                    if (SUB_OVERLAP && sub == 1) {  // sub-tile 0's dV / dK products run under sub-tile 1's softmax step
-#pragma unroll
-                        for (int kk = 0; kk < 4; kk++) {
-                            wgmma_m64n64_rs<1>(acc_half(dva, 0), pa0[kk], desc_mnmajor<BM>(dOb, 0, kk));
-                            wgmma_m64n64_rs<1>(acc_half(dka, 0), sa0[kk], desc_mnmajor<BM>(Qb, 0, kk));
-                        }
-                        wg_commit();
-                    }
                     turn_pass(TURNS == 2 || (TURNS == 1 && sub == 0), TURNS == 1 && it + 1 == ntiles);
-                    if (DQ_LATE || (sub > 0 && !SUB_OVERLAP)) wg_wait<0>();
+                    if (DQ_LATE || sub > 0) wg_wait<0>();
                     else wg_wait<1>();
 
                     // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
@@ -978,31 +968,24 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                         *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc + 8)) = sa[kk][2];
                         *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc + 8)) = sa[kk][3];
                     }
-                    if (SUB_OVERLAP && sub == 0) {  // issued with sub-tile 1's S^T and dP^T (above)
-#pragma unroll
-                        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                            for (int e = 0; e < 4; e++) pa0[kk][e] = pa[kk][e], sa0[kk][e] = sa[kk][e];
-                    } else {
-                        turn_wait(TURNS == 2);
-                        wg_fence();
-                        if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
-                            dq_mma_issue(it, dqp);
-                            wg_commit();
-                        }
-#pragma unroll
-                        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                            for (int hf = 0; hf < DH / 64; hf++) {
-                                wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, qs / 16 + kk));
-                                wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, qs / 16 + kk));
-                            }
-                        wg_commit();  // waited for after tile it-1's dQ adds
-                        turn_pass(TURNS == 2, false);
+                    turn_wait(TURNS == 2);
+                    wg_fence();
+                    if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
+                        dq_mma_issue(it, dqp);
+                        wg_commit();
                     }
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                        for (int hf = 0; hf < DH / 64; hf++) {
+                            wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, qs / 16 + kk));
+                            wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, qs / 16 + kk));
+                        }
+                    wg_commit();  // waited for after tile it-1's dQ adds
+                    turn_pass(TURNS == 2, false);
                     if constexpr (!DQ_LATE) park_row_sums(rsum, buf, qs);
                 }
-                if constexpr (!SUB_OVERLAP) wg_wait<1>();  // tile it-1's dQ product (tile it's last dV/dK products may still run)
+                wg_wait<1>();  // tile it-1's dQ product (tile it's last dV/dK products may still run)
             } else {  // after the last tile: its dQ product alone
                 turn_wait(TURNS == 2);
                 wg_fence();

@@ -138,7 +138,6 @@ template <int DH> struct BwdDetCfg {
     static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true, GROUPED = true;
     static constexpr bool K_REGS = DH == 64;
     static constexpr bool PERSISTENT = true;
-    static constexpr bool SUB_OVERLAP = false;
     static constexpr int TURNS = DH == 128 ? 2 : 0;
     static constexpr int BM = DH == 64 ? 128 : 64;
     static constexpr int HEAD_GROUP = 0;

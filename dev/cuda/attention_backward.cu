@@ -818,7 +818,7 @@ template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = 
     static constexpr int TURNS = TURNS_;
     static constexpr bool TMA = TMA_, MASK_PASS = MASK_PASS_, DQ_BULK = DQ_BULK_, ORDER = true, GROUPED = false;
     static constexpr bool K_REGS = false;
-    static constexpr bool PERSISTENT = false, SUB_OVERLAP = false;
+    static constexpr bool PERSISTENT = false;
     static constexpr int HEAD_GROUP = 1;  // unused: not GROUPED
     static constexpr int BM = BM_;
 };
@@ -847,11 +847,6 @@ template <int DH> struct DevAtomicPerBlockCfg : BwdAtomicCfg<DH> {
 // API until session 17, K_REGS off).
 template <int DH> struct DevDetKSmemCfg : BwdDetCfg<DH> {
     static constexpr bool K_REGS = false;
-};
-// Version 62 (session 25): the API's deterministic form at d_h 64 with sub-tile 0's dV / dK products issued after
-// sub-tile 1's S^T / dP^T, so that they run under sub-tile 1's softmax step (SUB_OVERLAP).
-template <int DH> struct DevDetSubOverlapCfg : BwdDetCfg<DH> {
-    static constexpr bool SUB_OVERLAP = true;
 };
 // Steps 1 to 4 of the backward with bwd_ws_kernel in the form Cfg as step 2, its order (if any) in CHAINS chains.
 template <int DH, class Cfg, int CHAINS = 1>
@@ -997,8 +992,6 @@ static const Version versions[] = {
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicPerBlockCfg<128>>, true, false},
     {56, "50 with K read from smem for every S^T sub-tile (the API before session 17)", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKSmemCfg<64>, 4>, nullptr, false, false, true},
-    {62, "50 with sub-tile 0's dV / dK products under sub-tile 1's softmax step", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetSubOverlapCfg<64>, 4>, nullptr, false, false, true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).
