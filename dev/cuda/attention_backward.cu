@@ -140,6 +140,15 @@
 //    chain has added it. Same bits; the API's backward alone, in its better protocol, 1-2% faster at (4096, 64),
 //    6-7% slower at (4096, 128), level to 3% slower at T 16384 (H100; NOTES.md session 20 has both protocols and
 //    their ceilings).
+// 59-61 (session 25, commit 867a03c, removed since): the API's deterministic form at d_h 64 with a fourth warpgroup
+//    for the dQ products (the compute warpgroups hand each tile's dS^T and row sums over through two mbarriers; the
+//    dQ warpgroup multiplies and stores the tile for the sync warp's bulk add). Registers 2 x 208 + 64 + 24: K out
+//    of the registers (59; 88 bytes spilled), K in them (60; 228 bytes), 59 with turns (61). Same bits. H100, against
+//    the API in the same calls: T 4096 377.0 / 374.4 against 374.1 / 373.9, B 1 H 24 444.9 / 448.3 against 451.3 /
+//    451.2 (61: 454.5 / 454.4), 60 36% slower: level (NOTES.md session 25).
+// 62 (session 25, commit 6e5f912, removed since): the API's deterministic form at d_h 64 with sub-tile 0's dV / dK
+//    products issued after sub-tile 1's S^T / dP^T, under its softmax step. Same bits; 3-5% slower (H100: B 1 H 24
+//    428.0 / 428.0 against 451.1 / 447.1).
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
