@@ -12,6 +12,10 @@
 # SIZES="125M" (default "125M 760M") picks the sizes, TIMELINE=DIR records each run's kernels there (one rank;
 # dev/cuda/timeline.so, built by make -C dev/cuda timeline.so) and adds the steps' GPU busy and idle time to its
 # line (python3 scripts/timeline.py DIR/FILE.tsv gives the rest: each kernel's time, the gaps).
+# Each line ends with the SM clock and the power drawn while the GPUs were busy (nvidia-smi every 100 ms, the
+# samples at 90% utilisation or more, every GPU's pooled) and the share of those samples under the driver's power
+# cap: where the cap binds, the kernels run below their full clock (docs/perf.md "The 760M step under the power
+# cap").
 set -e
 STEPS=${1:-8}
 LEVELS=${LEVELS:-0 1 2}
@@ -43,16 +47,26 @@ run() {  # name (the preset first), recompute level, size flags
         [ ! -e "$TIMELINE/$file.tsv" ] || { echo "$1 recompute $2: $TIMELINE/$file.tsv exists (a run never overwrites another's)"; return 0; }
         record="FOX_TIMELINE=$TIMELINE/$file.tsv CUDA_INJECTION64_PATH=$PWD/dev/cuda/timeline.so"
     fi
-    log=$(eval $record $LAUNCH ./train_fox --model ${1%% *} $COMMON --recompute "$2" $3 2>&1) || { echo "$log" | tail -5; echo "$1 recompute $2: FAILED"; return 0; }
+    smi=$(mktemp)
+    nvidia-smi --query-gpu=utilization.gpu,clocks.sm,power.draw,clocks_event_reasons.sw_power_cap \
+        --format=csv,noheader,nounits -lms 100 > "$smi" 2>/dev/null &
+    smi_pid=$!
+    log=$(eval $record $LAUNCH ./train_fox --model ${1%% *} $COMMON --recompute "$2" $3 2>&1) || {
+        kill $smi_pid 2>/dev/null; rm -f "$smi"; echo "$log" | tail -5; echo "$1 recompute $2: FAILED"; return 0; }
+    kill $smi_pid 2>/dev/null || true
+    wait $smi_pid 2>/dev/null || true
+    clock=$(awk -F', ' '$1 + 0 >= 90 { n++; c += $2; p += $3; if ($4 == "Active") k++ }
+        END { if (n) printf " | %.0f MHz, %.0f W, power-capped %.0f%% (%d busy samples)", c / n, p / n, 100 * k / n, n }' "$smi")
+    rm -f "$smi"
     [ -z "$LOGS" ] || { mkdir -p "$LOGS" && echo "$log" > "$LOGS/$file.log"; }
     [ -z "$TIMELINE" ] || log="$log
 timeline: $(python3 scripts/timeline.py "$TIMELINE/$file.tsv" 2>&1 | grep -m1 -E '^wall|timeline.py:')"
-    echo "$log" | awk -v name="$1$TAG" -v rc="$2" '
+    echo "$log" | awk -v name="$1$TAG" -v rc="$2" -v clock="$clock" '
         /^step / && /tok\/s/ { n++; for (i = 1; i <= NF; i++) { if ($i == "tok/s") tps = $(i-1); if ($i == "MFU") mfu = $(i+1) }
                                if (n > 2) { st += tps; sm += mfu + 0; k++ } }
         /^memory/ { mem = $0; sub(/^memory \(recompute [0-9], /, "", mem); sub(/\): /, ": ", mem) }
         /^timeline: / { tl = " | " substr($0, 11) }
-        END { printf "%-24s recompute %s: %8.0f tok/s  MFU %5.1f%%  (mean of %d steps) | %s%s\n", name, rc, st / k, sm / k, k, mem, tl }'
+        END { printf "%-24s recompute %s: %8.0f tok/s  MFU %5.1f%%  (mean of %d steps) | %s%s%s\n", name, rc, st / k, sm / k, k, mem, tl, clock }'
 }
 for size in $SIZES; do
     case $size in
