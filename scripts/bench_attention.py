@@ -13,12 +13,17 @@
 (FOX_ATTN_NO_WGMMA=1 times the mma.sync kernels instead of the Hopper wgmma ones. --both-orders times every
 shape a second time with SDPA's columns before ours: a GPU that slows as it heats favours what runs first.
 --runs N repeats the timing N times (each with both orders if asked) and ends with ours / cuDNN per shape over
-every table, lowest, median and highest: one table's ratio moves by a few percent from run to run.)
+every table, lowest, median and highest: one table's ratio moves by a few percent from run to run.
+--sustained S instead runs each forward+backward back to back for S seconds (after one second of warm-up), ours
+and cuDNN's in turn and then in the other order, and reads the GPU's energy counter and SM clock through NVML: the
+rate a long run holds once the power cap binds, and the work a joule buys.)
 """
 import ctypes
 import math
 import os
 import sys
+import threading
+import time
 
 import torch
 import torch.nn.functional as F
@@ -181,6 +186,96 @@ def bench(lib, sdpa_first=False):
     return rows
 
 
+class Nvml:
+    """The GPU's energy counter (mJ since the driver loaded) and SM clock, through libnvidia-ml (the driver's)."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if self.lib.nvmlInit_v2() != 0:
+            sys.exit("error: nvmlInit_v2 failed")
+        self.handle = ctypes.c_void_p()
+        uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
+        found = uuid is not None and self.lib.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}".encode(), ctypes.byref(self.handle)) == 0
+        if not found and self.lib.nvmlDeviceGetHandleByIndex_v2(torch.cuda.current_device(), ctypes.byref(self.handle)) != 0:
+            sys.exit("error: NVML does not see this GPU")
+
+    def energy_j(self):
+        mj = ctypes.c_ulonglong()
+        if self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(mj)) != 0:
+            sys.exit("error: this GPU's driver gives no energy counter (nvmlDeviceGetTotalEnergyConsumption)")
+        return mj.value / 1000.0
+
+    def sm_clock_mhz(self):
+        mhz = ctypes.c_uint()
+        return mhz.value if self.lib.nvmlDeviceGetClockInfo(self.handle, 1, ctypes.byref(mhz)) == 0 else None  # 1: SM
+
+
+def sustain(nvml, fn, flops, seconds):
+    """fn back to back for about `seconds` (after one second of it unmeasured): TFLOP/s, watts, TFLOP per joule and
+    the mean SM clock (MHz, sampled every 20 ms by a second thread while the GPU works)."""
+    def run_for(sec):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        per_call = do_bench(fn, return_mode="median")
+        n = max(1, int(sec * 1000.0 / per_call))
+        e0 = nvml.energy_j()
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        end.synchronize()
+        return n, start.elapsed_time(end) / 1000.0, nvml.energy_j() - e0
+    run_for(1.0)
+    clocks, done = [], threading.Event()
+    def sample():
+        while not done.wait(0.02):
+            mhz = nvml.sm_clock_mhz()
+            if mhz:
+                clocks.append(mhz)
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    n, sec, joules = run_for(seconds)
+    done.set()
+    sampler.join()
+    return flops * n / sec * 1e-12, joules / sec, flops * n / joules * 1e-12, sum(clocks) / max(1, len(clocks))
+
+
+def sustained(lib, seconds):
+    """Forward+backward of ours and of SDPA cuDNN at the bench shapes, each back to back for `seconds`, in both
+    orders: sustained TFLOP/s, W, TFLOP/J, mean SM clock."""
+    nvml = Nvml()
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; forward+backward back to back for {seconds:g} s each "
+          "(fwd+bwd = 3.5 x 2*B*H*T^2*d flops); energy and SM clock from NVML")
+    print("| T | d_h | order | ours TFLOP/s | ours W | ours TFLOP/J | ours MHz | cuDNN TFLOP/s | cuDNN W | cuDNN TFLOP/J "
+          "| cuDNN MHz | ours / cuDNN: rate, work a joule |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for T in (4096, 16384):
+        for d in (64, 128):
+            H, B = (16 if d == 64 else 8), 32768 // T
+            flops = 3.5 * 2.0 * B * H * T * T * d
+            q, k, v = (torch.randn(B, H, T, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            c = torch.cumsum(-0.5 * torch.rand(B, H, T, device="cuda"), dim=-1)
+            dout = torch.randn(B, T, H, d, device="cuda", dtype=torch.bfloat16)
+            ours = FoxAttention(lib, q, k, v, c, dout)
+            qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+            dout_bhtd = dout.transpose(1, 2).contiguous()
+
+            def cudnn():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).backward(dout_bhtd)
+                qg.grad = kg.grad = vg.grad = None
+            for order in ("ours first", "cuDNN first"):
+                if order == "ours first":
+                    a = sustain(nvml, ours.forward_backward, flops, seconds)
+                    b = sustain(nvml, cudnn, flops, seconds)
+                else:
+                    b = sustain(nvml, cudnn, flops, seconds)
+                    a = sustain(nvml, ours.forward_backward, flops, seconds)
+                print(f"| {T} | {d} | {order} | {a[0]:.0f} | {a[1]:.0f} | {a[2]:.3f} | {a[3]:.0f} | {b[0]:.0f} | {b[1]:.0f} "
+                      f"| {b[2]:.3f} | {b[3]:.0f} | {a[0] / b[0]:.3f}, {a[2] / b[2]:.3f} |", flush=True)
+            del ours
+            torch.cuda.empty_cache()
+
+
 def ratio_summary(tables):
     """Ours / SDPA cuDNN, forward and forward+backward, per (T, d_h) over every table of bench: lowest, median,
     highest (rows as bench returns them: T, d_h, ours fwd, fwd+bwd, nondet, flash fwd, fwd+bwd, cuDNN fwd, fwd+bwd)."""
@@ -198,29 +293,36 @@ def ratio_summary(tables):
 
 
 def parse_args(args):
-    """(both orders, runs) from the command line; a bad one ends the program with its usage."""
-    usage = f"usage: {sys.argv[0]} [--both-orders] [--runs N]"
-    both, runs, i = False, 1, 0
+    """(both orders, runs, sustained seconds or 0) from the command line; a bad one ends the program with its usage."""
+    usage = f"usage: {sys.argv[0]} [--both-orders] [--runs N] [--sustained S]"
+    both, runs, sustained_s, i = False, 1, 0, 0
     while i < len(args):
         a = args[i]
         if a == "--both-orders":
             both = True
-        elif a == "--runs" or a.startswith("--runs="):
+        elif a in ("--runs", "--sustained") or a.startswith(("--runs=", "--sustained=")):
+            name = a.split("=", 1)[0]
             v = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
             i += 0 if "=" in a else 1
             if not v.isdigit() or not 1 <= int(v) <= 100:
-                sys.exit(f"error: --runs {v!r}: must be between 1 and 100 ({usage})")
-            runs = int(v)
+                sys.exit(f"error: {name} {v!r}: must be between 1 and 100 ({usage})")
+            if name == "--runs":
+                runs = int(v)
+            else:
+                sustained_s = int(v)
         else:
             sys.exit(f"error: unknown argument {a!r} ({usage})")
         i += 1
-    return both, runs
+    return both, runs, sustained_s
 
 
 def main():
-    both, runs = parse_args(sys.argv[1:])
+    both, runs, sustained_s = parse_args(sys.argv[1:])
     lib = load_lib()
     ok = check(lib)
+    if sustained_s:
+        sustained(lib, sustained_s)
+        sys.exit(0 if ok else 1)
     tables = []
     for _ in range(runs):
         tables.append(bench(lib))
