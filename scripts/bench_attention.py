@@ -190,7 +190,10 @@ class Nvml:
     """The GPU's energy counter (mJ since the driver loaded) and SM clock, through libnvidia-ml (the driver's)."""
 
     def __init__(self):
-        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        try:
+            self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        except OSError as e:
+            sys.exit(f"error: --sustained reads the GPU's energy through NVML, which did not load: {e}")
         if self.lib.nvmlInit_v2() != 0:
             sys.exit("error: nvmlInit_v2 failed")
         self.handle = ctypes.c_void_p()
