@@ -14,9 +14,9 @@
 shape a second time with SDPA's columns before ours: a GPU that slows as it heats favours what runs first.
 --runs N repeats the timing N times (each with both orders if asked) and ends with ours / cuDNN per shape over
 every table, lowest, median and highest: one table's ratio moves by a few percent from run to run.
---sustained S instead runs each forward+backward back to back for S seconds (after one second of warm-up), ours
-and cuDNN's in turn and then in the other order, and reads the GPU's energy counter and SM clock through NVML: the
-rate a long run holds once the power cap binds, and the work a joule buys.)
+--sustained S instead runs each forward+backward, then each forward, back to back for S seconds (after one second
+of warm-up), ours and cuDNN's in turn and then in the other order, and reads the GPU's energy counter and SM clock
+through NVML: the rate a long run holds once the power cap binds, and the work a joule buys.)
 """
 import ctypes
 import math
@@ -243,18 +243,18 @@ def sustain(nvml, fn, flops, seconds):
 
 
 def sustained(lib, seconds):
-    """Forward+backward of ours and of SDPA cuDNN at the bench shapes, each back to back for `seconds`, in both
-    orders: sustained TFLOP/s, W, TFLOP/J, mean SM clock."""
+    """Forward+backward, then forward, of ours and of SDPA cuDNN at the bench shapes, each back to back for `seconds`,
+    in both orders: sustained TFLOP/s, W, TFLOP/J, mean SM clock."""
     nvml = Nvml()
-    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; forward+backward back to back for {seconds:g} s each "
-          "(fwd+bwd = 3.5 x 2*B*H*T^2*d flops); energy and SM clock from NVML")
-    print("| T | d_h | order | ours TFLOP/s | ours W | ours TFLOP/J | ours MHz | cuDNN TFLOP/s | cuDNN W | cuDNN TFLOP/J "
-          "| cuDNN MHz | ours / cuDNN: rate, work a joule |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; each pass back to back for {seconds:g} s "
+          "(fwd = 2*B*H*T^2*d flops, fwd+bwd = 3.5x); energy and SM clock from NVML")
+    print("| T | d_h | pass | order | ours TFLOP/s | ours W | ours TFLOP/J | ours MHz | cuDNN TFLOP/s | cuDNN W "
+          "| cuDNN TFLOP/J | cuDNN MHz | ours / cuDNN: rate, work a joule |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for T in (4096, 16384):
         for d in (64, 128):
             H, B = (16 if d == 64 else 8), 32768 // T
-            flops = 3.5 * 2.0 * B * H * T * T * d
+            flops = 2.0 * B * H * T * T * d
             q, k, v = (torch.randn(B, H, T, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             c = torch.cumsum(-0.5 * torch.rand(B, H, T, device="cuda"), dim=-1)
             dout = torch.randn(B, T, H, d, device="cuda", dtype=torch.bfloat16)
@@ -262,19 +262,25 @@ def sustained(lib, seconds):
             qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
             dout_bhtd = dout.transpose(1, 2).contiguous()
 
-            def cudnn():
+            def cudnn_fwd_bwd():
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).backward(dout_bhtd)
                 qg.grad = kg.grad = vg.grad = None
-            for order in ("ours first", "cuDNN first"):
-                if order == "ours first":
-                    a = sustain(nvml, ours.forward_backward, flops, seconds)
-                    b = sustain(nvml, cudnn, flops, seconds)
-                else:
-                    b = sustain(nvml, cudnn, flops, seconds)
-                    a = sustain(nvml, ours.forward_backward, flops, seconds)
-                print(f"| {T} | {d} | {order} | {a[0]:.0f} | {a[1]:.0f} | {a[2]:.3f} | {a[3]:.0f} | {b[0]:.0f} | {b[1]:.0f} "
-                      f"| {b[2]:.3f} | {b[3]:.0f} | {a[0] / b[0]:.3f}, {a[2] / b[2]:.3f} |", flush=True)
+
+            def cudnn_fwd():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION), torch.no_grad():
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            passes = (("fwd+bwd", ours.forward_backward, cudnn_fwd_bwd, 3.5 * flops), ("fwd", ours.forward, cudnn_fwd, flops))
+            for name, ours_fn, cudnn_fn, work in passes:
+                for order in ("ours first", "cuDNN first"):
+                    if order == "ours first":
+                        a = sustain(nvml, ours_fn, work, seconds)
+                        b = sustain(nvml, cudnn_fn, work, seconds)
+                    else:
+                        b = sustain(nvml, cudnn_fn, work, seconds)
+                        a = sustain(nvml, ours_fn, work, seconds)
+                    print(f"| {T} | {d} | {name} | {order} | {a[0]:.0f} | {a[1]:.0f} | {a[2]:.3f} | {a[3]:.0f} | {b[0]:.0f} "
+                          f"| {b[1]:.0f} | {b[2]:.3f} | {b[3]:.0f} | {a[0] / b[0]:.3f}, {a[2] / b[2]:.3f} |", flush=True)
             del ours
             torch.cuda.empty_cache()
 
