@@ -132,49 +132,55 @@ def tflops(flops, ms):
     return flops / ms * 1e-9
 
 
+def bench_shapes():
+    """The bench's shapes, T in {4096, 16384} and d_h in {64, 128} (B*T = 32k tokens, 16 heads of 64 or 8 of 128), each
+    as (T, d_h, causal forward flops, q, k, v, c, dout) on random inputs."""
+    for T in (4096, 16384):
+        for d in (64, 128):
+            H, B = (16 if d == 64 else 8), 32768 // T
+            q, k, v = (torch.randn(B, H, T, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            c = torch.cumsum(-0.5 * torch.rand(B, H, T, device="cuda"), dim=-1)
+            dout = torch.randn(B, T, H, d, device="cuda", dtype=torch.bfloat16)
+            yield T, d, 2.0 * B * H * T * T * d, q, k, v, c, dout
+
+
 def bench(lib, sdpa_first=False):
     """One row per (T, d_h), printed and returned; sdpa_first times SDPA's columns before ours at each shape (a GPU
     that slows as it heats favours whatever runs first, so a comparison is fair only if it holds in both orders)."""
     rows = []
-    for T in (4096, 16384):
-        for d in (64, 128):
-            H, B = (16 if d == 64 else 8), 32768 // T
-            flops = 2.0 * B * H * T * T * d
-            q, k, v = (torch.randn(B, H, T, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            c = torch.cumsum(-0.5 * torch.rand(B, H, T, device="cuda"), dim=-1)
-            dout = torch.randn(B, T, H, d, device="cuda", dtype=torch.bfloat16)
-            def ours_columns():
-                ours = FoxAttention(lib, q, k, v, c, dout)
-                cols = [tflops(flops, do_bench(ours.forward, return_mode="median")),
-                        tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median"))]
-                ours.deterministic = 0
-                cols.append(tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median")))
-                return cols
+    for T, d, flops, q, k, v, c, dout in bench_shapes():
+        def ours_columns():
+            ours = FoxAttention(lib, q, k, v, c, dout)
+            cols = [tflops(flops, do_bench(ours.forward, return_mode="median")),
+                    tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median"))]
+            ours.deterministic = 0
+            cols.append(tflops(3.5 * flops, do_bench(ours.forward_backward, return_mode="median")))
+            return cols
 
-            def sdpa_columns():
-                qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-                dout_bhtd = dout.transpose(1, 2).contiguous()
-                cols = []
-                for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
-                    with sdpa_kernel(backend):
-                        def fwd():
-                            with torch.no_grad():
-                                F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        def sdpa_columns():
+            qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+            dout_bhtd = dout.transpose(1, 2).contiguous()
+            cols = []
+            for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+                with sdpa_kernel(backend):
+                    def fwd():
+                        with torch.no_grad():
+                            F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-                        def fwd_bwd():
-                            F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).backward(dout_bhtd)
+                    def fwd_bwd():
+                        F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).backward(dout_bhtd)
 
-                        cols += [tflops(flops, do_bench(fwd, return_mode="median")),
-                                 tflops(3.5 * flops, do_bench(fwd_bwd, grad_to_none=[qg, kg, vg], return_mode="median"))]
-                return cols
+                    cols += [tflops(flops, do_bench(fwd, return_mode="median")),
+                             tflops(3.5 * flops, do_bench(fwd_bwd, grad_to_none=[qg, kg, vg], return_mode="median"))]
+            return cols
 
-            if sdpa_first:
-                theirs = sdpa_columns()
-                row = [T, d] + ours_columns() + theirs
-            else:
-                row = [T, d] + ours_columns() + sdpa_columns()
-            rows.append(row)
-            torch.cuda.empty_cache()
+        if sdpa_first:
+            theirs = sdpa_columns()
+            row = [T, d] + ours_columns() + theirs
+        else:
+            row = [T, d] + ours_columns() + sdpa_columns()
+        rows.append(row)
+        torch.cuda.empty_cache()
     order = "SDPA timed first at each shape" if sdpa_first else "ours timed first at each shape"
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}; TFLOP/s (causal fwd = 2*B*H*T^2*d, fwd+bwd = 3.5x); "
           f"{order}")
@@ -251,38 +257,32 @@ def sustained(lib, seconds):
     print("| T | d_h | pass | order | ours TFLOP/s | ours W | ours TFLOP/J | ours MHz | cuDNN TFLOP/s | cuDNN W "
           "| cuDNN TFLOP/J | cuDNN MHz | ours / cuDNN: rate, work a joule |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for T in (4096, 16384):
-        for d in (64, 128):
-            H, B = (16 if d == 64 else 8), 32768 // T
-            flops = 2.0 * B * H * T * T * d
-            q, k, v = (torch.randn(B, H, T, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            c = torch.cumsum(-0.5 * torch.rand(B, H, T, device="cuda"), dim=-1)
-            dout = torch.randn(B, T, H, d, device="cuda", dtype=torch.bfloat16)
-            ours = FoxAttention(lib, q, k, v, c, dout)
-            qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
-            dout_bhtd = dout.transpose(1, 2).contiguous()
+    for T, d, flops, q, k, v, c, dout in bench_shapes():
+        ours = FoxAttention(lib, q, k, v, c, dout)
+        qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+        dout_bhtd = dout.transpose(1, 2).contiguous()
 
-            def cudnn_fwd_bwd():
-                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).backward(dout_bhtd)
-                qg.grad = kg.grad = vg.grad = None
+        def cudnn_fwd_bwd():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                F.scaled_dot_product_attention(qg, kg, vg, is_causal=True).backward(dout_bhtd)
+            qg.grad = kg.grad = vg.grad = None
 
-            def cudnn_fwd():
-                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION), torch.no_grad():
-                    F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            passes = (("fwd+bwd", ours.forward_backward, cudnn_fwd_bwd, 3.5 * flops), ("fwd", ours.forward, cudnn_fwd, flops))
-            for name, ours_fn, cudnn_fn, work in passes:
-                for order in ("ours first", "cuDNN first"):
-                    if order == "ours first":
-                        a = sustain(nvml, ours_fn, work, seconds)
-                        b = sustain(nvml, cudnn_fn, work, seconds)
-                    else:
-                        b = sustain(nvml, cudnn_fn, work, seconds)
-                        a = sustain(nvml, ours_fn, work, seconds)
-                    print(f"| {T} | {d} | {name} | {order} | {a[0]:.0f} | {a[1]:.0f} | {a[2]:.3f} | {a[3]:.0f} | {b[0]:.0f} "
-                          f"| {b[1]:.0f} | {b[2]:.3f} | {b[3]:.0f} | {a[0] / b[0]:.3f}, {a[2] / b[2]:.3f} |", flush=True)
-            del ours
-            torch.cuda.empty_cache()
+        def cudnn_fwd():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION), torch.no_grad():
+                F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        passes = (("fwd+bwd", ours.forward_backward, cudnn_fwd_bwd, 3.5 * flops), ("fwd", ours.forward, cudnn_fwd, flops))
+        for name, ours_fn, cudnn_fn, work in passes:
+            for order in ("ours first", "cuDNN first"):
+                if order == "ours first":
+                    a = sustain(nvml, ours_fn, work, seconds)
+                    b = sustain(nvml, cudnn_fn, work, seconds)
+                else:
+                    b = sustain(nvml, cudnn_fn, work, seconds)
+                    a = sustain(nvml, ours_fn, work, seconds)
+                print(f"| {T} | {d} | {name} | {order} | {a[0]:.0f} | {a[1]:.0f} | {a[2]:.3f} | {a[3]:.0f} | {b[0]:.0f} "
+                      f"| {b[1]:.0f} | {b[2]:.3f} | {b[3]:.0f} | {a[0] / b[0]:.3f}, {a[2] / b[2]:.3f} |", flush=True)
+        del ours
+        torch.cuda.empty_cache()
 
 
 def ratio_summary(tables):
