@@ -23,7 +23,6 @@ import math
 import os
 import sys
 import threading
-import time
 
 import torch
 import torch.nn.functional as F
@@ -222,9 +221,10 @@ class Nvml:
 def sustain(nvml, fn, flops, seconds):
     """fn back to back for about `seconds` (after one second of it unmeasured): TFLOP/s, watts, TFLOP per joule and
     the mean SM clock (MHz, sampled every 20 ms by a second thread while the GPU works)."""
+    per_call = do_bench(fn, return_mode="median")  # ms, to size the windows
+
     def run_for(sec):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        per_call = do_bench(fn, return_mode="median")
         n = max(1, int(sec * 1000.0 / per_call))
         e0 = nvml.energy_j()
         start.record()
