@@ -778,15 +778,15 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 
     // dQ of tile it-1 = dS K from its parked dS^T (the API's); issued only.
     auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
-        const __nv_bfloat16 *dSb = dSt + ((gt0 + it - 1) & 1) * BN * BM;
+        const uint64_t ds = gmma_desc(dSt + ((gt0 + it - 1) & 1) * BN * BM), ks = gmma_desc(Ks);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
             if constexpr (BM == 128)
-                wgmma_m64n64_ss<1, 1>(dqa, desc_mnmajor<BN>(dSb, w4, kk), desc_mnmajor<BN>(Ks, 0, kk), kk > 0);
+                wgmma_m64n64_ss<1, 1>(dqa, desc_mnmajor<BN>(ds, w4, kk), desc_mnmajor<BN>(ks, 0, kk), kk > 0);
             else if constexpr (DQC == 32)
-                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), gmma_desc(Ks + kk * 16 * DH + w4 * 32), kk > 0);
+                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc_add(ds, kk * 16 * BM), gmma_desc_add(ks, kk * 16 * DH + w4 * 32), kk > 0);
             else
-                wgmma_m64n64_ss<1, 1>(dqa, gmma_desc(dSb + kk * 16 * BM), desc_mnmajor<BN>(Ks, w4, kk), kk > 0);
+                wgmma_m64n64_ss<1, 1>(dqa, gmma_desc_add(ds, kk * 16 * BM), desc_mnmajor<BN>(ks, w4, kk), kk > 0);
         }
     };
     // dQ (and dc row sums) of tile it-1 added in the sync warp's order (the API's).
@@ -909,12 +909,15 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     wg_fence();
 #pragma unroll
                     for (int kk = 0; kk < DH / 16; kk++) {
-                        if constexpr (K_REGS) wgmma_m64n64_rs<0>(st, ka[kk], desc_kmajor<BM>(Qb, qs, kk), kk > 0);
-                        else wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(Ks, w4 * 64, kk), desc_kmajor<BM>(Qb, qs, kk), kk > 0);
+                        if constexpr (K_REGS) wgmma_m64n64_rs<0>(st, ka[kk], desc_kmajor<BM>(gmma_desc(Qb), qs, kk), kk > 0);
+                        else
+                            wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(gmma_desc(Ks), w4 * 64, kk),
+                                                  desc_kmajor<BM>(gmma_desc(Qb), qs, kk), kk > 0);
                     }
 #pragma unroll
                     for (int kk = 0; kk < DH / 16; kk++)
-                        wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(Vs, w4 * 64, kk), desc_kmajor<BM>(dOb, qs, kk), kk > 0);
+                        wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(gmma_desc(Vs), w4 * 64, kk),
+                                              desc_kmajor<BM>(gmma_desc(dOb), qs, kk), kk > 0);
                     wg_commit();
                     if (!DQ_LATE && sub == 0) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
                         dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
@@ -978,8 +981,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     for (int kk = 0; kk < 4; kk++)
 #pragma unroll
                         for (int hf = 0; hf < DH / 64; hf++) {
-                            wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(dOb, hf, qs / 16 + kk));
-                            wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(Qb, hf, qs / 16 + kk));
+                            wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(gmma_desc(dOb), hf, qs / 16 + kk));
+                            wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(gmma_desc(Qb), hf, qs / 16 + kk));
                         }
                     wg_commit();  // waited for after tile it-1's dQ adds
                     turn_pass(TURNS == 2, false);
