@@ -6,8 +6,10 @@
 // cluster); fails if an algorithm's product differs between two runs. Operands random bf16; accumulating
 // products (beta = 1) start from the same C each time (the copy's time subtracted).
 // First it checks linear_backward_weight against an fp64 product, at output widths it splits and not.
-//   make gemm && ./gemm [dim heads T [name]]   (default 760M: 1536 24 16384; 125M: 768 12 16384; name: only the
-//   products whose name contains it)
+// With SECONDS, each product's candidates for gemm_tune are also held back to back that long (sustained_tflops):
+// which of them is fastest once the power cap binds, against the one the tuner's bursts keep.
+//   make gemm && ./gemm [dim heads T [name [SECONDS]]]   (default 760M: 1536 24 16384; 125M: 768 12 16384; name:
+//   only the products whose name contains it, "" all)
 #include "kcheck.h"
 #include "../../fox/gemm.cuh"
 #include "../../fox/config.h"
@@ -37,7 +39,28 @@ struct Product {
     int accumulate;
 };
 
-static void sweep(Gemm *g, const Product &p) {
+// TFLOP/s of algorithm `run` held back to back for `seconds` after half a second of warm-up: the rate a
+// training step gets once the GPU's power cap binds (docs/perf.md "The 760M step under the power cap"), where
+// time_ms's short bursts run at the full clock.
+template <typename F> static double sustained_tflops(F run, double flops, double seconds, cudaStream_t s) {
+    double ms1 = time_ms(run, 1, 3);
+    const int warm = (int)(500.0 / ms1) + 1, reps = (int)(seconds * 1000.0 / ms1) + 1;
+    for (int i = 0; i < warm; i++) run();
+    cudaEvent_t a, b;
+    FOX_CUDA_CHECK(cudaEventCreate(&a));
+    FOX_CUDA_CHECK(cudaEventCreate(&b));
+    FOX_CUDA_CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < reps; i++) run();
+    FOX_CUDA_CHECK(cudaEventRecord(b, s));
+    FOX_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms;
+    FOX_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    FOX_CUDA_CHECK(cudaEventDestroy(a));
+    FOX_CUDA_CHECK(cudaEventDestroy(b));
+    return flops * reps / ms * 1e-9;
+}
+
+static void sweep(Gemm *g, const Product &p, double seconds) {
     // column-major op(A) (m x k) and op(B) (k x n) stored with leading dimensions lda, ldb
     size_t na = (size_t)p.lda * (p.ta ? p.m : p.k), nb = (size_t)p.ldb * (p.tb ? p.k : p.n), nd = (size_t)p.ldd * p.n;
     size_t esz = p.dtype == CUDA_R_32F ? 4 : 2;
@@ -65,17 +88,32 @@ static void sweep(Gemm *g, const Product &p) {
     const std::vector<char> d0 = result(0);
     int fastest = 0, kept = 0;  // the fastest of all, and what gemm_tune keeps (by this run's timings)
     const bool tried = (size_t)p.m * p.n >= FOX_GEMM_TUNE_MIN;
-    bool repeatable = true;
+    bool repeatable = true, same[16] = {false};  // same: algorithm i gives the first's bits
     for (int i = 0; i < found; i++) {
         double ms = time_ms([&] { run(i); });
         if (p.accumulate) ms -= time_ms(copy_c);
         tf[i] = flops / ms * 1e-9;
         const std::vector<char> di = result(i);
         repeatable = repeatable && di == result(i);
+        same[i] = di == d0;
         if (tf[i] > tf[fastest]) fastest = i;
-        if (tried && i < FOX_GEMM_TUNE_ALGOS && gemm_same_reduction(&res[0].algo, &res[i].algo) && di == d0 &&
+        if (tried && i < FOX_GEMM_TUNE_ALGOS && gemm_same_reduction(&res[0].algo, &res[i].algo) && same[i] &&
             tf[i] > tf[kept])
             kept = i;
+    }
+    if (seconds > 0 && tried) {  // gemm_tune's candidates (its first FOX_GEMM_TUNE_ALGOS, the first's bits) held
+        int best = kept;
+        double st[16] = {0};
+        for (int i = 0; i < found && i < FOX_GEMM_TUNE_ALGOS; i++) {
+            if (!gemm_same_reduction(&res[0].algo, &res[i].algo) || !same[i]) continue;
+            st[i] = sustained_tflops([&] { gemm_op_run(g, &op, &res[i].algo, A, B, C, D, 1.0f); }, flops, seconds, g->stream);
+            if (st[i] > st[best]) best = i;
+        }
+        printf("%-20s sustained %.1f s: kept #%d %6.1f, best #%d %6.1f TFLOP/s (%+.1f%%); each:", p.name, seconds, kept,
+               st[kept], best, st[best], 100.0 * (st[best] / st[kept] - 1.0));
+        for (int i = 0; i < found && i < FOX_GEMM_TUNE_ALGOS; i++)
+            if (st[i] > 0) printf(" #%d %.1f (workspace %zu KiB)", i, st[i], res[i].workspaceSize >> 10);
+        printf("\n");
     }
     const cublasLtMatmulAlgo_t &a = res[fastest].algo;
     std::string shape =
@@ -125,6 +163,7 @@ int main(int argc, char **argv) {
     c.d_model = argc > 1 ? atoi(argv[1]) : 1536;
     c.n_head = argc > 2 ? atoi(argv[2]) : 24;
     int N = argc > 3 ? atoi(argv[3]) : 16384;
+    const double seconds = argc > 5 ? atof(argv[5]) : 0.0;
     fox_config_apply_preset(&c, "fox-pro");
     int D = c.d_model, I = c.mlp_hidden, NIN = (int)fox_dim_NIN(&c), NINP = (NIN + 63) / 64 * 64, V = c.vocab_size,
         VP = (V + 63) / 64 * 64;
@@ -154,7 +193,7 @@ int main(int argc, char **argv) {
     };
     printf("fox-pro d_model %d, mlp_hidden %d, attn_in rows %d (padded %d), %d tokens\n", D, I, NIN, NINP, N);
     for (const Product &p : ps)
-        if (argc < 5 || strstr(p.name, argv[4])) sweep(&g, p);
+        if (argc < 5 || strstr(p.name, argv[4])) sweep(&g, p, seconds);
     gemm_free(&g);
     return kc_finish("gemm");
 }
