@@ -965,9 +965,11 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     for (int kk = 0; kk < 4; kk++) {
                         acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
                         acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
-                        const int m = lane >> 3;  // this lane's row of stmatrix's matrix m: keys + 8 (m & 1), queries + 8 (m >> 1)
-                        const int kr = warp * 16 + (lane & 7) + (m & 1) * 8, qc = qs + kk * 16 + (m >> 1) * 8;
-                        stmatrix_x4(dSb + swz_halves<BM, BN>(kr, qc), sa[kk]);
+                        const int kr = warp * 16 + g, qc = qs + kk * 16 + 2 * tq;
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc)) = sa[kk][0];
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc)) = sa[kk][1];
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc + 8)) = sa[kk][2];
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc + 8)) = sa[kk][3];
                     }
                     turn_wait(TURNS == 2);
                     wg_fence();

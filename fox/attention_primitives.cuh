@@ -42,18 +42,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p) 
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
 }
-// ldmatrix_x4's inverse (sm_90): the warp's four 8x8 matrices, register i of each lane matrix i (an mma A
-// fragment's four registers: rows 0-7 / 8-15 by columns 0-7 / 8-15 as i = 0, 1, 2, 3), lane l giving the address of
-// row l % 8 of matrix l / 8 (16 contiguous bytes).
-__device__ __forceinline__ void stmatrix_x4(void *p, const uint32_t r[4]) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_u32(p)), "r"(r[0]), "r"(r[1]),
-                 "r"(r[2]), "r"(r[3])
-                 : "memory");
-#else
-    __trap();
-#endif
-}
 
 // d[4] += a (16x16 bf16, row) * b (16x8 bf16, col)
 __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
