@@ -5,9 +5,12 @@ time and SM cycles (at ncu's locked base clock), warp instructions, warpgroup-MM
 writes, reductions) and DRAM bytes. What a kernel moves and issues for the same products is what it costs in energy
 once the power cap binds (docs/perf.md "Where the step's energy goes").
 
-    make -C dev/cuda libfoxattn.so && python3 scripts/ncu_attention.py [T,d_h ...]   (default 16384,64 16384,128 4096,128)
+    make -C dev/cuda libfoxattn.so && python3 scripts/ncu_attention.py [--stalls] [T,d_h ...]
+                                                                  (default 16384,64 16384,128 4096,128)
 
-Each (side, shape) is one process under ncu (`--one SIDE T D` runs the pass itself); ncu must be on PATH.
+--stalls instead gives each kernel's issue rate and its warps' stall reasons (warps stalled per issued instruction,
+the largest first): where the cycles of the two backward kernels go. Each (side, shape) is one process under ncu
+(`--one SIDE T D` runs the pass itself); ncu must be on PATH.
 """
 import csv
 import io
@@ -61,9 +64,15 @@ def one(side, T, d):
     sys.exit(f"error: ({T}, {d}) is not one of bench_attention.py's shapes")
 
 
-def profile(side, T, d):
-    """{kernel: {counter: value}} of one forward+backward under ncu, in launch order."""
-    cmd = ["ncu", "--profile-from-start", "off", "--metrics", ",".join(METRICS), "--csv", sys.executable, os.path.abspath(__file__),
+STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
+STALL_METRICS = r"regex:smsp__average_warps_issue_stalled_\w+_per_issue_active\.ratio,smsp__issue_active.avg.per_cycle_active"
+
+
+def profile(side, T, d, stalls=False):
+    """{kernel: {counter: value}} of one forward+backward under ncu, in launch order (counters named as in METRICS;
+    with stalls, each stall reason by its name and "issue" the instructions a scheduler issues a cycle)."""
+    metrics = STALL_METRICS if stalls else ",".join(METRICS)
+    cmd = ["ncu", "--profile-from-start", "off", "--metrics", metrics, "--csv", sys.executable, os.path.abspath(__file__),
            "--one", side, str(T), str(d)]
     run = subprocess.run(cmd, capture_output=True, text=True)
     lines = run.stdout.splitlines()
@@ -76,8 +85,23 @@ def profile(side, T, d):
         name = re.sub(r"\(.*", "", r["Kernel Name"]).replace("void ", "")
         name = re.sub(r"<.*", "", name)[:56]
         key = (int(r["ID"]), name)
-        kernels.setdefault(key, {})[METRICS[r["Metric Name"]]] = float(r["Metric Value"].replace(",", ""))
+        metric = r["Metric Name"]
+        stall = STALL.fullmatch(metric)
+        label = METRICS.get(metric) or (stall.group(1) if stall else "issue")
+        kernels.setdefault(key, {})[label] = float(r["Metric Value"].replace(",", ""))
     return kernels
+
+
+def print_stalls(shapes):
+    """Per kernel: instructions issued a scheduler-cycle and the eight largest stall reasons."""
+    print("Nsight Compute, one forward+backward each: warps stalled per issued instruction, by reason (largest 8)")
+    print("| kernel | issued a cycle | stalls |")
+    print("|---|---|---|")
+    for T, d in shapes:
+        for side in ("ours", "cudnn"):
+            for (_, name), m in profile(side, T, d, stalls=True).items():
+                top = sorted(((v, k) for k, v in m.items() if k != "issue"), reverse=True)[:8]
+                print(f"| {side} ({T}, {d}) {name} | {m.get('issue', 0.0):.2f} | " + ", ".join(f"{k} {v:.2f}" for v, k in top) + " |")
 
 
 def row(name, m):
@@ -89,17 +113,22 @@ def row(name, m):
 
 def main(argv):
     if argv[:1] == ["--one"]:
-        if len(argv) != 4 or argv[1] not in ("ours", "cudnn"):
+        if len(argv) != 4 or argv[1] not in ("ours", "cudnn") or not (argv[2].isdigit() and argv[3].isdigit()):
             sys.exit("usage: ncu_attention.py --one ours|cudnn T D")
         one(argv[1], int(argv[2]), int(argv[3]))
         return
     if shutil.which("ncu") is None:
         sys.exit("error: ncu (Nsight Compute) is not on PATH")
+    stalls = argv[:1] == ["--stalls"]
+    argv = argv[1:] if stalls else argv
     try:
         shapes = [tuple(int(x) for x in s.split(",")) for s in argv] or [(16384, 64), (16384, 128), (4096, 128)]
         assert all(len(s) == 2 for s in shapes)
     except (ValueError, AssertionError):
-        sys.exit("usage: ncu_attention.py [T,d_h ...]   (e.g. 16384,64)")
+        sys.exit("usage: ncu_attention.py [--stalls] [T,d_h ...]   (e.g. 16384,64)")
+    if stalls:
+        print_stalls(shapes)
+        return
     print("Nsight Compute, one forward+backward each (ncu's base clock); MB of L2 traffic by operation, DRAM both ways")
     print("| kernel | us | k cycles | M inst | M gmma | L2 read MB | L2 write MB | L2 reduction MB | DRAM MB |")
     print("|---|---|---|---|---|---|---|---|---|")
