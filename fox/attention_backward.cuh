@@ -907,6 +907,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     turn_wait(TURNS == 2 || (TURNS == 1 && sub == 0));
                     // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
                     wg_fence();
+                    // the tiles' descriptors formed at each call (ptxas shares them): named once above the loop,
+                    // they cost ptxas more instructions (dev/cuda/NOTES.md session 26)
 #pragma unroll
                     for (int kk = 0; kk < DH / 16; kk++) {
                         if constexpr (K_REGS) wgmma_m64n64_rs<0>(st, ka[kk], desc_kmajor<BM>(gmma_desc(Qb), qs, kk), kk > 0);

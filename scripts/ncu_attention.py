@@ -65,7 +65,8 @@ def one(side, T, d):
 
 
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
-STALL_METRICS = r"regex:smsp__average_warps_issue_stalled_\w+_per_issue_active\.ratio,smsp__issue_active.avg.per_cycle_active"
+ISSUE = "smsp__issue_active.avg.per_cycle_active"
+STALL_METRICS = r"regex:smsp__average_warps_issue_stalled_\w+_per_issue_active\.ratio," + ISSUE
 
 
 def profile(side, T, d, stalls=False):
@@ -87,7 +88,7 @@ def profile(side, T, d, stalls=False):
         key = (int(r["ID"]), name)
         metric = r["Metric Name"]
         stall = STALL.fullmatch(metric)
-        label = METRICS.get(metric) or (stall.group(1) if stall else "issue")
+        label = "issue" if metric == ISSUE else stall.group(1) if stall else METRICS[metric]
         kernels.setdefault(key, {})[label] = float(r["Metric Value"].replace(",", ""))
     return kernels
 
