@@ -10,6 +10,7 @@
 //   ./attention_backward 13         version 13 only (and the API); 13,15,21: those three
 //   ./attention_backward 13 check   (or bench) one half; bench 4: the first 4 bench shapes
 //   ./attention_backward 0 blocks   the API's cost per query tile and per key block (ACP staircases of n tiles)
+//   FOX_BENCH_SUSTAIN=S ./attention_backward ... bench   each timing held S seconds (the rate at the power cap)
 // Each version runs on the paths it was built for: mma.sync (d_h 64 with 64-row query tiles, d_h 128 with
 // 32) and / or warpgroup MMA (d_h 64 or 128 with 64-row tiles, Hopper; skipped where fox_attn::use_wgmma()
 // is false).

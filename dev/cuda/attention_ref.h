@@ -9,8 +9,9 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>  // strtol
+#include <stdlib.h>  // strtol, getenv, atof
 #include <string.h>
+#include <time.h>  // clock_gettime
 
 #include <algorithm>
 #include <vector>
@@ -340,11 +341,45 @@ static float median(std::vector<float> x) {
     return x[x.size() / 2];
 }
 
-// Median of 20 timed runs of f (after 3 warm-up), in ms, by CUDA events around each.
+static float mean(const std::vector<float> &x) {
+    double s = 0;
+    for (float v : x) s += v;
+    return (float)(s / x.size());
+}
+
+// FOX_BENCH_SUSTAIN=S (seconds) in the environment: the timings below hold the work back to back for S seconds
+// after half a second of warm-up and give the mean, the rate once the power cap binds (docs/perf.md "The attention
+// kernels under sustained load, at the power cap"); 0 when unset: medians of short bursts.
+static double bench_sustain_s() {
+    const char *s = getenv("FOX_BENCH_SUSTAIN");
+    return s ? atof(s) : 0.0;
+}
+
+static double wall_s() {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+// Median of 20 timed runs of f (after 3 warm-up), in ms, by CUDA events around each; with FOX_BENCH_SUSTAIN, the
+// mean of f run back to back for that long.
 template <class F> static float median_ms(F f) {
     cudaEvent_t e0, e1;
     FOX_CUDA_CHECK(cudaEventCreate(&e0));
     FOX_CUDA_CHECK(cudaEventCreate(&e1));
+    if (const double hold = bench_sustain_s(); hold > 0) {
+        for (const double t0 = wall_s(); wall_s() - t0 < 0.5;) f();
+        int n = 0;
+        FOX_CUDA_CHECK(cudaEventRecord(e0));
+        for (const double t0 = wall_s(); wall_s() - t0 < hold; n++) f();
+        FOX_CUDA_CHECK(cudaEventRecord(e1));
+        FOX_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms;
+        FOX_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        FOX_CUDA_CHECK(cudaEventDestroy(e0));
+        FOX_CUDA_CHECK(cudaEventDestroy(e1));
+        return ms / n;
+    }
     std::vector<float> t;
     for (int rep = 0; rep < 23; rep++) {
         FOX_CUDA_CHECK(cudaEventRecord(e0));
@@ -421,7 +456,8 @@ static bool bench_backward(BenchInputs &b, BwdFn fn, const char *name, bool nond
     FOX_CUDA_CHECK(cudaEventCreate(&e1));
     FOX_CUDA_CHECK(cudaEventCreate(&e2));
     std::vector<float> tf, tb, tfb;
-    for (int rep = 0; rep < 23; rep++) {
+    const double hold = bench_sustain_s(), t0 = wall_s();  // FOX_BENCH_SUSTAIN: as median_ms, the means
+    for (int rep = 0; hold > 0 ? wall_s() - t0 < 0.5 + hold : rep < 23; rep++) {
         FOX_CUDA_CHECK(cudaEventRecord(e0));
         fox_attention_forward(b.q, b.k, b.v, b.c, b.o, b.lse, b.B, b.H, b.T, b.dh, nullptr, 0);
         FOX_CUDA_CHECK(cudaEventRecord(e1));
@@ -431,7 +467,7 @@ static bool bench_backward(BenchInputs &b, BwdFn fn, const char *name, bool nond
         float f, bw;
         FOX_CUDA_CHECK(cudaEventElapsedTime(&f, e0, e1));
         FOX_CUDA_CHECK(cudaEventElapsedTime(&bw, e1, e2));
-        if (rep < 3) continue;  // warm-up
+        if (hold > 0 ? wall_s() - t0 < 0.5 : rep < 3) continue;  // warm-up
         tf.push_back(f);
         tb.push_back(bw);
         tfb.push_back(f + bw);
@@ -448,7 +484,8 @@ static bool bench_backward(BenchInputs &b, BwdFn fn, const char *name, bool nond
         same &= memcmp(to_host(b.dlogf, nvec).data(), l1.data(), nvec * sizeof(float)) == 0;
     }
     const double flops_fwd = 2.0 * b.B * b.H * (double)b.T * b.T * b.dh;
-    const float mf = median(tf), mb = median(tb), mfb = median(tfb);
+    const float mf = hold > 0 ? mean(tf) : median(tf), mb = hold > 0 ? mean(tb) : median(tb),
+                mfb = hold > 0 ? mean(tfb) : median(tfb);
     bench_header(b);
     printf("fwd %7.3f ms %6.1f TFLOP/s | bwd %7.3f ms %6.1f TFLOP/s | fwd+bwd %7.3f ms %6.1f TFLOP/s | bwd bitwise "
            "repeat %s | %s\n",
