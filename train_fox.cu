@@ -116,7 +116,7 @@ typedef struct {
     float *dxn;       // (N, D) GEMM output: dL/d normed input, or dL/d z
     bf16 *dh;         // (N, I)
     bf16 *du;         // (N, 2I)
-    bf16 *dproj;      // (N, NINP); the padding columns stay zero
+    bf16 *dproj;      // (N, NINP); the padding columns zero (clear_dproj_padding)
     bf16 *dq, *dk, *dv, *d_o;  // GSA: d_o (N + GSA_CHUNK, D), no dq, dk, dv (its kernels write dproj)
     float *dc, *dlogf, *dfg;  // (B, H, T), (B, H, T), (N, H)
     float *colsum_rows;       // block partials of the fused norm-weight column sums
@@ -253,6 +253,32 @@ static void layer_slice_arrays(const Model *m, int L, size_t bytes, int kept, in
         if (m->planning) continue;
         *out[i] = (void **)fox_calloc((size_t)L, sizeof(void *));
         for (int l = 0; l < L; l++) (*out[i])[l] = base + bytes * (size_t)(l < kept ? n * l + i : n * kept);
+    }
+}
+
+// A buffer carved out of a shared allocation: where its pointer goes, and its size.
+typedef struct {
+    void **ptr;
+    size_t bytes;
+} Carve;
+
+// The logits buffer (logits_b bytes, in the activations' count) and the backward's per-block buffers `carves` in one
+// allocation (the excess over the logits in the scratch's count). The logits are live from the forward's lm_head
+// to the backward's lm_head GEMMs, which come before any block's backward; each carved buffer is written by a
+// block's backward before that backward reads it (dproj's padding columns: zeroed after the lm_head GEMMs).
+static void logits_region_alloc(Model *m, size_t logits_b, Carve *carves, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (carves[i].bytes + 255) / 256 * 256;
+    char *base = (char *)dev_alloc(m, logits_b > total ? logits_b : total, &m->bytes_acts);
+    if (total > logits_b) {
+        m->bytes_acts -= total - logits_b;
+        m->bytes_scratch += total - logits_b;
+    }
+    m->a.logits = (bf16 *)base;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        *carves[i].ptr = base ? base + off : NULL;
+        off += (carves[i].bytes + 255) / 256 * 256;
     }
 }
 
@@ -439,7 +465,8 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->xnf = (bf16 *)dev_alloc(m, N * D * h, cnt);
     size_t budget_rows = m->logits_bytes / ((size_t)m->VP * h);
     m->ce_rows = (int)(N < budget_rows ? N : (budget_rows ? budget_rows : 1));
-    a->logits = (bf16 *)dev_alloc(m, (size_t)m->ce_rows * m->VP * h, cnt);
+    const size_t logits_b = (size_t)m->ce_rows * m->VP * h;
+    if (m->forward_only) a->logits = (bf16 *)dev_alloc(m, logits_b, cnt);
     a->losses = (float *)dev_alloc(m, N * f, cnt);
     a->zero_c = (float *)dev_alloc(m, N * H * f, cnt);
     a->acp_kv_first = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
@@ -457,15 +484,21 @@ static void model_alloc_acts(Model *m, int B, int T) {
 
     Scratch *s = &m->s;
     cnt = &m->bytes_scratch;
+    Carve shared[8] = {{(void **)&s->dh, N * I * h}, {(void **)&s->du, N * 2 * I * h}, {(void **)&s->dproj, N * NINP * h}};
+    int nshared = 3;
+    if (!gsa) {
+        Carve more[] = {{(void **)&s->d_o, N * D * h}, {(void **)&s->dq, N * D * h}, {(void **)&s->dk, N * D * h},
+                        {(void **)&s->dv, N * D * h},
+                        {&s->attn_scratch, fox_attention_backward_scratch_bytes(B, (int)H, T, m->Dh)}};
+        for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++) shared[nshared++] = more[i];
+    }
+    logits_region_alloc(m, logits_b, shared, nshared);
     s->dres = (float *)dev_alloc(m, N * D * f, cnt);
     s->dres_bf = (bf16 *)dev_alloc(m, N * D * h, cnt);
     s->dres_up_bf = (bf16 *)dev_alloc(m, N * D * h, cnt);
     s->dxn = (float *)dev_alloc(m, N * D * f, cnt);
-    s->dh = (bf16 *)dev_alloc(m, N * I * h, cnt);
-    s->du = (bf16 *)dev_alloc(m, N * 2 * I * h, cnt);
-    s->dproj = (bf16 *)dev_alloc(m, N * NINP * h, cnt);
-    s->d_o = (bf16 *)dev_alloc(m, NQ * D * h, cnt);
     if (gsa) {
+        s->d_o = (bf16 *)dev_alloc(m, NQ * D * h, cnt);
         s->gsa_dSs = (bf16 *)dev_alloc(m, gz.state * h, cnt);
         s->gsa_dUs = (bf16 *)dev_alloc(m, gz.state * h, cnt);
         s->gsa_dsr = (float *)dev_alloc(m, gz.scores * f, cnt);
@@ -473,13 +506,9 @@ static void model_alloc_acts(Model *m, int B, int T) {
         s->gsa_D1 = (bf16 *)dev_alloc(m, gz.pairs * h, cnt);
         s->gsa_Pt = (bf16 *)dev_alloc(m, gz.pairs * h, cnt);
     } else {
-        s->dq = (bf16 *)dev_alloc(m, N * D * h, cnt);
-        s->dk = (bf16 *)dev_alloc(m, N * D * h, cnt);
-        s->dv = (bf16 *)dev_alloc(m, N * D * h, cnt);
         s->dc = (float *)dev_alloc(m, N * H * f, cnt);
         s->dlogf = (float *)dev_alloc(m, N * H * f, cnt);
         s->dfg = (float *)dev_alloc(m, N * H * f, cnt);
-        s->attn_scratch = dev_alloc(m, fox_attention_backward_scratch_bytes(B, (int)H, T, m->Dh), cnt);
     }
     s->colsum_rows = (float *)dev_alloc(m, 2 * colsum_rows_floats((int)N, (int)D) * f, cnt);
     s->colsum_part = (float *)dev_alloc(m, colsum_scratch_floats(N * H, D) * f, cnt);
@@ -661,13 +690,13 @@ static void model_free(Model *m) {
         free(layered[i]);
     }
     free(a->xn2);  // in a->xn's allocation
+    // dh, du, dproj and (but GSA's) d_o, dq, dk, dv and the attention scratch lie in the logits' allocation.
     void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xnf, a->logits,
                     a->losses, a->zero_c,
                     a->acp_kv_first, a->acp_q_last, a->doc_first, a->acp_live,
-                    a->inputs, a->targets, s->dres, s->dres_bf, s->dres_up_bf, s->dxn, s->dh, s->du, s->dproj, s->dq,
-                    s->dk, s->dv,
-                    s->d_o, s->dc, s->dlogf, s->dfg, s->colsum_rows, s->colsum_part, s->sumsq_part, s->sumsq,
-                    s->attn_scratch, s->buckets, m->rope_cos, m->rope_sin,
+                    a->inputs, a->targets, s->dres, s->dres_bf, s->dres_up_bf, s->dxn,
+                    m->cfg.arch == FOX_ARCH_GSA ? s->d_o : NULL, s->dc, s->dlogf, s->dfg, s->colsum_rows,
+                    s->colsum_part, s->sumsq_part, s->sumsq, s->buckets, m->rope_cos, m->rope_sin,
                     a->gsa_dS, a->gsa_dU, a->gsa_decay, s->gsa_dSs, s->gsa_dUs, s->gsa_dsr, s->gsa_y, s->gsa_D1, s->gsa_Pt};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) FOX_CUDA_CHECK(cudaFree(bufs[i]));
     for (int k = 0; k < FOX_NUM_PARAMS; k++) FOX_CUDA_CHECK(cudaFree(m->wbf[k]));
@@ -1474,6 +1503,14 @@ static void reduce_final_grads(Model *m, int reduce, int tensor, int layer) {
 #endif
 }
 
+// dproj's padding columns [width, NINP), which attn_in_w's input-gradient GEMM reads (against zero weight rows) and
+// nothing writes but the logits that share its memory (logits_region_alloc): zeroed once their GEMMs are queued.
+static void clear_dproj_padding(Model *m, int N) {
+    size_t h = sizeof(bf16), pad = (size_t)(m->NINP - m->cols.width);
+    if (pad)
+        FOX_CUDA_CHECK(cudaMemset2DAsync(m->s.dproj + m->cols.width, m->NINP * h, 0, pad * h, N, m->stream));
+}
+
 // Backward of the last model_forward (with targets), adding dloss_scale·∂(mean loss)/∂θ into grads;
 // reduce: also average the ranks' gradients as they become final (reduce_final_grads).
 static void model_backward(Model *m, const int *inputs, int B, int T, float dloss_scale, int reduce) {
@@ -1494,6 +1531,7 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
         weight_grad(m, &m->gemm, FOX_P_lm_head_w, 0, a->logits, m->VP, a->xnf + (size_t)r0 * D, rows, D, V, dloss_scale);
     }
     m->dlogits_kept = 0;
+    clear_dproj_padding(m, N);
     reduce_final_grads(m, reduce, FOX_P_lm_head_w, 0);
     rmsnorm_backward(m, s->dres_up_bf, NULL, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), grad(m, FOX_P_lnf_w, 0), N, 0);
     reduce_final_grads(m, reduce, FOX_P_lnf_w, 0);
