@@ -607,13 +607,23 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 }
 
 // The API's group of heads in the forward's launch order (Cfg::GROUPED) at nqb query blocks a head, as
-// measured (`./attention_forward 0 orders`, dev/cuda/NOTES.md session 12): at d_h 64, 16 heads (all heads at
-// once lost up to 5% from about 100 heads on, smaller groups lost at T 16384); at d_h 128, about one wave of blocks
-// (head after head at T 16384, 2 heads at T 8192, 4 at T 4096).
-template <int DH> int fwd_head_group(int nqb) {
-    if (DH == 64) return 16;
-    const int g = fox_sm_count() / nqb;
-    return g > 1 ? g : 1;
+// measured (`./attention_forward 0 orders`, held at the power cap with FOX_BENCH_SUSTAIN; dev/cuda/NOTES.md sessions
+// 12 and 27). At d_h 64, at most 16 heads, and only as many as have their K and V (T d_h 4 bytes a head) within
+// FWD_GROUP_KV_BYTES, half the H100's L2, so that every query block after a head's first reads them from L2, not
+// DRAM; of those, the most that divide the bh heads (a short last group costs more than a smaller group), unless
+// only 1 does. At d_h 128, about one wave of blocks (head after head at T 16384, 2 heads at T 8192, 4 at T 4096).
+inline constexpr long long FWD_GROUP_KV_BYTES = 24LL << 20;
+template <int DH> int fwd_head_group(int nqb, int T, int bh) {
+    if (DH == 128) {
+        const int g = fox_sm_count() / nqb;
+        return g > 1 ? g : 1;
+    }
+    const long long fit = FWD_GROUP_KV_BYTES / ((long long)T * DH * 4);
+    const int cap = fit < 1 ? 1 : fit > 16 ? 16 : (int)fit;
+    int divisor = 1;
+    for (int g = 2; g <= cap; g++)
+        if (bh % g == 0) divisor = g;
+    return divisor > 1 ? divisor : cap;
 }
 
 // The persistent forward's work counter for stream s on the current device: one a (device, stream), so that
@@ -654,7 +664,7 @@ void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloa
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
     const int nqb = (T + Cfg::BM - 1) / Cfg::BM;
-    const int want = head_group > 0 ? head_group : fwd_head_group<DH>(nqb), group = want < B * H ? want : B * H;
+    const int want = head_group > 0 ? head_group : fwd_head_group<DH>(nqb, T, B * H), group = want < B * H ? want : B * H;
     dim3 grid = Cfg::GROUPED ? dim3(nqb * B * H) : dim3(nqb, B * H);
     if (Cfg::PERSISTENT) {
         FOX_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), s));

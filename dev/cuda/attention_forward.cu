@@ -8,7 +8,9 @@
 //   ./attention_forward 3 check    (or bench) one half
 //   ./attention_forward 0 blocks   the API's cost per key tile and per block (an ACP staircase of n tiles); 32 blocks:
 //                                  version 32's
-//   ./attention_forward 0 orders   the API kernel's launch orders (groups of heads) at the trainers' shapes
+//   ./attention_forward 0 orders   the API kernel's launch orders (groups of heads) at the trainers' shapes;
+//                                  orders B,H,T[,d_h]: at one shape
+//   FOX_BENCH_SUSTAIN=S ./attention_forward ...   every timing held S seconds (the rate at the power cap)
 //   ./attention_forward 0 persistent   version 32 (persistent) against 27 (a block an item), T 1024 to 16384
 //
 // Versions (figures: forward TFLOP/s; NOTES.md has the full tables):
@@ -89,7 +91,10 @@
 // 25 groups of 4: 358-381, 469-470, 446-457, 451; d_h 128 530-541, 588-590.
 // 26 groups of 8: 386-388, 472, 456-460, 458-460; d_h 128 502-536, 561-565.
 // 27 groups of 16 (d_h 128: of about one wave of blocks, fwd_head_group): the API's forward on Hopper since
-//    session 12: 386-393 at T 4096, 463-475 / 463-466 / 450-470 at T 16384; d_h 128 537-542, 586-648.
+//    session 12: 386-393 at T 4096, 463-475 / 463-466 / 450-470 at T 16384; d_h 128 537-542, 586-648. Since
+//    session 27 its groups at d_h 64 are fwd_head_group's, as many heads as keep K and V within 24 MB of L2 (6, 6
+//    and 4 at the T 16384 shapes, 12 at T 8192): +0.8-2.1% held at the power cap (`FOX_BENCH_SUSTAIN=1
+//    ./attention_forward 0 orders`; dev/cuda/NOTES.md session 27).
 // 28 27 with 4 K / V stages at d_h 64 (3 at d_h 128, 231 KB of smem): 390-394 at T 4096, level at T 16384; d_h
 //    128 538-540 at T 4096, 561-591 at T 16384 (27: 586-641 in the same runs).
 // 29 (session 17) the forward's Q in registers for S: commit 1bfa51d, reverted (dev/cuda/NOTES.md session 17).
@@ -1131,22 +1136,32 @@ static void block_cost(int B, int H, int T, FwdFn fn) {
 }
 
 // The API kernel's launch order: head after head, and longest first in groups of G heads, at the shapes of
-// the trainers (T 16384: B 1, 12 or 24 heads; shorter T: B = 16384 / T) and the bench's.
+// the trainers (T 16384: B 1, 12 or 24 heads; shorter T: B = 16384 / T) and the bench's; in the form the API runs
+// at that T (persistent up to FWD_PERSISTENT_MAX_T, a block an item beyond), the last column the API itself
+// (fwd_head_group's pick).
 template <int DH>
 static void launch_orders(int B, int H, int T) {
     using Cfg = fox_attn::FwdWsCfg<DH>;
     using Grouped = fox_attn::FwdWsShape<Cfg::NWG, Cfg::STAGES, true, Cfg::SKIP_DEAD>;
     using HeadMajor = fox_attn::FwdWsShape<Cfg::NWG, Cfg::STAGES, false, Cfg::SKIP_DEAD>;
+    using Persistent = fox_attn::FwdWsPersistentCfg<DH>;
+    const bool persistent = T <= fox_attn::FWD_PERSISTENT_MAX_T;
+    int *counter = fox_attn::fwd_item_counter(0);
     BenchInputs b = make_bench_inputs(B, H, T, DH);
-    const int groups[] = {0, 2, 4, 6, 8, 12, 16, fox_attn_dev::ALL_HEADS};
+    const int groups[] = {0, 2, 4, 6, 8, 12, 16, fox_attn_dev::ALL_HEADS, -1};
+    const int api = fox_attn::fwd_head_group<DH>((T + Cfg::BM - 1) / Cfg::BM, T, B * H);
     bench_header(b);
-    printf("forward TFLOP/s, head after head | groups of 2, 4, 6, 8, 12, 16, all heads:");
+    printf("forward TFLOP/s%s, head after head | groups of 2, 4, 6, 8, 12, 16, all heads | the API's (%d):",
+           persistent ? " (persistent)" : "", api);
     for (int g : groups) {
         const float ms = median_ms([&] {
-            if (g == 0) fox_attn::forward_ws<DH, HeadMajor>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0);
+            if (g < 0) fox_attn::forward<DH>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0);
+            else if (g == 0) fox_attn::forward_ws<DH, HeadMajor>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0);
+            else if (persistent)
+                fox_attn::forward_ws<DH, Persistent>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0, g, counter);
             else fox_attn::forward_ws<DH, Grouped>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0, g);
         });
-        printf(" %6.1f%s", 2.0 * B * H * (double)T * T * DH / ms * 1e-9, g == 0 ? " |" : "");
+        printf(" %6.1f%s", 2.0 * B * H * (double)T * T * DH / ms * 1e-9, g == 0 || g == fox_attn_dev::ALL_HEADS ? " |" : "");
     }
     printf("\n");
     free_bench_inputs(b);
@@ -1210,6 +1225,16 @@ int main(int argc, char **argv) {
         if (!fox_attn::use_wgmma()) {
             fprintf(stderr, "orders: measures the Hopper kernel (fwd_ws_kernel); this device runs mma.sync\n");
             return 1;
+        }
+        int B, H, T, dh = 64;
+        if (argc > 3) {  // one shape
+            if (sscanf(argv[3], "%d,%d,%d,%d", &B, &H, &T, &dh) < 3 || B < 1 || H < 1 || T < 1 || (dh != 64 && dh != 128)) {
+                fprintf(stderr, "orders: the shape is B,H,T[,d_h] (d_h 64 or 128), not %s\n", argv[3]);
+                return 2;
+            }
+            if (dh == 64) launch_orders<64>(B, H, T);
+            else launch_orders<128>(B, H, T);
+            return 0;
         }
         const int shapes[][3] = {{1, 12, 16384}, {1, 24, 16384}, {2, 16, 16384}, {1, 16, 32768}, {2, 12, 8192}, {2, 24, 8192},
                                  {4, 12, 4096}, {4, 24, 4096}, {8, 16, 4096}, {8, 12, 2048}, {8, 24, 2048}};
