@@ -6,12 +6,12 @@
 #define FOX_ATTENTION_REF_H
 
 #include "../../fox/attention.cuh"  // the public API (forward, backward, scratch size), FOX_CUDA_CHECK
+#include "held.h"  // wall_s, held_ms (FOX_BENCH_SUSTAIN)
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>  // strtol, getenv, atof
 #include <string.h>
-#include <time.h>  // clock_gettime
 
 #include <algorithm>
 #include <vector>
@@ -355,31 +355,13 @@ static double bench_sustain_s() {
     return s ? atof(s) : 0.0;
 }
 
-static double wall_s() {
-    timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
 // Median of 20 timed runs of f (after 3 warm-up), in ms, by CUDA events around each; with FOX_BENCH_SUSTAIN, the
 // mean of f run back to back for that long.
 template <class F> static float median_ms(F f) {
+    if (const double hold = bench_sustain_s(); hold > 0) return (float)held_ms(f, hold);
     cudaEvent_t e0, e1;
     FOX_CUDA_CHECK(cudaEventCreate(&e0));
     FOX_CUDA_CHECK(cudaEventCreate(&e1));
-    if (const double hold = bench_sustain_s(); hold > 0) {
-        for (const double t0 = wall_s(); wall_s() - t0 < 0.5;) f();
-        int n = 0;
-        FOX_CUDA_CHECK(cudaEventRecord(e0));
-        for (const double t0 = wall_s(); wall_s() - t0 < hold; n++) f();
-        FOX_CUDA_CHECK(cudaEventRecord(e1));
-        FOX_CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms;
-        FOX_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        FOX_CUDA_CHECK(cudaEventDestroy(e0));
-        FOX_CUDA_CHECK(cudaEventDestroy(e1));
-        return ms / n;
-    }
     std::vector<float> t;
     for (int rep = 0; rep < 23; rep++) {
         FOX_CUDA_CHECK(cudaEventRecord(e0));

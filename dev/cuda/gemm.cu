@@ -11,6 +11,7 @@
 //   make gemm && ./gemm [dim heads T [name [SECONDS]]]   (default 760M: 1536 24 16384; 125M: 768 12 16384; name:
 //   only the products whose name contains it, "" all)
 #include "kcheck.h"
+#include "held.h"  // held_ms
 #include "../../fox/gemm.cuh"
 #include "../../fox/config.h"
 
@@ -39,25 +40,11 @@ struct Product {
     int accumulate;
 };
 
-// TFLOP/s of algorithm `run` held back to back for `seconds` after half a second of warm-up: the rate a
-// training step gets once the GPU's power cap binds (docs/perf.md "The 760M step under the power cap"), where
-// time_ms's short bursts run at the full clock.
+// TFLOP/s of algorithm `run` held back to back for `seconds` (held_ms): the rate a training step gets once the GPU's
+// power cap binds (docs/perf.md "The 760M step under the power cap"), where time_ms's short bursts run at the full
+// clock.
 template <typename F> static double sustained_tflops(F run, double flops, double seconds, cudaStream_t s) {
-    double ms1 = time_ms(run, 1, 3);
-    const int warm = (int)(500.0 / ms1) + 1, reps = (int)(seconds * 1000.0 / ms1) + 1;
-    for (int i = 0; i < warm; i++) run();
-    cudaEvent_t a, b;
-    FOX_CUDA_CHECK(cudaEventCreate(&a));
-    FOX_CUDA_CHECK(cudaEventCreate(&b));
-    FOX_CUDA_CHECK(cudaEventRecord(a, s));
-    for (int i = 0; i < reps; i++) run();
-    FOX_CUDA_CHECK(cudaEventRecord(b, s));
-    FOX_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms;
-    FOX_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    FOX_CUDA_CHECK(cudaEventDestroy(a));
-    FOX_CUDA_CHECK(cudaEventDestroy(b));
-    return flops * reps / ms * 1e-9;
+    return flops / held_ms(run, seconds, s) * 1e-9;
 }
 
 static void sweep(Gemm *g, const Product &p, double seconds) {

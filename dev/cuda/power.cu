@@ -10,6 +10,7 @@
 #include <time.h>
 #include <cuda_runtime.h>
 #include "../../fox/cuda_common.cuh"
+#include "held.h"  // wall_s
 
 // NVML's three calls this needs, by name (no NVML header or library at build time).
 struct Nvml {
@@ -45,12 +46,6 @@ static double energy_j(const Nvml &n) {
         exit(1);
     }
     return mj * 1e-3;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 // Each thread sums ITERS x 8 16-byte loads strided over the grid, wrapping inside the first mask + 1 float4s;
@@ -89,8 +84,8 @@ static double hold(const Nvml &n, const Level &lv, const float4 *x, float *out, 
     double joules = 0, busy_ms = 0, clock_sum = 0, t_total = 0;
     long launches = 0, clocks = 0;
     for (int pass = 0; pass < 2; pass++) {  // 0: warm-up (1 s), 1: measured
-        const double len = pass ? seconds : 1.0, e0 = energy_j(n), t0 = now_s();
-        while (now_s() - t0 < len) {
+        const double len = pass ? seconds : 1.0, e0 = energy_j(n), t0 = wall_s();
+        while (wall_s() - t0 < len) {
             if (!lv.bytes) {
                 struct timespec nap = {0, 50 * 1000 * 1000};
                 nanosleep(&nap, NULL);
@@ -107,7 +102,7 @@ static double hold(const Nvml &n, const Level &lv, const float4 *x, float *out, 
             if (pass && n.clock_mhz(n.device, 1, &c) == 0) clock_sum += c, clocks++;  // 1: NVML_CLOCK_SM
             if (pass) busy_ms += ms, launches += 10;
         }
-        if (pass) joules = energy_j(n) - e0, t_total = now_s() - t0;
+        if (pass) joules = energy_j(n) - e0, t_total = wall_s() - t0;
     }
     FOX_CUDA_CHECK(cudaEventDestroy(a));
     FOX_CUDA_CHECK(cudaEventDestroy(b));
