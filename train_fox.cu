@@ -484,15 +484,12 @@ static void model_alloc_acts(Model *m, int B, int T) {
 
     Scratch *s = &m->s;
     cnt = &m->bytes_scratch;
-    Carve shared[8] = {{(void **)&s->dh, N * I * h}, {(void **)&s->du, N * 2 * I * h}, {(void **)&s->dproj, N * NINP * h}};
-    int nshared = 3;
-    if (!gsa) {
-        Carve more[] = {{(void **)&s->d_o, N * D * h}, {(void **)&s->dq, N * D * h}, {(void **)&s->dk, N * D * h},
-                        {(void **)&s->dv, N * D * h},
-                        {&s->attn_scratch, fox_attention_backward_scratch_bytes(B, (int)H, T, m->Dh)}};
-        for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++) shared[nshared++] = more[i];
-    }
-    logits_region_alloc(m, logits_b, shared, nshared);
+    // GSA shares the first three (its d_o is read a chunk past its last row; it has no dq, dk, dv or attention scratch).
+    Carve shared[] = {{(void **)&s->dh, N * I * h}, {(void **)&s->du, N * 2 * I * h}, {(void **)&s->dproj, N * NINP * h},
+                      {(void **)&s->d_o, N * D * h}, {(void **)&s->dq, N * D * h}, {(void **)&s->dk, N * D * h},
+                      {(void **)&s->dv, N * D * h},
+                      {&s->attn_scratch, fox_attention_backward_scratch_bytes(B, (int)H, T, m->Dh)}};
+    logits_region_alloc(m, logits_b, shared, gsa ? 3 : (int)(sizeof(shared) / sizeof(shared[0])));
     s->dres = (float *)dev_alloc(m, N * D * f, cnt);
     s->dres_bf = (bf16 *)dev_alloc(m, N * D * h, cnt);
     s->dres_up_bf = (bf16 *)dev_alloc(m, N * D * h, cnt);
