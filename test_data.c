@@ -592,6 +592,7 @@ static void test_zarr(void) {
     // than the chunks hold, a directory in place of a chunk; at read: a chunk deleted after the open.
     BAD("zarr: a missing chunk", path_in("zarr/missing_chunk.zarr 2 4 0 1"));
     check(grep_file(path_in("stderr.txt"), "missing_chunk.zarr/1.1: chunk missing"), "  ... the error names chunk 1.1");
+    check(!grep_file(path_in("stderr.txt"), "training array"), "  ... without calling it a training array (validation arrays are checked too)");
     BAD("zarr: a missing chunk (separator /)", path_in("zarr/missing_chunk_slash.zarr 2 4 0 1"));
     check(grep_file(path_in("stderr.txt"), "missing_chunk_slash.zarr/1/1: chunk missing"), "  ... the error names chunk 1/1");
     BAD("zarr: .zarray claims 20 documents, chunks hold 12", path_in("zarr/claims_more.zarr 2 4 0 1"));

@@ -11,8 +11,10 @@
 //                      then AdamW m and v (float32) of the rank's slice of the flat parameter
 //                      vector, then the rank's data-loader state (opaque bytes).
 // Both end their header with the CRC-32 (fox/crc32.h, zlib's) of the whole file read with that
-// word as zero; loading verifies it and every header field against the others and the directory
-// name. Version 1 files (no checksum) are still read.
+// word as zero; loading verifies it before it reads any field but the magic and version (a flipped
+// bit is named as corruption, never as a mismatched flag), then every header field against the
+// others and the directory name. Version 1 files (no checksum) are still read, and state files of
+// version 2 (no schedule flags).
 // train_fox.py reads and writes model.bin (parsing the constants from this file), so weights move
 // freely between fox.c and PyTorch.
 #ifndef FOX_CHECKPOINT_H
@@ -21,7 +23,7 @@
 #define FOX_CKPT_MAGIC 20261121
 #define FOX_CKPT_VERSION 2
 #define FOX_STATE_MAGIC 20261122
-#define FOX_STATE_VERSION 2
+#define FOX_STATE_VERSION 3
 #define FOX_CKPT_HEADER_INTS 256
 // Where both headers keep the file's CRC-32 (version 2 on).
 #define FOX_CKPT_I_CRC 255
@@ -46,6 +48,13 @@ enum {
     FOX_STATE_I_LOSS_MEAN = 24,    // float64 bits: the recent mean of the loss (--spike-z)
     FOX_STATE_I_LOSS_VAR = 26,     // float64 bits: its variance
     FOX_STATE_I_LOSS_COUNT = 28,   // int64 steps in those statistics
+    // Version 3 on: the schedule's flags the run was written with (a resume says which changed).
+    FOX_STATE_I_LR = 30,           // float64 bits: --lr
+    FOX_STATE_I_MIN_LR = 32,       // float64 bits: --min-lr
+    FOX_STATE_I_WEIGHT_DECAY = 34, // float64 bits: --weight-decay
+    FOX_STATE_I_GRAD_CLIP = 36,    // float64 bits: --grad-clip
+    FOX_STATE_I_WARMUP_TOKENS = 38,// int64 --warmup-tokens
+    FOX_STATE_I_STEPS = 40,        // --steps
 };
 
 #include <stdint.h>
@@ -54,12 +63,20 @@ enum {
 #include "crc32.h"
 #include "io.h"
 
+// The schedule's flags (version 3 on; has = 0 when a state file predates them).
+typedef struct {
+    int has, steps;
+    double lr, min_lr, weight_decay, grad_clip;
+    long long warmup_tokens;
+} FoxSchedule;
+
 // What a rank needs besides weights and moments to continue bit for bit.
 typedef struct {
     int rank, world, step, seq_len, batch;
     long long tokens, shard_offset, shard_count, total_batch, loader_bytes, params, skipped, loss_count;
     double loss_mean, loss_var;
     uint64_t rng;
+    FoxSchedule schedule;
 } FoxTrainState;
 
 static inline void fox_put_i64(int32_t *h, int at, long long v) {
@@ -109,13 +126,34 @@ static inline void fox_write_checked(const char *path, int32_t *h, const void *c
     fox_fclose_synced(f, path);
 }
 
-// Verifies a version-2 file's CRC-32 over its header h and the parts that follow it, as read.
-static inline void fox_verify_crc(const char *path, const int32_t *h, const void *const *parts, const size_t *bytes, int n) {
+// Verifies a version-2 (or later) file's CRC-32 over the whole file as stored, its header h (already
+// read) with the checksum word as zero: before any field of h is believed.
+static inline void fox_verify_file_crc(const char *path, const int32_t *h) {
+    const size_t chunk = (size_t)64 << 20;
+    unsigned char *buf = (unsigned char *)fox_malloc(chunk);
+    FILE *f = fox_fopen(path, "rb");
     uint32_t crc = fox_header_crc(h);
-    for (int i = 0; i < n; i++) crc = fox_crc32(crc, parts[i], bytes[i]);
+    if (fseek(f, FOX_CKPT_HEADER_INTS * sizeof(int32_t), SEEK_SET)) fox_fatal("cannot seek in %s: %s", path, strerror(errno));
+    size_t got;
+    while ((got = fread(buf, 1, chunk, f)) > 0) crc = fox_crc32(crc, buf, got);
+    if (ferror(f)) fox_fatal("cannot read %s: %s", path, strerror(errno));
+    fclose(f);
+    free(buf);
     if (crc != (uint32_t)h[FOX_CKPT_I_CRC])
         fox_fatal("%s fails its checksum (stored %08x, computed %08x): the file is corrupted, truncated or was edited",
                   path, (uint32_t)h[FOX_CKPT_I_CRC], crc);
+}
+
+// Reads a checkpoint file's header into h and checks its magic (`what`: the kind of file) and version
+// (1 to `version`); from version 2 on, the whole file's checksum too. Returns the version.
+static inline int fox_read_checked_header(const char *path, int32_t *h, int32_t magic, int version, const char *what) {
+    FILE *f = fox_fopen(path, "rb");
+    fox_fread(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
+    fclose(f);
+    if (h[0] != magic) fox_fatal("%s is not a fox.c %s (magic %d, expected %d)", path, what, h[0], magic);
+    if (h[1] < 1 || h[1] > version) fox_fatal("%s has %s version %d, this build reads 1 to %d", path, what, h[1], version);
+    if (h[1] >= 2) fox_verify_file_crc(path, h);
+    return h[1];
 }
 
 // Whether all n floats are finite (a non-finite weight or moment is never written or loaded).
@@ -175,15 +213,10 @@ static inline void fox_write_model_bin(const char *path, const FoxConfig *c, con
     fox_write_checked(path, h, parts, bytes, 1);
 }
 
-// Reads the config of a model.bin and checks its magic, version and size.
+// Reads the config of a model.bin and checks its magic, version, checksum and size.
 // h receives the header.
 static inline FoxConfig fox_read_model_header(const char *path, int32_t *h) {
-    FILE *f = fox_fopen(path, "rb");
-    fox_fread(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
-    fclose(f);
-    if (h[0] != FOX_CKPT_MAGIC) fox_fatal("%s is not a fox.c model file (magic %d, expected %d)", path, h[0], FOX_CKPT_MAGIC);
-    if (h[1] != FOX_CKPT_VERSION && h[1] != 1)
-        fox_fatal("%s has model-file version %d, this build reads 1 and %d", path, h[1], FOX_CKPT_VERSION);
+    fox_read_checked_header(path, h, FOX_CKPT_MAGIC, FOX_CKPT_VERSION, "model file");
     FoxConfig c;
     if (!fox_config_from_header(h, &c)) fox_fatal("%s has %d config fields, this build knows fewer (a newer fox.c wrote it)", path, h[2]);
     const char *bad = fox_config_invalid(&c);
@@ -201,8 +234,8 @@ static inline FoxConfig fox_read_model_config(const char *path) {
     return fox_read_model_header(path, h);
 }
 
-// Loads a model.bin's weights into params, which must be laid out for `expect`: checksum verified,
-// every weight finite.
+// Loads a model.bin's weights into params, which must be laid out for `expect`: checksum verified
+// (by the header's read), every weight finite.
 static inline void fox_read_model_bin(const char *path, const FoxConfig *expect, float *params) {
     int32_t h[FOX_CKPT_HEADER_INTS];
     FoxConfig c = fox_read_model_header(path, h);
@@ -215,9 +248,6 @@ static inline void fox_read_model_bin(const char *path, const FoxConfig *expect,
     if (fseek(f, FOX_CKPT_HEADER_INTS * sizeof(int32_t), SEEK_SET)) fox_fatal("cannot seek in %s", path);
     fox_fread(params, sizeof(float), lay.total, f, path);
     fclose(f);
-    const void *parts[1] = {params};
-    size_t bytes[1] = {lay.total * sizeof(float)};
-    if (h[1] >= 2) fox_verify_crc(path, h, parts, bytes, 1);
     if (!fox_all_finite(params, lay.total)) fox_fatal("%s holds non-finite weights (NaN or Inf)", path);
 }
 
@@ -242,23 +272,24 @@ static inline void fox_write_state(const char *path, const FoxTrainState *s, con
     fox_put_f64(h, FOX_STATE_I_LOSS_MEAN, s->loss_mean);
     fox_put_f64(h, FOX_STATE_I_LOSS_VAR, s->loss_var);
     fox_put_i64(h, FOX_STATE_I_LOSS_COUNT, s->loss_count);
+    fox_put_f64(h, FOX_STATE_I_LR, s->schedule.lr);
+    fox_put_f64(h, FOX_STATE_I_MIN_LR, s->schedule.min_lr);
+    fox_put_f64(h, FOX_STATE_I_WEIGHT_DECAY, s->schedule.weight_decay);
+    fox_put_f64(h, FOX_STATE_I_GRAD_CLIP, s->schedule.grad_clip);
+    fox_put_i64(h, FOX_STATE_I_WARMUP_TOKENS, s->schedule.warmup_tokens);
+    h[FOX_STATE_I_STEPS] = s->schedule.steps;
     const void *parts[3] = {m, v, loader};
     size_t n = (size_t)s->shard_count * sizeof(float), bytes[3] = {n, n, (size_t)s->loader_bytes};
     fox_write_checked(path, h, parts, bytes, 3);
 }
 
-// Reads a state file into m, v and loader, checking its header against what this run expects
-// (`want`: rank, world, seq_len, batch, total_batch, params, shard_offset, shard_count,
+// Reads a state file into m, v and loader: its checksum first, then its header against what this run
+// expects (`want`: rank, world, seq_len, batch, total_batch, params, shard_offset, shard_count,
 // loader_bytes, and step: the one its directory is named for) and against itself (tokens = step x
-// tokens per step), then its checksum; fills tokens, rng, skipped and the loss statistics.
+// tokens per step); fills tokens, rng, skipped, the loss statistics and the schedule's flags.
 static inline void fox_read_state(const char *path, FoxTrainState *want, float *m, float *v, void *loader) {
     int32_t h[FOX_CKPT_HEADER_INTS];
-    FILE *f = fox_fopen(path, "rb");
-    fox_fread(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
-    if (h[FOX_STATE_I_MAGIC] != FOX_STATE_MAGIC) fox_fatal("%s is not a fox.c state file (bad magic)", path);
-    int version = h[FOX_STATE_I_VERSION];
-    if (version != FOX_STATE_VERSION && version != 1)
-        fox_fatal("%s has state version %d, this build reads 1 and %d", path, version, FOX_STATE_VERSION);
+    int version = fox_read_checked_header(path, h, FOX_STATE_MAGIC, FOX_STATE_VERSION, "state file");
 #define FOX_EXPECT(what, got, exp) if ((long long)(got) != (long long)(exp)) \
         fox_fatal("%s was written with %s %lld, this run has %lld", path, what, (long long)(got), (long long)(exp));
     FOX_EXPECT("step", h[FOX_STATE_I_STEP], want->step);
@@ -276,13 +307,12 @@ static inline void fox_read_state(const char *path, FoxTrainState *want, float *
     long long need = (long long)(FOX_CKPT_HEADER_INTS * 4) + 8 * want->shard_count + want->loader_bytes;
     if (fox_file_size(path) != need) fox_fatal("%s is truncated (%lld bytes, expected %lld)", path, fox_file_size(path), need);
     size_t n = (size_t)want->shard_count;
+    FILE *f = fox_fopen(path, "rb");
+    if (fseek(f, FOX_CKPT_HEADER_INTS * sizeof(int32_t), SEEK_SET)) fox_fatal("cannot seek in %s: %s", path, strerror(errno));
     fox_fread(m, sizeof(float), n, f, path);
     fox_fread(v, sizeof(float), n, f, path);
     fox_fread(loader, 1, (size_t)want->loader_bytes, f, path);
     fclose(f);
-    const void *parts[3] = {m, v, loader};
-    size_t bytes[3] = {n * sizeof(float), n * sizeof(float), (size_t)want->loader_bytes};
-    if (version >= 2) fox_verify_crc(path, h, parts, bytes, 3);
     if (!fox_all_finite(m, n) || !fox_all_finite(v, n)) fox_fatal("%s holds non-finite AdamW moments (NaN or Inf)", path);
     want->tokens = fox_get_i64(h, FOX_STATE_I_TOKENS);
     want->rng = (uint64_t)fox_get_i64(h, FOX_STATE_I_RNG);
@@ -292,15 +322,22 @@ static inline void fox_read_state(const char *path, FoxTrainState *want, float *
     want->loss_count = version >= 2 ? fox_get_i64(h, FOX_STATE_I_LOSS_COUNT) : 0;
     if (want->skipped < 0 || want->loss_count < 0 || !isfinite(want->loss_mean) || !(want->loss_var >= 0.0 && isfinite(want->loss_var)))
         fox_fatal("%s holds an invalid skipped-step count or loss statistics", path);
+    FoxSchedule *sc = &want->schedule;
+    memset(sc, 0, sizeof(*sc));
+    if (version < 3) return;
+    sc->has = 1;
+    sc->lr = fox_get_f64(h, FOX_STATE_I_LR);
+    sc->min_lr = fox_get_f64(h, FOX_STATE_I_MIN_LR);
+    sc->weight_decay = fox_get_f64(h, FOX_STATE_I_WEIGHT_DECAY);
+    sc->grad_clip = fox_get_f64(h, FOX_STATE_I_GRAD_CLIP);
+    sc->warmup_tokens = fox_get_i64(h, FOX_STATE_I_WARMUP_TOKENS);
+    sc->steps = h[FOX_STATE_I_STEPS];
 }
 
-// The training context a state file was written with (its header alone is read).
+// The training context a state file was written with (its header, after its checksum).
 static inline int fox_state_seq_len(const char *path) {
     int32_t h[FOX_CKPT_HEADER_INTS];
-    FILE *f = fox_fopen(path, "rb");
-    fox_fread(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
-    fclose(f);
-    if (h[FOX_STATE_I_MAGIC] != FOX_STATE_MAGIC) fox_fatal("%s is not a fox.c state file (bad magic)", path);
+    fox_read_checked_header(path, h, FOX_STATE_MAGIC, FOX_STATE_VERSION, "state file");
     if (h[FOX_STATE_I_SEQ_LEN] < 1) fox_fatal("%s holds an invalid --seq-len %d", path, h[FOX_STATE_I_SEQ_LEN]);
     return h[FOX_STATE_I_SEQ_LEN];
 }

@@ -74,6 +74,16 @@ static inline void dist_allreduce_sum_f64(const Dist *d, double *x, size_t n) {
 #endif
 }
 
+// Maximum of x over ranks, in place.
+static inline void dist_allreduce_max_f64(const Dist *d, double *x, size_t n) {
+#ifdef FOX_MPI
+    if (d->world > 1 && MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+        fox_fatal("MPI_Allreduce failed");
+#else
+    (void)d; (void)x; (void)n;
+#endif
+}
+
 static inline void dist_barrier(const Dist *d) {
 #ifdef FOX_MPI
     if (d->world > 1 && MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS) fox_fatal("MPI_Barrier failed");

@@ -21,8 +21,10 @@
 #endif
 
 // What fox_fatal does besides printing: removes a half-written directory (a checkpoint being
-// written), and appends a hint to the message (which older checkpoint a resume could use).
+// written), undoes what a run's failed start made (fox_fatal_undo: its lock file and the run
+// directory it created), and appends a hint to the message (which older checkpoint a resume could use).
 static char fox_fatal_cleanup_dir[4096];
+static void (*fox_fatal_undo)(void);
 static char fox_fatal_hint[512];
 
 // Removes a directory that holds only files; returns 0, or -1 with errno set (nothing to remove: 0).
@@ -47,6 +49,7 @@ static inline FOX_NORETURN void fox_vfatal(int status, const char *fmt, va_list 
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "%s\n", fox_fatal_hint);
     if (fox_fatal_cleanup_dir[0]) fox_remove_flat_dir_status(fox_fatal_cleanup_dir);
+    if (fox_fatal_undo) fox_fatal_undo();
     exit(status);
 }
 

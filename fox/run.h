@@ -23,6 +23,8 @@
 // Exit codes besides 0 (done) and 1 (an error, one line on stderr): the run stopped itself.
 #define FOX_EXIT_DIVERGED 3   // --max-bad-steps steps in a row were not applied (step_rejection)
 #define FOX_EXIT_STOPPED 75   // a signal (SIGTERM, SIGINT, SIGUSR1, SIGHUP): checkpoint written, --resume
+// A signal where nothing is left to resume (no --out, --generate, --eval-only) exits 128 + its number,
+// the shell's code for a process the signal ended.
 
 typedef struct {
     FoxArgs args;
@@ -50,29 +52,48 @@ typedef struct {
     float *h_params, *h_m, *h_v;  // host staging of weights and AdamW moments (checkpoints)
     FILE *log;
     int lock_fd;                  // OUT/.lock, held by rank 0 for the run's life (-1: none)
+    int clear_out;                // --overwrite: the earlier run is deleted once the start-up checks pass
     int test_nan_step, test_nan_attempts, test_discard_step, test_ckpt_stall_ms;  // test-only hooks (run_test_hooks)
 } Run;
 
 // The stop signal received (0: none). The handler only records it: the step loop acts on it at the
-// end of the current step, so a checkpoint being written is always finished.
+// end of the current step, so a checkpoint being written is always finished; generation at the next
+// token, --eval-only at the next sequence. run_stop_note says which, set before each of them starts.
 static volatile sig_atomic_t run_stop_signal = 0;
+static const char *volatile run_stop_note = "\nstopping after this step, with a checkpoint (SIGINT again to quit at once)\n";
 
-static void run_on_stop_signal(int sig) {
-    static const char note[] = "\nstopping after this step, with a checkpoint (SIGINT again to quit at once)\n";
+static int run_under_mpirun;  // started by Open MPI's mpirun (its kill sequence begins with SIGCONT)
+
+// Open MPI's mpirun (or its orted on another node) answers SIGTERM and Ctrl-C with SIGCONT, then SIGTERM
+// odls_base_sigkill_timeout seconds later, then SIGKILL as long again: its SIGCONT to a running rank
+// (sender: the rank's parent) is taken as the stop, which leaves the ranks both intervals. Any other
+// SIGCONT (a job resumed after SIGSTOP by a shell or Slurm) changes nothing.
+static void run_on_stop_signal(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    if (sig == SIGCONT && !(run_under_mpirun && info && info->si_code == SI_USER && info->si_pid == getppid())) return;
     if (run_stop_signal && sig == SIGINT) _exit(128 + SIGINT);  // a second Ctrl-C: at once
+    if (run_stop_signal) return;
     run_stop_signal = sig;
-    ssize_t said = write(STDERR_FILENO, note, sizeof(note) - 1);  // write(2): safe in a signal handler
+    const char *note = run_stop_note;
+    ssize_t said = write(STDERR_FILENO, note, strlen(note));  // write(2) and strlen: safe in a signal handler
     (void)said;
 }
 
+// The stop signals' handler; SIGXFSZ ignored, so a write past a file-size limit (ulimit -f) fails with
+// EFBIG into the checked write's one-line error instead of killing the process without a word.
 static void run_catch_stop_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = run_on_stop_signal;
+    sa.sa_sigaction = run_on_stop_signal;
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
-    int sigs[] = {SIGTERM, SIGINT, SIGUSR1, SIGHUP};
+    run_under_mpirun = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+    int sigs[] = {SIGTERM, SIGINT, SIGUSR1, SIGHUP, SIGCONT};
     for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
         if (sigaction(sigs[i], &sa, NULL)) fox_fatal("cannot install the handler of signal %d: %s", sigs[i], strerror(errno));
+    sa.sa_flags = 0;
+    sa.sa_handler = SIG_IGN;
+    if (sigaction(SIGXFSZ, &sa, NULL)) fox_fatal("cannot ignore SIGXFSZ: %s", strerror(errno));
 }
 
 static const char *run_signal_name(int sig) {
@@ -81,6 +102,7 @@ static const char *run_signal_name(int sig) {
     case SIGINT: return "SIGINT";
     case SIGUSR1: return "SIGUSR1";
     case SIGHUP: return "SIGHUP";
+    case SIGCONT: return "mpirun's kill sequence (SIGTERM or Ctrl-C to mpirun)";
     default: return "a signal on another rank";
     }
 }
@@ -223,6 +245,8 @@ static FoxTrainState run_state(const Run *r) {
     s.loss_mean = r->loss_mean;
     s.loss_var = r->loss_var;
     s.loss_count = r->loss_count;
+    s.schedule = (FoxSchedule){1, r->args.steps, r->args.lr, r->args.min_lr, r->args.weight_decay, r->args.grad_clip,
+                               r->args.warmup_tokens};
     return s;
 }
 
@@ -230,15 +254,45 @@ static void state_path(char *buf, size_t cap, const char *dir, int rank) {
     if (snprintf(buf, cap, "%s/state_%05d.bin", dir, rank) >= (int)cap) fox_fatal("path too long: %s", dir);
 }
 
-// Stops the run with `code` after printing msg (rank 0), every rank alike.
+// Stops the run with `code` after printing msg (rank 0), every rank alike: on stdout when a signal
+// stopped it, else on stderr.
 static FOX_NORETURN void run_exit(Run *r, int code, const char *msg) {
     if (r->dist.rank == 0) {
         fflush(stdout);
-        fprintf(code == FOX_EXIT_STOPPED ? stdout : stderr, "%s\n", msg);
+        fprintf(code == FOX_EXIT_STOPPED || code > 128 ? stdout : stderr, "%s\n", msg);
     }
     if (r->log) fclose(r->log);
     dist_finalize();
     exit(code);
+}
+
+// Frees what the run holds and closes its log and lock.
+static void run_free(Run *r) {
+    if (r->model) model_free(r->model);
+    free(r->model);
+    if (!r->args.eval_only && !r->args.generate) dataloader_free(&r->train);
+    if (r->has_val) dataloader_free(&r->val);
+    free(r->inputs);
+    free(r->targets);
+    free(r->pos_loss);
+    free(r->doc_pos_loss);
+    free(r->doc_pos_count);
+    free(r->step_pos_loss);
+    free(r->h_params);
+    free(r->h_m);
+    free(r->h_v);
+    if (r->log && fclose(r->log)) fox_fatal("cannot close the log");
+    r->log = NULL;
+    if (r->lock_fd >= 0) close(r->lock_fd);
+}
+
+// Ends a run that signal `sig` stopped where nothing is left to resume: exit 128 + sig (SIGTERM's code
+// when the signal came to another rank: sig 0).
+static FOX_NORETURN void run_exit_signalled(Run *r, int sig, const char *where) {
+    char msg[256];
+    snprintf(msg, sizeof(msg), "stopped by %s %s", run_signal_name(sig), where);
+    run_free(r);
+    run_exit(r, 128 + (sig ? sig : SIGTERM), msg);
 }
 
 // Atomic checkpoint (docs/model.md §5): every rank writes its state into the temporary directory, rank 0
@@ -285,22 +339,43 @@ static void save_checkpoint(Run *r) {
     dist_barrier(&r->dist);
 }
 
-// The message a failed load of the checkpoint of `step` ends with: the older one a resume could use.
-static void set_fallback_hint(const Run *r, int step) {
-    int steps[4096], n = fox_ckpt_list(r->args.out, steps, 4096), older = -1;
+// The message a failed load of the checkpoint of `step` in out ends with: the older one a resume,
+// --eval-only or --generate could use.
+static void set_fallback_hint(const char *out, int step) {
+    int steps[4096], n = fox_ckpt_list(out, steps, 4096), older = -1;
     for (int i = 0; i < n; i++)
         if (steps[i] < step) older = steps[i];
     if (older >= 0)
-        snprintf(fox_fatal_hint, sizeof(fox_fatal_hint), " (to resume from the older complete checkpoint ckpt_%08d, "
-                 "move %s/ckpt_%08d aside)", older, r->args.out, step);
+        snprintf(fox_fatal_hint, sizeof(fox_fatal_hint), " (to use the older complete checkpoint ckpt_%08d, "
+                 "move %s/ckpt_%08d aside)", older, out, step);
     else
-        snprintf(fox_fatal_hint, sizeof(fox_fatal_hint), " (no older checkpoint in %s)", r->args.out);
+        snprintf(fox_fatal_hint, sizeof(fox_fatal_hint), " (no older checkpoint in %s)", out);
+}
+
+// On resume: one line naming the schedule's flags given with other values than the checkpoint's. They
+// are taken (as torchtitan and llm.c let a schedule be extended): the learning rate of every later
+// step follows the new values.
+static void report_schedule_changes(const Run *r, const FoxSchedule *was) {
+    if (!was->has) return;
+    const FoxArgs *a = &r->args;
+    char line[1024] = "";
+    size_t n = 0;
+#define FOX_CHANGED(flag, fmt, now, then) \
+    if ((now) != (then) && n < sizeof(line)) n += (size_t)snprintf(line + n, sizeof(line) - n, "%s" flag " " fmt " (was " fmt ")", n ? ", " : "", now, then);
+    FOX_CHANGED("--steps", "%d", a->steps, was->steps)
+    FOX_CHANGED("--lr", "%.9g", a->lr, was->lr)
+    FOX_CHANGED("--min-lr", "%.9g", a->min_lr, was->min_lr)
+    FOX_CHANGED("--warmup-tokens", "%lld", a->warmup_tokens, was->warmup_tokens)
+    FOX_CHANGED("--weight-decay", "%.9g", a->weight_decay, was->weight_decay)
+    FOX_CHANGED("--grad-clip", "%.9g", a->grad_clip, was->grad_clip)
+#undef FOX_CHANGED
+    if (n) printf("resuming with changed flags: %s; steps %d on follow the new values\n", line, r->step + 1);
 }
 
 static void load_checkpoint(Run *r, int step) {
     char dir[4096], path[4352];
     ensure_host_staging(r, 1);
-    set_fallback_hint(r, step);
+    set_fallback_hint(r->args.out, step);
     fox_ckpt_dir(dir, sizeof(dir), r->args.out, step, 0);
     snprintf(path, sizeof(path), "%s/model.bin", dir);
     fox_read_model_bin(path, &r->cfg, r->h_params);
@@ -319,7 +394,10 @@ static void load_checkpoint(Run *r, int step) {
     r->loss_mean = s.loss_mean;
     r->loss_var = s.loss_var;
     r->loss_count = s.loss_count;
-    if (r->dist.rank == 0) printf("resumed from %s at step %d\n", dir, step);
+    if (r->dist.rank == 0) {
+        printf("resumed from %s at step %d\n", dir, step);
+        report_schedule_changes(r, &s.schedule);
+    }
 }
 
 static FOX_PRINTF(2, 3) void log_json(Run *r, const char *fmt, ...) {
@@ -379,6 +457,33 @@ static int out_dir_used(const char *out) {
     return fox_ckpt_list(out, steps, 4096) > 0 || (stat(path, &st) == 0 && st.st_size > 0);
 }
 
+// On resume at `step`, log.jsonl keeps only the lines of steps up to it (a killed run may have logged
+// steps past its newest checkpoint, and a line cut short by the kill), so no step appears twice. A
+// skipped step's line carries the step it tried (step + 1 for the skips before the checkpoint's next
+// step, which a stop checkpoints too): those lines stay while their running count "skipped_steps" is
+// within the checkpoint's `skipped`.
+static void cut_log(const char *out, int step, long long skipped) {
+    char path[4352], tmp[4352];
+    snprintf(path, sizeof(path), "%s/log.jsonl", out);
+    snprintf(tmp, sizeof(tmp), "%s/log.jsonl.tmp", out);
+    size_t len;
+    char *text = fox_read_file(path, &len);
+    if (!text) return;
+    FILE *f = fox_fopen(tmp, "w");
+    for (char *line = text, *end; (end = strchr(line, '\n')) != NULL; line = end + 1) {
+        int st, n = 0;
+        long long count;
+        if (sscanf(line, "{\"step\": %d, \"skipped\": %n", &st, &n) < 1) continue;
+        const char *at = n ? strstr(line, "\"skipped_steps\": ") : NULL;
+        int keep = n ? at && at < end && sscanf(at, "\"skipped_steps\": %lld", &count) == 1 && count <= skipped && st <= step + 1
+                     : st <= step;
+        if (keep) fox_fwrite(line, 1, (size_t)(end - line + 1), f, tmp);
+    }
+    free(text);
+    fox_fclose_synced(f, tmp);
+    if (rename(tmp, path)) fox_fatal("cannot rename %s: %s", tmp, strerror(errno));
+}
+
 // --overwrite: removes what an earlier run left in OUT (checkpoints, temporaries, logs, losses).
 static void clear_out_dir(const char *out) {
     DIR *d = opendir(out);
@@ -395,12 +500,59 @@ static void clear_out_dir(const char *out) {
     closedir(d);
 }
 
+// The step of a per-position loss file's name, train_loss_pos_SSSSSSSS.npy, or -1 for another name.
+static int train_pos_loss_step(const char *name) {
+    if (strlen(name) != 27 || strncmp(name, "train_loss_pos_", 15) || strspn(name + 15, "0123456789") != 8 ||
+        strcmp(name + 23, ".npy"))
+        return -1;
+    return atoi(name + 15);
+}
+
+// Removes what a killed run left in OUT that no checkpoint up to `step` (the one resumed, 0 when none)
+// accounts for: checkpoint directories whose write did not finish (.tmp_ckpt_*), a half-written copy of
+// log.jsonl, and the per-position losses of later steps (written just before a checkpoint that was not).
+// Rank 0, under the lock; one line names what went.
+static void remove_stale_files(const char *out, int step) {
+    DIR *d = opendir(out);
+    if (!d) fox_fatal("cannot open %s: %s", out, strerror(errno));
+    struct dirent *e;
+    char path[4352], gone[1024] = "";
+    size_t said = 0;
+    int count = 0;
+    while ((e = readdir(d))) {
+        const char *n = e->d_name;
+        int tmp_dir = !strncmp(n, ".tmp_ckpt_", 10);
+        if (!tmp_dir && strcmp(n, "log.jsonl.tmp") && train_pos_loss_step(n) <= step) continue;
+        snprintf(path, sizeof(path), "%s/%s", out, n);
+        if (tmp_dir) fox_remove_flat_dir(path);
+        else if (unlink(path)) fox_fatal("cannot remove %s: %s", path, strerror(errno));
+        if (said < sizeof(gone)) said += (size_t)snprintf(gone + said, sizeof(gone) - said, "%s%s", count ? ", " : "", n);
+        count++;
+    }
+    closedir(d);
+    if (count) printf("removed what an interrupted run left in %s: %s\n", out, gone);
+}
+
+// What a failed start undoes (fox_fatal_undo): the lock file it created, and the run directory when it
+// created that too (rmdir: only while nothing else is in it).
+static char run_undo_lock[4352], run_undo_dir[4096];
+static void run_undo_start(void) {
+    if (run_undo_lock[0]) unlink(run_undo_lock);
+    if (run_undo_dir[0]) rmdir(run_undo_dir);
+}
+
 // Rank 0 decides whether the run may use OUT (locked by no other run; a fresh run only in an unused
-// directory, or with --overwrite); every rank fails alike when it may not, rank 0 saying why.
+// directory, or with --overwrite, whose deletion waits for the start-up checks: r->clear_out); every
+// rank fails alike when it may not, rank 0 saying why.
 static void claim_out_dir(Run *r) {
     FoxArgs *a = &r->args;
     char why[4608] = "";
     if (r->dist.rank == 0) {
+        struct stat st;
+        if (stat(a->out, &st)) snprintf(run_undo_dir, sizeof(run_undo_dir), "%s", a->out);
+        snprintf(run_undo_lock, sizeof(run_undo_lock), "%s/.lock", a->out);
+        if (stat(run_undo_lock, &st) == 0) run_undo_lock[0] = 0;
+        fox_fatal_undo = run_undo_start;
         fox_mkdir_p(a->out);
         long holder = lock_out_dir(r);
         if (holder)
@@ -411,7 +563,7 @@ static void claim_out_dir(Run *r) {
                 snprintf(why, sizeof(why), "%s holds an earlier run (checkpoints or log.jsonl): add --resume to continue it, "
                          "or --overwrite to delete it and start over", a->out);
             else
-                clear_out_dir(a->out);
+                r->clear_out = 1;
         }
     }
     dist_broadcast(&r->dist, why, sizeof(why), 0);
@@ -419,23 +571,18 @@ static void claim_out_dir(Run *r) {
     if (why[0]) exit(1);
 }
 
-// On resume at `step`, log.jsonl keeps only the lines of steps up to it (a killed run may have logged
-// steps past its newest checkpoint, and a line cut short by the kill), so no step appears twice.
-static void cut_log(const char *out, int step) {
-    char path[4352], tmp[4352];
-    snprintf(path, sizeof(path), "%s/log.jsonl", out);
-    snprintf(tmp, sizeof(tmp), "%s/log.jsonl.tmp", out);
-    size_t len;
-    char *text = fox_read_file(path, &len);
-    if (!text) return;
-    FILE *f = fox_fopen(tmp, "w");
-    for (char *line = text, *end; (end = strchr(line, '\n')) != NULL; line = end + 1) {
-        int st;
-        if (sscanf(line, "{\"step\": %d", &st) == 1 && st <= step) fox_fwrite(line, 1, (size_t)(end - line + 1), f, tmp);
-    }
-    free(text);
-    fox_fclose_synced(f, tmp);
-    if (rename(tmp, path)) fox_fatal("cannot rename %s: %s", tmp, strerror(errno));
+// Rank 0, once the start-up checks have passed: the earlier run deleted (--overwrite), what an
+// interrupted run left removed, log.jsonl cut back to the resumed step and opened. From here on a
+// failure undoes nothing.
+static void open_out_dir(Run *r) {
+    const FoxArgs *a = &r->args;
+    char path[4352];
+    if (r->clear_out) clear_out_dir(a->out);
+    remove_stale_files(a->out, r->step);
+    if (r->step) cut_log(a->out, r->step, r->skipped);
+    snprintf(path, sizeof(path), "%s/log.jsonl", a->out);
+    r->log = fox_fopen(path, r->step ? "a" : "w");
+    fox_fatal_undo = NULL;
 }
 
 // The flags that depend on the model: --doc-sep must be a token of its vocabulary when --doc-mask or
@@ -468,10 +615,27 @@ static ModelOptions model_options(const FoxArgs *a, int batch, int seq_len, int 
     return o;
 }
 
+// Under a launcher (docs/model.md §2, Stopping): which signal stops every rank with a checkpoint. Open
+// MPI's mpirun forwards SIGUSR1 and SIGUSR2 as they are, but answers SIGTERM and SIGINT with its kill
+// sequence (run_on_stop_signal), SIGKILL twice odls_base_sigkill_timeout seconds (1 by default) after
+// it begins; Slurm follows scancel's SIGTERM with SIGKILL after its KillWait.
+static void say_stop_signal(const Run *r) {
+    if (r->dist.rank || !dist_launched()) return;
+    const char *t = getenv("OMPI_MCA_odls_base_sigkill_timeout");
+    if (getenv("OMPI_COMM_WORLD_SIZE"))
+        printf("to stop with a checkpoint: kill -USR1 <mpirun's pid> (no time limit), or SIGTERM or Ctrl-C to mpirun, which "
+               "kills the ranks %d s later (twice odls_base_sigkill_timeout; --mca odls_base_sigkill_timeout 300 gives a "
+               "step and a checkpoint 10 minutes)\n", 2 * (t ? atoi(t) : 1));
+    else if (getenv("SLURM_JOB_ID"))
+        printf("to stop with a checkpoint: scancel --signal=USR1 --full JOBID (and #SBATCH --signal=USR1@120 before the "
+               "time limit); a plain scancel's SIGTERM is followed by SIGKILL after Slurm's KillWait (scontrol show config)\n");
+    else
+        printf("to stop with a checkpoint: SIGUSR1 to the launcher, which must forward it to every rank\n");
+}
+
 // Sets up the run from its arguments: model, optimizer, data, resume.
 static void run_init(Run *r) {
     FoxArgs *a = &r->args;
-    run_catch_stop_signals();  // a signal during the set-up stops the run after its first step
     FoxConfig cfg = fox_args_config(a);
     check_model_flags(a, &cfg, a->seq_len, "--seq-len");
     run_test_hooks(r);
@@ -488,6 +652,11 @@ static void run_init(Run *r) {
         fprintf(stderr, "warning: --warmup-tokens %lld exceeds the run's %lld tokens (--steps %d x %lld): the learning rate "
                 "never reaches --lr %g\n", a->warmup_tokens, total * a->steps, a->steps, total, a->lr);
     if (a->out[0]) claim_out_dir(r);
+    int latest = a->resume ? fox_ckpt_latest(a->out) : -1;
+    if (latest > a->steps)
+        fox_usage_error("--steps %d: the run in %s is at step %d already (ckpt_%08d), nothing to train; --steps %d or more "
+                        "continues it", a->steps, a->out, latest, latest, latest);
+    say_stop_signal(r);
     // Data first: a bad path or a --seq-len beyond the data fails before any large allocation.
     dataloader_init(&r->train, a->train, a->batch, a->seq_len, r->dist.rank, r->dist.world, (uint64_t)a->seed, 1);
     r->has_val = a->val[0] != 0;
@@ -502,30 +671,34 @@ static void run_init(Run *r) {
     if (r->has_val && a->eval_every > 0) check_val_data(r);
     ModelOptions mo = model_options(a, a->batch, a->seq_len, 0);
     r->model = run_model_init(&cfg, &mo, &r->dist);
-    if (a->init[0]) load_weights(r, a->init, &cfg);
-    if (a->resume) {
-        int latest = fox_ckpt_latest(a->out);
-        if (latest >= 0) load_checkpoint(r, latest);
-        else if (r->dist.rank == 0) printf("no checkpoint in %s: starting fresh\n", a->out);
+    if (a->init[0] && latest < 0) load_weights(r, a->init, &cfg);
+    if (latest >= 0) {
+        load_checkpoint(r, latest);
+        if (r->dist.rank == 0 && a->init[0])
+            printf("--init %s is not read: the run resumes from its checkpoint (--init starts a run whose --out holds none)\n",
+                   a->init);
+        if (r->dist.rank == 0 && r->step == a->steps)
+            printf("the run is complete (step %d of --steps %d): nothing to train; a larger --steps continues it\n", r->step, a->steps);
+    } else if (a->resume && r->dist.rank == 0) {
+        printf("no checkpoint in %s: starting fresh\n", a->out);
     }
-    if (a->out[0] && r->dist.rank == 0) {
-        char path[4352];
-        if (r->step) cut_log(a->out, r->step);
-        snprintf(path, sizeof(path), "%s/log.jsonl", a->out);
-        r->log = fox_fopen(path, r->step ? "a" : "w");
-    }
+    if (a->out[0] && r->dist.rank == 0) open_out_dir(r);
 }
 
 // Path of the weights --eval-only and --generate (flag) read: --init, else the newest checkpoint's
-// model.bin in --out. Returns the training context of that checkpoint (0 when unknown, as for --init).
-static int eval_weights_path(const FoxArgs *a, const char *flag, char *path, size_t cap) {
+// model.bin in --out, a failure to load which names the older checkpoint (fox_fatal_hint, cleared once the
+// weights are in). With train_context: returns the training context of that checkpoint, read from its
+// state file when present (0 when unknown: --init, or a checkpoint that kept only its weights).
+static int eval_weights_path(const FoxArgs *a, const char *flag, char *path, size_t cap, int train_context) {
     if (a->init[0]) { snprintf(path, cap, "%s", a->init); return 0; }
     int latest = a->out[0] ? fox_ckpt_latest(a->out) : -1;
     if (latest < 0) fox_usage_error("%s needs --init PATH or a checkpoint in --out%s%s", flag, a->out[0] ? " " : "", a->out);
     char dir[4096];
+    struct stat st;
     fox_ckpt_dir(dir, sizeof(dir), a->out, latest, 0);
+    set_fallback_hint(a->out, latest);
     if (snprintf(path, cap, "%s/state_00000.bin", dir) >= (int)cap) fox_fatal("path too long: %s", dir);
-    int train_T = fox_state_seq_len(path);
+    int train_T = train_context && stat(path, &st) == 0 ? fox_state_seq_len(path) : 0;
     snprintf(path, cap, "%s/model.bin", dir);
     return train_T;
 }
@@ -538,7 +711,7 @@ static void eval_init(Run *r) {
     if (!a->val[0]) fox_usage_error("--eval-only needs --val");
     int T = a->eval_seq_len ? a->eval_seq_len : a->seq_len;
     char path[4352];
-    r->train_seq_len = eval_weights_path(a, "--eval-only", path, sizeof(path));
+    r->train_seq_len = eval_weights_path(a, "--eval-only", path, sizeof(path), 1);
     FoxConfig cfg = fox_read_model_config(path);
     check_model_flags(a, &cfg, T, a->eval_seq_len ? "--eval-seq-len" : "--seq-len");
     dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
@@ -549,6 +722,7 @@ static void eval_init(Run *r) {
     ModelOptions mo = model_options(a, 1, T, 1);
     r->model = run_model_init(&cfg, &mo, &r->dist);
     load_weights(r, path, &cfg);
+    fox_fatal_hint[0] = 0;
     r->inputs = (int *)fox_calloc((size_t)T, sizeof(int));
     r->targets = (int *)fox_calloc((size_t)T, sizeof(int));
     r->pos_loss = (double *)fox_calloc((size_t)T, sizeof(double));
@@ -601,13 +775,24 @@ static void eval_per_token(Run *r) {
     long long avail = dataloader_num_windows(&r->val);
     long long mine = (a->eval_seqs - r->dist.rank + r->dist.world - 1) / r->dist.world;
     if (mine > avail) mine = avail;
-    double t0 = now_seconds(), count = (double)mine;
-    for (long long s = 0; s < mine; s++) {
-        next_batch(r, &r->val, a->val, (size_t)T);
-        model_forward(r->model, r->inputs, r->targets, 1, T);
-        const float *pos = run_model_losses(r->model);
-        for (int t = 0; t < T; t++) r->pos_loss[t] += pos[t];
-        if (a->eval_doc_pos) add_doc_pos_loss(r, pos, T);
+    double t0 = now_seconds(), count = (double)mine, rounds = (double)mine;
+    dist_allreduce_max_f64(&r->dist, &rounds, 1);
+    run_stop_note = "\nstopping after this sequence, writing nothing (SIGINT again to quit at once)\n";
+    for (long long s = 0; s < (long long)rounds; s++) {
+        if (s < mine) {
+            next_batch(r, &r->val, a->val, (size_t)T);
+            model_forward(r->model, r->inputs, r->targets, 1, T);
+            const float *pos = run_model_losses(r->model);
+            for (int t = 0; t < T; t++) r->pos_loss[t] += pos[t];
+            if (a->eval_doc_pos) add_doc_pos_loss(r, pos, T);
+        }
+        double sig = run_stop_signal;  // every rank stops at the same sequence
+        dist_allreduce_max_f64(&r->dist, &sig, 1);
+        if (sig > 0) {
+            char where[128];
+            snprintf(where, sizeof(where), "after %lld of %.0f sequences per rank: nothing written", s + 1, rounds);
+            run_exit_signalled(r, (int)sig, where);
+        }
     }
     dist_allreduce_sum_f64(&r->dist, r->pos_loss, (size_t)T);
     if (a->eval_doc_pos) {
@@ -709,8 +894,8 @@ static void emit_token(FILE *f, const Tokenizer *tok, int id) {
 // n tokens after the prompt for each of `samples` sequences, with the weights params: a model for the
 // prompt's length (forward only, on this rank alone), the prompt's forward filling the KV cache, then
 // one decode step per token. Sequence 0 streams to stdout (after `lead`), the others follow it; the
-// timings go to stderr.
-static void generate(Run *r, const float *params, const char *source, int n, int samples, const char *lead) {
+// timings go to stderr. A stop signal ends it at the next token: returns the signal (0: none).
+static int generate(Run *r, const float *params, const char *source, int n, int samples, const char *lead) {
     const FoxArgs *a = &r->args;
     const FoxConfig *cfg = &r->cfg;
     int V = cfg->vocab_size, P;
@@ -736,11 +921,12 @@ static void generate(Run *r, const float *params, const char *source, int n, int
     uint64_t key = fox_rng_key((uint64_t)a->seed, FOX_STREAM_SAMPLE);
     fputs(lead, stdout);
     for (int j = 1; j < P; j++) emit_token(stdout, tok, prompt[j]);
+    run_stop_note = "\nstopping at the next token (SIGINT again to quit at once)\n";
     double t0 = now_seconds();
     run_model_prefill(r->model, tokens, P, logits);
     double t_prefill = now_seconds() - t0, t1 = now_seconds();
     int steps = 0, live = samples;
-    for (int i = 0; i < n && live; i++) {
+    for (int i = 0; i < n && live && !run_stop_signal; i++) {
         if (i) {
             run_model_decode(r->model, next, logits);
             steps++;
@@ -769,49 +955,41 @@ static void generate(Run *r, const float *params, const char *source, int n, int
             steps / (t_decode > 0 ? t_decode : 1e-9), (double)steps * samples / (t_decode > 0 ? t_decode : 1e-9), acp);
     free(prompt); free(tokens); free(next); free(out); free(len); free(logits); free(s.idx); free(s.p);
     if (tok) tokenizer_free(tok);
+    return run_stop_signal;
 }
 
 // --generate: the weights of --init or of the newest checkpoint in --out, with their own config.
 static void generate_from_file(Run *r) {
     char path[4352];
-    eval_weights_path(&r->args, "--generate", path, sizeof(path));
     if (!r->args.prompt[0] && !r->args.prompt_file[0]) fox_usage_error("--generate needs a prompt: --prompt TEXT or --prompt-file PATH");
+    eval_weights_path(&r->args, "--generate", path, sizeof(path), 0);
     r->cfg = fox_read_model_config(path);
     check_model_flags(&r->args, &r->cfg, 0, NULL);
     fox_layout(&r->cfg, &r->lay);
     ensure_host_staging(r, 0);
     fox_read_model_bin(path, &r->cfg, r->h_params);
-    generate(r, r->h_params, path, r->args.generate, r->args.samples, "");
+    fox_fatal_hint[0] = 0;
+    int sig = generate(r, r->h_params, path, r->args.generate, r->args.samples, "");
+    if (sig) run_exit_signalled(r, sig, "during generation: the tokens so far are above");
 }
 
 // After training (rank 0): --sample-tokens after --prompt (or after <|endoftext|> alone) with the final
-// weights, through a fresh forward-only model in place of the training one.
+// weights, through a fresh forward-only model in place of the training one. A stop signal during it
+// exits 75 when the run's final checkpoint is in --out (a --resume samples again), else 128 + signal.
 static void print_sample(Run *r) {
     ensure_host_staging(r, 0);
     run_model_get(r->model, r->h_params, NULL, NULL);
     model_free(r->model);
     free(r->model);
     r->model = NULL;
-    generate(r, r->h_params, NULL, r->args.sample_tokens, 1, "sample: ");
-}
-
-static void run_free(Run *r) {
-    if (r->model) model_free(r->model);
-    free(r->model);
-    if (!r->args.eval_only && !r->args.generate) dataloader_free(&r->train);
-    if (r->has_val) dataloader_free(&r->val);
-    free(r->inputs);
-    free(r->targets);
-    free(r->pos_loss);
-    free(r->doc_pos_loss);
-    free(r->doc_pos_count);
-    free(r->step_pos_loss);
-    free(r->h_params);
-    free(r->h_m);
-    free(r->h_v);
-    if (r->log && fclose(r->log)) fox_fatal("cannot close the log");
-    r->log = NULL;
-    if (r->lock_fd >= 0) close(r->lock_fd);
+    int sig = generate(r, r->h_params, NULL, r->args.sample_tokens, 1, "sample: ");
+    if (!sig) return;
+    if (!r->args.out[0]) run_exit_signalled(r, sig, "during the sample (no --out: the trained weights were not saved)");
+    char msg[4608];
+    snprintf(msg, sizeof(msg), "stopped by %s during the sample: training is complete (%s/ckpt_%08d); --resume samples again",
+             run_signal_name(sig), r->args.out, r->step);
+    run_free(r);
+    run_exit(r, FOX_EXIT_STOPPED, msg);
 }
 
 // " | ETA ..." for the step line: the time the remaining steps take at this run's pace so far, when the
@@ -1012,9 +1190,12 @@ static void train(Run *r) {
         }
         if (stop) {
             char msg[4608];
-            if (a->out[0]) snprintf(msg, sizeof(msg), "stopped by %s at step %d: resume with --resume (--out %s)",
-                                    run_signal_name(run_stop_signal), r->step, a->out);
-            else snprintf(msg, sizeof(msg), "stopped by %s at step %d (no --out: nothing saved)", run_signal_name(run_stop_signal), r->step);
+            if (!a->out[0]) {
+                snprintf(msg, sizeof(msg), "at step %d (no --out: nothing saved)", r->step);
+                run_exit_signalled(r, run_stop_signal, msg);
+            }
+            snprintf(msg, sizeof(msg), "stopped by %s at step %d: resume with --resume (--out %s)",
+                     run_signal_name(run_stop_signal), r->step, a->out);
             run_free(r);
             run_exit(r, FOX_EXIT_STOPPED, msg);
         }
@@ -1029,6 +1210,7 @@ static int run_main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // progress lines show up promptly under tee and mpirun
     dist_init(&r.dist, &argc, &argv);
     fox_args_parse(&r.args, argc, argv);
+    run_catch_stop_signals();  // a signal during the set-up stops a training run after its first step
     if (r.args.eval_only) {
         eval_init(&r);
         eval_per_token(&r);

@@ -311,7 +311,7 @@ static inline void fox_zarr_check_chunks(const FoxZarr *z) {
     for (int64_t k = 0; k < gi * gj; k++)
         if (!have[k])
             fox_fatal("%s/%lld%c%lld: chunk missing (shape %lld x %lld needs %lld x %lld chunks of %lld x %lld): a "
-                      "training array with a hole is a broken download", z->dir, (long long)(k / gj), z->sep,
+                      "zarr array with a hole is a broken download", z->dir, (long long)(k / gj), z->sep,
                       (long long)(k % gj), (long long)z->shape[0], (long long)z->shape[1], (long long)gi,
                       (long long)gj, (long long)z->chunks[0], (long long)z->chunks[1]);
     free(have);

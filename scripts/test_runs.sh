@@ -47,6 +47,17 @@ ok = all(np.isfinite(a).all() for f in files for a in tf.load_model_bin(f)[1].va
 sys.exit(0 if files and ok else 1)
 EOF
 }
+# Once file $2 holds pattern $3 on $5 lines (default 1), signal $4 to process $1, then its exit status in st and
+# the seconds from the signal to the exit in waited.
+stop_when() {
+    n=0
+    while [ $n -lt 600 ] && [ "$(cat "$2" 2> /dev/null | grep -c "$3")" -lt "${5:-1}" ]; do sleep 0.05; n=$((n + 1)); done
+    t0=$(date +%s)
+    kill "-$4" "$1"
+    wait "$1"
+    st=$?
+    waited=$(($(date +%s) - t0))
+}
 # Sets int32 word $3 of file $1's header to $2 and recomputes the file's CRC-32 (a consistent hand edit).
 patch_word() {
     $PY - "$1" "$2" "$3" << 'EOF'
@@ -158,8 +169,8 @@ while [ $n -lt 600 ] && ! grep -q '^step ' "$tmp/noout.txt"; do sleep 0.05; n=$(
 kill -TERM $pid
 wait $pid
 st=$?
-[ $st -eq 75 ] && grep -q 'no --out: nothing saved' "$tmp/noout.txt"
-check $? "SIGTERM without --out: exit $st (75), says nothing was saved"
+[ $st -eq 143 ] && grep -q '^stopped by SIGTERM at step [0-9]* (no --out: nothing saved)' "$tmp/noout.txt"
+check $? "SIGTERM without --out: exit $st (143: nothing to resume), says nothing was saved"
 
 # ---- the non-finite guard
 FOX_TEST_NONFINITE=3 $BIN $ARGS --steps 6 --ckpt-every 2 --eval-every 0 --keep 5 --out "$tmp/nan" > "$tmp/nan.txt" 2>&1
@@ -315,9 +326,9 @@ corrupt() {  # label, how to break a copy of the reference run (in $c), what the
 }
 corrupt "a flipped byte in the weights" \
     "printf '\\377' | dd of=\$c/ckpt_00000012/model.bin bs=1 seek=500000 conv=notrunc 2> /dev/null" \
-    "model.bin fails its checksum.*resume from the older complete checkpoint ckpt_00000011"
+    "model.bin fails its checksum.*use the older complete checkpoint ckpt_00000011"
 corrupt "a truncated model.bin" "head -c 100000 \$c/ckpt_00000011/model.bin > \$c/ckpt_00000012/model.bin" \
-    "model.bin has 100000 bytes"
+    "model.bin fails its checksum .*truncated"
 corrupt "a flipped byte in the AdamW moments" \
     "printf '\\377' | dd of=\$c/ckpt_00000012/state_00000.bin bs=1 seek=200000 conv=notrunc 2> /dev/null" \
     "state_00000.bin fails its checksum"
@@ -341,6 +352,100 @@ $BIN $ARGS --steps 4 --eval-every 0 --init "$tmp/nan.bin" > /dev/null 2> "$tmp/i
 st=$?
 [ $st -eq 1 ] && one_error "$tmp/init.err" "nan.bin holds non-finite weights"
 check $? "--init with a NaN weight (valid checksum) is refused: $(cat "$tmp/init.err")"
+
+# ---- issue 42: what a hostile user found
+# --overwrite checks the new run's inputs before it deletes anything
+cp -r "$tmp/ref" "$tmp/ow"
+$BIN $ARGS --steps 4 --eval-every 0 --overwrite --train /nonexistent/typo.bin --out "$tmp/ow" > /dev/null 2> "$tmp/ow.err"
+st=$?
+[ $st -eq 1 ] && one_error "$tmp/ow.err" "typo.bin" && [ -d "$tmp/ow/ckpt_00000012" ] && cmp -s "$tmp/ref/log.jsonl" "$tmp/ow/log.jsonl"
+check $? "--overwrite with a mistyped --train: exit $st (1), the earlier run intact: $(cat "$tmp/ow.err")"
+$BIN $ARGS --steps 4 --eval-every 0 --overwrite --init /nonexistent/w.bin --out "$tmp/ow" > /dev/null 2> "$tmp/ow.err"
+st=$?
+[ $st -eq 1 ] && one_error "$tmp/ow.err" "w.bin" && [ -d "$tmp/ow/ckpt_00000012" ]
+check $? "--overwrite with a missing --init: exit $st (1), the earlier run intact"
+# a failed start leaves no directory behind it made
+$BIN $ARGS --steps 4 --eval-every 0 --train /nonexistent/typo.bin --out "$tmp/new/run" > /dev/null 2>&1
+[ $? -eq 1 ] && [ ! -e "$tmp/new/run" ]
+check $? "a failed start removes the --out it created (no directory holding only .lock)"
+mkdir -p "$tmp/mine" && echo notes > "$tmp/mine/notes.txt"
+$BIN $ARGS --steps 4 --eval-every 0 --train /nonexistent/typo.bin --out "$tmp/mine" > /dev/null 2>&1
+[ $? -eq 1 ] && [ -f "$tmp/mine/notes.txt" ] && [ ! -e "$tmp/mine/.lock" ]
+check $? "and in a directory the user made, only its own lock file goes"
+# a file-size limit without `trap "" XFSZ`: the trainer ignores SIGXFSZ, the write fails with one line
+$BIN $ARGS --steps 2 --ckpt-every 2 --eval-every 0 --out "$tmp/fsz" > /dev/null 2>&1
+bash -c 'ulimit -f 4096; exec "$@"' sh $BIN $ARGS --steps 4 --ckpt-every 2 --eval-every 0 --resume --out "$tmp/fsz" > /dev/null 2> "$tmp/fsz.err"
+st=$?
+[ $st -eq 1 ] && one_error "$tmp/fsz.err" "cannot write .*tmp_ckpt_00000004" && ! ls -d "$tmp"/fsz/.tmp_ckpt_* > /dev/null 2>&1 &&
+    [ -d "$tmp/fsz/ckpt_00000002" ]
+check $? "ulimit -f (SIGXFSZ not ignored by the shell): exit $st (1, not 153), one line, no temporary: $(cat "$tmp/fsz.err")"
+# what a kill inside a checkpoint write leaves is removed at the next start, under the lock
+mkdir -p "$tmp/stale" && cp -r "$tmp/ref/ckpt_00000011" "$tmp/stale/" && mkdir "$tmp/stale/.tmp_ckpt_00000012" &&
+    head -c 100000 "$tmp/ref/ckpt_00000012/model.bin" > "$tmp/stale/.tmp_ckpt_00000012/model.bin" &&
+    cp "$tmp/ref/train_loss_pos_00000012.npy" "$tmp/ref/train_loss_pos_00000011.npy" "$tmp/stale/"
+$BIN $ARGS --steps 11 --ckpt-every 1 --keep 2 --eval-every 4 --resume --out "$tmp/stale" > "$tmp/stale.txt" 2>&1
+st=$?
+[ $st -eq 0 ] && ! ls -d "$tmp"/stale/.tmp_ckpt_* > /dev/null 2>&1 && [ ! -e "$tmp/stale/train_loss_pos_00000012.npy" ] &&
+    [ -f "$tmp/stale/train_loss_pos_00000011.npy" ] && grep -q "removed what an interrupted run left" "$tmp/stale.txt" &&
+    grep -q '^the run is complete (step 11 of --steps 11)' "$tmp/stale.txt"
+check $? "a resume removes a stale .tmp_ckpt_00000012 and the orphan train_loss_pos_00000012.npy it does not write again"
+# skipped steps stay in the log across a stop and resume
+FOX_TEST_NONFINITE=5:1000 $BIN $ARGS --steps 8 --eval-every 0 --max-bad-steps 1000 --out "$tmp/skr" > "$tmp/skr.txt" 2>&1 &
+stop_when $! "$tmp/skr/log.jsonl" '"skipped"' TERM 3
+$BIN $ARGS --steps 8 --eval-every 0 --max-bad-steps 1000 --resume --out "$tmp/skr" > /dev/null 2>&1
+lines=$(grep -c '"skipped": ' "$tmp/skr/log.jsonl")
+count=$(sed -n 's/^{"step": 8, "loss".*"skipped_steps": \([0-9]*\)}$/\1/p' "$tmp/skr/log.jsonl")
+[ $st -eq 75 ] && [ "$lines" -ge 3 ] && [ "$lines" = "$count" ] && json_ok "$tmp/skr/log.jsonl"
+check $? "skips, a stop, a resume: log.jsonl keeps the $lines skip lines its step lines count ($count)"
+# a stop signal during the sample, --generate and --eval-only: at the next token or sequence
+LONG="--sample-tokens 100000 --stop-at-eot off"
+$BIN $ARGS --steps 2 --eval-every 0 $LONG --out "$tmp/smp" > "$tmp/smp.txt" 2>&1 &
+stop_when $! "$tmp/smp.txt" '^sample: ' TERM
+[ $st -eq 75 ] && [ $waited -le 5 ] && grep -q '^stopped by SIGTERM during the sample: training is complete' "$tmp/smp.txt"
+check $? "SIGTERM during the sample after training: exit $st (75) in $waited s, training complete"
+$BIN --generate 100000 --stop-at-eot off --prompt "And God said" --out "$tmp/smp" > "$tmp/gen.txt" 2> "$tmp/gen.err" &
+stop_when $! "$tmp/gen.err" '^generating from' TERM
+[ $st -eq 143 ] && [ $waited -le 5 ] && grep -q '^stopped by SIGTERM during generation' "$tmp/gen.txt"
+check $? "SIGTERM during --generate: exit $st (143, 128 + SIGTERM) in $waited s, at the next token, says so"
+$BIN --eval-only --out "$tmp/smp" --eval-seq-len 2048 --eval-seqs 1000 > "$tmp/ev.txt" 2>&1 &
+stop_when $! "$tmp/ev.txt" '^evaluating' INT
+[ $st -eq 130 ] && grep -q '^stopped by SIGINT after [0-9]* of [0-9]* sequences per rank: nothing written' "$tmp/ev.txt" &&
+    [ ! -e "$tmp/smp/per_token_loss.json" ]
+check $? "SIGINT during --eval-only: exit $st (130) after the current sequence, nothing written"
+# a corrupted header field is named as corruption, not as a flag mismatch
+flip_word() {  # file, int32 word: xor its low bit, leaving the checksum stale
+    $PY -c "import sys
+p, at = sys.argv[1], int(sys.argv[2])
+b = bytearray(open(p, 'rb').read()); b[4 * at] ^= 1; open(p, 'wb').write(bytes(b))" "$1" "$2"
+}
+corrupt "a flipped --batch word of a state file" "flip_word \$c/ckpt_00000012/state_00000.bin 15" \
+    "state_00000.bin fails its checksum.*use the older complete checkpoint ckpt_00000011"
+corrupt "a flipped n_layer word of model.bin" "flip_word \$c/ckpt_00000012/model.bin 4" \
+    "model.bin fails its checksum"
+# flags on resume
+cp -r "$tmp/ref" "$tmp/chg"
+$BIN $ARGS --steps 14 --ckpt-every 1 --keep 2 --eval-every 0 --lr 1e-3 --init "$tmp/nan.bin" --resume --out "$tmp/chg" > "$tmp/chg.txt" 2>&1
+st=$?
+[ $st -eq 0 ] && grep -q '^resuming with changed flags: --steps 14 (was 12), --lr 0.001 (was 0.003); steps 13 on follow the new values$' "$tmp/chg.txt" &&
+    grep -q '^--init .*nan.bin is not read: the run resumes from its checkpoint' "$tmp/chg.txt"
+check $? "a resume names the changed schedule flags and the --init it does not read"
+$BIN $ARGS --steps 10 --eval-every 0 --resume --out "$tmp/chg" > /dev/null 2> "$tmp/past.err"
+st=$?
+[ $st -eq 2 ] && one_error "$tmp/past.err" "--steps 10: the run in .* is at step 14 already"
+check $? "--resume with --steps below the checkpoint's step: exit $st (2): $(cat "$tmp/past.err")"
+# --generate and --eval-only on a corrupt newest checkpoint name the older one; --generate needs no state file
+rm -rf "$c" && cp -r "$tmp/ref" "$c" && flip_word "$c/ckpt_00000012/model.bin" 100
+$BIN --generate 4 --prompt "And God said" --out "$c" > /dev/null 2> "$tmp/gc.err"
+st=$?
+[ $st -eq 1 ] && one_error "$tmp/gc.err" "model.bin fails its checksum.*use the older complete checkpoint ckpt_00000011"
+check $? "--generate on a corrupt newest checkpoint names the older one: $(cat "$tmp/gc.err")"
+$BIN --eval-only --eval-seqs 2 --out "$c" > /dev/null 2> "$tmp/ec.err"
+st=$?
+[ $st -eq 1 ] && one_error "$tmp/ec.err" "model.bin fails its checksum.*use the older complete checkpoint ckpt_00000011"
+check $? "--eval-only too"
+rm -rf "$c" && cp -r "$tmp/ref" "$c" && rm "$c/ckpt_00000012/state_00000.bin"
+$BIN --generate 4 --prompt "And God said" --out "$c" > /dev/null 2>&1
+check $? "--generate from a checkpoint that kept only model.bin"
 
 # ---- several ranks: the second argument is the binary `mpirun -np 2` starts (its MPI build)
 MPI=${2:-}
@@ -374,6 +479,18 @@ if [ -n "$MPI" ]; then
     losses "$tmp/msig/log.jsonl" > "$tmp/l_msig"
     cmp -s "$tmp/l_msref" "$tmp/l_msig" && [ "$(wc -l < "$tmp/l_msig")" -eq $SIGSTEPS ]
     check $? "and the resume on 2 ranks ends bitwise equal to the uninterrupted 2-rank run"
+    grep -q "^to stop with a checkpoint: kill -USR1 <mpirun's pid> (no time limit), or SIGTERM or Ctrl-C to mpirun, which kills the ranks 2 s later" "$tmp/msig.txt"
+    check $? "under mpirun the run says at start which signals stop it, and mpirun's 2 s before SIGKILL"
+    # odls_base_sigkill_timeout 5: 10 s for a step and a checkpoint on a loaded machine (2 s by default)
+    mpirun --mca odls_base_sigkill_timeout 5 --oversubscribe --bind-to none -np 2 $MPI $ARGS --steps $SIGSTEPS --eval-every 0 --out "$tmp/mterm" > "$tmp/mterm.txt" 2>&1 &
+    stop_when $! "$tmp/mterm/log.jsonl" '"loss"' TERM 2  # what a user, Ctrl-C and a plain scancel send: mpirun's kill sequence
+    at=$(sed -n "s/^stopped by mpirun's kill sequence (SIGTERM or Ctrl-C to mpirun) at step \\([0-9]*\\): resume.*/\\1/p" "$tmp/mterm.txt")
+    [ -n "$at" ] && [ -f "$tmp/mterm/ckpt_$(printf %08d "${at:-0}")/state_00001.bin" ] && ! ls -d "$tmp"/mterm/.tmp_ckpt_* > /dev/null 2>&1
+    check $? "2 ranks: SIGTERM to mpirun stops both at once (its SIGCONT) at step $at with a checkpoint (mpirun exits $st)"
+    $RUN2 $ARGS --steps $SIGSTEPS --eval-every 0 --resume --out "$tmp/mterm" > /dev/null 2>&1
+    losses "$tmp/mterm/log.jsonl" > "$tmp/l_mterm"
+    cmp -s "$tmp/l_msref" "$tmp/l_mterm"
+    check $? "and its resume ends bitwise equal to the uninterrupted 2-rank run"
 fi
 
 finish

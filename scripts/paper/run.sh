@@ -40,8 +40,8 @@
 # Every launch passes --resume, which starts afresh when OUT holds no checkpoint yet.
 #
 # Signals: SIGTERM, SIGINT, SIGUSR1 or SIGHUP to this script is passed on to the launcher as SIGUSR1
-# (mpirun kills the ranks a few seconds after a SIGTERM or SIGINT, but forwards SIGUSR1; for the trainer
-# the four signals are alike): the trainer finishes its step, writes a checkpoint and exits 75, then this
+# (after a SIGTERM or SIGINT mpirun kills the ranks twice odls_base_sigkill_timeout seconds later, 2 by
+# default, but SIGUSR1 it forwards with no time limit; for the trainer the four signals are alike): the trainer finishes its step, writes a checkpoint and exits 75, then this
 # script exits 75 without relaunching. A signal during the pause before a relaunch: exit 75 at once.
 # (Under nohup SIGHUP stays ignored: a shell cannot trap a signal ignored when it started.)
 # Each launch and exit is also logged to OUT/relaunch.log.
