@@ -36,6 +36,14 @@ Subcommands:
   selfcheck              internal consistency checks; prints `N passed, M failed`, exits 1 on a
                          failure.
 
+Errors, as the C programs report them (fox/io.h): a bad command line (an unknown flag, a missing or
+malformed argument, an invalid model, an unknown fixture) is one line `error: ...` on stderr and exit
+status 2; bad input (a missing or unreadable file, a corrupt model.bin, safetensors, config.json or token
+file, an existing output) is one line `error: ...` naming the file and what is wrong, exit status 1.
+main catches every exception of the subcommand so: an unforeseen one is the same one line, with the
+command line and the exception's type. FOX_TRACEBACK=1 in the environment re-raises it instead, for the
+traceback (debugging).
+
 Fixture contents (all float64; parameters flat, in the fox.c layout; absent tensors omitted):
   config                 the FOX_CONFIG_FIELDS values, in order
   doc_sep                (1,) the separator id, only in the -docmask fixtures: everything below is
@@ -78,6 +86,7 @@ Runs on PyTorch 1.13 (Debian python3-torch, CPU: use /usr/bin/python3) and PyTor
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -395,29 +404,46 @@ def init_params(c, seed, chunk=1 << 22):
 # Files: model.bin (fox/checkpoint.h) and fixtures (test/fixture.h), written atomically
 
 
+def _umask():
+    """The process's umask (os.umask can only read it by setting it)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+@contextlib.contextmanager
+def _naming(path):
+    """An OSError while writing path via a temporary file or directory (mkstemp, mkdtemp, a write that
+    finds the disk full, the rename) names path, not the temporary name the user never gave, nor none."""
+    try:
+        yield
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from e
+
+
 def _atomic_write(path, chunks):
     """Writes the byte chunks to path via a temporary file in the same directory, fsync'd and
-    renamed into place, so path is either the old file or the complete new one."""
+    renamed into place, so path is either the old file or the complete new one. The file gets the
+    mode open() gives a new file, 0666 & ~umask (mkstemp's is 0600)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=str(path.parent))
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, str(path))
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    dir_fd = os.open(str(path.parent), os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    with _naming(path):
+        fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=str(path.parent))
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+            with os.fdopen(fd, "wb") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, str(path))
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        dir_fd = os.open(str(path.parent), os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def _config_words(c):
@@ -447,33 +473,40 @@ def save_model_bin(path, config, params):
 
 
 def load_model_bin(path):
-    """Reads a fox.c model.bin; returns (config dict, {name: float32 array in fox.c layout})."""
+    """Reads a fox.c model.bin; returns (config dict, {name: float32 array in fox.c layout}).
+    A version-2 file's CRC-32 is verified before any header field but magic and version is read, so a
+    corrupted file is reported as such, not by whatever its damaged config or size would say."""
     data = Path(path).read_bytes()
     nh = FOX["FOX_CKPT_HEADER_INTS"]
     if len(data) < 4 * nh:
-        raise ValueError("%s: %d bytes, shorter than a model.bin header" % (path, len(data)))
+        raise ValueError("%s has %d bytes, shorter than a model.bin header (%d bytes): truncated, or no model.bin" %
+                         (path, len(data), 4 * nh))
     header = np.frombuffer(data, np.int32, nh)
-    if header[0] != FOX["FOX_CKPT_MAGIC"] or header[1] not in (1, FOX["FOX_CKPT_VERSION"]):
-        raise ValueError("%s: not a fox.c model.bin (magic %d, version %d)" % (path, header[0], header[1]))
+    if header[0] != FOX["FOX_CKPT_MAGIC"]:
+        raise ValueError("%s is not a fox.c model.bin (magic %d, expected %d)" % (path, header[0], FOX["FOX_CKPT_MAGIC"]))
+    if header[1] not in (1, FOX["FOX_CKPT_VERSION"]):
+        raise ValueError("%s has model-file version %d, this train_fox.py reads 1 and %d" %
+                         (path, header[1], FOX["FOX_CKPT_VERSION"]))
+    if header[1] >= 2:  # version 1 files carry no checksum
+        at = 4 * FOX["FOX_CKPT_I_CRC"]
+        crc = zlib.crc32(data[at + 4:], zlib.crc32(data[:at] + bytes(4)))
+        stored = int(header[FOX["FOX_CKPT_I_CRC"]]) & 0xFFFFFFFF
+        if crc != stored:
+            raise ValueError("%s fails its checksum (stored %08x, computed %08x): the file is corrupted, truncated "
+                             "or was edited" % (path, stored, crc))
     if not 1 <= header[2] <= len(CONFIG_FIELDS):
-        raise ValueError("%s: %d config fields, this version knows %d" % (path, header[2], len(CONFIG_FIELDS)))
+        raise ValueError("%s has %d config fields, this train_fox.py knows 1 to %d" % (path, header[2], len(CONFIG_FIELDS)))
     # a file written before the later fields existed holds fewer: those take their defaults
     config = {n: (_f32(d) if t == "FLOAT" else d) for t, n, d in CONFIG_FIELDS}
     for (t, n, _), w in zip(CONFIG_FIELDS, header[3:3 + header[2]]):
         config[n] = float(np.array([w], np.int32).view(np.float32)[0]) if t == "FLOAT" else int(w)
     problem = config_invalid(config)
     if problem:
-        raise ValueError("%s: invalid config: %s" % (path, problem))
+        raise ValueError("%s holds an invalid config: %s" % (path, problem))
     lay = layout(config)
     expected = 4 * (nh + sum(p["numel"] for p in lay))
     if len(data) != expected:
-        raise ValueError("%s: %d bytes, expected %d for its config" % (path, len(data), expected))
-    if header[1] >= 2:  # version 1 files carry no checksum
-        at = 4 * FOX["FOX_CKPT_I_CRC"]
-        crc = zlib.crc32(data[at + 4:], zlib.crc32(data[:at] + bytes(4)))
-        stored = int(header[FOX["FOX_CKPT_I_CRC"]]) & 0xFFFFFFFF
-        if crc != stored:
-            raise ValueError("%s fails its checksum (stored %08x, computed %08x)" % (path, stored, crc))
+        raise ValueError("%s has %d bytes, its config needs %d (truncated?)" % (path, len(data), expected))
     params, offset = {}, 4 * nh
     for p in lay:
         params[p["name"]] = np.frombuffer(data, np.float32, p["numel"], offset).reshape(p["shape"]).copy()
@@ -1041,12 +1074,17 @@ def make_fixture(name, shape=FIXTURE_SHAPE):
 
 def cmd_fixtures(args):
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     shape = dict(FIXTURE_SHAPE, d_model=args.dim, n_head=args.heads)
     wanted = args.only.split(",") if args.only else [n for n, _, _ in FIXTURES]
     unknown = [n for n in wanted if n not in [f for f, _, _ in FIXTURES]]
     if unknown:
-        raise SystemExit("train_fox.py fixtures: unknown fixture %s" % ", ".join(unknown))
+        raise UsageError("--only: unknown fixture %s (known: %s)" % (
+            ", ".join(unknown), ", ".join(f for f, _, _ in FIXTURES)))
+    for name in wanted:  # every config valid at this shape before anything is computed or written
+        problem = _usage_config(fixture_config, name, shape)
+        if problem:
+            raise UsageError("--dim %d --heads %d: fixture %s: %s" % (args.dim, args.heads, name, problem))
+    out_dir.mkdir(parents=True, exist_ok=True)
     names = []
     width = max(len(n) for n in wanted)
     for name in wanted:
@@ -1064,17 +1102,41 @@ def cmd_fixtures(args):
 # init / loss subcommands
 
 
+class UsageError(Exception):
+    """A bad command line found after parsing: main prints it as argparse's errors, exit status 2."""
+
+
+def _usage_config(make, *args, **kwargs):
+    """make(*args, **kwargs) (a config from command-line values); ValueError's message if it refuses them,
+    else None."""
+    try:
+        make(*args, **kwargs)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def cmd_init(args):
     overrides = dict(n_layer=args.layers, d_model=args.dim, n_head=args.heads)
     if args.vocab is not None:
         overrides["vocab_size"] = args.vocab
     if args.mlp_hidden is not None:
         overrides["mlp_hidden"] = args.mlp_hidden
+    known = [n for _, n, _ in CONFIG_FIELDS]
     for item in args.set:
-        key, _, val = item.partition("=")
-        overrides[key] = float(val)
+        key, eq, val = item.partition("=")
+        if not eq or key not in known:
+            raise UsageError("--set %s: %s" % (item, "expected FIELD=VALUE" if not eq else
+                                               "unknown config field %s (known: %s)" % (key, ", ".join(known))))
+        try:
+            overrides[key] = float(val)
+        except ValueError:
+            raise UsageError("--set %s: %r is not a number" % (item, val)) from None
     if PRESETS[args.model]["arch"] == ARCH_GSA:  # GSA's heads are gsa_heads (--set gsa_heads=G), as in fox/args.h
         overrides["n_head"] = overrides.get("gsa_heads", dict((n, d) for _, n, d in CONFIG_FIELDS)["gsa_heads"])
+    problem = _usage_config(make_config, args.model, **overrides)
+    if problem:
+        raise UsageError(problem)
     cfg = make_config(args.model, **overrides)
     params = init_params(cfg, args.seed)
     save_model_bin(args.out, cfg, params)
@@ -1086,16 +1148,38 @@ def cmd_loss(args):
     if args.device == "cuda":  # reference numerics: no TF32 in float32 matmuls
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: this PyTorch finds no CUDA device")
     cfg, params = load_model_bin(args.model_bin)
+    if args.doc_sep is not None and cfg["arch"] != ARCH_ATTENTION:
+        raise ValueError("--doc-sep: %s is a %s model, which takes no document mask" % (
+            args.model_bin, fox_arch_name(cfg["arch"])))
     model = FoxModel(cfg, params, getattr(torch, args.dtype), args.device, doc_sep=args.doc_sep)
-    tokens = np.load(args.tokens)
-    if tokens.ndim != 2 or tokens.shape[1] < 2:
-        raise SystemExit("%s: need an int array (B, T+1), got shape %s" % (args.tokens, tokens.shape))
-    tokens = torch.from_numpy(tokens.astype(np.int64)).to(args.device)
+    tokens = torch.from_numpy(load_tokens(args.tokens, cfg["vocab_size"])).to(args.device)
     total = 0.0  # one sequence at a time bounds the T x T attention matrices' memory
     for row in tokens:
         total += model.loss(row[None, :-1], row[None, 1:])[1].double().sum().item()
     print("loss", repr(total / (tokens.shape[0] * (tokens.shape[1] - 1))))
+
+
+def load_tokens(path, vocab_size):
+    """The (B, T+1) token array of a .npy file, as int64: integers (or floats holding integers, as the C
+    tests write them) in [0, vocab_size); ValueError naming the file otherwise."""
+    try:
+        tokens = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError) as e:  # not an .npy (or a cut one); OSError names the file itself
+        raise ValueError("%s is not a .npy file numpy reads: %s" % (path, e)) from None
+    if not isinstance(tokens, np.ndarray):
+        tokens.close()
+        raise ValueError("%s is an .npz archive: need one .npy array (B, T+1)" % path)
+    if tokens.ndim != 2 or tokens.shape[0] < 1 or tokens.shape[1] < 2 or tokens.dtype.kind not in "iuf":
+        raise ValueError("%s: need an int array (B, T+1), got %s of shape %s" % (path, tokens.dtype, tokens.shape))
+    if tokens.dtype.kind == "f" and not np.array_equal(tokens, np.floor(tokens)):
+        raise ValueError("%s holds non-integer token ids (a float array must hold whole numbers)" % path)
+    bad = tokens[(tokens < 0) | (tokens >= vocab_size)]
+    if bad.size:
+        raise ValueError("%s holds token id %s, outside the model's vocabulary [0, %d)" % (path, bad.flat[0], vocab_size))
+    return tokens.astype(np.int64)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1208,31 +1292,57 @@ def write_safetensors(path, tensors):
     _atomic_write(path, chunks)
 
 
+def _naturals(x, n=None):
+    """Whether x is a JSON list of (n) non-negative integers."""
+    return (isinstance(x, list) and (n is None or len(x) == n)
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in x))
+
+
 def read_safetensors(path):
-    """{name: float32 array} of a safetensors file (F32, F16, BF16 or F64 tensors)."""
+    """{name: float32 array} of a safetensors file (F32, F16, BF16 or F64 tensors). The header is checked
+    entry by entry, then a file cut short is reported as truncated, then each tensor's offsets against its
+    shape."""
     data = Path(path).read_bytes()
     if len(data) < 8:
-        raise ValueError("%s: not a safetensors file (%d bytes)" % (path, len(data)))
+        raise ValueError("%s has %d bytes: not a safetensors file (truncated?)" % (path, len(data)))
     n = struct.unpack("<Q", data[:8])[0]
     if 8 + n > len(data):
-        raise ValueError("%s: not a safetensors file (header of %d bytes in a file of %d)" % (path, n, len(data)))
+        raise ValueError("%s is truncated or not a safetensors file: its first 8 bytes give a header of %d bytes, "
+                         "the file has %d" % (path, n, len(data)))
     try:
         header = json.loads(data[8:8 + n])
     except ValueError:
-        raise ValueError("%s: the safetensors header is not JSON" % path)
-    body, out = data[8 + n:], {}
+        raise ValueError("%s: the safetensors header is not JSON" % path) from None
+    if not isinstance(header, dict):
+        raise ValueError("%s: the safetensors header is not a JSON object" % path)
+    entries = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
+        if not isinstance(info, dict):
+            raise ValueError("%s: tensor %s's header entry is not a JSON object" % (path, name))
         dtype = _SAFETENSORS_DTYPES.get(info.get("dtype"))
         if dtype is None:
             raise ValueError("%s: tensor %s has dtype %s (F32, F16, BF16 or F64 expected)" % (path, name, info.get("dtype")))
-        begin, end = info["data_offsets"]
-        shape = tuple(info["shape"])
-        if not 0 <= begin <= end <= len(body) or end - begin != int(np.prod(shape)) * np.dtype(dtype).itemsize:
+        offsets, shape = info.get("data_offsets"), info.get("shape")
+        if not _naturals(offsets, 2) or offsets[0] > offsets[1]:
+            raise ValueError("%s: tensor %s's data_offsets are %s, not [begin, end] with 0 <= begin <= end" %
+                             (path, name, json.dumps(offsets)))
+        if not _naturals(shape):
+            raise ValueError("%s: tensor %s's shape is %s, not a list of non-negative integers" %
+                             (path, name, json.dumps(shape)))
+        entries[name] = (info["dtype"], np.dtype(dtype).newbyteorder("<"), offsets, tuple(shape))
+    body, out = data[8 + n:], {}
+    last = max((end for _, _, (_, end), _ in entries.values()), default=0)
+    if last > len(body):
+        raise ValueError("%s is truncated: its header places tensor data up to byte %d, the file has %d bytes" %
+                         (path, 8 + n + last, len(data)))
+    for name, (kind, dtype, (begin, end), shape) in entries.items():
+        count = math.prod(shape)
+        if end - begin != count * dtype.itemsize:
             raise ValueError("%s: tensor %s's data offsets %s do not fit its shape %s" % (path, name, [begin, end], shape))
-        a = np.frombuffer(body, np.dtype(dtype).newbyteorder("<"), int(np.prod(shape)), begin)
-        if info["dtype"] == "BF16":  # bfloat16 is the top half of a float32
+        a = np.frombuffer(body, dtype, count, begin)
+        if kind == "BF16":  # bfloat16 is the top half of a float32
             a = (a.astype(np.uint32) << 16).view(np.float32)
         out[name] = a.astype(np.float32).reshape(shape)
     return out
@@ -1243,6 +1353,13 @@ def config_from_hf(hf, where):
     def need(cond, what):
         if not cond:
             raise ValueError("%s: %s" % (where, what))
+    need(isinstance(hf, dict), "not a JSON object")
+    for key in ("vocab_size", "num_hidden_layers", "hidden_size", "num_heads", "num_kv_heads", "intermediate_size",
+                "hidden_ratio", "rope_base", "norm_eps", "decay_time_min", "decay_time_max"):
+        v = hf.get(key)
+        integer = key not in ("hidden_ratio", "rope_base", "norm_eps", "decay_time_min", "decay_time_max")
+        need(v is None or (isinstance(v, int) or not integer and isinstance(v, float)) and not isinstance(v, bool),
+             "%s is %s, not %s" % (key, json.dumps(v), "an integer" if integer else "a number"))
     need(hf.get("model_type") == HF_MODEL_TYPE, "model_type is %r, not %r" % (hf.get("model_type"), HF_MODEL_TYPE))
     H, D = hf.get("num_heads", 32), hf.get("hidden_size", 2048)
     need(hf.get("num_kv_heads") in (None, H), "num_kv_heads %s differs from num_heads %s: fox.c has no "
@@ -1259,20 +1376,27 @@ def config_from_hf(hf, where):
     need(abs(hf.get("norm_eps", 1e-6) - FOX["FOX_NORM_EPS"]) <= 1e-12,
          "norm_eps %r: fox.c's RMSNorm epsilon is %g" % (hf.get("norm_eps"), FOX["FOX_NORM_EPS"]))
     fgate = {v: k for k, v in HF_FGATE_TYPES.items()}
-    need(hf.get("fgate_type", "full") in fgate, "fgate_type %r (full, bias_only, fixed or none)" % hf.get("fgate_type"))
+    need(isinstance(hf.get("fgate_type", "full"), str) and hf.get("fgate_type", "full") in fgate,
+         "fgate_type %r (full, bias_only, fixed or none)" % hf.get("fgate_type"))
     inter = hf.get("intermediate_size")
     if inter is None:  # the official rule from hidden_ratio
         inter = int(D * (hf.get("hidden_ratio") or 4) * 2 / 3)
         inter = 256 * ((inter + 255) // 256)
-    c = make_config("fox-pro", vocab_size=hf.get("vocab_size", 32000), n_layer=hf.get("num_hidden_layers", 24),
-                    d_model=D, n_head=H, mlp_hidden=inter, forget_gate=fgate[hf.get("fgate_type", "full")],
-                    rope=int(bool(hf.get("use_rope", False))), qk_norm=int(bool(hf.get("qk_norm", False))),
-                    qk_norm_shared=int(bool(hf.get("qk_norm", False) and hf.get("qk_norm_share_param_across_head", False))),
-                    kv_shift=int(bool(hf.get("use_k_shift", False))),
-                    output_gate=int(bool(hf.get("use_output_gate", False))),
-                    output_norm=int(bool(hf.get("use_output_norm", False))),
-                    rope_theta=float(hf.get("rope_base", 500000.0)))
+    try:
+        c = make_config("fox-pro", vocab_size=hf.get("vocab_size", 32000), n_layer=hf.get("num_hidden_layers", 24),
+                        d_model=D, n_head=H, mlp_hidden=inter, forget_gate=fgate[hf.get("fgate_type", "full")],
+                        rope=int(bool(hf.get("use_rope", False))), qk_norm=int(bool(hf.get("qk_norm", False))),
+                        qk_norm_shared=int(bool(hf.get("qk_norm", False)
+                                                and hf.get("qk_norm_share_param_across_head", False))),
+                        kv_shift=int(bool(hf.get("use_k_shift", False))),
+                        output_gate=int(bool(hf.get("use_output_gate", False))),
+                        output_norm=int(bool(hf.get("use_output_norm", False))),
+                        rope_theta=float(hf.get("rope_base", 500000.0)))
+    except ValueError as e:  # an invalid config: name the file
+        raise ValueError("%s: %s" % (where, e)) from None
     if hf.get("fgate_bias_init"):
+        need(hf.get("decay_time_min") is not None and hf.get("decay_time_max") is not None,
+             "fgate_bias_init without decay_time_min and decay_time_max")
         c["t_min"], c["t_max"] = _f32(hf["decay_time_min"]), _f32(hf["decay_time_max"])
     problem = config_invalid(c)
     need(problem is None, "its config is not a valid fox.c model: %s" % problem)
@@ -1311,10 +1435,12 @@ def cmd_export_hf(args):
     _fresh_output(args.out_dir)
     out = Path(args.out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="." + out.name + ".", dir=str(out.parent)))
+    with _naming(out):
+        tmp = Path(tempfile.mkdtemp(prefix="." + out.name + ".", dir=str(out.parent)))
     try:
         _atomic_write(tmp / "config.json", [(json.dumps(hf_config(cfg), indent=2) + "\n").encode()])
         write_safetensors(tmp / "model.safetensors", hf_tensors(cfg, params))
+        os.chmod(str(tmp), 0o777 & ~_umask())  # mkdtemp's 0700 -> the mode of a plain mkdir
         if out.exists():
             out.rmdir()
         os.rename(str(tmp), str(out))
@@ -1326,16 +1452,25 @@ def cmd_export_hf(args):
     print("wrote %s: config.json, model.safetensors (%d tensors)" % (out, len(hf_tensor_map(cfg))))
 
 
+def _read_json(path):
+    """The JSON value of a file; ValueError naming the file if it is not JSON (OSError names it itself)."""
+    text = Path(path).read_bytes()
+    try:
+        return json.loads(text)
+    except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError("%s is not JSON: %s" % (path, e)) from None
+
+
 def cmd_import_hf(args):
     d = Path(args.hf_dir)
-    try:
-        hf = json.loads((d / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError("%s/config.json: %s" % (d, e))
-    c = config_from_hf(hf, d / "config.json")
+    c = config_from_hf(_read_json(d / "config.json"), d / "config.json")
     index = d / "model.safetensors.index.json"
     if index.exists():  # a sharded checkpoint: weight_map names the file of each tensor
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        weight_map = _read_json(index)
+        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+            raise ValueError("%s: no weight_map object of tensor names and file names" % index)
+        files = sorted(set(weight_map.values()))
     else:
         files = ["model.safetensors"]
     tensors = {}
@@ -1861,9 +1996,39 @@ def cmd_selfcheck(args):
 # ----------------------------------------------------------------------------------------------
 
 
+def _fail(status, message):
+    """The C programs' way out (fox/io.h fox_vfatal): one line `error: message` on stderr, exit status."""
+    sys.stdout.flush()
+    sys.stderr.write("error: %s\n" % re.sub(r"\s*\n\s*", " ", str(message).strip()))
+    sys.exit(status)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a bad command line reported as the C programs report it: one line `error: ...` (no
+    usage block), exit status 2. The subcommands' parsers are of this class too (add_subparsers)."""
+
+    def error(self, message):
+        _fail(2, "%s: %s (see --help)" % (self.prog, message))
+
+
+def _error_message(e, argv):
+    """The one line for an exception of a subcommand. OSError: the file and the system's reason (for
+    mkstemp and mkdtemp, _naming has put the user's path there); ValueError: ours name the file and
+    what is wrong (the readers check what they parse); anything else is unforeseen: the command line and
+    the exception, with a pointer to FOX_TRACEBACK."""
+    if isinstance(e, OSError) and e.filename is not None:
+        files = "%s -> %s" % (e.filename, e.filename2) if e.filename2 is not None else str(e.filename)
+        return "%s: %s" % (files, e.strerror or e)
+    if isinstance(e, (OSError, ValueError)):
+        return str(e)
+    return "train_fox.py %s: %s: %s (unforeseen: FOX_TRACEBACK=1 shows the traceback)" % (
+        " ".join(argv), type(e).__name__, e)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    ap = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="subcommand", required=True)
 
     p = sub.add_parser("fixtures", help="write the float64 reference fixtures",
                        description="Writes DIR/<name>.fix for %s (vocab 128, 2 layers, d 64, 4 heads, "
@@ -1928,8 +2093,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         args.func(args)
-    except ValueError as e:  # bad config or file: one line, not a traceback
-        ap.exit(2, "%s: error: %s\n" % (ap.prog, e))
+    except Exception as e:  # bad input: one line `error: ...`, not a traceback (module docstring)
+        if os.environ.get("FOX_TRACEBACK", "") not in ("", "0"):
+            raise
+        if isinstance(e, UsageError):
+            _fail(2, "%s %s: %s (see --help)" % (ap.prog, args.subcommand, e))
+        _fail(1, _error_message(e, argv))
 
 
 if __name__ == "__main__":

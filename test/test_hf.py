@@ -5,7 +5,13 @@ Checks, for every preset and switch of the reference fixtures (and output gate /
 model.bin exported and imported back is byte for byte the same file; the config.json fields the official
 ForgettingTransformerConfig reads; tensor names and shapes; bfloat16 safetensors read exactly; and that a
 missing, misshapen or unknown tensor, an unsupported config (grouped-query heads, another activation, a
-tied lm_head, a different norm epsilon) and an existing output are refused with one line and exit 2.
+tied lm_head, a different norm epsilon) and an existing output are refused with one line and exit 1.
+Errors of every subcommand, as the C programs report them: bad input (a missing file, a corrupt model.bin or
+safetensors file, a bad config.json or token file, an unwritable output) is exactly one stderr line
+`error: ...` naming the file, exit 1, and FOX_TRACEBACK=1 shows the traceback instead; a bad command line
+is one line `error: ...`, exit 2; a truncated safetensors file is reported as truncated; a corrupted
+version-2 model.bin fails its checksum before any header field is believed (a version-1 file, which has
+none, still loads); export-hf's directory and files get the modes a plain mkdir and open give (umask).
 With FOX_OFFICIAL_SRC=DIR (the official repository's src/, on a CUDA machine with transformers, einops and
 triton) it also loads each export with AutoModelForCausalLM.from_pretrained and compares its logits with
 the reference's (FoxModel, float64): within 3e-2 of the largest logit, the bf16 tolerance of the GPU parity
@@ -34,17 +40,30 @@ def check(ok, what):
     passed, failed = passed + bool(ok), failed + (not ok)
 
 
-def run(*args):
-    """train_fox.py with args: (exit status, stderr)."""
+def run(*args, env=None, umask=None):
+    """train_fox.py with args (FOX_TRACEBACK unset, then env added; umask: the child's): (exit status, stderr)."""
+    full = {k: v for k, v in os.environ.items() if k != "FOX_TRACEBACK"}
+    full.update(env or {})
     r = subprocess.run([sys.executable, str(ROOT / "train_fox.py")] + [str(a) for a in args],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=full,
+                       preexec_fn=None if umask is None else (lambda: os.umask(umask)))
     return r.returncode, r.stderr
 
 
-def refused(what, status_err, needle):
-    status, err = status_err
-    lines = err.strip().splitlines()
-    check(status == 2 and len(lines) == 1 and needle in err, "refused: %s (exit %d: %s)" % (what, status, err.strip()))
+def one_error_line(what, status_err, status, *needles):
+    """The C programs' contract: stderr is exactly one line, `error: ...` holding every needle (the file, what is
+    wrong), and the exit status is `status` (1: bad input, 2: a bad command line)."""
+    got, err = status_err
+    lines = err.splitlines()
+    ok = (got == status and len(lines) == 1 and err.endswith("\n") and lines[0].startswith("error: ")
+          and all(str(n) in lines[0] for n in needles))
+    check(ok, "%s: one line `error: ...` with %s, exit %d (got exit %d, %d line(s): %s)" % (
+        what, ", ".join(repr(str(n)) for n in needles) or "nothing", status, got, len(lines),
+        " | ".join(lines[:1] + lines[-1:]) if len(lines) > 1 else err.strip()))
+
+
+def refused(what, status_err, *needles):
+    one_error_line("refused: " + what, status_err, 1, *needles)
 
 
 # Every fixture's config once (the *-docmask fixtures share their presets' configs: the mask is no weight).
@@ -76,6 +95,127 @@ def official_logits(hf_dir, tokens):
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
         out = model(input_ids=torch.as_tensor(tokens, device="cuda"), use_cache=False)
     return out.logits.double().cpu().numpy()
+
+
+def error_checks(tmp, src, cfg):
+    """Every subcommand's errors, as the C programs': one line `error: ...`, exit 1 for bad input, 2 for a bad
+    command line. tmp holds a0.bin (CONFIGS[0]) and its export src (a Hugging Face directory, config cfg)."""
+    model = tmp / "a0.bin"
+
+    def hf_dir(tag, config=None, safetensors=None, files=None):
+        """A copy of src with config.json (a JSON value) or model.safetensors (bytes) replaced, files added."""
+        d = tmp / ("err_" + tag)
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(cfg if config is None else config))
+        st = (src / "model.safetensors").read_bytes() if safetensors is None else safetensors
+        (d / "model.safetensors").write_bytes(st)
+        for name, text in (files or {}).items():
+            (d / name).write_text(text)
+        return d
+
+    def safetensors(header, body=b""):
+        text = json.dumps(header).encode()
+        return len(text).to_bytes(8, "little") + text + body
+
+    # Bad input: exit 1, one line naming the file. Each printed a traceback, or no file, or exit 2, before.
+    one_error_line("export-hf of a missing model.bin", run("export-hf", "/nonexistent/model.bin", tmp / "x"), 1,
+                   "/nonexistent/model.bin", "No such file or directory")
+    got, err = run("export-hf", "/nonexistent/model.bin", tmp / "x", env={"FOX_TRACEBACK": "1"})
+    check(got == 1 and err.startswith("Traceback") and "FileNotFoundError" in err,
+          "FOX_TRACEBACK=1: the traceback instead of the one line (exit %d, %d lines)" % (got, len(err.splitlines())))
+    (tmp / "zeros.bin").write_bytes(bytes(4096))
+    one_error_line("export-hf of a file that is no model.bin", run("export-hf", tmp / "zeros.bin", tmp / "x"), 1,
+                   tmp / "zeros.bin", "not a fox.c model")
+    (tmp / "short.bin").write_bytes(model.read_bytes()[:100])
+    one_error_line("export-hf of a model.bin shorter than its header", run("export-hf", tmp / "short.bin", tmp / "x"),
+                   1, tmp / "short.bin")
+    one_error_line("init into a missing directory", run("init", "--layers", 1, "--dim", 64, "--heads", 4, "--vocab", 32,
+                   "--out", tmp / "nodir" / "m.bin"), 1, tmp / "nodir" / "m.bin", "No such file or directory")
+    one_error_line("fixtures under a regular file", run("fixtures", "--only", "fox-pro", "--out", model / "fix"), 1,
+                   model)
+    (tmp / "tokens.txt.npy").write_text("1 2 3\n")
+    one_error_line("loss of a token file that is no .npy", run("loss", "--model-bin", model, "--tokens",
+                   tmp / "tokens.txt.npy"), 1, tmp / "tokens.txt.npy")
+    np.save(tmp / "big.npy", np.full((1, 5), 1000, np.int64))
+    one_error_line("loss of token ids beyond the vocabulary", run("loss", "--model-bin", model, "--tokens",
+                   tmp / "big.npy"), 1, tmp / "big.npy", "1000")
+    one_error_line("loss of a missing model.bin", run("loss", "--model-bin", tmp / "none.bin", "--tokens", tmp / "big.npy"),
+                   1, tmp / "none.bin", "No such file or directory")
+    d = hf_dir("cfg_list", config=[1, 2])
+    one_error_line("import-hf of a config.json that is no object", run("import-hf", d, tmp / "o.bin"), 1, d / "config.json")
+    d = hf_dir("cfg_zero", config=dict(cfg, hidden_size=0))
+    one_error_line("import-hf of a config with hidden_size 0", run("import-hf", d, tmp / "o.bin"), 1, d / "config.json")
+    d = hf_dir("cfg_str", config=dict(cfg, num_heads="four"))
+    one_error_line("import-hf of a config with a string for num_heads", run("import-hf", d, tmp / "o.bin"), 1,
+                   d / "config.json", "num_heads")
+    d = hf_dir("st_list", safetensors=safetensors([1, 2]))
+    one_error_line("import-hf of a safetensors header that is no object", run("import-hf", d, tmp / "o.bin"), 1,
+                   d / "model.safetensors")
+    d = hf_dir("st_nooffsets", safetensors=safetensors({"lm_head.weight": {"dtype": "F32", "shape": [2]}}, bytes(8)))
+    one_error_line("import-hf of a safetensors tensor without data_offsets", run("import-hf", d, tmp / "o.bin"), 1,
+                   d / "model.safetensors", "data_offsets")
+    d = hf_dir("index", files={"model.safetensors.index.json": "{"})
+    one_error_line("import-hf of a broken model.safetensors.index.json", run("import-hf", d, tmp / "o.bin"), 1,
+                   d / "model.safetensors.index.json")
+    check(not (tmp / "o.bin").exists(), "the refused imports leave no model.bin")
+
+    # A bad command line: exit 2, one line (argparse printed its usage block too before).
+    one_error_line("no subcommand", run(), 2, "train_fox.py")
+    one_error_line("an unknown subcommand", run("nosuch"), 2, "nosuch")
+    one_error_line("export-hf without its arguments", run("export-hf"), 2, "export-hf", "OUT_DIR")
+    one_error_line("an unknown flag", run("loss", "--bogus", 1, "--model-bin", model, "--tokens", tmp / "big.npy"), 2,
+                   "--bogus")
+    one_error_line("a flag's value that is no integer", run("init", "--layers", "two", "--dim", 64, "--heads", 4,
+                   "--out", tmp / "u.bin"), 2, "--layers", "two")
+    one_error_line("fixtures --only an unknown fixture", run("fixtures", "--only", "nosuch", "--out", tmp / "fx"), 2,
+                   "nosuch")
+    one_error_line("init --set an unknown config field", run("init", "--layers", 1, "--dim", 64, "--heads", 4,
+                   "--set", "nosuch=1", "--out", tmp / "u.bin"), 2, "nosuch")
+    one_error_line("init --set without =VALUE", run("init", "--layers", 1, "--dim", 64, "--heads", 4,
+                   "--set", "t_max", "--out", tmp / "u.bin"), 2, "t_max")
+    one_error_line("init with an invalid model (d_model 63, 4 heads)", run("init", "--layers", 1, "--dim", 63,
+                   "--heads", 4, "--out", tmp / "u.bin"), 2, "invalid")
+    one_error_line("selfcheck with an argument", run("selfcheck", "extra"), 2, "extra")
+    check(not (tmp / "u.bin").exists() and not (tmp / "fx").exists(), "the refused command lines write nothing")
+
+    # A truncated safetensors file is reported as truncated; offsets that do not fit a shape, as that.
+    whole = (src / "model.safetensors").read_bytes()
+    d = hf_dir("trunc", safetensors=whole[:len(whole) // 2])
+    one_error_line("import-hf of a safetensors file cut to half", run("import-hf", d, tmp / "o.bin"), 1,
+                   d / "model.safetensors", "is truncated",
+                   "up to byte %d, the file has %d bytes" % (len(whole), len(whole) // 2))
+    d = hf_dir("misfit", safetensors=safetensors({"lm_head.weight": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}},
+                                                   bytes(8)))
+    one_error_line("import-hf of offsets that do not fit the shape", run("import-hf", d, tmp / "o.bin"), 1,
+                   d / "model.safetensors", "do not fit its shape")
+
+    # export-hf's directory and files: the modes of a plain mkdir and open under the umask (mkdtemp gave 0700).
+    out = tmp / "modes"
+    got = run("export-hf", model, out, umask=0o002)
+    modes = [oct((out / f).stat().st_mode & 0o777) if (out / f).exists() else None
+             for f in ("", "config.json", "model.safetensors")]
+    check(got[0] == 0 and modes == [oct(0o775), oct(0o664), oct(0o664)],
+          "export-hf under umask 002: directory 0775, files 0664 (got %s)" % modes)
+
+    # model.bin: the checksum is verified before any header field other than magic and version is believed.
+    data = bytearray(model.read_bytes())
+    i_dim = 4 * (3 + [n for _, n, _ in tf.CONFIG_FIELDS].index("d_model"))
+    data[i_dim] ^= 1  # d_model 64 -> 65: an invalid config, or a size mismatch, were reported before
+    (tmp / "flipped.bin").write_bytes(bytes(data))
+    one_error_line("export-hf of a model.bin with a flipped config bit", run("export-hf", tmp / "flipped.bin", tmp / "x"), 1,
+                   tmp / "flipped.bin", "fails its checksum", "the file is corrupted, truncated or was edited")
+    (tmp / "cut.bin").write_bytes(model.read_bytes()[:-4])
+    one_error_line("export-hf of a model.bin one weight short", run("export-hf", tmp / "cut.bin", tmp / "x"), 1,
+                   tmp / "cut.bin", "fails its checksum")
+    data = bytearray(model.read_bytes())
+    data[4:8] = (1).to_bytes(4, "little")  # version 1: no checksum (word 255 unused), so a changed weight loads
+    data[4 * tf.FOX["FOX_CKPT_I_CRC"]:4 * tf.FOX["FOX_CKPT_I_CRC"] + 4] = bytes(4)
+    data[-1] ^= 1
+    (tmp / "v1.bin").write_bytes(bytes(data))
+    got = run("export-hf", tmp / "v1.bin", tmp / "v1")
+    check(got[0] == 0 and (tmp / "v1" / "model.safetensors").exists(),
+          "a version-1 model.bin (no checksum) still exports (exit %d: %s)" % got)
+    check(not (tmp / "x").exists(), "the failed exports leave no directory")
 
 
 def main():
@@ -162,17 +302,15 @@ def main():
                  ("another model type", variant("type", lambda x: x.update(model_type="llama")), "model_type")]
         for what, d, needle in cases:
             out = tmp / ("out_" + d.name + ".bin")
-            refused(what, run("import-hf", d, out), needle)
+            refused(what, run("import-hf", d, out), needle, d)
             check(not out.exists(), "refused: %s leaves no model.bin" % what)
         (tmp / "exists.bin").write_bytes(b"keep")
-        refused("import-hf over an existing file", run("import-hf", src, tmp / "exists.bin"), "already exists")
+        refused("import-hf over an existing file", run("import-hf", src, tmp / "exists.bin"), "already exists",
+                tmp / "exists.bin")
         check((tmp / "exists.bin").read_bytes() == b"keep", "the existing file is untouched")
-        refused("export-hf into a non-empty directory", run("export-hf", tmp / "a0.bin", src), "already exists")
-        refused("a directory without config.json", run("import-hf", tmp, tmp / "x.bin"), "config.json")
-        (tmp / "trunc").mkdir()
-        (tmp / "trunc" / "config.json").write_text(json.dumps(cfg))
-        (tmp / "trunc" / "model.safetensors").write_bytes((src / "model.safetensors").read_bytes()[:-100])
-        refused("a truncated safetensors file", run("import-hf", tmp / "trunc", tmp / "y.bin"), "data offsets")
+        refused("export-hf into a non-empty directory", run("export-hf", tmp / "a0.bin", src), "already exists", src)
+        refused("a directory without config.json", run("import-hf", tmp, tmp / "x.bin"), tmp / "config.json")
+        error_checks(tmp, src, cfg)
     if not os.environ.get("FOX_OFFICIAL_SRC"):
         print("SKIP the official model's logits: set FOX_OFFICIAL_SRC to the official repository's src/ (CUDA machine)")
     print("%d passed, %d failed" % (passed, failed))
