@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include <time.h>
 
 // The model's number type: float for training; the finite-difference test builds it as double
 // (FOX_REAL_DOUBLE) so that differences of losses are exact enough to check gradients tightly.
@@ -316,13 +317,48 @@ static void model_free(Model *m) {
 // ----------------------------------------------------------------------------
 // Ops. Backward functions accumulate (+=) into their input gradients.
 
+// OpenMP regions fork a team only when their work (multiply-adds or elements touched; WORK_TRANSC for an exp, log,
+// sine or square root) reaches omp_min_work. With the cores to itself that is 0: the threads spin between regions,
+// so a fork and join is quick. Where other processes share the cores each join waits for whichever team thread they
+// preempted, so only regions of OMP_SHARED_MIN_WORK or more fork (threads_watch tells the two cases apart). No
+// result depends on it: every element has one owner and a fixed order of sums.
+#ifndef OMP_SHARED_MIN_WORK
+#define OMP_SHARED_MIN_WORK 1e6
+#endif
+#define WORK_TRANSC 16.0
+
+static double omp_min_work = OMP_SHARED_MIN_WORK;  // until the first window says otherwise
+
+static inline int threads_pay(double work) { return work >= omp_min_work; }
+
+// At each step's and decoded token's start, over windows of 10 ms or more: the calling thread's share of a core.
+// Below 0.8 other runnable threads take its core (this program's own spin rather than yield): shared. Above 0.95
+// ten windows in a row: alone again (one is not enough: a lone thread on shared cores can hold one for a while).
+static void threads_watch(void) {
+    static double cpu0, wall0;
+    static int alone = 9;  // so that the first window decides
+    struct timespec c, w;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+    clock_gettime(CLOCK_MONOTONIC, &w);
+    double cpu = c.tv_sec + 1e-9 * c.tv_nsec, wall = w.tv_sec + 1e-9 * w.tv_nsec;
+    if (wall - wall0 < 0.01) return;
+    double share = (cpu - cpu0) / (wall - wall0);
+    if (wall0 > 0) {
+        alone = share > 0.95 ? alone + 1 : 0;
+        if (share < 0.8) omp_min_work = OMP_SHARED_MIN_WORK;
+        else if (alone >= 10) omp_min_work = 0;
+    }
+    cpu0 = cpu;
+    wall0 = wall;
+}
+
 static real sigmoid_r(real x) { return 1.0f / (1.0f + exp_r(-x)); }
 
 // log σ(x) without overflow.
 static real logsigmoid_r(real x) { return fmin_r(x, 0.0f) - log1p_r(exp_r(-fabs_r(x))); }
 
 static void embedding_forward(real *out, const int *tokens, const real *wte, int N, int D) {
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay((double)N * D))
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * D, wte + (size_t)tokens[n] * D, (size_t)D * sizeof(real));
 }
 
@@ -340,7 +376,7 @@ static void embedding_backward(real *dwte, const real *dout, const int *tokens, 
 typedef struct { int rows, groups, G, in_stride, out_stride, wstride; real eps; } NormShape;
 
 static void rmsnorm_forward(real *out, real *rstd, const real *in, const real *w, NormShape s) {
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay((double)s.rows * s.groups * s.G)) collapse(2)
     for (int r = 0; r < s.rows; r++) {
         for (int g = 0; g < s.groups; g++) {
             const real *x = in + (size_t)r * s.in_stride + (size_t)g * s.G;
@@ -359,7 +395,7 @@ static void rmsnorm_forward(real *out, real *rstd, const real *in, const real *w
 // dx = rstd·(dy⊙w − x̂·mean(dy⊙w⊙x̂)), x̂ = x·rstd; dw += Σ dy⊙x̂. dout/din use out_stride/in_stride.
 static void rmsnorm_backward(real *din, real *dw, const real *dout, const real *in, const real *rstd,
                              const real *w, NormShape s) {
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay((double)s.rows * s.groups * s.G)) collapse(2)
     for (int r = 0; r < s.rows; r++) {
         for (int g = 0; g < s.groups; g++) {
             const real *x = in + (size_t)r * s.in_stride + (size_t)g * s.G;
@@ -374,7 +410,7 @@ static void rmsnorm_backward(real *din, real *dw, const real *dout, const real *
     }
     // Weight gradient: one output per weight element, summed over rows (and groups when shared).
     int nw = s.wstride ? s.groups * s.G : s.G;
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay((double)s.rows * s.groups * s.G))
     for (int k = 0; k < nw; k++) {
         int g0 = s.wstride ? k / s.G : 0, g1 = s.wstride ? g0 + 1 : s.groups, i = k % s.G;
         real acc = 0.0f;
@@ -427,7 +463,7 @@ static int min_int(int a, int b) { return a < b ? a : b; }
 // rows of W once, then streams every input row past it.
 static void matmul_forward(real *out, const real *in, const real *W, int N, int IN, int OUT) {
     int nblocks = (OUT + MM_W - 1) / MM_W;
-    #pragma omp parallel
+    #pragma omp parallel if(threads_pay((double)(N + 1) * IN * OUT))  // (+ 1: the transposes of W)
     {
         real *wt = fox_malloc((size_t)IN * MM_W * sizeof(real));
         #pragma omp for schedule(dynamic)
@@ -453,7 +489,7 @@ static void matmul_backward(real *din, real *dW, const real *dout, const real *i
                             int N, int IN, int OUT) {
     int ncols = (IN + MM_W - 1) / MM_W, nrows = (N + MM_R - 1) / MM_R, nouts = (OUT + MM_R - 1) / MM_R;
     // din[n][i0 : i0+MM_W] += Σ_o dout[n][o] W[o][i0 : i0+MM_W]
-    #pragma omp parallel for collapse(2) schedule(dynamic)
+    #pragma omp parallel for if(threads_pay((double)N * IN * OUT)) collapse(2) schedule(dynamic)
     for (int rb = 0; rb < nrows; rb++) {
         for (int cb = 0; cb < ncols; cb++) {
             int n0 = rb * MM_R, i0 = cb * MM_W;
@@ -466,7 +502,7 @@ static void matmul_backward(real *din, real *dW, const real *dout, const real *i
         }
     }
     // dW[o][i0 : i0+MM_W] += Σ_n dout[n][o] in[n][i0 : i0+MM_W]
-    #pragma omp parallel for collapse(2) schedule(dynamic)
+    #pragma omp parallel for if(threads_pay((double)N * IN * OUT)) collapse(2) schedule(dynamic)
     for (int ob = 0; ob < nouts; ob++) {
         for (int cb = 0; cb < ncols; cb++) {
             int o0 = ob * MM_R, i0 = cb * MM_W;
@@ -493,7 +529,7 @@ static const real *shift_prev(const real *x, size_t n, int t, SeqShape s) {
 
 static void kv_shift_forward(real *y, const real *proj, int xc, int ac, SeqShape s) {
     int D = s.H * s.Dh;
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay((double)s.B * s.T * D)) collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int t = 0; t < s.T; t++) {
             size_t n = (size_t)b * s.T + t;
@@ -511,7 +547,7 @@ static void kv_shift_forward(real *y, const real *proj, int xc, int ac, SeqShape
 
 static void kv_shift_backward(real *dproj, const real *dy, const real *proj, int xc, int ac, SeqShape s) {
     int D = s.H * s.Dh;
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay((double)s.B * s.T * D)) collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
             for (int t = 0; t < s.T; t++) {
@@ -534,12 +570,12 @@ static void kv_shift_backward(real *dproj, const real *dy, const real *proj, int
 
 // Copies columns [xc, xc+D) of proj into y (used when KV-shift is off).
 static void copy_columns(real *y, const real *proj, int xc, int N, int D, int stride) {
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay((double)N * D))
     for (int n = 0; n < N; n++) memcpy(y + (size_t)n * D, proj + (size_t)n * stride + xc, (size_t)D * sizeof(real));
 }
 
 static void add_columns(real *dproj, const real *dy, int xc, int N, int D, int stride) {
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay((double)N * D))
     for (int n = 0; n < N; n++)
         for (int k = 0; k < D; k++) dproj[(size_t)n * stride + xc + k] += dy[(size_t)n * D + k];
 }
@@ -559,7 +595,7 @@ static void rope_rotate(real *v, int t, int Dh, real theta, int inverse) {
 // RoPE in place on (N, D), position pos0 + t of each sequence's row t.
 static void rope_apply(real *x, SeqShape s, real theta, int inverse, int pos0) {
     int D = s.H * s.Dh;
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay(WORK_TRANSC * s.B * s.T * D)) collapse(2)
     for (int b = 0; b < s.B; b++)
         for (int t = 0; t < s.T; t++)
             for (int h = 0; h < s.H; h++)
@@ -575,7 +611,7 @@ static real log_forget(const real *proj_row, const real *bias, int fc, int kind,
 
 // Forget gate: log f_t per head (logsigmoid in fp32) and c_t = Σ_{l≤t} log f_l, stored (B, H, T).
 static void forget_gate_forward(creal *c, const real *proj, const real *bias, int fc, int kind, SeqShape s) {
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay(WORK_TRANSC * s.B * s.H * s.T)) collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
             creal acc = 0.0;
@@ -593,7 +629,7 @@ static void forget_gate_forward(creal *c, const real *proj, const real *bias, in
 // logsigmoid: d logit = d log f · σ(-logit).
 static void forget_gate_backward(real *dproj, real *dbias, const real *dc, const real *proj,
                                  const real *bias, int fc, int kind, SeqShape s) {
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay(WORK_TRANSC * s.B * s.H * s.T))
     for (int h = 0; h < s.H; h++) {
         double db = 0.0;
         for (int b = 0; b < s.B; b++) {
@@ -675,7 +711,7 @@ static real attend_row(real *o, const real *qi, const real *k, const real *v, si
 static void attention_forward(real *o, real *lse, const real *q, const real *k, const real *v,
                               const creal *c, const int *kv_first, SeqShape s) {
     int D = s.H * s.Dh;
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay((double)s.B * s.H * s.T * (s.T + 1) * s.Dh)) collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
             const creal *ch = c ? c + ((size_t)b * s.H + h) * s.T : NULL;
@@ -696,7 +732,7 @@ static void attention_backward(real *dq, real *dk, real *dv, real *dc, const rea
                                const real *lse, const creal *c, const int *kv_first, SeqShape s) {
     int D = s.H * s.Dh;
     real scale = 1.0f / sqrt_r((real)s.Dh);
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay(2.0 * s.B * s.H * s.T * (s.T + 1) * s.Dh)) collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
             size_t bh = ((size_t)b * s.H + h) * s.T;
@@ -865,7 +901,7 @@ static void gsa_forward(real *o, real *S, real *U, real *P, const real *S0, cons
                         const real *v, const real *proj, GsaShape s) {
     int D = s.G * s.dh, nc = gsa_chunks(s.T);
     size_t state = (size_t)s.m * s.dh;
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay(4.0 * s.B * s.G * s.T * s.m * s.dh)) collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int g = 0; g < s.G; g++) {
             size_t bg = (size_t)b * s.G + g;
@@ -901,7 +937,7 @@ static void gsa_backward(real *dq, real *dk, real *dv, real *dproj, const real *
     int D = s.G * s.dh, nc = gsa_chunks(s.T);
     real scale = 1.0f / sqrt_r((real)s.dh);
     size_t state = (size_t)s.m * s.dh;
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay(8.0 * s.B * s.G * s.T * s.m * s.dh)) collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int g = 0; g < s.G; g++) {
             size_t bg = (size_t)b * s.G + g;
@@ -975,14 +1011,14 @@ static void gsa_backward(real *dq, real *dk, real *dv, real *dproj, const real *
 
 // Output gate: z = on ⊙ σ(graw), graw read from proj at column gc.
 static void output_gate_forward(real *z, const real *on, const real *proj, int gc, int N, int D, int stride) {
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay(WORK_TRANSC * N * D))
     for (int n = 0; n < N; n++)
         for (int k = 0; k < D; k++) z[(size_t)n * D + k] = on[(size_t)n * D + k] * sigmoid_r(proj[(size_t)n * stride + gc + k]);
 }
 
 static void output_gate_backward(real *don, real *dproj, const real *dz, const real *on, const real *proj,
                                  int gc, int N, int D, int stride) {
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay(WORK_TRANSC * N * D))
     for (int n = 0; n < N; n++) {
         for (int k = 0; k < D; k++) {
             size_t i = (size_t)n * D + k;
@@ -995,7 +1031,7 @@ static void output_gate_backward(real *don, real *dproj, const real *dz, const r
 
 // SwiGLU: h = silu(a) ⊙ b with u = [a | b], each of width I.
 static void swiglu_forward(real *hout, const real *u, int N, int I) {
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay(WORK_TRANSC * N * I))
     for (int n = 0; n < N; n++) {
         for (int i = 0; i < I; i++) {
             real a = u[(size_t)n * 2 * I + i], b = u[(size_t)n * 2 * I + I + i];
@@ -1005,7 +1041,7 @@ static void swiglu_forward(real *hout, const real *u, int N, int I) {
 }
 
 static void swiglu_backward(real *du, const real *dh, const real *u, int N, int I) {
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay(WORK_TRANSC * N * I))
     for (int n = 0; n < N; n++) {
         for (int i = 0; i < I; i++) {
             real a = u[(size_t)n * 2 * I + i], b = u[(size_t)n * 2 * I + I + i], sg = sigmoid_r(a);
@@ -1017,13 +1053,13 @@ static void swiglu_backward(real *du, const real *dh, const real *u, int N, int 
 }
 
 static void residual_add(real *out, const real *a, const real *b, size_t n) {
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay((double)n))
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 // Per-position cross entropy from logits (N, V); returns the mean.
 static double crossentropy_forward(real *losses, const real *logits, const int *targets, int N, int V) {
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay(WORK_TRANSC * N * V))
     for (int n = 0; n < N; n++) {
         const real *z = logits + (size_t)n * V;
         real mx = -INFINITY;
@@ -1039,7 +1075,7 @@ static double crossentropy_forward(real *losses, const real *logits, const int *
 
 // In place: logits → dlogits = (softmax − onehot) · dloss.
 static void crossentropy_backward(real *logits, const int *targets, int N, int V, real dloss) {
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay(WORK_TRANSC * N * V))
     for (int n = 0; n < N; n++) {
         real *z = logits + (size_t)n * V;
         real mx = -INFINITY;
@@ -1124,7 +1160,7 @@ static double acp_threshold_bh(Model *m, int l, int b, int h, const real *q, con
 static const int *acp_tables(Model *m, int l, const creal *gate_c, const real *q, const real *k, SeqShape s, int count) {
     if (!m->acp || !model_has_c(m)) return NULL;
     int nblk = fox_acp_blocks(s.T), gated = m->cfg.forget_gate != FOX_FG_NONE;
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay((double)s.B * s.H * s.T * s.Dh)) collapse(2)
     for (int b = 0; b < s.B; b++) {
         for (int h = 0; h < s.H; h++) {
             double delta = gated ? acp_threshold_bh(m, l, b, h, q, k, s) : 0.0;
@@ -1235,7 +1271,7 @@ static void gsa_features(const Model *m, real *q, real *k, real *v, const real *
     int D = m->cfg.d_model, NIN = m->cols.width;
     const int cols[3] = {m->cols.q, m->cols.k, m->cols.v};
     real *feat[3] = {q, k, v};
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay(WORK_TRANSC * N * 3 * D)) collapse(2)
     for (int n = 0; n < N; n++)
         for (int i = 0; i < 3 * D; i++) feat[i / D][(size_t)n * D + i % D] = swish_r(proj[(size_t)n * NIN + cols[i / D] + i % D]);
 }
@@ -1352,7 +1388,7 @@ static void fam_prompt_forward(Model *m, int l) {
     FamRows p = fam_prompt(m, l);
     fam_project(m, l, p, M, -M);
     FamBlock none = {NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0};
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay(2.0 * M * M * D))
     for (int h = 0; h < H; h++) {
         size_t hd = (size_t)h * Dh;
         fam_attend_head(p.o + hd, p.lse + h, p.q + hd, p.k + hd, p.v + hd, none, M, D, H, Dh);
@@ -1383,7 +1419,7 @@ static void fam_memory_forward(Model *m, int l, int B, int T, const real *k, con
             for (int b = 0; b < B; b++) memcpy(f.x + (size_t)b * fs.M * D, prompt, (size_t)fs.M * D * sizeof(real));
         fam_project(m, l, f, R, tau * fs.K - fs.M);
         if (tau >= fs.nfull) continue;  // a partial last block (a generation's prompt) updates nothing
-        #pragma omp parallel for collapse(2)
+        #pragma omp parallel for if(threads_pay(2.0 * B * fs.M * (fs.M + fs.K) * D)) collapse(2)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < H; h++) {
                 size_t fr = (size_t)b * fs.M * D + (size_t)h * Dh;
@@ -1410,7 +1446,7 @@ static void fam_token_attention(Model *m, int l, real *o, real *lse, const real 
     int D = cf->d_model, H = cf->n_head, Dh = fox_head_dim(cf);
     FamRows f0 = fam_state(m, l, 0, B, T);
     size_t state = (size_t)B * fs.M * D;
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay(2.0 * B * T * (fs.M + (fs.W + 1) * fs.K) * D)) collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             size_t bh = ((size_t)b * H + h) * T, row0 = (size_t)b * T * D + (size_t)h * Dh;
@@ -1445,6 +1481,7 @@ static void fam_block_forward(Model *m, int l, int B, int T) {
 // per-position losses and returns their mean; without, returns 0 and leaves the logits.
 static double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
     if (B * T > m->B * m->T) fox_fatal("batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
+    threads_watch();
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
@@ -1513,7 +1550,7 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
     gsa_backward(g->dq, g->dk, g->dv, g->dproj, g->d_o, al.q, al.k, al.v, al.proj, gl.S, gl.U, gl.P, gsa_shape(m, B, T));
     const int cols[3] = {m->cols.q, m->cols.k, m->cols.v};
     const real *dfeat[3] = {g->dq, g->dk, g->dv};
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay(WORK_TRANSC * N * 3 * D)) collapse(2)
     for (int n = 0; n < N; n++)
         for (int i = 0; i < 3 * D; i++) {
             size_t col = (size_t)n * NIN + cols[i / D] + i % D;
@@ -1668,7 +1705,7 @@ static void fam_token_attention_backward(Model *m, int l, real *dq, real *dk, re
     FamRows f0 = fam_state(m, l, 0, B, T);
     FamScratch *g = &m->fs;
     size_t state = (size_t)B * fs.M * D;
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay(4.0 * B * T * (fs.M + (fs.W + 1) * fs.K) * D)) collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             size_t bh = ((size_t)b * H + h) * T, row0 = (size_t)b * T * D + (size_t)h * Dh;
@@ -1711,7 +1748,7 @@ static void fam_memory_backward(Model *m, int l, int B, int T, const real *k, co
         zero(g->dq, state);
         if (tau + 1 < fs.nb) {  // F_{τ+1} is read by block τ + 1 (the last complete block's update, by no token)
             fam_update_backward(m, l, f, dx + state, dx, R, tau > 0);
-            #pragma omp parallel for collapse(2)
+            #pragma omp parallel for if(threads_pay(4.0 * B * fs.M * (fs.M + fs.K) * D)) collapse(2)
             for (int b = 0; b < B; b++) {
                 for (int h = 0; h < H; h++) {
                     size_t fr = (size_t)b * fs.M * D + (size_t)h * Dh;
@@ -1743,7 +1780,7 @@ static void fam_prompt_backward(Model *m, int l) {
     zero(g->dk, (size_t)M * D);
     zero(g->dv, (size_t)M * D);
     FamBlock none = {NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0};
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay(4.0 * M * M * D))
     for (int h = 0; h < H; h++) {
         size_t hd = (size_t)h * Dh;
         fam_attend_head_backward(g->dq + hd, g->dk + hd, g->dv + hd, g->d_o + hd, p.q + hd, p.k + hd, p.v + hd, p.o + hd,
@@ -1772,6 +1809,7 @@ static void fam_block_backward(Model *m, int l, int B, int T) {
 
 // Backward of the last model_forward (with targets), adding dloss_scale·∂(mean loss)/∂θ into grads.
 static void model_backward(Model *m, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
+    threads_watch();
     const FoxConfig *c = &m->cfg;
     Acts *a = &m->a;
     Scratch *g = &m->s;
@@ -1810,7 +1848,7 @@ static double grad_norm(const real *g, size_t n) {
 static void clip_grads(real *g, size_t n, double norm, double clip) {
     if (clip <= 0.0 || norm <= clip) return;
     real k = (real)(clip / (norm + 1e-6));
-    #pragma omp parallel for
+    #pragma omp parallel for if(threads_pay((double)n))
     for (size_t i = 0; i < n; i++) g[i] *= k;
 }
 
@@ -1823,7 +1861,7 @@ static void adamw_update(Model *m, const OptConfig *o, double lr, int t) {
         if (!fox_param_learned(&m->cfg, k)) continue;
         real decay = p->decay ? (real)(1.0 - lr * o->weight_decay) : 1.0f;
         real *w = m->params + p->offset, *g = m->grads + p->offset, *mm = m->m + p->offset, *vv = m->v + p->offset;
-        #pragma omp parallel for
+        #pragma omp parallel for if(threads_pay(WORK_TRANSC * p->numel))
         for (size_t i = 0; i < p->numel; i++) {
             mm[i] = (real)(o->beta1 * mm[i] + (1.0 - o->beta1) * g[i]);
             vv[i] = (real)(o->beta2 * vv[i] + (1.0 - o->beta2) * g[i] * g[i]);
@@ -2045,7 +2083,7 @@ static void fam_decode_attention(Model *m, int l, int t) {
     Cache *kc = &m->cache;
     int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, K = c->fam_block, M = c->fam_memory, tau = t / K;
     FamRows f = fam_rows_at(m, &kc->fam, (size_t)l * B * M);
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay(2.0 * B * (M + (c->fam_window_blocks + 1) * K) * D)) collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             size_t i = (size_t)b * D + (size_t)h * Dh, r = cache_row(m, l, b, h), fr = (size_t)b * M * D + (size_t)h * Dh;
@@ -2067,7 +2105,7 @@ static void fam_decode_update(Model *m, int l, int t) {
     Cache *kc = &m->cache;
     int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, K = c->fam_block, M = c->fam_memory, tau = t / K;
     FamRows f = fam_rows_at(m, &kc->fam, (size_t)l * B * M);
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for if(threads_pay(2.0 * B * M * (M + K) * D)) collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             size_t r = cache_row(m, l, b, h), fr = (size_t)b * M * D + (size_t)h * Dh;
@@ -2087,7 +2125,7 @@ static void decode_full_attention(Model *m, int l, int t) {
     Cache *kc = &m->cache;
     int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model;
     long long read = 0;
-    #pragma omp parallel for collapse(2) reduction(+:read)
+    #pragma omp parallel for if(threads_pay(2.0 * B * (t + 1) * D)) collapse(2) reduction(+:read)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             size_t i = (size_t)b * D + (size_t)h * Dh, r = cache_row(m, l, b, h);
@@ -2140,6 +2178,7 @@ static void model_decode(Model *m, const int *tokens, real *logits) {
     const FoxConfig *c = &m->cfg;
     Cache *kc = &m->cache;
     if (kc->len < 1 || kc->len >= kc->max_len) fox_fatal("decode at position %d: the KV cache holds %d (prefill first)", kc->len, kc->max_len);
+    threads_watch();
     int B = m->B, D = c->d_model, t = kc->len;
     for (int b = 0; b < B; b++)
         if (fox_doc_start(tokens[b], m->doc_sep)) kc->doc_start[b] = t;
