@@ -144,16 +144,42 @@ static inline void fox_verify_file_crc(const char *path, const int32_t *h) {
                   path, (uint32_t)h[FOX_CKPT_I_CRC], crc);
 }
 
-// Reads a checkpoint file's header into h and checks its magic (`what`: the kind of file) and version
-// (1 to `version`); from version 2 on, the whole file's checksum too. Returns the version.
-static inline int fox_read_checked_header(const char *path, int32_t *h, int32_t magic, int version, const char *what) {
+// Verifies a version-2 (or later) file's CRC-32 over its header h and the parts that followed it, as read.
+static inline void fox_verify_crc(const char *path, const int32_t *h, const void *const *parts, const size_t *bytes, int n) {
+    uint32_t crc = fox_header_crc(h);
+    for (int i = 0; i < n; i++) crc = fox_crc32(crc, parts[i], bytes[i]);
+    if (crc != (uint32_t)h[FOX_CKPT_I_CRC])
+        fox_fatal("%s fails its checksum (stored %08x, computed %08x): the file is corrupted, truncated or was edited",
+                  path, (uint32_t)h[FOX_CKPT_I_CRC], crc);
+}
+
+// Reads a checkpoint file: its header into h, its magic (`what`: the kind of file) and version (1 to
+// `version`) checked; then, when the file holds exactly the n parts of `bytes` that the caller expects
+// after the header, those parts in one pass, checksum verified over them. A file of another size has its
+// checksum verified as stored and its parts left unread (*read = 0): its fields, checked next, then
+// say what differs. Either way no field but the magic and version is believed before the checksum (from
+// version 2 on). Returns the version.
+static inline int fox_read_checked(const char *path, int32_t *h, int32_t magic, int version, const char *what,
+                                   void *const *parts, const size_t *bytes, int n, int *read) {
+    long long body = 0;
+    for (int i = 0; i < n; i++) body += (long long)bytes[i];
     FILE *f = fox_fopen(path, "rb");
     fox_fread(h, sizeof(int32_t), FOX_CKPT_HEADER_INTS, f, path);
-    fclose(f);
     if (h[0] != magic) fox_fatal("%s is not a fox.c %s (magic %d, expected %d)", path, what, h[0], magic);
     if (h[1] < 1 || h[1] > version) fox_fatal("%s has %s version %d, this build reads 1 to %d", path, what, h[1], version);
-    if (h[1] >= 2) fox_verify_file_crc(path, h);
+    *read = fox_file_size(path) == (long long)(FOX_CKPT_HEADER_INTS * sizeof(int32_t)) + body;
+    for (int i = 0; *read && i < n; i++) fox_fread(parts[i], 1, bytes[i], f, path);
+    fclose(f);
+    if (h[1] >= 2 && *read) fox_verify_crc(path, h, (const void *const *)parts, bytes, n);
+    else if (h[1] >= 2) fox_verify_file_crc(path, h);
     return h[1];
+}
+
+// A checkpoint file's header alone into h: magic and version checked, then (version 2 on) the whole
+// file's checksum. Returns the version.
+static inline int fox_read_checked_header(const char *path, int32_t *h, int32_t magic, int version, const char *what) {
+    int read;
+    return fox_read_checked(path, h, magic, version, what, NULL, NULL, 0, &read);
 }
 
 // Whether all n floats are finite (a non-finite weight or moment is never written or loaded).
@@ -213,10 +239,8 @@ static inline void fox_write_model_bin(const char *path, const FoxConfig *c, con
     fox_write_checked(path, h, parts, bytes, 1);
 }
 
-// Reads the config of a model.bin and checks its magic, version, checksum and size.
-// h receives the header.
-static inline FoxConfig fox_read_model_header(const char *path, int32_t *h) {
-    fox_read_checked_header(path, h, FOX_CKPT_MAGIC, FOX_CKPT_VERSION, "model file");
+// The config of a model.bin's header h, whose checksum holds: its fields, their validity, the file's size.
+static inline FoxConfig fox_model_header_config(const char *path, const int32_t *h) {
     FoxConfig c;
     if (!fox_config_from_header(h, &c)) fox_fatal("%s has %d config fields, this build knows fewer (a newer fox.c wrote it)", path, h[2]);
     const char *bad = fox_config_invalid(&c);
@@ -229,25 +253,32 @@ static inline FoxConfig fox_read_model_header(const char *path, int32_t *h) {
     return c;
 }
 
+// Reads the config of a model.bin and checks its magic, version, checksum and size.
+// h receives the header.
+static inline FoxConfig fox_read_model_header(const char *path, int32_t *h) {
+    fox_read_checked_header(path, h, FOX_CKPT_MAGIC, FOX_CKPT_VERSION, "model file");
+    return fox_model_header_config(path, h);
+}
+
 static inline FoxConfig fox_read_model_config(const char *path) {
     int32_t h[FOX_CKPT_HEADER_INTS];
     return fox_read_model_header(path, h);
 }
 
-// Loads a model.bin's weights into params, which must be laid out for `expect`: checksum verified
-// (by the header's read), every weight finite.
+// Loads a model.bin's weights into params, which must be laid out for `expect`: read once, checksum
+// verified before the header's fields, every weight finite.
 static inline void fox_read_model_bin(const char *path, const FoxConfig *expect, float *params) {
     int32_t h[FOX_CKPT_HEADER_INTS];
-    FoxConfig c = fox_read_model_header(path, h);
+    FoxLayout lay;
+    fox_layout(expect, &lay);
+    void *parts[1] = {params};
+    size_t bytes[1] = {lay.total * sizeof(float)};
+    int read;
+    fox_read_checked(path, h, FOX_CKPT_MAGIC, FOX_CKPT_VERSION, "model file", parts, bytes, 1, &read);
+    FoxConfig c = fox_model_header_config(path, h);  // a file of another size stops here
     char why[160];
     if (fox_config_diff(&c, expect, why, sizeof(why)))
         fox_fatal("%s was written for another model (%s: file vs command line)", path, why);
-    FoxLayout lay;
-    fox_layout(&c, &lay);
-    FILE *f = fox_fopen(path, "rb");
-    if (fseek(f, FOX_CKPT_HEADER_INTS * sizeof(int32_t), SEEK_SET)) fox_fatal("cannot seek in %s", path);
-    fox_fread(params, sizeof(float), lay.total, f, path);
-    fclose(f);
     if (!fox_all_finite(params, lay.total)) fox_fatal("%s holds non-finite weights (NaN or Inf)", path);
 }
 
@@ -289,7 +320,11 @@ static inline void fox_write_state(const char *path, const FoxTrainState *s, con
 // tokens per step); fills tokens, rng, skipped, the loss statistics and the schedule's flags.
 static inline void fox_read_state(const char *path, FoxTrainState *want, float *m, float *v, void *loader) {
     int32_t h[FOX_CKPT_HEADER_INTS];
-    int version = fox_read_checked_header(path, h, FOX_STATE_MAGIC, FOX_STATE_VERSION, "state file");
+    size_t n = (size_t)want->shard_count;
+    void *parts[3] = {m, v, loader};
+    size_t bytes[3] = {n * sizeof(float), n * sizeof(float), (size_t)want->loader_bytes};
+    int read;
+    int version = fox_read_checked(path, h, FOX_STATE_MAGIC, FOX_STATE_VERSION, "state file", parts, bytes, 3, &read);
 #define FOX_EXPECT(what, got, exp) if ((long long)(got) != (long long)(exp)) \
         fox_fatal("%s was written with %s %lld, this run has %lld", path, what, (long long)(got), (long long)(exp));
     FOX_EXPECT("step", h[FOX_STATE_I_STEP], want->step);
@@ -305,14 +340,7 @@ static inline void fox_read_state(const char *path, FoxTrainState *want, float *
     if (version >= 2) FOX_EXPECT("parameter count", fox_get_i64(h, FOX_STATE_I_PARAMS), want->params);
 #undef FOX_EXPECT
     long long need = (long long)(FOX_CKPT_HEADER_INTS * 4) + 8 * want->shard_count + want->loader_bytes;
-    if (fox_file_size(path) != need) fox_fatal("%s is truncated (%lld bytes, expected %lld)", path, fox_file_size(path), need);
-    size_t n = (size_t)want->shard_count;
-    FILE *f = fox_fopen(path, "rb");
-    if (fseek(f, FOX_CKPT_HEADER_INTS * sizeof(int32_t), SEEK_SET)) fox_fatal("cannot seek in %s: %s", path, strerror(errno));
-    fox_fread(m, sizeof(float), n, f, path);
-    fox_fread(v, sizeof(float), n, f, path);
-    fox_fread(loader, 1, (size_t)want->loader_bytes, f, path);
-    fclose(f);
+    if (!read) fox_fatal("%s is truncated (%lld bytes, expected %lld)", path, fox_file_size(path), need);
     if (!fox_all_finite(m, n) || !fox_all_finite(v, n)) fox_fatal("%s holds non-finite AdamW moments (NaN or Inf)", path);
     want->tokens = fox_get_i64(h, FOX_STATE_I_TOKENS);
     want->rng = (uint64_t)fox_get_i64(h, FOX_STATE_I_RNG);
