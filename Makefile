@@ -36,7 +36,7 @@ else
 endif
 LDLIBS = $(BLOSC_LIB) -lm
 
-FOX_HEADERS = fox/run.h fox/sample.h fox/trainer.h fox/dist.h fox/train_common.h fox/acp.h fox/docmask.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/crc32.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
+FOX_HEADERS = fox/run.h fox/eval.h fox/json.h fox/mqar.h fox/sample.h fox/trainer.h fox/dist.h fox/train_common.h fox/acp.h fox/docmask.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/crc32.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
 
 # With MPI (Debian: libopenmpi-dev openmpi-bin) the data-parallel build train_fox_cpu_mpi is made
 # too: mpirun -np N ./train_fox_cpu_mpi ... (N ranks, gradients averaged with MPI_Allreduce).
@@ -47,7 +47,7 @@ endif
 
 FIXTURES = build/fixtures
 
-all: train_fox_cpu test_fox_cpu test_fox_fd test_fox_e2e test_fox_decode fox_data $(MPI_BIN)
+all: train_fox_cpu test_fox_cpu test_fox_fd test_fox_e2e test_fox_decode test_eval test_json fox_data $(MPI_BIN)
 
 # Every binary depends on build/config.txt, the build configuration (compilers, flags, whether libblosc,
 # MPI and nvcc were found, GPU_ARCH), rewritten at the end of this file only when it changes: a machine
@@ -77,6 +77,13 @@ test_fox_fd: test/test_finite_diff.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) 
 test_fox_e2e: test/test_end_to_end.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -Wno-unused-function -I. -Itest -o $@ test/test_end_to_end.c $(LDLIBS)
 
+# The evaluation tasks (fox/eval.h) with a scripted fake model, and the JSON reader they use.
+test_eval: test/test_eval.c $(TEST_HEADERS) $(FOX_HEADERS) fox_data $(BUILD_CONFIG)
+	$(CC) $(CFLAGS) -Wno-unused-function -I. -Itest -o $@ test/test_eval.c $(LDLIBS)
+
+test_json: test/test_json.c fox/json.h fox/io.h $(TEST_HEADERS) $(BUILD_CONFIG)
+	$(CC) $(CFLAGS) -I. -Itest -o $@ test/test_json.c -lm
+
 include data.mk
 
 $(FIXTURES)/manifest.txt: train_fox.py fox/config.h fox/rng.h fox/checkpoint.h test/fixture.h
@@ -91,7 +98,7 @@ test:
 	@$(MAKE) --no-print-directory test-suites
 
 # Every suite prints "N passed, M failed"; scripts/run_tests.sh runs them all and sums them up.
-test-suites: train_fox_cpu test_fox_cpu test_fox_fd test_fox_e2e test_fox_decode fox_data fox_data_noblosc test_data $(MPI_BIN) $(FIXTURES)/manifest.txt test/data/node_modules/js-tiktoken/package.json
+test-suites: train_fox_cpu test_fox_cpu test_fox_fd test_fox_e2e test_fox_decode test_eval test_json fox_data fox_data_noblosc test_data $(MPI_BIN) $(FIXTURES)/manifest.txt test/data/node_modules/js-tiktoken/package.json
 	PYTHON=$(PYTHON) FOX_MPI_BIN=$(MPI_BIN) sh scripts/run_tests.sh \
 	  "test harness=sh test/test_run_tests.sh" \
 	  "headers compile alone=CC=$(CC) CFLAGS_EXTRA='$(BLOSC_DEF)' NVCC=$(NVCC) sh scripts/check_headers.sh" \
@@ -101,6 +108,10 @@ test-suites: train_fox_cpu test_fox_cpu test_fox_fd test_fox_e2e test_fox_decode
 	  "cpu end to end=./test_fox_e2e" \
 	  "cpu generation=./test_fox_decode" \
 	  "generation runs=sh scripts/test_generate.sh ./train_fox_cpu" \
+	  "json reader=./test_json" \
+	  "evaluation tasks, scripted model=./test_eval" \
+	  "evaluation tasks=sh scripts/test_eval.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
+	  "multiple-choice reference=$(PYTHON) test/test_mc_ref.py" \
 	  "runs=sh scripts/test_runs.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "paper run scripts=bash test/test_paper_scripts.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "data pipeline=./test_data" \
@@ -125,7 +136,7 @@ train: train_fox_cpu
 	$(TRAIN_BIN) $(TRAIN_ARGS) --out $(TRAIN_OUT)
 
 clean:
-	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox_cpu test_fox_fd test_fox_e2e test_fox_decode fox_data fox_data_noblosc test_data build
+	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox_cpu test_fox_fd test_fox_e2e test_fox_decode test_eval test_json fox_data fox_data_noblosc test_data build
 
 # Every header compiles on its own (C headers with $(CC), CUDA headers with nvcc when present).
 check-headers:
@@ -190,7 +201,7 @@ endif
 # document mask), gsa and the two FAM fixtures of blocks of 128 at d_model 256 / 2 heads (128); then the GPU
 # parity test on each set.
 GPU_FIXTURES = build/fixtures_gpu
-test-gpu: train_fox test_fox test_decode_gpu train_fox_cpu
+test-gpu: train_fox test_fox test_decode_gpu train_fox_cpu fox_data
 	$(PYTHON) train_fox.py fixtures --dim 128 --heads 2 --out $(GPU_FIXTURES)
 	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro,fox-pro-docmask,transformer-pro-docmask,gsa,transformer-fam-gpu,fox-fam-gpu --out $(GPU_FIXTURES)_dh128
 	PYTHON=$(PYTHON) sh scripts/run_tests.sh \
@@ -198,6 +209,7 @@ test-gpu: train_fox test_fox test_decode_gpu train_fox_cpu
 	  "gpu parity, head_dim 128=./test_fox $(GPU_FIXTURES)_dh128" \
 	  "gpu generation=./test_decode_gpu" \
 	  "gpu generation runs=sh scripts/test_generate.sh ./train_fox" \
+	  "gpu evaluation tasks=sh scripts/test_eval.sh ./train_fox" \
 	  "gpu end to end=sh scripts/test_gpu_e2e.sh" \
 	  "gpu gsa end to end=sh scripts/test_gpu_gsa.sh" \
 	  "gpu fam end to end=sh scripts/test_gpu_fam.sh" \

@@ -7,7 +7,7 @@ PYTHON ?= /usr/bin/python3
 NPM ?= npm
 BLOSC_LIB ?= -lblosc
 DATA_LIBS = $(BLOSC_LIB) -lm
-DATA_HEADERS = dataloader.h tokenizer.h fox/zarr.h fox/data_common.h fox/rng.h
+DATA_HEADERS = dataloader.h tokenizer.h fox/zarr.h fox/data_common.h fox/rng.h fox/mqar.h
 
 fox_data: fox_data.c $(DATA_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -I. -o $@ fox_data.c $(DATA_LIBS)

@@ -5,12 +5,16 @@
 //   fox_data dump ARRAY.zarr --docs a:b [--pos p:q]   ids of a zarr rectangle, one line per doc
 //   fox_data tokenize [FILE | -] [--allow-special]    ids of the text on one line (no EOT added)
 //   fox_data info SOURCE                        shape, dtype and compression of a shard glob or zarr array
+//   fox_data mqar --out DIR [options]           a synthetic multi-query associative recall data set (fox/mqar.h)
 // encode options: --out PATH (default data/tokens.bin), --shard-tokens N (0 = one file; else
 // PATH's stem + _000000.bin, ... holding N tokens each), --jsonl (also implied by .jsonl files),
 // --val-out PATH --val-every K (document k goes to PATH when k % K == K/2), --threads N,
 // --tokenizer PATH. Every document is preceded by EOT (50256), as llm.c's fineweb.py does.
+// mqar options: --vocab V (8192), --num-kv N (16), --seq-len T (256), --train-examples E (100000),
+// --test-examples E (1000), --seed S (1337); writes DIR/train.bin, DIR/test.bin and DIR/mqar.json.
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +25,7 @@
 #endif
 
 #include "dataloader.h"
+#include "fox/mqar.h"
 #include "tokenizer.h"
 
 static void usage(void) {
@@ -31,7 +36,9 @@ static void usage(void) {
             "       fox_data dump SHARD.bin [--pos p:q]\n"
             "       fox_data dump ARRAY.zarr --docs a:b [--pos p:q]\n"
             "       fox_data tokenize [FILE | -] [--allow-special] [--tokenizer PATH]\n"
-            "       fox_data info SOURCE\n");
+            "       fox_data info SOURCE\n"
+            "       fox_data mqar --out DIR [--vocab V] [--num-kv N] [--seq-len T] [--train-examples E]\n"
+            "                     [--test-examples E] [--seed S]\n");
     exit(2);
 }
 
@@ -523,6 +530,139 @@ static int cmd_info(int argc, char **argv) {
     return 0;
 }
 
+// ---- mqar: multi-query associative recall (fox/mqar.h) ----
+
+// A flag's value that must fit an int.
+static int parse_int(const char *s, const char *what) {
+    long long v = parse_count(s, what);
+    if (v > INT_MAX) fox_fatal("%s %s is too large", what, s);
+    return (int)v;
+}
+
+// DIR/name into path (cap bytes).
+static void path_join(char *path, size_t cap, const char *dir, const char *name) {
+    if (snprintf(path, cap, "%s/%s", dir, name) >= (int)cap) fox_fatal("path too long: %s/%s", dir, name);
+}
+
+// tokens[0..n) as a shard's items of itemsize bytes (uint16 or uint32, the host's byte order as the loader reads them).
+static void pack_tokens(const int *tokens, int n, int itemsize, unsigned char *bytes) {
+    for (int t = 0; t < n; t++) {
+        if (itemsize == 2) {
+            uint16_t v = (uint16_t)tokens[t];
+            memcpy(bytes + 2 * (size_t)t, &v, 2);
+        } else {
+            uint32_t v = (uint32_t)tokens[t];
+            memcpy(bytes + 4 * (size_t)t, &v, 4);
+        }
+    }
+}
+
+// Writes the split's examples, back to back and followed by one start token (so that the last one is a
+// whole window), as an llm.c shard at DIR/name, through a temporary file renamed into place.
+static void write_mqar_split(const FoxMqar *m, int split, long long examples, const char *dir, const char *name) {
+    char path[4200], tmp[4300];
+    path_join(path, sizeof path, dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    const int T = m->seq_len, itemsize = m->vocab <= 65536 ? 2 : 4;
+    int32_t header[FOX_SHARD_HEADER_INTS];
+    memset(header, 0, sizeof header);
+    header[0] = itemsize == 2 ? FOX_SHARD_MAGIC : FOX_SHARD_MAGIC_U32;
+    header[1] = itemsize == 2 ? FOX_SHARD_VERSION : FOX_SHARD_VERSION_U32;
+    header[2] = (int32_t)(examples * T + 1);  // fits: fox_mqar_problem bounds the examples
+    int *tokens = (int *)fox_malloc((size_t)T * sizeof(int));
+    unsigned char *bytes = (unsigned char *)fox_malloc((size_t)T * (size_t)itemsize);
+    uint64_t key = fox_mqar_split_key(m->seed, split);
+    FILE *f = fox_fopen(tmp, "wb");
+    fox_fwrite(header, sizeof header, 1, f, tmp);
+    for (long long i = 0; i < examples; i++) {
+        fox_mqar_example(m, key, i, tokens);
+        pack_tokens(tokens, T, itemsize, bytes);
+        fox_fwrite(bytes, (size_t)itemsize, (size_t)T, f, tmp);
+    }
+    tokens[0] = 0;  // the final start token
+    pack_tokens(tokens, 1, itemsize, bytes);
+    fox_fwrite(bytes, (size_t)itemsize, 1, f, tmp);
+    fox_fclose_synced(f, tmp);
+    if (rename(tmp, path)) fox_fatal("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    free(tokens);
+    free(bytes);
+}
+
+// Writes DIR/mqar.json (through a temporary file): the set's sizes, ranges and seed.
+static void write_mqar_json(const FoxMqar *m, const char *dir) {
+    char path[4200], tmp[4300];
+    path_join(path, sizeof path, dir, "mqar.json");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fox_fopen(tmp, "w");
+    int n = fprintf(f,
+                    "{\"task\": \"mqar\", \"vocab\": %d, \"num_kv\": %d, \"seq_len\": %d, \"key_range\": [%d, %d], "
+                    "\"value_range\": [%d, %d],\n \"train_examples\": %lld, \"test_examples\": %lld, \"seed\": %llu,\n"
+                    " \"layout\": \"each example is seq_len tokens: token 0, the num_kv pairs key value (distinct keys from "
+                    "key_range, values from value_range, ranges half-open), then the query section from position "
+                    "2*num_kv+1, in which num_kv of its two-token slots (at even offsets), chosen uniformly, hold every key "
+                    "once followed by its value, in a random order, and every other token is 0; train.bin and test.bin "
+                    "hold their examples back to back and then one token 0, so with --seq-len seq_len window k is example "
+                    "k; the answer positions are the query keys, whose next token is the value\"}\n",
+                    m->vocab, m->num_kv, m->seq_len, m->key_lo, m->key_hi, m->value_lo, m->value_hi, m->train_examples,
+                    m->test_examples, (unsigned long long)m->seed);
+    if (n < 0) fox_fatal("cannot write %s: %s", tmp, strerror(errno));
+    fox_fclose_synced(f, tmp);
+    if (rename(tmp, path)) fox_fatal("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+}
+
+// Refuses a DIR that already holds a file of the set: another run's data is never overwritten.
+static void refuse_existing(const char *dir, const char *name) {
+    char path[4200];
+    path_join(path, sizeof path, dir, name);
+    struct stat st;
+    if (lstat(path, &st) == 0) fox_fatal("%s already exists: fox_data mqar does not overwrite data (choose another --out)", path);
+    if (errno != ENOENT) fox_fatal("cannot check %s: %s", path, strerror(errno));
+}
+
+static int cmd_mqar(int argc, char **argv) {
+    const char *out = NULL;
+    FoxMqar m;
+    memset(&m, 0, sizeof m);
+    m.vocab = 8192;
+    m.num_kv = 16;
+    m.seq_len = 256;
+    m.train_examples = 100000;
+    m.test_examples = 1000;
+    m.seed = 1337;
+    for (int i = 0; i < argc; i++) {
+        const char *flag = argv[i];
+        if (strncmp(flag, "--", 2)) usage();
+        if (i + 1 >= argc) fox_fatal("%s needs a value", flag);
+        const char *v = argv[++i];
+        if (!strcmp(flag, "--out")) out = v;
+        else if (!strcmp(flag, "--vocab")) m.vocab = parse_int(v, flag);
+        else if (!strcmp(flag, "--num-kv")) m.num_kv = parse_int(v, flag);
+        else if (!strcmp(flag, "--seq-len")) m.seq_len = parse_int(v, flag);
+        else if (!strcmp(flag, "--train-examples")) m.train_examples = parse_count(v, flag);
+        else if (!strcmp(flag, "--test-examples")) m.test_examples = parse_count(v, flag);
+        else if (!strcmp(flag, "--seed")) m.seed = (uint64_t)parse_count(v, flag);
+        else usage();
+    }
+    if (!out) fox_fatal("fox_data mqar needs --out DIR");
+    char msg[256];
+    if (fox_mqar_problem(&m, 1, msg, sizeof msg)) fox_fatal("%s", msg);
+    fox_mqar_set_ranges(&m);
+    fox_mkdir_p(out);
+    refuse_existing(out, "mqar.json");
+    refuse_existing(out, "train.bin");
+    refuse_existing(out, "test.bin");
+    double t0 = now_seconds();
+    write_mqar_split(&m, FOX_MQAR_TRAIN, m.train_examples, out, "train.bin");
+    write_mqar_split(&m, FOX_MQAR_TEST, m.test_examples, out, "test.bin");
+    write_mqar_json(&m, out);  // last: its presence says the set is whole
+    fox_fsync_dir(out);
+    printf("%s: %lld train and %lld test examples of %d tokens (%d pairs, keys [%d, %d), values [%d, %d)), %.2f s\n"
+           "train with --train %s/train.bin --val %s/test.bin --seq-len %d --vocab %d (or more)\n",
+           out, m.train_examples, m.test_examples, m.seq_len, m.num_kv, m.key_lo, m.key_hi, m.value_lo, m.value_hi,
+           now_seconds() - t0, out, out, m.seq_len, m.vocab);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) usage();
     const char *cmd = argv[1];
@@ -531,6 +671,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "dump")) return cmd_dump(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "mqar")) return cmd_mqar(argc - 2, argv + 2);
     usage();
     return 2;
 }

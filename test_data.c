@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "dataloader.h"
+#include "fox/mqar.h"
 #include "tokenizer.h"
 
 static int n_passed, n_failed;
@@ -702,6 +703,285 @@ static void test_fox_data(void) {
     tokenizer_free(&tok);
 }
 
+// ---------------------------------------------------------------- MQAR (fox_data mqar, fox/mqar.h)
+
+// All tokens of a shard (malloc'd), its count and item size.
+static int *shard_all(const char *path, long long *ntok, int *itemsize) {
+    FoxShard s;
+    fox_shard_open(&s, path);
+    int *ids = (int *)fox_malloc((size_t)s.ntok * sizeof(int));
+    fox_shard_tokens(&s, 0, (int)s.ntok, ids);
+    *ntok = s.ntok;
+    *itemsize = s.itemsize;
+    munmap((void *)s.map, s.map_bytes);
+    free(s.path);
+    return ids;
+}
+
+// The pair index of key k in example ex, or -1.
+static int mqar_pair_of(const FoxMqar *m, const int *ex, int k) {
+    for (int i = 0; i < m->num_kv; i++)
+        if (ex[1 + 2 * i] == k) return i;
+    return -1;
+}
+
+// Writes why an example is not well formed; returns 0.
+static int mqar_fail(char *why, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, cap, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+// Whether ex (seq_len tokens) follows fox/mqar.h's layout, checked from its description, not its code:
+// the start token; N distinct keys and N values in their ranges; in the query section every key once, at
+// an even offset, followed by its own value; every other token 0. Says why not in why.
+static int mqar_layout_ok(const FoxMqar *m, const int *ex, char *why, size_t cap) {
+    const int N = m->num_kv, T = m->seq_len, Q = 2 * N + 1;
+    if (ex[0] != 0) return mqar_fail(why, cap, "start token %d", ex[0]);
+    for (int i = 0; i < N; i++) {
+        int k = ex[1 + 2 * i], v = ex[2 + 2 * i];
+        if (k < m->key_lo || k >= m->key_hi || mqar_pair_of(m, ex, k) != i) return mqar_fail(why, cap, "key %d of pair %d", k, i);
+        if (v < m->value_lo || v >= m->value_hi) return mqar_fail(why, cap, "value %d of pair %d", v, i);
+    }
+    char queried[64] = {0};  // the tests' N are below 64
+    int queries = 0;
+    for (int t = Q; t < T; t++) {
+        if (ex[t] == 0) continue;
+        int i = mqar_pair_of(m, ex, ex[t]);
+        if (i < 0) return mqar_fail(why, cap, "token %d at %d is neither 0 nor a query", ex[t], t);
+        if ((t - Q) % 2 || t + 1 >= T || ex[t + 1] != ex[2 + 2 * i] || queried[i]++)
+            return mqar_fail(why, cap, "query of key %d at %d (odd offset, wrong value or repeated)", ex[t], t);
+        queries++;
+        t++;  // its value
+    }
+    if (queries != N) return mqar_fail(why, cap, "%d of %d keys queried", queries, N);
+    return 1;
+}
+
+// Whether fox_mqar_is_answer marks exactly N positions of ex, each a key followed by its value.
+static int mqar_answers_ok(const FoxMqar *m, const int *ex) {
+    int n = 0, ok = 1;
+    for (int t = 0; t < m->seq_len; t++) {
+        if (!fox_mqar_is_answer(m, ex, t)) continue;
+        int i = mqar_pair_of(m, ex, ex[t]);
+        ok &= i >= 0 && ex[t + 1] == ex[2 + 2 * i];
+        n++;
+    }
+    return ok && n == m->num_kv;
+}
+
+// Whether two files hold the same bytes.
+static int same_file(const char *a, const char *b) {
+    size_t na = 0, nb = 0;
+    char *x = fox_read_file(a, &na), *y = fox_read_file(b, &nb);
+    int same = x && y && na == nb && !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return same;
+}
+
+// The checks of one written split: shard size and final token, every example's layout and answers, the
+// file equal to fox_mqar_example; returns the tokens.
+static int *check_mqar_split(const FoxMqar *m, const char *path, int split, long long examples, int want_itemsize) {
+    long long ntok;
+    int itemsize;
+    int *all = shard_all(path, &ntok, &itemsize);
+    const int T = m->seq_len;
+    check(ntok == examples * T + 1 && all[ntok - 1] == 0 && itemsize == want_itemsize,
+          "%s: %lld tokens = %lld examples x %d + a final 0, uint%d", path, ntok, examples, T, 8 * itemsize);
+    int layout = 1, answers = 1, same = 1;
+    char why[256] = "";
+    int *ex = (int *)fox_malloc((size_t)T * sizeof(int));
+    uint64_t key = fox_mqar_split_key(m->seed, split);
+    for (long long i = 0; i < examples; i++) {
+        const int *got = all + i * T;
+        if (layout && !mqar_layout_ok(m, got, why, sizeof why)) layout = 0;
+        answers &= mqar_answers_ok(m, got);
+        fox_mqar_example(m, key, i, ex);
+        same &= !memcmp(ex, got, (size_t)T * sizeof(int));
+    }
+    check(layout, "%s: every example: start token 0, %d distinct keys and values in range, each key queried once with its "
+          "value at an even offset of the query section, all else 0%s%s", path, m->num_kv, layout ? "" : ": ", why);
+    check(answers, "%s: fox_mqar_is_answer marks %d positions per example, each a key followed by its value", path, m->num_kv);
+    check(same, "%s: example i is fox_mqar_example(split %d, i)", path, split);
+    free(ex);
+    return all;
+}
+
+#define MQAR_ARGS "--vocab 64 --num-kv 8 --seq-len 48 --train-examples 300 --test-examples 50"
+enum { MQAR_T = 48, MQAR_TRAIN = 300, MQAR_TEST = 50 };
+
+// The draws spread over the ranges: every key, value and slot occurs, and the queries are not in the
+// pairs' order.
+static void mqar_spread(const FoxMqar *m, const int *train) {
+    const int N = m->num_kv, T = m->seq_len, Q = 2 * N + 1, slots = (T - Q) / 2;
+    int key_seen[64] = {0}, value_seen[64] = {0}, slot_seen[64] = {0}, same_order = 0;
+    for (int e = 0; e < MQAR_TRAIN; e++) {
+        const int *ex = train + e * T;
+        int in_order = 1, r = 0;
+        for (int i = 0; i < N; i++) key_seen[ex[1 + 2 * i]] = value_seen[ex[2 + 2 * i]] = 1;
+        for (int s = 0; s < slots; s++) {
+            if (!ex[Q + 2 * s]) continue;
+            slot_seen[s] = 1;
+            in_order &= ex[Q + 2 * s] == ex[1 + 2 * r++];
+        }
+        same_order += in_order;
+    }
+    int keys = 0, values = 0, used = 0;
+    for (int k = 0; k < 64; k++) { keys += key_seen[k]; values += value_seen[k]; }
+    for (int s = 0; s < slots; s++) used += slot_seen[s];
+    check(keys == 31 && values == 32 && used == slots && same_order < 3,
+          "%d examples use all 31 keys, 32 values and %d slots; queries in the pairs' order in %d", MQAR_TRAIN, slots, same_order);
+}
+
+// The loaders with --seq-len T: validation window k is example k (its target shifted by one into the next
+// example's 0); training windows are whole examples, shuffled, each once an epoch.
+static void mqar_windows(const int *train, const int *test) {
+    const int T = MQAR_T;
+    DataLoader dl;
+    dataloader_init(&dl, path_in("mqar/test.bin"), 1, T, 0, 1, 0, 0);
+    int in[5 * MQAR_T], tg[5 * MQAR_T], ok = dataloader_num_windows(&dl) == MQAR_TEST;
+    for (int k = 0; k < MQAR_TEST; k++) {
+        dataloader_next(&dl, in, tg);
+        ok &= !memcmp(in, test + k * T, T * sizeof(int)) && !memcmp(tg, test + k * T + 1, (T - 1) * sizeof(int)) && tg[T - 1] == 0;
+    }
+    check(ok, "test.bin with T=%d: %d windows; window k's input is example k, its target example k[1:] + 0", T, MQAR_TEST);
+    dataloader_free(&dl);
+    dataloader_init(&dl, path_in("mqar/train.bin"), 5, T, 0, 1, 3, 1);
+    int seen[MQAR_TRAIN] = {0}, descents = 0, prev = -1;
+    ok = dataloader_num_windows(&dl) == MQAR_TRAIN;
+    for (int b = 0; b < MQAR_TRAIN / 5; b++) {
+        dataloader_next(&dl, in, tg);
+        for (int w = 0; w < 5; w++) {
+            int found = -1;
+            for (int e = 0; e < MQAR_TRAIN && found < 0; e++)
+                if (!memcmp(in + w * T, train + e * T, T * sizeof(int))) found = e;
+            ok &= found >= 0 && tg[w * T + T - 1] == 0;
+            if (found >= 0) seen[found]++;
+            descents += found < prev;
+            prev = found;
+        }
+    }
+    for (int e = 0; e < MQAR_TRAIN; e++) ok &= seen[e] == 1;
+    check(ok && descents > MQAR_TRAIN / 6, "train.bin, shuffled: each of the %d windows of an epoch is one whole example, once",
+          MQAR_TRAIN);
+    dataloader_free(&dl);
+}
+
+// The same seed writes the same files, another seed others; the uint32 variant; the defaults.
+static void mqar_seeds_and_sizes(void) {
+    run("./fox_data mqar --out %s " MQAR_ARGS " --seed 7 > /dev/null", path_in("mqar_same"));
+    run("./fox_data mqar --out %s " MQAR_ARGS " --seed 8 > /dev/null", path_in("mqar_other"));
+    check(same_file(path_in("mqar/train.bin"), path_in("mqar_same/train.bin")) &&
+              same_file(path_in("mqar/test.bin"), path_in("mqar_same/test.bin")) &&
+              same_file(path_in("mqar/mqar.json"), path_in("mqar_same/mqar.json")),
+          "the same seed writes identical train.bin, test.bin and mqar.json");
+    check(!same_file(path_in("mqar/train.bin"), path_in("mqar_other/train.bin")) &&
+              !same_file(path_in("mqar/test.bin"), path_in("mqar_other/test.bin")),
+          "another seed writes other examples");
+    int rc = run("./fox_data mqar --out %s --vocab 200000 --num-kv 4 --seq-len 20 --train-examples 10 --test-examples 5 > /dev/null",
+                 path_in("mqar_u32"));
+    check(rc == 0, "fox_data mqar --vocab 200000 (values [100000, 200000): the uint32 shard variant)");
+    if (rc == 0) {
+        FoxMqar big;
+        fox_mqar_read(path_in("mqar_u32"), &big);
+        free(check_mqar_split(&big, path_in("mqar_u32/test.bin"), FOX_MQAR_TEST, 5, 4));
+    }
+    rc = run("./fox_data mqar --out %s --train-examples 20 > /dev/null", path_in("mqar_default"));
+    check(rc == 0, "fox_data mqar with the defaults (--train-examples 20)");
+    if (rc == 0) {
+        FoxMqar d;
+        fox_mqar_read(path_in("mqar_default"), &d);
+        check(d.vocab == 8192 && d.num_kv == 16 && d.seq_len == 256 && d.test_examples == 1000 && d.seed == 1337 &&
+                  d.key_hi == 4096 && d.value_lo == 4096,
+              "defaults: --vocab 8192 --num-kv 16 --seq-len 256 --test-examples 1000 --seed 1337");
+    }
+}
+
+// fox_data mqar's bad input, each one line; a DIR that holds a set's file is left as it was.
+static void mqar_bad_flags(void) {
+    static const char *const bad[][2] = {
+        {"--seq-len under 1 + 4 x --num-kv", "--num-kv 8 --seq-len 32"},
+        {"more pairs than keys", "--vocab 16 --num-kv 8 --seq-len 64"},
+        {"a vocabulary of 2", "--vocab 2 --num-kv 1 --seq-len 8"},
+        {"no test examples", "--test-examples 0"},
+        {"more train tokens than a shard holds", "--train-examples 10000000"},
+        {"a flag without its value", "--seed"},
+    };
+    char cmd[1200], what[128];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "./fox_data mqar --out %s %s", path_in("mqar_bad"), bad[i][1]);
+        snprintf(what, sizeof what, "fox_data mqar: %s", bad[i][0]);
+        expect_error(what, cmd);
+    }
+    expect_error("fox_data mqar: no --out", "./fox_data mqar --num-kv 4");
+    snprintf(cmd, sizeof cmd, "./fox_data mqar --out %s " MQAR_ARGS " --seed 9", path_in("mqar"));
+    expect_error("fox_data mqar: DIR already holds a data set", cmd);
+    check(grep_file(path_in("stderr.txt"), "mqar.json already exists") &&
+              same_file(path_in("mqar/train.bin"), path_in("mqar_same/train.bin")),
+          "  ... its mqar.json named, its files left as they were");
+    run("mkdir -p %s", path_in("mqar_corpus"));
+    write_bytes(path_in("mqar_corpus/train.bin"), "corpus", 6);
+    snprintf(cmd, sizeof cmd, "./fox_data mqar --out %s", path_in("mqar_corpus"));
+    expect_error("fox_data mqar: DIR holds another train.bin", cmd);
+    check(grep_file(path_in("mqar_corpus/train.bin"), "corpus") && run("test -e %s", path_in("mqar_corpus/test.bin")) != 0,
+          "  ... which is left as it was, and nothing is written");
+}
+
+// fox_mqar_read of a missing or malformed mqar.json: one line naming the key.
+static void mqar_bad_json(void) {
+    char cmd[1200], what[128];
+    snprintf(cmd, sizeof cmd, "./test_data --mqar-read %s", path_in("mqar_bad"));
+    expect_error("fox_mqar_read: no mqar.json", cmd);
+    static const char *const bad[][3] = {
+        {"no num_kv", "num_kv", "{\"task\": \"mqar\", \"vocab\": 64, \"seq_len\": 48, \"key_range\": [1, 32], "
+                                "\"value_range\": [32, 64], \"train_examples\": 3, \"test_examples\": 5, \"seed\": 7}"},
+        {"a key_range that vocab does not make", "key_range", "{\"task\": \"mqar\", \"vocab\": 64, \"num_kv\": 8, \"seq_len\": 48, "
+                "\"key_range\": [0, 32], \"value_range\": [32, 64], \"train_examples\": 3, \"test_examples\": 5, \"seed\": 7}"},
+        {"seq_len 2.5", "seq_len", "{\"task\": \"mqar\", \"vocab\": 64, \"num_kv\": 8, \"seq_len\": 2.5, \"key_range\": [1, 32], "
+                                   "\"value_range\": [32, 64], \"train_examples\": 3, \"test_examples\": 5, \"seed\": 7}"},
+        {"seq_len under 1 + 4 num_kv", "seq_len", "{\"task\": \"mqar\", \"vocab\": 64, \"num_kv\": 8, \"seq_len\": 32, "
+                "\"key_range\": [1, 32], \"value_range\": [32, 64], \"train_examples\": 3, \"test_examples\": 5, \"seed\": 7}"},
+        {"another task", "task", "{\"task\": \"niah\", \"vocab\": 64}"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run("mkdir -p %s", path_in("mqar_json%zu", i));
+        write_bytes(path_in("mqar_json%zu/mqar.json", i), bad[i][2], strlen(bad[i][2]));
+        snprintf(cmd, sizeof cmd, "./test_data --mqar-read %s", path_in("mqar_json%zu", i));
+        snprintf(what, sizeof what, "fox_mqar_read: mqar.json with %s", bad[i][0]);
+        expect_error(what, cmd);
+        check(grep_file(path_in("stderr.txt"), bad[i][1]), "  ... the error names %s", bad[i][1]);
+    }
+}
+
+static void test_mqar(void) {
+    printf("== MQAR data (fox_data mqar, fox/mqar.h)\n");
+    int rc = run("./fox_data mqar --out %s " MQAR_ARGS " --seed 7 > /dev/null", path_in("mqar"));
+    check(rc == 0, "fox_data mqar --out DIR " MQAR_ARGS " --seed 7");
+    if (rc != 0) return;
+    FoxMqar m;
+    fox_mqar_read(path_in("mqar"), &m);
+    check(m.vocab == 64 && m.num_kv == 8 && m.seq_len == MQAR_T && m.key_lo == 1 && m.key_hi == 32 && m.value_lo == 32 &&
+              m.value_hi == 64 && m.train_examples == MQAR_TRAIN && m.test_examples == MQAR_TEST && m.seed == 7 &&
+              grep_file(path_in("mqar/mqar.json"), "\"task\": \"mqar\"") && grep_file(path_in("mqar/mqar.json"), "\"key_range\": [1, 32]"),
+          "mqar.json: task, vocab, num_kv, seq_len, key_range [1, 32), value_range [32, 64), examples and seed");
+    int *train = check_mqar_split(&m, path_in("mqar/train.bin"), FOX_MQAR_TRAIN, MQAR_TRAIN, 2);
+    int *test = check_mqar_split(&m, path_in("mqar/test.bin"), FOX_MQAR_TEST, MQAR_TEST, 2);
+    mqar_spread(&m, train);
+    int shared = 0;
+    for (int i = 0; i < MQAR_TEST; i++)
+        for (int j = 0; j < MQAR_TRAIN; j++) shared += !memcmp(test + i * MQAR_T, train + j * MQAR_T, MQAR_T * sizeof(int));
+    check(shared == 0, "no test example is a train example (the splits are seeded apart)");
+    mqar_windows(train, test);
+    free(train);
+    free(test);
+    mqar_seeds_and_sizes();
+    mqar_bad_flags();
+    mqar_bad_json();
+}
+
 // ---------------------------------------------------------------- helper modes and main
 
 static int helper_open(char **argv) {
@@ -738,9 +1018,18 @@ static int helper_state_mismatch(const char *spec) {
     return 0;
 }
 
+// Reads DIR/mqar.json (which must fail on bad input) and prints its sizes.
+static int helper_mqar_read(const char *dir) {
+    FoxMqar m;
+    fox_mqar_read(dir, &m);
+    printf("vocab %d, num_kv %d, seq_len %d\n", m.vocab, m.num_kv, m.seq_len);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 7 && !strcmp(argv[1], "--open")) return helper_open(argv + 2);
     if (argc == 3 && !strcmp(argv[1], "--state-mismatch")) return helper_state_mismatch(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--mqar-read")) return helper_mqar_read(argv[2]);
     if (argc == 4 && !strcmp(argv[1], "--delete-then-read")) return helper_delete_then_read(argv[2], argv[3]);
     if (getenv("PYTHON") && *getenv("PYTHON")) python = getenv("PYTHON");
     snprintf(tmp, sizeof tmp, "/tmp/fox_test_data.XXXXXX");
@@ -749,6 +1038,7 @@ int main(int argc, char **argv) {
     test_tokenizer();
     test_zarr();
     test_fox_data();
+    test_mqar();
     if (n_failed == 0) run("rm -rf %s", tmp);
     else printf("(files kept in %s)\n", tmp);
     printf("%d passed, %d failed\n", n_passed, n_failed);

@@ -1057,11 +1057,20 @@ static void residual_add(real *out, const real *a, const real *b, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-// Per-position cross entropy from logits (N, V); returns the mean.
+// The targets the loss counts: all but the negative ones (--mqar-loss leaves only the answers; docs/model.md §8.4).
+static int counted_targets(const int *targets, int N) {
+    int count = 0;
+    for (int n = 0; n < N; n++) count += targets[n] >= 0;
+    return count;
+}
+
+// Per-position cross entropy from logits (N, V), 0 where the target is negative; returns the mean over the
+// counted targets.
 static double crossentropy_forward(real *losses, const real *logits, const int *targets, int N, int V) {
     #pragma omp parallel for if(threads_pay(WORK_TRANSC * N * V))
     for (int n = 0; n < N; n++) {
         const real *z = logits + (size_t)n * V;
+        if (targets[n] < 0) { losses[n] = 0.0f; continue; }
         real mx = -INFINITY;
         for (int i = 0; i < V; i++) if (z[i] > mx) mx = z[i];
         double sum = 0.0;
@@ -1070,14 +1079,19 @@ static double crossentropy_forward(real *losses, const real *logits, const int *
     }
     double total = 0.0;
     for (int n = 0; n < N; n++) total += losses[n];
-    return total / N;
+    int count = counted_targets(targets, N);
+    return count ? total / count : 0.0;
 }
 
-// In place: logits → dlogits = (softmax − onehot) · dloss.
+// In place: logits → dlogits = (softmax − onehot) · dloss (0 where the target is negative).
 static void crossentropy_backward(real *logits, const int *targets, int N, int V, real dloss) {
     #pragma omp parallel for if(threads_pay(WORK_TRANSC * N * V))
     for (int n = 0; n < N; n++) {
         real *z = logits + (size_t)n * V;
+        if (targets[n] < 0) {
+            for (int i = 0; i < V; i++) z[i] = 0.0f;
+            continue;
+        }
         real mx = -INFINITY;
         for (int i = 0; i < V; i++) if (z[i] > mx) mx = z[i];
         double sum = 0.0;
@@ -1814,7 +1828,8 @@ static void model_backward(Model *m, const int *inputs, const int *targets, int 
     Acts *a = &m->a;
     Scratch *g = &m->s;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
-    crossentropy_backward(a->logits, targets, N, V, dloss_scale / N);
+    int count = counted_targets(targets, N);
+    crossentropy_backward(a->logits, targets, N, V, count ? dloss_scale / count : 0.0f);
     zero(g->dxn, (size_t)N * D);
     zero(g->dres, (size_t)N * D);
     matmul_backward(g->dxn, grad(m, FOX_P_lm_head_w, 0), a->logits, a->xnf, param(m, FOX_P_lm_head_w, 0), N, D, V);
@@ -2211,6 +2226,10 @@ static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Di
 }
 
 static const float *run_model_losses(Model *m) { return m->a.losses; }
+
+static void run_model_logits(Model *m, int r0, int rows, float *out) {
+    memcpy(out, m->a.logits + (size_t)r0 * m->cfg.vocab_size, (size_t)rows * m->cfg.vocab_size * sizeof(float));
+}
 
 static void run_model_forward_queue(Model *m, const int *inputs, const int *targets, int B, int T) {
     m->queued_loss = model_forward(m, inputs, targets, B, T);

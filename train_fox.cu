@@ -219,6 +219,7 @@ struct Model {
     cudaEvent_t tokens_copied;      // h_tokens and h_doc_first may be written again after it
     cudaEvent_t losses_copied;      // h_losses (losses_n of them) and acp_live hold the last forward's after it
     int losses_n;
+    int counted;                    // the last forward's targets the loss counts (the non-negative ones)
     int *h_count, *h_fill;          // (V), h_bucket_key (N): fox_embedding_buckets' scratch
     int *h_buckets;                 // (3N + 1) pinned: fox_embedding_buckets' tables, copied to s.buckets
     uint64_t *h_bucket_key;
@@ -1141,6 +1142,9 @@ static void cache_store(Model *m, int l, int B, int T) {
     if (cl.k_max2) LAUNCH_HEADS(cache_key_norms_kernel, m->Dh, BH, m->stream, cl.k_max2, cl.k, (int)BH, T, cl.max_len, m->Dh);
 }
 
+// The mean loss's gradient per counted target: 1 / their number (0 when none counts).
+static float counted_scale(const Model *m) { return m->counted ? 1.0f / m->counted : 0.0f; }
+
 // Queues the full forward over B×T tokens (B, T within the allocated capacity), with nothing that waits for
 // the device: the tokens go through h_tokens; with targets, the per-position losses come back into h_losses
 // (model_forward_loss waits for them). Without targets it stops at xnf (model_logits_rows gives rows of
@@ -1154,6 +1158,8 @@ static void model_forward_queue(Model *m, const int *inputs, const int *targets,
     memcpy(m->h_tokens, inputs, (size_t)N * sizeof(int));
     FOX_CUDA_CHECK(cudaMemcpyAsync(a->inputs, m->h_tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
     if (targets) {
+        m->counted = 0;
+        for (int n = 0; n < N; n++) m->counted += targets[n] >= 0;
         memcpy(m->h_tokens + N, targets, (size_t)N * sizeof(int));
         FOX_CUDA_CHECK(
             cudaMemcpyAsync(a->targets, m->h_tokens + N, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
@@ -1183,6 +1189,12 @@ static void model_forward_queue(Model *m, const int *inputs, const int *targets,
     }
     rmsnorm_forward(m, a->xnf, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), N);
     m->dlogits_kept = 0;
+    m->acp_tiles = 0;
+    if (acp_on) {
+        FOX_CUDA_CHECK(cudaMemcpyAsync(m->acp_live, a->acp_live, (size_t)L * c->n_head * sizeof(unsigned long long),
+                                       cudaMemcpyDeviceToHost, m->stream));
+        m->acp_tiles = (long long)B * fox_acp_tiles(T);
+    }
     if (!targets) return;
     // When the whole batch's logits fit the buffer, the cross entropy leaves its dlogits there for the backward
     // (one pass over the logits); else the backward computes each chunk's logits and dlogits again.
@@ -1190,16 +1202,10 @@ static void model_forward_queue(Model *m, const int *inputs, const int *targets,
     for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
         int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
         lm_head_forward(m, r0, rows);
-        fox_crossentropy(a->losses + r0, a->logits, a->targets + r0, rows, V, m->VP, 1.0f / N, fused, m->stream);
+        fox_crossentropy(a->losses + r0, a->logits, a->targets + r0, rows, V, m->VP, counted_scale(m), fused, m->stream);
     }
     m->dlogits_kept = fused;
     FOX_CUDA_CHECK(cudaMemcpyAsync(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, m->stream));
-    m->acp_tiles = 0;
-    if (acp_on) {
-        FOX_CUDA_CHECK(cudaMemcpyAsync(m->acp_live, a->acp_live, (size_t)L * c->n_head * sizeof(unsigned long long),
-                                       cudaMemcpyDeviceToHost, m->stream));
-        m->acp_tiles = (long long)B * fox_acp_tiles(T);
-    }
     FOX_CUDA_CHECK(cudaEventRecord(m->losses_copied, m->stream));
     m->losses_n = N;
 }
@@ -1209,7 +1215,7 @@ static double model_forward_loss(Model *m) {
     FOX_CUDA_CHECK(cudaEventSynchronize(m->losses_copied));
     double total = 0.0;
     for (int n = 0; n < m->losses_n; n++) total += m->h_losses[n];
-    return total / m->losses_n;
+    return m->counted ? total / m->counted : 0.0;
 }
 
 // The full forward, waited for: with targets, the mean loss (h_losses the per-position ones); without, 0.
@@ -1521,7 +1527,7 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
         int rows = N - r0 < m->ce_rows ? N - r0 : m->ce_rows;
         if (!kept) {
             lm_head_forward(m, r0, rows);
-            fox_crossentropy(NULL, a->logits, a->targets + r0, rows, V, m->VP, 1.0f / N, 1, m->stream);
+            fox_crossentropy(NULL, a->logits, a->targets + r0, rows, V, m->VP, counted_scale(m), 1, m->stream);
         }
         linear_backward_input(&m->gemm, s->dxn + (size_t)r0 * D, CUDA_R_32F, a->logits, m->VP, wbf(m, FOX_P_lm_head_w, 0),
                               rows, D, m->VP, dloss_scale);
@@ -1731,8 +1737,8 @@ static void model_cache_init(Model *m, int max_len) {
     const FoxConfig *c = &m->cfg;
     char why[512];
     if (max_len < 1) fox_fatal("a KV cache of %d positions", max_len);
+    model_cache_free(m);  // a cache made again (a new prompt length) fits in the memory of the one it replaces
     if (cache_does_not_fit(m, max_len, why, sizeof(why))) fox_fatal("%s", why);
-    model_cache_free(m);
     Cache *kc = &m->cache;
     size_t L = (size_t)c->n_layer, B = (size_t)m->B, BH = B * c->n_head, D = (size_t)c->d_model, Dh = (size_t)m->Dh;
     size_t f = sizeof(float), counted = 0;
@@ -2062,6 +2068,8 @@ static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Di
 
 static const float *run_model_losses(Model *m) { return m->h_losses; }
 
+static void run_model_logits(Model *m, int r0, int rows, float *out) { model_logits_rows(m, r0, rows, out); }
+
 static void run_model_forward_queue(Model *m, const int *inputs, const int *targets, int B, int T) {
     model_forward_queue(m, inputs, targets, B, T);
 }
@@ -2115,6 +2123,7 @@ static void run_model_shard(const Model *m, size_t *offset, size_t *count) {
 
 static int run_model_acp_tiles(Model *m, long long *live, long long *tiles) {
     if (!m->acp_tiles) return 0;
+    FOX_CUDA_CHECK(cudaStreamSynchronize(m->stream));  // the copy of the last forward's counts
     for (int i = 0; i < m->cfg.n_layer * m->cfg.n_head; i++) live[i] = (long long)m->acp_live[i];
     *tiles = m->acp_tiles;
     return 1;

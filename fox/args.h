@@ -79,7 +79,22 @@
     F(BOOL, eval_only, "eval-only", 0, 0, 0, "no training: per-token loss of --init, or of the newest checkpoint in --out, on --val") \
     F(INT, eval_seqs, "eval-seqs", 64, 1, 2147483647, "--eval-only: validation sequences (fewer if the data holds fewer)") \
     F(INT, eval_seq_len, "eval-seq-len", 0, 0, 1 << 24, "--eval-only: context length, may exceed the training one; 0 = --seq-len") \
-    F(BOOL, eval_doc_pos, "eval-doc-pos", 0, 0, 0, "--eval-only: also the loss by position within the document (from its --doc-sep token), OUT/doc_pos_loss.npy")
+    F(BOOL, eval_doc_pos, "eval-doc-pos", 0, 0, 0, "--eval-only: also the loss by position within the document (from its --doc-sep token), OUT/doc_pos_loss.npy") \
+    F(BOOL, eval_niah, "eval-niah", 0, 0, 0, "needle in a haystack (docs/model.md §8.1): with --eval-only, or with training at step 0 and every --eval-every steps; OUT/niah.json") \
+    F(STR, niah_mode, "niah-mode", "standard", 0, 0, "--eval-niah: standard (the needle states the fact) or easy (it also holds the question), as the FoX repository's eval/niah") \
+    F(STR, niah_haystack, "niah-haystack", "data/haystack", 0, 0, "--eval-niah: directory of .txt files, the haystack (concatenated in name order, repeated as needed)") \
+    F(INT, niah_lengths, "niah-lengths", 11, 1, 1024, "--eval-niah: context lengths of the grid, evenly spaced from --niah-min-len to --niah-max-len") \
+    F(INT, niah_depths, "niah-depths", 11, 1, 1024, "--eval-niah: needle depths of the grid, evenly spaced from 0% to 100%") \
+    F(INT, niah_min_len, "niah-min-len", 0, 0, 1 << 24, "--eval-niah: shortest prompt in tokens; 0 = the longest / --niah-lengths") \
+    F(INT, niah_max_len, "niah-max-len", 0, 0, 1 << 24, "--eval-niah: longest prompt in tokens, may exceed the training context; 0 = the training context") \
+    F(INT, niah_tokens, "niah-tokens", 32, 1, 4096, "--eval-niah: tokens generated (greedy) after each prompt, then scored") \
+    F(BOOL, eval_passkey, "eval-passkey", 0, 0, 0, "passkey retrieval (docs/model.md §8.2), like --eval-niah; OUT/passkey.json") \
+    F(STR, passkey_lengths, "passkey-lengths", "", 0, 0, "--eval-passkey: prompt lengths in tokens, comma-separated; empty = 1, 2, 4 and 8 times the training context") \
+    F(INT, passkey_trials, "passkey-trials", 10, 1, 65536, "--eval-passkey: keys (and depths) per length, drawn from --seed") \
+    F(STR, eval_mc, "eval-mc", "", 0, 0, "multiple choice by log-likelihood (docs/model.md §8.3) of a JSONL file (HellaSwag's validation file, or {context, choices, label}), like --eval-niah; OUT/mc.jsonl, OUT/mc.json") \
+    F(STR, eval_mqar, "eval-mqar", "", 0, 0, "associative recall (docs/model.md §8.4): accuracy on the answers of DIR/test.bin, a `fox_data mqar` directory; OUT/mqar_result.json") \
+    F(INT, eval_batch, "eval-batch", 8, 1, 1 << 20, "sequences per forward of --eval-mc and --eval-mqar") \
+    F(BOOL, mqar_loss, "mqar-loss", 0, 0, 0, "train on the answers alone (Zoology's loss; docs/model.md §8.4): the loss and its gradient count only the answer positions of the --eval-mqar set, whose train.bin --train is")
 
 typedef struct {
 #define FOX_ARG_STR const char *

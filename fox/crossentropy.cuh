@@ -36,8 +36,8 @@ __device__ void block_lse(float *out_lse, const bf16 *z, int V) {
     }
 }
 
-// Per-position cross entropy of the next token (docs/model.md §2) and its gradient. losses NULL: the loss
-// is not stored. staged: the row goes through dynamic shared memory (VP bf16). CPU: crossentropy_forward,
+// Per-position cross entropy of the next token (docs/model.md §2) and its gradient; a negative target
+// counts for nothing (loss 0, dlogits 0). losses NULL: the loss is not stored. staged: the row goes through dynamic shared memory (VP bf16). CPU: crossentropy_forward,
 // crossentropy_backward.
 __global__ void __launch_bounds__(CE_THREADS) crossentropy_kernel(float *losses, bf16 *logits, const int *targets, int V,
                                                                  int VP, float scale, int grad, int staged) {
@@ -45,6 +45,11 @@ __global__ void __launch_bounds__(CE_THREADS) crossentropy_kernel(float *losses,
     __shared__ float lse;
     bf16 *z = logits + (size_t)blockIdx.x * VP;
     const int tg = targets[blockIdx.x], nv = VP / 8;
+    if (tg < 0) {  // not counted (--mqar-loss): no loss, no gradient
+        if (threadIdx.x == 0 && losses) losses[blockIdx.x] = 0.0f;
+        for (int i = threadIdx.x; grad && i < nv; i += CE_THREADS) ((uint4 *)z)[i] = make_uint4(0, 0, 0, 0);
+        return;
+    }
     const float zt = __bfloat162float(z[tg]);  // read before any thread writes dlogits over the row
     const uint4 *src = (const uint4 *)z;
     if (staged) {

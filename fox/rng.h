@@ -51,5 +51,7 @@ static inline FOX_HD uint64_t fox_rng_below(uint64_t key, uint64_t i, uint64_t n
 #define FOX_STREAM_DATA 1000
 #define FOX_STREAM_SAMPLE 1001
 #define FOX_STREAM_FIXTURE 1002
+#define FOX_STREAM_MQAR 1003
+#define FOX_STREAM_PASSKEY 1004
 
 #endif

@@ -17,6 +17,7 @@
 #include "dist.h"
 #include "trainer.h"
 #include "sample.h"
+#include "eval.h"      // the evaluation tasks: --eval-niah, --eval-passkey, --eval-mc, --eval-mqar
 #include "../dataloader.h"
 #include "../tokenizer.h"
 
@@ -49,6 +50,7 @@ typedef struct {
     int train_seq_len;            // --eval-only: the evaluated checkpoint's training context (0 = unknown)
     double *doc_pos_loss, *doc_pos_count;  // --eval-doc-pos: loss summed by position within the document, and
                                            // the tokens counted at each position
+    Evals ev;                     // the evaluation tasks (fox/eval.h)
     float *h_params, *h_m, *h_v;  // host staging of weights and AdamW moments (checkpoints)
     FILE *log;
     int lock_fd;                  // OUT/.lock, held by rank 0 for the run's life (-1: none)
@@ -140,11 +142,21 @@ static void check_tokens(const int *ids, size_t n, int vocab, const char *what) 
         if (ids[i] < 0 || ids[i] >= vocab) fox_fatal("%s holds token id %d, outside the vocabulary of %d (set --vocab)", what, ids[i], vocab);
 }
 
+// --mqar-loss (Zoology's loss): every target but the answers' (docs/model.md §8.4) becomes -1, which the
+// loss and its gradient skip; the sequences are the --eval-mqar set's examples.
+static void keep_answer_targets(Run *r, size_t n) {
+    const FoxMqar *mq = &r->ev.mqar.mq;
+    for (size_t s = 0; s < n / (size_t)mq->seq_len; s++)
+        for (int t = 0; t < mq->seq_len; t++)
+            if (!fox_mqar_is_answer(mq, r->inputs + s * mq->seq_len, t)) r->targets[s * mq->seq_len + t] = -1;
+}
+
 // The next batch of a loader, with its ids checked against the vocabulary.
 static void next_batch(Run *r, DataLoader *dl, const char *what, size_t n) {
     dataloader_next(dl, r->inputs, r->targets);
     check_tokens(r->inputs, n, r->cfg.vocab_size, what);
     check_tokens(r->targets, n, r->cfg.vocab_size, what);
+    if (r->args.mqar_loss) keep_answer_targets(r, n);
 }
 
 // Host buffers for the weights (and the AdamW moments), allocated on first use.
@@ -270,6 +282,8 @@ static FOX_NORETURN void run_exit(Run *r, int code, const char *msg) {
 static void run_free(Run *r) {
     if (r->model) model_free(r->model);
     free(r->model);
+    r->model = NULL;
+    evals_free(&r->ev);
     if (!r->args.eval_only && !r->args.generate) dataloader_free(&r->train);
     if (r->has_val) dataloader_free(&r->val);
     free(r->inputs);
@@ -668,7 +682,15 @@ static void run_init(Run *r) {
     r->cfg = cfg;  // the token checks read the vocabulary
     fox_layout(&cfg, &r->lay);
     r->seq_len = a->seq_len;
+    // The tasks' prompts and items are checked, and their models made, before the training model, so the
+    // device memory of both is known before the first step.
+    evals_init(&r->ev, a, &r->cfg, &r->dist, a->seq_len, a->seq_len, &run_stop_signal);
+    if (a->mqar_loss && !r->ev.mqar.on) fox_usage_error("--mqar-loss needs --eval-mqar DIR, the set whose answers it trains on");
+    if (a->mqar_loss && r->ev.mqar.mq.seq_len != a->seq_len)
+        fox_usage_error("--mqar-loss: --seq-len %d is not the %d tokens of an example of %s", a->seq_len, r->ev.mqar.mq.seq_len,
+                        a->eval_mqar);
     if (r->has_val && a->eval_every > 0) check_val_data(r);
+    for (int i = 0; i < 4; i++) evals_open_task(&r->ev, i, model_options(a, 1, 1, 1));
     ModelOptions mo = model_options(a, a->batch, a->seq_len, 0);
     r->model = run_model_init(&cfg, &mo, &r->dist);
     if (a->init[0] && latest < 0) load_weights(r, a->init, &cfg);
@@ -992,6 +1014,55 @@ static void print_sample(Run *r) {
     run_exit(r, FOX_EXIT_STOPPED, msg);
 }
 
+// ---- The evaluation tasks (fox/eval.h) ----
+
+// Logs one evaluation's scores (rank 0), a line per task, as log.jsonl's {"step", "<task>_..."} lines.
+static void log_eval_scores(Run *r, const EvalScores *s) {
+    char a[32], b[32];
+    if (!isnan(s->niah)) log_json(r, "{\"step\": %d, \"niah_score\": %s}", r->step, json_number(a, sizeof(a), s->niah));
+    if (!isnan(s->passkey)) log_json(r, "{\"step\": %d, \"passkey_acc\": %s}", r->step, json_number(a, sizeof(a), s->passkey));
+    if (!isnan(s->mc_acc))
+        log_json(r, "{\"step\": %d, \"mc_acc\": %s, \"mc_acc_norm\": %s}", r->step, json_number(a, sizeof(a), s->mc_acc),
+                 json_number(b, sizeof(b), s->mc_acc_norm));
+    if (!isnan(s->mqar)) log_json(r, "{\"step\": %d, \"mqar_acc\": %s}", r->step, json_number(a, sizeof(a), s->mqar));
+}
+
+// The tasks on the training model's current weights (every rank), their files in --out (none without it).
+// Returns the stop signal that interrupted them (0: none); the training itself is untouched.
+static int run_evals(Run *r) {
+    if (!evals_any(&r->args)) return 0;
+    ensure_host_staging(r, 0);
+    run_model_get(r->model, r->h_params, NULL, NULL);
+    EvalScores s;
+    run_stop_note = "\nstopping the evaluation at its next batch, then with a checkpoint (SIGINT again to quit at once)\n";
+    int sig = evals_run(&r->ev, r->h_params, r->step, r->args.out[0] ? r->args.out : NULL, model_options(&r->args, 1, 1, 1), &s);
+    run_stop_note = "\nstopping after this step, with a checkpoint (SIGINT again to quit at once)\n";
+    if (!sig && r->dist.rank == 0) log_eval_scores(r, &s);
+    return sig;
+}
+
+// --eval-only with tasks: the weights of --init or of the newest checkpoint in --out, with their own config,
+// at the checkpoint's training context (--eval-seq-len overrides it; --seq-len when unknown).
+static void eval_tasks(Run *r) {
+    FoxArgs *a = &r->args;
+    char path[4352];
+    if (!a->out[0]) fox_usage_error("--eval-only needs --out (where the tasks' result files go)");
+    r->train_seq_len = eval_weights_path(a, "--eval-only", path, sizeof(path), 1);
+    r->cfg = fox_read_model_config(path);
+    int context = a->eval_seq_len ? a->eval_seq_len : r->train_seq_len ? r->train_seq_len : a->seq_len;
+    check_model_flags(a, &r->cfg, 0, NULL);
+    fox_layout(&r->cfg, &r->lay);
+    evals_init(&r->ev, a, &r->cfg, &r->dist, context, r->train_seq_len, &run_stop_signal);
+    ensure_host_staging(r, 0);
+    fox_read_model_bin(path, &r->cfg, r->h_params);
+    fox_fatal_hint[0] = 0;
+    if (r->dist.rank == 0) printf("evaluating %s (%zu parameters) at context %d\n", path, r->lay.total, context);
+    EvalScores s;
+    run_stop_note = "\nstopping at the next batch, writing nothing more (SIGINT again to quit at once)\n";
+    int sig = evals_run(&r->ev, r->h_params, -1, a->out, model_options(a, 1, 1, 1), &s);
+    if (sig) run_exit_signalled(r, sig, "during the evaluation: the tasks already done wrote their files");
+}
+
 // " | ETA ..." for the step line: the time the remaining steps take at this run's pace so far, when the
 // whole run takes longer than a minute; else "".
 static void format_eta(char *buf, size_t cap, double elapsed, int done, int left) {
@@ -1150,6 +1221,10 @@ static void train(Run *r) {
                r->cfg.fam_block, r->cfg.fam_window_blocks, r->cfg.fam_memory, r->cfg.fam_memory, r->cfg.d_model,
                r->lay.p[FOX_P_fam_init].numel);
     int first = 1, step_start = r->step;
+    if (r->step == 0 && a->eval_every > 0) {  // the untrained model's scores, where a skill's curve starts
+        int sig = run_evals(r);
+        if (sig) run_exit_signalled(r, sig, "during the evaluation at step 0: nothing trained");
+    }
     double t_start = now_seconds();
     while (r->step < a->steps) {
         double t0 = now_seconds(), norm, lr = lr_at(&r->opt, r->step);
@@ -1179,6 +1254,7 @@ static void train(Run *r) {
                     log_json(r, "{\"step\": %d, \"val_loss\": %.17g}", r->step, vl);
                 }
             }
+            if (a->eval_every > 0 && (r->step % a->eval_every == 0 || r->step == a->steps) && run_evals(r)) stop = 1;
             saved = a->out[0] && ((a->ckpt_every > 0 && r->step % a->ckpt_every == 0) || r->step == a->steps);
         } else {
             skip_step(r, loss, norm, rejected);
@@ -1211,7 +1287,9 @@ static int run_main(int argc, char **argv) {
     dist_init(&r.dist, &argc, &argv);
     fox_args_parse(&r.args, argc, argv);
     run_catch_stop_signals();  // a signal during the set-up stops a training run after its first step
-    if (r.args.eval_only) {
+    if (r.args.eval_only && evals_any(&r.args)) {
+        eval_tasks(&r);
+    } else if (r.args.eval_only) {
         eval_init(&r);
         eval_per_token(&r);
     } else if (r.args.generate) {

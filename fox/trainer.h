@@ -52,6 +52,9 @@ static void run_model_forward_queue(Model *m, const int *inputs, const int *targ
 static double run_model_loss(Model *m);
 // Per-position losses of the last forward, on the host (after run_model_loss for a queued one).
 static const float *run_model_losses(Model *m);
+// The fp32 logits of rows [r0, r0 + rows) (row b·T + t) of the last model_forward without targets, on the
+// host (rows x vocab_size floats).
+static void run_model_logits(Model *m, int r0, int rows, float *out);
 // Adds this micro-batch's gradient, scaled by dloss_scale. last: the step's last micro-batch (a trainer
 // may start averaging the ranks' gradients as they become final).
 static void run_model_backward(Model *m, const int *inputs, const int *targets, int B, int T, float dloss_scale,

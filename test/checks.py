@@ -1,5 +1,6 @@
 """The plain-script Python tests' checks (no pytest): one line per check, `N passed, M failed` at the end,
 which scripts/run_tests.sh sums over the suites."""
+import traceback
 
 PASSED = 0
 FAILED = 0
@@ -13,6 +14,18 @@ def check(name, cond, detail=""):
     else:
         FAILED += 1
         print(f"FAIL {name}" + (f": {detail}" if detail else ""))
+
+
+def run_check(name, fn):
+    """Run fn() (which returns (ok, detail) or a bool); exceptions fail."""
+    try:
+        res = fn()
+    except Exception as e:
+        traceback.print_exc()
+        check(name, False, f"{type(e).__name__}: {e}")
+        return
+    ok, detail = res if isinstance(res, tuple) else (res, "")
+    check(name, ok, detail)
 
 
 def summary():

@@ -240,8 +240,39 @@ static void test_finite_differences_fam(const char *preset, int K, int M, int W)
     model_free(&m);
 }
 
+// --mqar-loss (docs/model.md §8.4): negative targets count for nothing. The loss is the mean of the others'
+// per-position losses, and its gradient (scaled by 1 / their number, zero through the skipped rows) is the
+// derivative of that mean.
+static void test_finite_differences_skipped_targets(void) {
+    const int B = 2, T = 48;
+    int in[2 * 48], tg[2 * 48], all[2 * 48], kept = 0;
+    uint64_t key = fox_rng_key(6, 6);
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (int)fox_rng_below(key, 3 * i, 32);
+        all[i] = (int)fox_rng_below(key, 3 * i + 1, 32);
+        tg[i] = fox_rng_below(key, 3 * i + 2, 4) == 0 ? all[i] : -1;  // a quarter counted
+        kept += tg[i] >= 0;
+    }
+    Model m;
+    fd_model(&m, FOX_FG_DATA_DEPENDENT, 0, 1, B, T);
+    double whole = model_forward(&m, in, all, B, T), sum = 0.0;
+    for (int i = 0; i < B * T; i++) sum += tg[i] >= 0 ? m.a.losses[i] : 0.0;
+    double part = model_forward(&m, in, tg, B, T), zeros = 0.0;
+    for (int i = 0; i < B * T; i++) zeros += tg[i] < 0 ? fabs(m.a.losses[i]) : 0.0;
+    check(fabs(part - sum / kept) < 1e-12 && zeros == 0.0 && fabs(part - whole) > 1e-3,
+          "skipped targets: the loss is the mean over the %d counted of %d positions (%.12f; all: %.12f), 0 at the others",
+          kept, B * T, part, whole);
+    const FdCase cases[] = {{FOX_P_lm_head_w, "lm_head, a quarter of the targets", NULL},
+                            {FOX_P_attn_in_w, "forget-gate weights, a quarter", mask_rows_f},
+                            {FOX_P_fgate_b, "forget-gate bias, a quarter", NULL}};
+    fd_layers(&m, cases + 1, 2, in, tg, B, T, 1e-3, 1e-6);
+    fd_direction(&m, cases[0].param, 0, cases[0].label, in, tg, B, T, NULL, 1e-3, 1e-6);
+    model_free(&m);
+}
+
 int main(void) {
     test_finite_differences();
+    test_finite_differences_skipped_targets();
     test_finite_differences_doc_mask();
     test_finite_differences_gsa();
     test_finite_differences_fam("fox-fam", 8, 3, 1);
