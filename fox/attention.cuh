@@ -29,6 +29,7 @@
 // in a fixed order, fox/attention_backward.cuh); deterministic = 0 adds them in arrival order (the low bits of
 // dq, dc and dlogf can differ between runs; faster: with mma.sync, and on Hopper, where with no order to keep
 // the key blocks are launched longest first).
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_ATTENTION_CUH
 #define FOX_ATTENTION_CUH
 

@@ -4,6 +4,7 @@
 // (bwd_kernel: mma.sync; bwd_ws_kernel: Hopper) dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3
 // converts dQ to bf16; the last step, dc and the reverse scan into d log f, is fox_attention_reverse_scan in
 // fox/attention.cuh. Other forms of step 2, with their measurements, are in dev/cuda/attention_backward.cu.
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_ATTENTION_BACKWARD_CUH
 #define FOX_ATTENTION_BACKWARD_CUH
 

@@ -2,6 +2,7 @@
 // the public API (fox/attention.cuh) selects: mma.sync m16n8k16 (sm_80 and up), and Hopper warpgroup MMA
 // fed by a TMA producer warpgroup (sm_90a builds), each at d_h 64 and 128. Other forms, and their
 // measurements, are in dev/cuda/attention_forward.cu.
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_ATTENTION_FORWARD_CUH
 #define FOX_ATTENTION_FORWARD_CUH
 
@@ -675,7 +676,7 @@ void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloa
 }
 
 // The forward the public API runs: on Hopper (an sm_90a build) the TMA-fed warpgroup-MMA kernel, persistent up to
-// T = FWD_PERSISTENT_MAX_T, where it measured faster (`./attention_forward 0 persistent`; docs/perf.md), a block an
+// T = FWD_PERSISTENT_MAX_T, where it measured faster (`./attention_forward 0 persistent`; dev/perf_history/2026-11-26.md), a block an
 // item beyond; mma.sync otherwise.
 template <int DH>
 void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,

@@ -3,6 +3,7 @@
 // shift-logit columns with the QK-norm weights' gradients. The decode step (fox/decode.cuh) takes its QK-norm and
 // RoPE from here (the warp-a-row helpers, qk_weights and qk_norm_rope; the dev program's earlier versions use them
 // too).
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_ATTN_INPUTS_CUH
 #define FOX_ATTN_INPUTS_CUH
 

@@ -14,6 +14,7 @@
 // the GEMV against fp64 and cuBLASLt.
 // Layouts of one layer: k, v bf16 (B, H, max_len, dh); c fp32 (B, H, max_len); q, o bf16 (B, H, dh), which
 // is the (B, D) row layout of the block's other kernels.
+// Measurements and the variants tried: dev/cuda/NOTES.md, sections "Decode attention" and "The rest of the decode step".
 #ifndef FOX_DECODE_CUH
 #define FOX_DECODE_CUH
 
@@ -425,7 +426,7 @@ static inline void fox_decode_rmsnorm(bf16 *out, const float *in, const float *w
 // DECODE_BF16 out = y (bf16), DECODE_SWIGLU out = bf16(silu(g) u) with g = bf16(y[o]) and u = bf16(y[o + OUT])
 // (W holds the gate rows, then the up rows, as swiglu_forward_kernel reads them). Each warp owns
 // DECODE_LINEAR_ROWS output rows and walks their weights with 16-byte loads, DECODE_LINEAR_UNROLL of them per
-// row in flight; IN % 8 == 0 and 16-byte aligned rows. At batch 4 and 16 cuBLASLt is the faster (docs/perf.md).
+// row in flight; IN % 8 == 0 and 16-byte aligned rows. At batch 4 and 16 cuBLASLt is the faster (dev/cuda/NOTES.md).
 enum { DECODE_F32 = 0, DECODE_F32_ADD = 1, DECODE_BF16 = 2, DECODE_SWIGLU = 3 };
 #define DECODE_LINEAR_THREADS 128
 #define DECODE_LINEAR_ROWS 2

@@ -1,113 +1,15 @@
 // fox/run.h: a training or evaluation run — flags, data, the step loop, logs, checkpoints, resume,
 // --eval-only and sampling — shared by train_fox_cpu (train_fox.c) and train_fox (train_fox.cu).
-// What the run needs from a trainer is declared in fox/trainer.h.
+// What the run needs from a trainer is declared in fox/trainer.h; what its parts share is in
+// fox/run_base.h, the run directory in fox/rundir.h, generation in fox/generate.h.
 #ifndef FOX_RUN_H
 #define FOX_RUN_H
 
-#include <signal.h>
-#include <sys/file.h>
-#include <time.h>
-#include "config.h"
-#include "args.h"
-#include "docmask.h"  // fox_doc_start: --eval-doc-pos finds the documents
-#include "io.h"
+#include "run_base.h"  // Run, the stop signals, the exits, the log
+#include "rundir.h"    // the run directory: lock, --overwrite, stale files
+#include "generate.h"  // --generate and the sample after training
+#include "docmask.h"   // fox_doc_start: --eval-doc-pos finds the documents
 #include "npy.h"
-#include "checkpoint.h"
-#include "train_common.h"
-#include "dist.h"
-#include "trainer.h"
-#include "sample.h"
-#include "eval.h"      // the evaluation tasks: --eval-niah, --eval-passkey, --eval-mc, --eval-mqar
-#include "../dataloader.h"
-#include "../tokenizer.h"
-
-// Exit codes besides 0 (done) and 1 (an error, one line on stderr): the run stopped itself.
-#define FOX_EXIT_DIVERGED 3   // --max-bad-steps steps in a row were not applied (step_rejection)
-#define FOX_EXIT_STOPPED 75   // a signal (SIGTERM, SIGINT, SIGUSR1, SIGHUP): checkpoint written, --resume
-// A signal where nothing is left to resume (no --out, --generate, --eval-only) exits 128 + its number,
-// the shell's code for a process the signal ended.
-
-typedef struct {
-    FoxArgs args;
-    Dist dist;
-    Model *model;                 // the trainer's (fox/trainer.h)
-    FoxConfig cfg;                // its configuration and parameter layout
-    FoxLayout lay;
-    int seq_len;                  // its context: the training --seq-len, or the evaluation's
-    OptConfig opt;
-    DataLoader train, val;
-    int has_val, grad_accum, step;
-    long long tokens;
-    long long skipped;            // steps skipped so far (checkpointed)
-    int bad_in_a_row;             // consecutive skipped steps
-    double loss_mean, loss_var;   // recent mean and variance of the applied steps' loss (--spike-z)
-    long long loss_count;         // applied steps in them
-    uint64_t rng;                 // counter of the sampling stream
-    int *inputs, *targets;
-    double *pos_loss;             // per-position loss summed since the last save (docs/model.md §6 L(i))
-    long long pos_loss_seqs;
-    double *step_pos_loss;        // the same for the current step, added to pos_loss if it is applied
-    int train_seq_len;            // --eval-only: the evaluated checkpoint's training context (0 = unknown)
-    double *doc_pos_loss, *doc_pos_count;  // --eval-doc-pos: loss summed by position within the document, and
-                                           // the tokens counted at each position
-    Evals ev;                     // the evaluation tasks (fox/eval.h)
-    float *h_params, *h_m, *h_v;  // host staging of weights and AdamW moments (checkpoints)
-    FILE *log;
-    int lock_fd;                  // OUT/.lock, held by rank 0 for the run's life (-1: none)
-    int clear_out;                // --overwrite: the earlier run is deleted once the start-up checks pass
-    int test_nan_step, test_nan_attempts, test_discard_step, test_ckpt_stall_ms;  // test-only hooks (run_test_hooks)
-} Run;
-
-// The stop signal received (0: none). The handler only records it: the step loop acts on it at the
-// end of the current step, so a checkpoint being written is always finished; generation at the next
-// token, --eval-only at the next sequence. run_stop_note says which, set before each of them starts.
-static volatile sig_atomic_t run_stop_signal = 0;
-static const char *volatile run_stop_note = "\nstopping after this step, with a checkpoint (SIGINT again to quit at once)\n";
-
-static int run_under_mpirun;  // started by Open MPI's mpirun (its kill sequence begins with SIGCONT)
-
-// Open MPI's mpirun (or its orted on another node) answers SIGTERM and Ctrl-C with SIGCONT, then SIGTERM
-// odls_base_sigkill_timeout seconds later, then SIGKILL as long again: its SIGCONT to a running rank
-// (sender: the rank's parent) is taken as the stop, which leaves the ranks both intervals. Any other
-// SIGCONT (a job resumed after SIGSTOP by a shell or Slurm) changes nothing.
-static void run_on_stop_signal(int sig, siginfo_t *info, void *context) {
-    (void)context;
-    if (sig == SIGCONT && !(run_under_mpirun && info && info->si_code == SI_USER && info->si_pid == getppid())) return;
-    if (run_stop_signal && sig == SIGINT) _exit(128 + SIGINT);  // a second Ctrl-C: at once
-    if (run_stop_signal) return;
-    run_stop_signal = sig;
-    const char *note = run_stop_note;
-    ssize_t said = write(STDERR_FILENO, note, strlen(note));  // write(2) and strlen: safe in a signal handler
-    (void)said;
-}
-
-// The stop signals' handler; SIGXFSZ ignored, so a write past a file-size limit (ulimit -f) fails with
-// EFBIG into the checked write's one-line error instead of killing the process without a word.
-static void run_catch_stop_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = run_on_stop_signal;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    run_under_mpirun = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
-    int sigs[] = {SIGTERM, SIGINT, SIGUSR1, SIGHUP, SIGCONT};
-    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-        if (sigaction(sigs[i], &sa, NULL)) fox_fatal("cannot install the handler of signal %d: %s", sigs[i], strerror(errno));
-    sa.sa_flags = 0;
-    sa.sa_handler = SIG_IGN;
-    if (sigaction(SIGXFSZ, &sa, NULL)) fox_fatal("cannot ignore SIGXFSZ: %s", strerror(errno));
-}
-
-static const char *run_signal_name(int sig) {
-    switch (sig) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGHUP: return "SIGHUP";
-    case SIGCONT: return "mpirun's kill sequence (SIGTERM or Ctrl-C to mpirun)";
-    default: return "a signal on another rank";
-    }
-}
 
 // Test-only hooks, read from the environment: FOX_TEST_NONFINITE="S[:N]" gives the first N (default 1)
 // attempts at step S a NaN gradient; FOX_TEST_DISCARD_BATCH=S throws away one step's batches before
@@ -121,19 +23,6 @@ static void run_test_hooks(Run *r) {
     if (discard && sscanf(discard, "%d", &r->test_discard_step) != 1) fox_fatal("FOX_TEST_DISCARD_BATCH=%s: expected a step", discard);
     if (stall && (sscanf(stall, "%d", &r->test_ckpt_stall_ms) != 1 || r->test_ckpt_stall_ms < 0))
         fox_fatal("FOX_TEST_CKPT_STALL_MS=%s: expected milliseconds", stall);
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-// x for a JSON value: the number, or null when it is not finite (NaN and Inf are not JSON).
-static const char *json_number(char *buf, size_t cap, double x) {
-    if (isfinite(x)) snprintf(buf, cap, "%.17g", x);
-    else snprintf(buf, cap, "null");
-    return buf;
 }
 
 // Checks that every token id is a valid index for the model's vocabulary.
@@ -157,16 +46,6 @@ static void next_batch(Run *r, DataLoader *dl, const char *what, size_t n) {
     check_tokens(r->inputs, n, r->cfg.vocab_size, what);
     check_tokens(r->targets, n, r->cfg.vocab_size, what);
     if (r->args.mqar_loss) keep_answer_targets(r, n);
-}
-
-// Host buffers for the weights (and the AdamW moments), allocated on first use.
-static void ensure_host_staging(Run *r, int moments) {
-    size_t n = r->lay.total;
-    if (!r->h_params) r->h_params = (float *)fox_malloc(n * sizeof(float));
-    if (moments && !r->h_m) {
-        r->h_m = (float *)fox_malloc(n * sizeof(float));
-        r->h_v = (float *)fox_malloc(n * sizeof(float));
-    }
 }
 
 static void load_weights(Run *r, const char *path, const FoxConfig *cfg) {
@@ -266,49 +145,6 @@ static void state_path(char *buf, size_t cap, const char *dir, int rank) {
     if (snprintf(buf, cap, "%s/state_%05d.bin", dir, rank) >= (int)cap) fox_fatal("path too long: %s", dir);
 }
 
-// Stops the run with `code` after printing msg (rank 0), every rank alike: on stdout when a signal
-// stopped it, else on stderr.
-static FOX_NORETURN void run_exit(Run *r, int code, const char *msg) {
-    if (r->dist.rank == 0) {
-        fflush(stdout);
-        fprintf(code == FOX_EXIT_STOPPED || code > 128 ? stdout : stderr, "%s\n", msg);
-    }
-    if (r->log) fclose(r->log);
-    dist_finalize();
-    exit(code);
-}
-
-// Frees what the run holds and closes its log and lock.
-static void run_free(Run *r) {
-    if (r->model) model_free(r->model);
-    free(r->model);
-    r->model = NULL;
-    evals_free(&r->ev);
-    if (!r->args.eval_only && !r->args.generate) dataloader_free(&r->train);
-    if (r->has_val) dataloader_free(&r->val);
-    free(r->inputs);
-    free(r->targets);
-    free(r->pos_loss);
-    free(r->doc_pos_loss);
-    free(r->doc_pos_count);
-    free(r->step_pos_loss);
-    free(r->h_params);
-    free(r->h_m);
-    free(r->h_v);
-    if (r->log && fclose(r->log)) fox_fatal("cannot close the log");
-    r->log = NULL;
-    if (r->lock_fd >= 0) close(r->lock_fd);
-}
-
-// Ends a run that signal `sig` stopped where nothing is left to resume: exit 128 + sig (SIGTERM's code
-// when the signal came to another rank: sig 0).
-static FOX_NORETURN void run_exit_signalled(Run *r, int sig, const char *where) {
-    char msg[256];
-    snprintf(msg, sizeof(msg), "stopped by %s %s", run_signal_name(sig), where);
-    run_free(r);
-    run_exit(r, 128 + (sig ? sig : SIGTERM), msg);
-}
-
 // Atomic checkpoint (docs/model.md §5): every rank writes its state into the temporary directory, rank 0
 // the weights, then rank 0 renames it into place and prunes old ones. Weights or moments that are
 // not finite on any rank are never written: the run stops instead. A failed write removes its
@@ -353,19 +189,6 @@ static void save_checkpoint(Run *r) {
     dist_barrier(&r->dist);
 }
 
-// The message a failed load of the checkpoint of `step` in out ends with: the older one a resume,
-// --eval-only or --generate could use.
-static void set_fallback_hint(const char *out, int step) {
-    int steps[4096], n = fox_ckpt_list(out, steps, 4096), older = -1;
-    for (int i = 0; i < n; i++)
-        if (steps[i] < step) older = steps[i];
-    if (older >= 0)
-        snprintf(fox_fatal_hint, sizeof(fox_fatal_hint), " (to use the older complete checkpoint ckpt_%08d, "
-                 "move %s/ckpt_%08d aside)", older, out, step);
-    else
-        snprintf(fox_fatal_hint, sizeof(fox_fatal_hint), " (no older checkpoint in %s)", out);
-}
-
 // On resume: one line naming the schedule's flags given with other values than the checkpoint's. They
 // are taken (as torchtitan and llm.c let a schedule be extended): the learning rate of every later
 // step follows the new values.
@@ -374,6 +197,7 @@ static void report_schedule_changes(const Run *r, const FoxSchedule *was) {
     const FoxArgs *a = &r->args;
     char line[1024] = "";
     size_t n = 0;
+
 #define FOX_CHANGED(flag, fmt, now, then) \
     if ((now) != (then) && n < sizeof(line)) n += (size_t)snprintf(line + n, sizeof(line) - n, "%s" flag " " fmt " (was " fmt ")", n ? ", " : "", now, then);
     FOX_CHANGED("--steps", "%d", a->steps, was->steps)
@@ -414,16 +238,6 @@ static void load_checkpoint(Run *r, int step) {
     }
 }
 
-static FOX_PRINTF(2, 3) void log_json(Run *r, const char *fmt, ...) {
-    if (!r->log) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(r->log, fmt, ap);
-    va_end(ap);
-    fputc('\n', r->log);
-    if (fflush(r->log)) fox_fatal("cannot write %s/log.jsonl: %s", r->args.out, strerror(errno));
-}
-
 // Saves the mean training loss per position since the last save as OUT/train_loss_pos_SSSSSSSS.npy
 // (this rank's sequences; rank 0 writes) and starts a new window.
 static void save_train_pos_loss(Run *r) {
@@ -438,195 +252,6 @@ static void save_train_pos_loss(Run *r) {
     }
     memset(r->pos_loss, 0, (size_t)T * sizeof(double));
     r->pos_loss_seqs = 0;
-}
-
-
-// One run per directory: rank 0 holds an exclusive lock on OUT/.lock (with its PID inside) for the
-// run's life; the kernel drops it when the process ends, however it ends. Returns the holder's PID
-// when another run has it, else 0.
-static long lock_out_dir(Run *r) {
-    char path[4352];
-    snprintf(path, sizeof(path), "%s/.lock", r->args.out);
-    r->lock_fd = open(path, O_RDWR | O_CREAT, 0644);
-    if (r->lock_fd < 0) fox_fatal("cannot open %s: %s", path, strerror(errno));
-    if (flock(r->lock_fd, LOCK_EX | LOCK_NB)) {
-        if (errno != EWOULDBLOCK) fox_fatal("cannot lock %s: %s", path, strerror(errno));
-        char pid[32] = {0};
-        ssize_t got = pread(r->lock_fd, pid, sizeof(pid) - 1, 0);
-        long holder = got > 0 ? atol(pid) : 0;
-        return holder > 0 ? holder : -1;
-    }
-    char pid[32];
-    int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-    if (ftruncate(r->lock_fd, 0) || pwrite(r->lock_fd, pid, (size_t)n, 0) != n) fox_fatal("cannot write %s: %s", path, strerror(errno));
-    return 0;
-}
-
-// Whether OUT holds the work of an earlier run: checkpoints or a non-empty log.
-static int out_dir_used(const char *out) {
-    int steps[4096];
-    char path[4352];
-    struct stat st;
-    snprintf(path, sizeof(path), "%s/log.jsonl", out);
-    return fox_ckpt_list(out, steps, 4096) > 0 || (stat(path, &st) == 0 && st.st_size > 0);
-}
-
-// On resume at `step`, log.jsonl keeps only the lines of steps up to it (a killed run may have logged
-// steps past its newest checkpoint, and a line cut short by the kill), so no step appears twice. A
-// skipped step's line carries the step it tried (step + 1 for the skips before the checkpoint's next
-// step, which a stop checkpoints too): those lines stay while their running count "skipped_steps" is
-// within the checkpoint's `skipped`.
-static void cut_log(const char *out, int step, long long skipped) {
-    char path[4352], tmp[4352];
-    snprintf(path, sizeof(path), "%s/log.jsonl", out);
-    snprintf(tmp, sizeof(tmp), "%s/log.jsonl.tmp", out);
-    size_t len;
-    char *text = fox_read_file(path, &len);
-    if (!text) return;
-    FILE *f = fox_fopen(tmp, "w");
-    for (char *line = text, *end; (end = strchr(line, '\n')) != NULL; line = end + 1) {
-        int st, n = 0;
-        long long count;
-        if (sscanf(line, "{\"step\": %d, \"skipped\": %n", &st, &n) < 1) continue;
-        const char *at = n ? strstr(line, "\"skipped_steps\": ") : NULL;
-        int keep = n ? at && at < end && sscanf(at, "\"skipped_steps\": %lld", &count) == 1 && count <= skipped && st <= step + 1
-                     : st <= step;
-        if (keep) fox_fwrite(line, 1, (size_t)(end - line + 1), f, tmp);
-    }
-    free(text);
-    fox_fclose_synced(f, tmp);
-    if (rename(tmp, path)) fox_fatal("cannot rename %s: %s", tmp, strerror(errno));
-}
-
-// --overwrite: removes what an earlier run left in OUT (checkpoints, temporaries, logs, losses).
-static void clear_out_dir(const char *out) {
-    DIR *d = opendir(out);
-    if (!d) fox_fatal("cannot open %s: %s", out, strerror(errno));
-    struct dirent *e;
-    char path[4352];
-    while ((e = readdir(d))) {
-        const char *n = e->d_name;
-        snprintf(path, sizeof(path), "%s/%s", out, n);
-        if (!strncmp(n, "ckpt_", 5) || !strncmp(n, ".tmp_ckpt_", 10)) fox_remove_flat_dir(path);
-        else if (!strcmp(n, "log.jsonl") || !strncmp(n, "train_loss_pos_", 15) || !strncmp(n, "per_token_loss.", 15))
-            if (unlink(path)) fox_fatal("cannot remove %s: %s", path, strerror(errno));
-    }
-    closedir(d);
-}
-
-// The step of a per-position loss file's name, train_loss_pos_SSSSSSSS.npy, or -1 for another name.
-static int train_pos_loss_step(const char *name) {
-    if (strlen(name) != 27 || strncmp(name, "train_loss_pos_", 15) || strspn(name + 15, "0123456789") != 8 ||
-        strcmp(name + 23, ".npy"))
-        return -1;
-    return atoi(name + 15);
-}
-
-// Removes what a killed run left in OUT that no checkpoint up to `step` (the one resumed, 0 when none)
-// accounts for: checkpoint directories whose write did not finish (.tmp_ckpt_*), a half-written copy of
-// log.jsonl, and the per-position losses of later steps (written just before a checkpoint that was not).
-// Rank 0, under the lock; one line names what went.
-static void remove_stale_files(const char *out, int step) {
-    DIR *d = opendir(out);
-    if (!d) fox_fatal("cannot open %s: %s", out, strerror(errno));
-    struct dirent *e;
-    char path[4352], gone[1024] = "";
-    size_t said = 0;
-    int count = 0;
-    while ((e = readdir(d))) {
-        const char *n = e->d_name;
-        int tmp_dir = !strncmp(n, ".tmp_ckpt_", 10);
-        if (!tmp_dir && strcmp(n, "log.jsonl.tmp") && train_pos_loss_step(n) <= step) continue;
-        snprintf(path, sizeof(path), "%s/%s", out, n);
-        if (tmp_dir) fox_remove_flat_dir(path);
-        else if (unlink(path)) fox_fatal("cannot remove %s: %s", path, strerror(errno));
-        if (said < sizeof(gone)) said += (size_t)snprintf(gone + said, sizeof(gone) - said, "%s%s", count ? ", " : "", n);
-        count++;
-    }
-    closedir(d);
-    if (count) printf("removed what an interrupted run left in %s: %s\n", out, gone);
-}
-
-// What a failed start undoes (fox_fatal_undo): the lock file it created, and the run directory when it
-// created that too (rmdir: only while nothing else is in it).
-static char run_undo_lock[4352], run_undo_dir[4096];
-static void run_undo_start(void) {
-    if (run_undo_lock[0]) unlink(run_undo_lock);
-    if (run_undo_dir[0]) rmdir(run_undo_dir);
-}
-
-// Rank 0 decides whether the run may use OUT (locked by no other run; a fresh run only in an unused
-// directory, or with --overwrite, whose deletion waits for the start-up checks: r->clear_out); every
-// rank fails alike when it may not, rank 0 saying why.
-static void claim_out_dir(Run *r) {
-    FoxArgs *a = &r->args;
-    char why[4608] = "";
-    if (r->dist.rank == 0) {
-        struct stat st;
-        if (stat(a->out, &st)) snprintf(run_undo_dir, sizeof(run_undo_dir), "%s", a->out);
-        snprintf(run_undo_lock, sizeof(run_undo_lock), "%s/.lock", a->out);
-        if (stat(run_undo_lock, &st) == 0) run_undo_lock[0] = 0;
-        fox_fatal_undo = run_undo_start;
-        fox_mkdir_p(a->out);
-        long holder = lock_out_dir(r);
-        if (holder)
-            snprintf(why, sizeof(why), "%s is in use by another run (pid %ld; %s/.lock): one run per directory", a->out,
-                     holder, a->out);
-        else if (!a->resume && out_dir_used(a->out)) {
-            if (!a->overwrite)
-                snprintf(why, sizeof(why), "%s holds an earlier run (checkpoints or log.jsonl): add --resume to continue it, "
-                         "or --overwrite to delete it and start over", a->out);
-            else
-                r->clear_out = 1;
-        }
-    }
-    dist_broadcast(&r->dist, why, sizeof(why), 0);
-    if (why[0] && r->dist.rank == 0) fox_fatal("%s", why);
-    if (why[0]) exit(1);
-}
-
-// Rank 0, once the start-up checks have passed: the earlier run deleted (--overwrite), what an
-// interrupted run left removed, log.jsonl cut back to the resumed step and opened. From here on a
-// failure undoes nothing.
-static void open_out_dir(Run *r) {
-    const FoxArgs *a = &r->args;
-    char path[4352];
-    if (r->clear_out) clear_out_dir(a->out);
-    remove_stale_files(a->out, r->step);
-    if (r->step) cut_log(a->out, r->step, r->skipped);
-    snprintf(path, sizeof(path), "%s/log.jsonl", a->out);
-    r->log = fox_fopen(path, r->step ? "a" : "w");
-    fox_fatal_undo = NULL;
-}
-
-// The flags that depend on the model: --doc-sep must be a token of its vocabulary when --doc-mask or
-// --eval-doc-pos use it; Gated Slot Attention has no attention tiles to prune and no document mask, and
-// neither has TransformerFAM's block sliding window. T: the context of the forward (the training or the
-// evaluation window; 0 for generation, whose prompt may end inside a block), which FAM's blocks must divide.
-static void check_model_flags(const FoxArgs *a, const FoxConfig *cfg, int T, const char *context_flag) {
-    if ((a->doc_mask || (a->eval_only && a->eval_doc_pos)) && a->doc_sep >= cfg->vocab_size)
-        fox_usage_error("--doc-sep %d is not a token of this model's vocabulary of %d", a->doc_sep, cfg->vocab_size);
-    if (cfg->arch == FOX_ARCH_GSA && (a->acp || a->doc_mask))
-        fox_usage_error("%s works on attention: Gated Slot Attention (--model gsa) has neither tiles to prune nor a "
-                        "document mask", a->acp ? "--acp" : "--doc-mask");
-    if (cfg->arch == FOX_ARCH_FAM && (a->acp || a->doc_mask))
-        fox_usage_error("%s works on full causal attention: TransformerFAM's block sliding window (--model %s) has "
-                        "neither ACP's tiles nor a document mask", a->acp ? "--acp" : "--doc-mask",
-                        cfg->forget_gate == FOX_FG_NONE ? "transformer-fam" : "fox-fam");
-    if (cfg->arch == FOX_ARCH_FAM && T > 0 && cfg->fam_block > T)
-        fox_usage_error("the FAM block of %d tokens (--fam-block) is longer than the context %s %d", cfg->fam_block,
-                        context_flag, T);
-    if (cfg->arch == FOX_ARCH_FAM && T > 0 && T % cfg->fam_block)
-        fox_usage_error("the FAM block of %d tokens (--fam-block) does not divide the context %s %d", cfg->fam_block,
-                        context_flag, T);
-}
-
-// The model options of a run's arguments, for micro-batches of batch x seq_len tokens (forward_only:
-// --eval-only, which recomputes whole blocks so the longest contexts fit).
-static ModelOptions model_options(const FoxArgs *a, int batch, int seq_len, int forward_only) {
-    ModelOptions o = {batch, seq_len, (uint64_t)a->seed, forward_only, forward_only ? 2 : a->recompute, a->acp,
-                      a->doc_mask ? a->doc_sep : -1, a->zero, a->deterministic, 0, -1, -1};
-    return o;
 }
 
 // Under a launcher (docs/model.md §2, Stopping): which signal stops every rank with a checkpoint. Open
@@ -705,24 +330,6 @@ static void run_init(Run *r) {
         printf("no checkpoint in %s: starting fresh\n", a->out);
     }
     if (a->out[0] && r->dist.rank == 0) open_out_dir(r);
-}
-
-// Path of the weights --eval-only and --generate (flag) read: --init, else the newest checkpoint's
-// model.bin in --out, a failure to load which names the older checkpoint (fox_fatal_hint, cleared once the
-// weights are in). With train_context: returns the training context of that checkpoint, read from its
-// state file when present (0 when unknown: --init, or a checkpoint that kept only its weights).
-static int eval_weights_path(const FoxArgs *a, const char *flag, char *path, size_t cap, int train_context) {
-    if (a->init[0]) { snprintf(path, cap, "%s", a->init); return 0; }
-    int latest = a->out[0] ? fox_ckpt_latest(a->out) : -1;
-    if (latest < 0) fox_usage_error("%s needs --init PATH or a checkpoint in --out%s%s", flag, a->out[0] ? " " : "", a->out);
-    char dir[4096];
-    struct stat st;
-    fox_ckpt_dir(dir, sizeof(dir), a->out, latest, 0);
-    set_fallback_hint(a->out, latest);
-    if (snprintf(path, cap, "%s/state_00000.bin", dir) >= (int)cap) fox_fatal("path too long: %s", dir);
-    int train_T = train_context && stat(path, &st) == 0 ? fox_state_seq_len(path) : 0;
-    snprintf(path, cap, "%s/model.bin", dir);
-    return train_T;
 }
 
 // Sets up --eval-only: the model takes the checkpoint's own config, one sequence per forward, and
@@ -856,162 +463,6 @@ static void eval_per_token(Run *r) {
     if (rename(path, final_path)) fox_fatal("cannot rename %s: %s", path, strerror(errno));
     printf("wrote %s/per_token_loss.npy and per_token_loss.json\n", a->out);
     if (a->eval_doc_pos) save_doc_pos_loss(r, T);
-}
-
-// ---- Generation (docs/model.md §7) ----
-
-// The prompt's text: --prompt, or --prompt-file read whole; it must be UTF-8 (NULL: neither given).
-static char *prompt_text(const FoxArgs *a, size_t *len) {
-    char *text;
-    const char *what = a->prompt_file[0] ? a->prompt_file : "--prompt";
-    if (a->prompt_file[0]) {
-        text = fox_read_file(a->prompt_file, len);
-        if (!text) fox_fatal("cannot read the prompt file %s: %s", a->prompt_file, strerror(errno));
-    } else if (a->prompt[0]) {
-        *len = strlen(a->prompt);
-        text = (char *)fox_malloc(*len + 1);
-        memcpy(text, a->prompt, *len + 1);
-    } else {
-        return NULL;
-    }
-    if (*len == 0) fox_usage_error("%s: the prompt is empty", what);
-    for (size_t i = 0; i < *len;) {
-        uint32_t cp;
-        int n = fox_utf8_next((const unsigned char *)text, *len, i, &cp);
-        if (cp == 0xFFFFFFFFu) fox_usage_error("%s: not UTF-8 text (an invalid byte 0x%02x at offset %zu)", what, (unsigned char)text[i], i);
-        i += (size_t)n;
-    }
-    return text;
-}
-
-// The prompt's tokens: <|endoftext|> (a document starts after it, as in the training data), then the
-// prompt's encoding with the GPT-2 tokenizer tok (NULL: the model has another vocabulary).
-static int *prompt_tokens(const FoxArgs *a, const FoxConfig *cfg, const Tokenizer *tok, int *n) {
-    size_t len, count = 0;
-    char *text = prompt_text(a, &len);
-    int *ids = NULL;
-    if (text && !tok) fox_usage_error("--prompt needs the GPT-2 vocabulary and %s (this model has %d tokens)", a->tokenizer, cfg->vocab_size);
-    if (text && !(ids = tokenizer_encode(tok, text, len, &count, 1))) fox_fatal("cannot encode the prompt (out of memory)");
-    free(text);
-    if (count + 1 > (size_t)INT_MAX / 2) fox_usage_error("the prompt is too long (%zu tokens)", count);
-    int *out = (int *)fox_malloc((count + 1) * sizeof(int));
-    out[0] = FOX_EOT < cfg->vocab_size ? FOX_EOT : 0;
-    if (count) memcpy(out + 1, ids, count * sizeof(int));
-    free(ids);
-    *n = (int)count + 1;
-    return out;
-}
-
-// Writes token id as text (tok) or as a number, unbuffered enough to follow the generation.
-static void emit_token(FILE *f, const Tokenizer *tok, int id) {
-    if (!tok) { fprintf(f, " %d", id); return; }
-    size_t len;
-    char *text = tokenizer_decode(tok, &id, 1, &len);
-    if (!text) fox_fatal("cannot decode token %d (out of memory)", id);
-    fwrite(text, 1, len, f);
-    free(text);
-    fflush(f);
-}
-
-// n tokens after the prompt for each of `samples` sequences, with the weights params: a model for the
-// prompt's length (forward only, on this rank alone), the prompt's forward filling the KV cache, then
-// one decode step per token. Sequence 0 streams to stdout (after `lead`), the others follow it; the
-// timings go to stderr. A stop signal ends it at the next token: returns the signal (0: none).
-static int generate(Run *r, const float *params, const char *source, int n, int samples, const char *lead) {
-    const FoxArgs *a = &r->args;
-    const FoxConfig *cfg = &r->cfg;
-    int V = cfg->vocab_size, P;
-    Tokenizer tok_, *tok = NULL;  // GPT-2's, also for a vocabulary padded past its 50257 tokens
-    if (V >= FOX_VOCAB_GPT2) {
-        if (!tokenizer_load(&tok_, a->tokenizer)) fox_fatal("cannot load the GPT-2 tokenizer %s (--tokenizer)", a->tokenizer);
-        tok = &tok_;
-    }
-    int *prompt = prompt_tokens(a, cfg, tok, &P);
-    Dist solo = r->dist;
-    solo.rank = 0;
-    solo.world = 1;
-    ModelOptions mo = model_options(a, samples, P, 1);
-    r->model = run_model_init(cfg, &mo, &solo);
-    run_model_set(r->model, params, NULL, NULL);
-    run_model_cache_init(r->model, P + n);
-    if (source) fprintf(stderr, "generating from %s (%zu parameters)\n", source, r->lay.total);
-    int *tokens = (int *)fox_malloc((size_t)samples * P * sizeof(int)), *next = (int *)fox_calloc((size_t)samples, sizeof(int));
-    int *out = (int *)fox_calloc((size_t)samples * n, sizeof(int)), *len = (int *)fox_calloc((size_t)samples, sizeof(int));
-    float *logits = (float *)fox_malloc((size_t)samples * V * sizeof(float));
-    Sampler s = {a->temperature, a->top_p, a->top_k, (int *)fox_malloc((size_t)V * sizeof(int)), (double *)fox_malloc((size_t)V * sizeof(double))};
-    for (int b = 0; b < samples; b++) memcpy(tokens + (size_t)b * P, prompt, (size_t)P * sizeof(int));
-    uint64_t key = fox_rng_key((uint64_t)a->seed, FOX_STREAM_SAMPLE);
-    fputs(lead, stdout);
-    for (int j = 1; j < P; j++) emit_token(stdout, tok, prompt[j]);
-    run_stop_note = "\nstopping at the next token (SIGINT again to quit at once)\n";
-    double t0 = now_seconds();
-    run_model_prefill(r->model, tokens, P, logits);
-    double t_prefill = now_seconds() - t0, t1 = now_seconds();
-    int steps = 0, live = samples;
-    for (int i = 0; i < n && live && !run_stop_signal; i++) {
-        if (i) {
-            run_model_decode(r->model, next, logits);
-            steps++;
-        }
-        for (int b = 0; b < samples; b++) {
-            int done = len[b] < i;  // ended at <|endoftext|> before this step
-            next[b] = done ? next[b] : sample_token(&s, logits + (size_t)b * V, V, fox_rng_uniform(key, r->rng++));
-            if (done) continue;
-            if (a->stop_at_eot && next[b] == FOX_EOT && V >= FOX_VOCAB_GPT2) { live--; continue; }
-            out[(size_t)b * n + len[b]++] = next[b];
-            if (b == 0) emit_token(stdout, tok, next[b]);
-        }
-    }
-    double t_decode = now_seconds() - t1;
-    for (int b = 1; b < samples; b++) {
-        printf("\n--- sample %d ---\n", b);
-        for (int j = 0; j < len[b]; j++) emit_token(stdout, tok, out[(size_t)b * n + j]);
-    }
-    printf("\n");
-    fflush(stdout);
-    double read = run_model_decode_keys_read(r->model);
-    char acp[96] = "";
-    if (read >= 0) snprintf(acp, sizeof(acp), ", ACP read %.1f%% of the cached keys", 100.0 * read);
-    fprintf(stderr, "prefill: %d x %d tokens in %.3f s (%.0f tokens/s) | decode: %d steps x %d sequences in %.3f s "
-            "(%.1f steps/s, %.0f tokens/s)%s\n", samples, P, t_prefill, samples * P / t_prefill, steps, samples, t_decode,
-            steps / (t_decode > 0 ? t_decode : 1e-9), (double)steps * samples / (t_decode > 0 ? t_decode : 1e-9), acp);
-    free(prompt); free(tokens); free(next); free(out); free(len); free(logits); free(s.idx); free(s.p);
-    if (tok) tokenizer_free(tok);
-    return run_stop_signal;
-}
-
-// --generate: the weights of --init or of the newest checkpoint in --out, with their own config.
-static void generate_from_file(Run *r) {
-    char path[4352];
-    if (!r->args.prompt[0] && !r->args.prompt_file[0]) fox_usage_error("--generate needs a prompt: --prompt TEXT or --prompt-file PATH");
-    eval_weights_path(&r->args, "--generate", path, sizeof(path), 0);
-    r->cfg = fox_read_model_config(path);
-    check_model_flags(&r->args, &r->cfg, 0, NULL);
-    fox_layout(&r->cfg, &r->lay);
-    ensure_host_staging(r, 0);
-    fox_read_model_bin(path, &r->cfg, r->h_params);
-    fox_fatal_hint[0] = 0;
-    int sig = generate(r, r->h_params, path, r->args.generate, r->args.samples, "");
-    if (sig) run_exit_signalled(r, sig, "during generation: the tokens so far are above");
-}
-
-// After training (rank 0): --sample-tokens after --prompt (or after <|endoftext|> alone) with the final
-// weights, through a fresh forward-only model in place of the training one. A stop signal during it
-// exits 75 when the run's final checkpoint is in --out (a --resume samples again), else 128 + signal.
-static void print_sample(Run *r) {
-    ensure_host_staging(r, 0);
-    run_model_get(r->model, r->h_params, NULL, NULL);
-    model_free(r->model);
-    free(r->model);
-    r->model = NULL;
-    int sig = generate(r, r->h_params, NULL, r->args.sample_tokens, 1, "sample: ");
-    if (!sig) return;
-    if (!r->args.out[0]) run_exit_signalled(r, sig, "during the sample (no --out: the trained weights were not saved)");
-    char msg[4608];
-    snprintf(msg, sizeof(msg), "stopped by %s during the sample: training is complete (%s/ckpt_%08d); --resume samples again",
-             run_signal_name(sig), r->args.out, r->step);
-    run_free(r);
-    run_exit(r, FOX_EXIT_STOPPED, msg);
 }
 
 // ---- The evaluation tasks (fox/eval.h) ----
@@ -1159,6 +610,7 @@ static void log_step(Run *r, double loss, double lr, double norm, double dt, dou
 // FOX_SPIKE_WARMUP steps are in the statistics) a loss more than Z standard deviations above the
 // recent mean; NULL to apply it.
 #define FOX_SPIKE_WARMUP 20
+
 static const char *step_rejection(const Run *r, double loss, double norm) {
     if (!isfinite(loss)) return "non-finite loss";
     if (!isfinite(norm)) return "non-finite grad norm";
@@ -1304,5 +756,4 @@ static int run_main(int argc, char **argv) {
     dist_finalize();
     return 0;
 }
-
 #endif

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The evaluation tasks' speed on a GPU (docs/perf.md, "Evaluation tasks"): the FoX repository's 11 x 11
+# The evaluation tasks' speed on a GPU (docs/perf.md, "Evaluation"): the FoX repository's 11 x 11
 # needle-in-a-haystack grid (1000 to 32000 tokens) on the 760M FoX (Pro), and multiple-choice items per second
 # of the 125M on 2000 HellaSwag-shaped items (a context of 40 to 120 tokens, four endings of 10 to 40). The
 # weights are one training step's: the speed does not depend on them.

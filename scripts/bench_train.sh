@@ -14,7 +14,7 @@
 # line (python3 scripts/timeline.py DIR/FILE.tsv gives the rest: each kernel's time, the gaps).
 # Each line ends with the SM clock and the power drawn while the GPUs were busy (nvidia-smi every 100 ms, the
 # samples at 90% utilisation or more, every GPU's pooled) and the share of those samples under the driver's power
-# cap: where the cap binds, the kernels run below their full clock (docs/perf.md "The 760M step under the power
+# cap: where the cap binds, the kernels run below their full clock (dev/perf_history/2026-11-27.md "The 760M step under the power
 # cap").
 set -e
 STEPS=${1:-8}

@@ -3,7 +3,7 @@
 and of SDPA cuDNN's causal attention, at the shapes of scripts/bench_attention.py: per kernel and in total, the
 time and SM cycles (at ncu's locked base clock), warp instructions, warpgroup-MMA instructions, L2 traffic (reads,
 writes, reductions) and DRAM bytes. What a kernel moves and issues for the same products is what it costs in energy
-once the power cap binds (docs/perf.md "Where the step's energy goes").
+once the power cap binds (dev/perf_history/2026-11-27.md "Where the step's energy goes").
 
     make -C dev/cuda libfoxattn.so && python3 scripts/ncu_attention.py [--stalls] [T,d_h ...]
                                                                   (default 16384,64 16384,128 4096,128)

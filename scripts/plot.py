@@ -29,7 +29,7 @@ acp
     For each run (one panel each), the fraction of attention tiles that
     Adaptive Computation Pruning skips in each layer (the mean over its
     heads) vs step, from the ``acp_pruned`` matrices (layers x heads) of the
-    step lines of ``log.jsonl`` (``--acp 1``; README: when they are written),
+    step lines of ``log.jsonl`` (``--acp 1``; docs/usage.md: when they are written),
     with the whole model's fraction (1 - ``acp_live``) as a thick black line.
 
 niah

@@ -375,7 +375,7 @@ static void test_acp_heads(void) {
     free(in);
     free(tg);
 
-    // Past 256 (layer, head)s the matrix is only on the --eval-every steps and the last (README).
+    // Past 256 (layer, head)s the matrix is only on the --eval-every steps and the last (docs/usage.md).
     snprintf(out, sizeof(out), "%s/acp_many_heads", tmpdir);
     st = sh("./train_fox_cpu --model fox-pro --layers 9 --dim 64 --heads 32 --mlp-hidden 64 --seq-len 128 --batch 1 "
             "--steps 3 --eval-every 2 --val '' --sample-tokens 0 --acp 1 --out %s", out);

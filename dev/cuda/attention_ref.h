@@ -348,7 +348,7 @@ static float mean(const std::vector<float> &x) {
 }
 
 // FOX_BENCH_SUSTAIN=S (seconds) in the environment: the timings below hold the work back to back for S seconds
-// after half a second of warm-up and give the mean, the rate once the power cap binds (docs/perf.md "The attention
+// after half a second of warm-up and give the mean, the rate once the power cap binds (dev/perf_history/2026-11-27.md "The attention
 // kernels under sustained load, at the power cap"); 0 when unset: medians of short bursts.
 static double bench_sustain_s() {
     const char *s = getenv("FOX_BENCH_SUSTAIN");

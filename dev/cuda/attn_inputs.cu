@@ -367,7 +367,7 @@ __device__ __forceinline__ void head_row_partials_store_v4(float *part, const fl
 // Dynamic shared memory (QK-norm only): the rows' norm-weight parts, (2, HEAD_BLOCK_ROWS, dh) floats.
 // CPU: rope_apply (inverse), rmsnorm_backward and kv_shift_backward in attention_block_backward.
 // Bounded to 6 blocks of 4 warps an SM at d_h 64 (80 registers, a few bytes spilled) and 2 of 8 at d_h 128: the
-// warps' loads in flight are what the kernel's speed is (unbounded, fewer blocks, measured slower: docs/perf.md).
+// warps' loads in flight are what the kernel's speed is (unbounded, fewer blocks, measured slower: dev/perf_history/2026-11-26.md).
 template <int PER_LANE>
 __global__ void __launch_bounds__(qkv_bwd_warps_v4(PER_LANE) * 32, PER_LANE == 2 ? 6 : 2)
     qkv_backward_v4_kernel(bf16 *dproj, float *qpart, float *kpart, const bf16 *dq, const bf16 *dk, const bf16 *dv,

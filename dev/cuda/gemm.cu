@@ -41,7 +41,7 @@ struct Product {
 };
 
 // TFLOP/s of algorithm `run` held back to back for `seconds` (held_ms): the rate a training step gets once the GPU's
-// power cap binds (docs/perf.md "The 760M step under the power cap"), where time_ms's short bursts run at the full
+// power cap binds (dev/perf_history/2026-11-27.md "The 760M step under the power cap"), where time_ms's short bursts run at the full
 // clock.
 template <typename F> static double sustained_tflops(F run, double flops, double seconds, cudaStream_t s) {
     return flops / held_ms(run, seconds, s) * 1e-9;

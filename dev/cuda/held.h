@@ -1,6 +1,6 @@
 // dev/cuda/held.h: timing held at the power cap, shared by the dev programs that measure it (attention_ref.h's
 // FOX_BENCH_SUSTAIN, gemm.cu's SECONDS, power.cu): work run back to back for seconds, after half a second of
-// warm-up, so that the GPU's clock has settled where its power cap holds it (docs/perf.md "The attention kernels
+// warm-up, so that the GPU's clock has settled where its power cap holds it (dev/perf_history/2026-11-27.md "The attention kernels
 // under sustained load, at the power cap"); short bursts run at the full clock instead.
 #ifndef FOX_HELD_H
 #define FOX_HELD_H

@@ -1,6 +1,6 @@
 // dev/cuda/power.cu: the power the GPU draws while its SMs stream loads from one level of the memory hierarchy
 // (L1, L2, DRAM), against the idle GPU: what a byte moved costs in energy at each level, which decides what a
-// kernel saves by moving fewer (docs/perf.md "Where the step's energy goes"). Each level is held for SECONDS
+// kernel saves by moving fewer (dev/perf_history/2026-11-27.md "Where the step's energy goes"). Each level is held for SECONDS
 // after a second of warm-up; the GPU's energy counter and SM clock come from NVML (libnvidia-ml, the
 // driver's, opened at run time).
 //   make power && ./power [SECONDS]   (default 3)

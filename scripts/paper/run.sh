@@ -27,7 +27,7 @@
 #                     tasks: the job is ending, let the batch script requeue it), 1 elsewhere.
 #   DRY_RUN=1         the same as --dry-run: print the trainer's command line, run nothing
 #
-# What each exit of the trainer leads to (fox.c's exit codes, README "Runs that survive"):
+# What each exit of the trainer leads to (fox.c's exit codes, docs/usage.md "Runs that survive"):
 #   0   the run is finished: exit 0.
 #   2   the trainer refused its command line (a bad flag): relaunching cannot help: exit 2.
 #   3   the non-finite guard stopped it (--max-bad-steps steps in a row with a NaN/Inf loss or gradient
