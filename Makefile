@@ -47,7 +47,7 @@ endif
 
 FIXTURES = build/fixtures
 
-all: train_fox_cpu test_fox_cpu test_fox_fd test_fox_e2e test_fox_decode test_eval test_json fox_data $(MPI_BIN)
+all: train_fox_cpu test_fox test_finite_diff test_end_to_end test_decode test_eval test_json fox_data $(MPI_BIN)
 
 # Every binary depends on build/config.txt, the build configuration (compilers, flags, whether libblosc,
 # MPI and nvcc were found, GPU_ARCH), rewritten at the end of this file only when it changes: a machine
@@ -65,16 +65,16 @@ train_fox_cpu_mpi: train_fox.c $(FOX_HEADERS) $(BUILD_CONFIG)
 # backward and optimizer of train_fox.c go unused there, as the optimizer does in the float64 build).
 # The test-only headers sit beside them (TEST_HEADERS).
 TEST_HEADERS = test/testing.h test/fixture.h
-test_fox_cpu: test/test_parity.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
-	$(CC) $(CFLAGS) -Wno-unused-function -I. -Itest -o $@ test/test_parity.c $(LDLIBS)
+test_fox: test_fox.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
+	$(CC) $(CFLAGS) -Wno-unused-function -I. -Itest -o $@ test_fox.c $(LDLIBS)
 
-test_fox_decode: test/test_decode.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
+test_decode: test/test_decode.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -Wno-unused-function -I. -Itest -o $@ test/test_decode.c $(LDLIBS)
 
-test_fox_fd: test/test_finite_diff.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
+test_finite_diff: test/test_finite_diff.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -Wno-unused-function -DFOX_REAL_DOUBLE -I. -Itest -o $@ test/test_finite_diff.c $(LDLIBS)
 
-test_fox_e2e: test/test_end_to_end.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
+test_end_to_end: test/test_end_to_end.c train_fox.c $(TEST_HEADERS) $(FOX_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -Wno-unused-function -I. -Itest -o $@ test/test_end_to_end.c $(LDLIBS)
 
 # The evaluation tasks (fox/eval.h) with a scripted fake model, and the JSON reader they use.
@@ -98,21 +98,21 @@ test:
 	@$(MAKE) --no-print-directory test-suites
 
 # Every suite prints "N passed, M failed"; scripts/run_tests.sh runs them all and sums them up.
-test-suites: train_fox_cpu test_fox_cpu test_fox_fd test_fox_e2e test_fox_decode test_eval test_json fox_data fox_data_noblosc test_data $(MPI_BIN) $(FIXTURES)/manifest.txt test/data/node_modules/js-tiktoken/package.json
+test-suites: train_fox_cpu test_fox test_finite_diff test_end_to_end test_decode test_eval test_json fox_data fox_data_noblosc test_data $(MPI_BIN) $(FIXTURES)/manifest.txt test/data/node_modules/js-tiktoken/package.json
 	PYTHON=$(PYTHON) FOX_MPI_BIN=$(MPI_BIN) sh scripts/run_tests.sh \
 	  "test harness=sh test/test_run_tests.sh" \
 	  "headers compile alone=CC=$(CC) CFLAGS_EXTRA='$(BLOSC_DEF)' NVCC=$(NVCC) sh scripts/check_headers.sh" \
 	  "reference selfcheck=$(PYTHON) train_fox.py selfcheck" \
-	  "cpu parity=./test_fox_cpu $(FIXTURES)" \
-	  "finite differences=./test_fox_fd" \
-	  "cpu end to end=./test_fox_e2e" \
-	  "cpu generation=./test_fox_decode" \
-	  "generation runs=sh scripts/test_generate.sh ./train_fox_cpu" \
+	  "cpu parity=./test_fox $(FIXTURES)" \
+	  "finite differences=./test_finite_diff" \
+	  "cpu end to end=./test_end_to_end" \
+	  "cpu generation=./test_decode" \
+	  "generation runs=sh test/test_generate.sh ./train_fox_cpu" \
 	  "json reader=./test_json" \
 	  "evaluation tasks, scripted model=./test_eval" \
-	  "evaluation tasks=sh scripts/test_eval.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
+	  "evaluation tasks=sh test/test_eval.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "multiple-choice reference=$(PYTHON) test/test_mc_ref.py" \
-	  "runs=sh scripts/test_runs.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
+	  "runs=sh test/test_runs.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "paper run scripts=bash test/test_paper_scripts.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "data pipeline=./test_data" \
 	  "plots=$(PYTHON) test/test_plot.py" \
@@ -136,7 +136,7 @@ train: train_fox_cpu
 	$(TRAIN_BIN) $(TRAIN_ARGS) --out $(TRAIN_OUT)
 
 clean:
-	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox_cpu test_fox_fd test_fox_e2e test_fox_decode test_eval test_json fox_data fox_data_noblosc test_data build
+	rm -rf train_fox_cpu train_fox_cpu_mpi test_fox test_finite_diff test_end_to_end test_decode test_eval test_json fox_data fox_data_noblosc test_data build
 
 # Every header compiles on its own (C headers with $(CC), CUDA headers with nvcc when present).
 check-headers:
@@ -145,7 +145,7 @@ check-headers:
 .PHONY: all test test-suites train clean check-headers
 
 # --- CUDA (train_fox.cu) ---
-# With nvcc on PATH: train_fox (the GPU trainer) and test_fox (its parity test against the reference's
+# With nvcc on PATH: train_fox (the GPU trainer) and test_foxcu (its parity test against the reference's
 # fixtures), for Hopper (sm_90a) by default, GPU_ARCH=80 for Ampere. `make train` runs ./train_fox when
 # nvcc is here and nvidia-smi finds a GPU, else ./train_fox_cpu (TRAIN_BIN).
 NVCC ?= nvcc
@@ -160,7 +160,7 @@ CUDA_HEADERS = fox/cuda_common.cuh fox/attention.cuh fox/attention_primitives.cu
                fox/proj.cuh fox/rows.cuh fox/embedding.cuh fox/rmsnorm.cuh fox/attn_inputs.cuh fox/acp_tables.cuh \
                fox/output_gate.cuh fox/swiglu.cuh fox/crossentropy.cuh fox/adamw.cuh $(FOX_HEADERS)
 
-all: train_fox test_fox test_decode_gpu cuda-dev
+all: train_fox test_foxcu test_decode_gpu cuda-dev
 
 # The per-kernel check-and-benchmark programs (so CI compiles every CUDA file); all of them rebuilt (-B)
 # when the build configuration differs from the one they were built with (build/config_cuda_dev.txt).
@@ -179,8 +179,8 @@ endif
 train_fox: train_fox.cu $(CUDA_HEADERS) $(BUILD_CONFIG)
 	$(NVCC) $(NVCCFLAGS) $(TRAIN_FOX_MPI) -I. -o $@ train_fox.cu $(CUDA_LDLIBS) $(TRAIN_FOX_MPI_LIBS)
 
-test_fox: test/test_parity_gpu.cu train_fox.cu $(TEST_HEADERS) $(CUDA_HEADERS) $(BUILD_CONFIG)
-	$(NVCC) $(NVCCFLAGS) -I. -Itest -o $@ test/test_parity_gpu.cu $(CUDA_LDLIBS)
+test_foxcu: test_fox.cu train_fox.cu $(TEST_HEADERS) $(CUDA_HEADERS) $(BUILD_CONFIG)
+	$(NVCC) $(NVCCFLAGS) -I. -Itest -o $@ test_fox.cu $(CUDA_LDLIBS)
 
 # Generation with the KV cache on the GPU (prefill + decode steps against the full forward, ACP, refusals).
 test_decode_gpu: test/test_decode_gpu.cu train_fox.cu $(TEST_HEADERS) $(CUDA_HEADERS) $(BUILD_CONFIG)
@@ -201,24 +201,24 @@ endif
 # document mask), gsa and the two FAM fixtures of blocks of 128 at d_model 256 / 2 heads (128); then the GPU
 # parity test on each set.
 GPU_FIXTURES = build/fixtures_gpu
-test-gpu: train_fox test_fox test_decode_gpu train_fox_cpu fox_data
+test-gpu: train_fox test_foxcu test_decode_gpu train_fox_cpu fox_data
 	$(PYTHON) train_fox.py fixtures --dim 128 --heads 2 --out $(GPU_FIXTURES)
 	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro,fox-pro-docmask,transformer-pro-docmask,gsa,transformer-fam-gpu,fox-fam-gpu --out $(GPU_FIXTURES)_dh128
 	PYTHON=$(PYTHON) sh scripts/run_tests.sh \
-	  "gpu parity, head_dim 64=./test_fox $(GPU_FIXTURES)" \
-	  "gpu parity, head_dim 128=./test_fox $(GPU_FIXTURES)_dh128" \
+	  "gpu parity, head_dim 64=./test_foxcu $(GPU_FIXTURES)" \
+	  "gpu parity, head_dim 128=./test_foxcu $(GPU_FIXTURES)_dh128" \
 	  "gpu generation=./test_decode_gpu" \
-	  "gpu generation runs=sh scripts/test_generate.sh ./train_fox" \
-	  "gpu evaluation tasks=sh scripts/test_eval.sh ./train_fox" \
-	  "gpu end to end=sh scripts/test_gpu_e2e.sh" \
-	  "gpu gsa end to end=sh scripts/test_gpu_gsa.sh" \
-	  "gpu fam end to end=sh scripts/test_gpu_fam.sh" \
-	  "gpu runs=sh scripts/test_runs.sh ./train_fox $(if $(TRAIN_FOX_MPI),./train_fox)" \
-	  "gpu data parallel=sh scripts/test_gpu_dp.sh"
+	  "gpu generation runs=sh test/test_generate.sh ./train_fox" \
+	  "gpu evaluation tasks=sh test/test_eval.sh ./train_fox" \
+	  "gpu end to end=sh test/test_gpu_e2e.sh" \
+	  "gpu gsa end to end=sh test/test_gpu_gsa.sh" \
+	  "gpu fam end to end=sh test/test_gpu_fam.sh" \
+	  "gpu runs=sh test/test_runs.sh ./train_fox $(if $(TRAIN_FOX_MPI),./train_fox)" \
+	  "gpu data parallel=sh test/test_gpu_dp.sh"
 
 clean: clean-cuda
 clean-cuda:
-	rm -f train_fox test_fox test_decode_gpu
+	rm -f train_fox test_foxcu test_decode_gpu
 
 .PHONY: test-gpu clean-cuda cuda-dev
 endif

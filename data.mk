@@ -12,8 +12,8 @@ DATA_HEADERS = dataloader.h tokenizer.h fox/zarr.h fox/data_common.h fox/rng.h f
 fox_data: fox_data.c $(DATA_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -I. -o $@ fox_data.c $(DATA_LIBS)
 
-test_data: test_data.c $(DATA_HEADERS) $(BUILD_CONFIG)
-	$(CC) $(CFLAGS) -I. -o $@ test_data.c $(DATA_LIBS)
+test_data: test/test_data.c $(DATA_HEADERS) $(BUILD_CONFIG)
+	$(CC) $(CFLAGS) -I. -o $@ test/test_data.c $(DATA_LIBS)
 
 # fox_data as a machine without libblosc builds it (-DFOX_NO_BLOSC): test_data checks that it reads
 # uncompressed arrays and refuses compressed ones with one line.

@@ -8,7 +8,7 @@
 // fox/decode.cuh (GSA: its recurrent state, fox/gsa.cuh).
 // Data parallel when built with FOX_MPI and started by mpirun: one rank per GPU, each block's gradients
 // averaged by NCCL during the step's last backward pass (reduce_final_grads), ZeRO-1 sharding of the
-// AdamW state (--zero). test/test_parity_gpu.cu and test/test_decode_gpu.cu include this file with TESTING set.
+// AdamW state (--zero). test_fox.cu and test/test_decode_gpu.cu include this file with TESTING set.
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>

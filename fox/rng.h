@@ -1,5 +1,5 @@
 // fox/rng.h: the one random-number definition shared by C, CUDA and Python (train_fox.py
-// re-implements these few lines in numpy and test_fox checks both give the same weights).
+// re-implements these few lines in numpy and test_foxcu checks both give the same weights).
 // Counter-based: element i of stream s under seed k is a pure function of (k, s, i), so any
 // element can be drawn independently (in parallel on a GPU, or vectorised in numpy).
 #ifndef FOX_RNG_H

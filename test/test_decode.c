@@ -9,8 +9,8 @@
 // unpruned ones; the sampler's top-k selection gives the first k of a full sort, ties included; under the
 // document mask (separators in the prompt, at its end and among the decoded tokens) decoding equals the
 // masked full forward, and ACP reads no key before a sequence's latest separator. The full forward itself
-// is checked against the PyTorch reference by test_fox_cpu.
-// Usage: test_fox_decode
+// is checked against the PyTorch reference by test_fox.
+// Usage: test_decode
 #define TESTING
 #include "train_fox.c"
 #include "testing.h"     // check: PASS / FAIL lines and their count

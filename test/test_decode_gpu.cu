@@ -1,5 +1,5 @@
 // test/test_decode_gpu.cu: generation with the KV cache of train_fox.cu (docs/model.md §7) against the full
-// forward it must reproduce, on the GPU. For every preset and switch test_fox covers (head_dim 64; 128 for
+// forward it must reproduce, on the GPU. For every preset and switch test_foxcu covers (head_dim 64; 128 for
 // fox-pro and transformer-pro), with every term made to matter (norm weights N(1, 0.1²), gate biases moved by
 // ±1, the q and k projections scaled so that the scores, hence RoPE and the keys' order, count): the prefill of
 // a prompt (lengths 1, 7 and 33; batch 3, 1 and 6) and then one decode step per token give, at every position
@@ -30,7 +30,7 @@
 // cuBLASLt algorithm, another fp32 summation order) and its attention sums the keys in flash-decoding
 // chunks instead of the forward kernel's tiles. An fp32 difference of ~1e-6 relative moves a bf16 rounding
 // of an operand by one unit (2^-8 relative) now and then, and the operands are rounded anew in every layer,
-// so the logits agree at bf16 level, the bound test_fox sets the GPU's logits against float64 (2e-2).
+// so the logits agree at bf16 level, the bound test_foxcu sets the GPU's logits against float64 (2e-2).
 // ACP: each skipped key weighs below e^-10/(t+1) of its row's largest, so an attention output moves by less
 // than 2e^-10 max|v| = 9e-5 max|v|, checked in double on the last step's attention (check_acp_attention).
 // Through the network that is one more perturbation of the bf16 operands: where the skipped weight is near

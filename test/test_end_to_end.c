@@ -4,7 +4,7 @@
 // (train_fox.py init / loss); the document mask (--doc-mask: ACP's live tiles, --eval-doc-pos, the
 // reference's loss with --doc-sep); ACP's live tiles per layer and head (the log's matrix); Gated Slot Attention (--model gsa) and TransformerFAM (--model fox-fam,
 // transformer-fam) end to end; a checkpoint written before the GSA config fields still loads. The model code of train_fox.c recomputes what the binary should have written.
-// Usage (repository root, after make): test_fox_e2e   (environment: PYTHON = an interpreter that can import
+// Usage (repository root, after make): test_end_to_end   (environment: PYTHON = an interpreter that can import
 // torch; FOX_MPI_BIN = the MPI build, if any)
 #define TESTING
 #include <ctype.h>           // isdigit: the log's numbers

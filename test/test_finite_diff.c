@@ -7,7 +7,7 @@
 // block after block, the forget gate's c on the memory's keys and queries included). Built with
 // FOX_REAL_DOUBLE, so train_fox.c's model runs in float64 and central differences with one Richardson
 // step are exact to ~1e-10; tolerance 1e-6 relative on the projection of the gradient on a random
-// direction. Usage: test_fox_fd
+// direction. Usage: test_finite_diff
 #define TESTING
 #include "train_fox.c"
 #include "testing.h"  // check: PASS / FAIL lines and their count

@@ -19,7 +19,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 BIN=${1:-./train_fox_cpu}
 MPI=${2:-${FOX_MPI_BIN:-}}
-. scripts/test_lib.sh
+. test/test_lib.sh
 RUN=scripts/paper/run.sh
 LC=/data/longcrawl64
 unset OUT OUT_ROOT LAUNCH NGPU TRAIN_FOX MAX_RESTARTS RESTART_DELAY HANG_TIMEOUT HANG_KILL_GRACE \

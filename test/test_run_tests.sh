@@ -5,7 +5,7 @@
 # as root names what it installs, as anyone else prints the one apt-get command and exits 1.
 # Run from the repository root (`make test` does); ends with "N passed, M failed".
 set -u
-. "$(dirname "$0")/../scripts/test_lib.sh"
+. "$(dirname "$0")/test_lib.sh"
 RUN="sh scripts/run_tests.sh"
 OK="ok=echo '5 passed, 0 failed'"
 ABORT="abort=echo '100 passed, 0 failed'; kill -ABRT \$\$"

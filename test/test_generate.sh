@@ -1,5 +1,5 @@
 #!/bin/sh
-# Generation through a trainer binary (docs/model.md §7): `sh scripts/test_generate.sh BIN` with
+# Generation through a trainer binary (docs/model.md §7): `sh test/test_generate.sh BIN` with
 # ./train_fox_cpu in `make test`, ./train_fox in `make test-gpu`.
 #   - --generate from the newest checkpoint in --out and from --init: the prompt, then the continuation,
 #     on stdout; timings on stderr; contexts past the training one;

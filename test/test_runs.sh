@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs that survive (issue 9), end to end through a trainer binary: `sh scripts/test_runs.sh BIN [MPI_BIN]`,
+# Runs that survive (issue 9), end to end through a trainer binary: `sh test/test_runs.sh BIN [MPI_BIN]`,
 # with ./train_fox_cpu (and ./train_fox_cpu_mpi) in `make test`, ./train_fox (twice with 2 GPUs) in
 # `make test-gpu`.
 #   - kill -9 at random moments, several inside checkpoint writes (test hook FOX_TEST_CKPT_STALL_MS holds each

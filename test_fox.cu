@@ -1,10 +1,10 @@
-// test/test_parity_gpu.cu: checks train_fox.cu on the GPU against the PyTorch reference's float64 fixtures
+// test_fox.cu: checks train_fox.cu on the GPU against the PyTorch reference's float64 fixtures
 // (forward, loss, per-position losses, every gradient, 10 AdamW steps; the -docmask fixtures with the
 // document mask, docs/model.md §1.8), that the recompute levels give bitwise the same gradients, that
 // training is bitwise reproducible, and that a model.bin written from the GPU state reads back in
 // train_fox_cpu's format. The document mask besides: ACP skips exactly the tiles before each query
 // block's document, and a document after another in one window has the losses it has alone.
-// Usage: test_fox FIXTURE_DIR   (fixtures at head_dim 64 or 128: `make test-gpu` writes them)
+// Usage: test_foxcu FIXTURE_DIR   (fixtures at head_dim 64 or 128: `make test-gpu` writes them)
 #define TESTING
 #include "train_fox.cu"
 #include "fox/checkpoint.h"  // fox_read_model_bin, fox_write_model_bin
@@ -592,7 +592,7 @@ static void test_acp_tables(void) {
 // fewer tiles pruned there; the slowest head prunes none at this T). The host counts each (layer, head)'s tiles from the c the forward left (a->c[l],
 // recompute 0) and the weights' bound U, with fox/acp.h's staircase: the same c and the same float search as
 // the GPU's, so the counts must be equal. (The CPU trainer's c, summed in double, differs by rounding: a
-// tile at the threshold could flip, so scripts/test_gpu_e2e.sh compares the two trainers' matrices within a
+// tile at the threshold could flip, so test/test_gpu_e2e.sh compares the two trainers' matrices within a
 // tolerance.)
 static void test_acp_heads(void) {
     FoxConfig c = small_config("fox-pro", 128);

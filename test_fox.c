@@ -1,11 +1,11 @@
-// test/test_parity.c: train_fox.c against the PyTorch reference's float64 fixtures (train_fox.py
+// test_fox.c: train_fox.c against the PyTorch reference's float64 fixtures (train_fox.py
 // fixtures): per preset and switch the init, logits, loss, per-position losses, every gradient and 10 AdamW
 // steps (the *-docmask fixtures under the document mask, which the reference applies as an explicit
 // block-diagonal mask); then Adaptive Computation Pruning against no pruning (the staircase against the
 // tile rule, loss and gradients within the ACP bound); then the document mask's own properties (a
 // document's losses do not depend on what precedes its separator; ACP skips exactly the cross-document
 // tiles). Tolerances below, relative to each tensor's largest entry.
-// Usage: test_fox_cpu FIXTURE_DIR   (make test writes the fixtures to build/fixtures)
+// Usage: test_fox FIXTURE_DIR   (make test writes the fixtures to build/fixtures)
 #define TESTING
 #include "train_fox.c"
 #include "fixture.h"  // Fixture, fixture_load / get / config / params: the reference's tensors

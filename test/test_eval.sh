@@ -1,5 +1,5 @@
 #!/bin/sh
-# The evaluation tasks through a trainer binary (docs/model.md §8): `sh scripts/test_eval.sh BIN [MPI_BIN]`
+# The evaluation tasks through a trainer binary (docs/model.md §8): `sh test/test_eval.sh BIN [MPI_BIN]`
 # with ./train_fox_cpu (and ./train_fox_cpu_mpi) in `make test`, ./train_fox in `make test-gpu`.
 #   - in training: the tasks at step 0 and every --eval-every steps, their log.jsonl lines and result files;
 #     the training run is bitwise the one without them;

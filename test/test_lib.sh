@@ -1,4 +1,4 @@
-# scripts/test_lib.sh: what the shell test scripts share (sourced): a temporary directory, PASS/FAIL
+# test/test_lib.sh: what the shell test scripts share (sourced): a temporary directory, PASS/FAIL
 # counting, the training losses of a log.jsonl, the GPU trainer's train/resume/eval checks, and the closing "N passed, M failed" line.
 tmp=$(mktemp -d)
 pass=0
