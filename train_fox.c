@@ -35,7 +35,7 @@ typedef double creal;
 
 #include "fox/config.h"        // FoxConfig, presets, FOX_PARAMS layout, FOX_ATTN_IN_ROWS (AttnCols)
 #include "fox/io.h"            // fox_malloc, fox_calloc, fox_fatal: checked allocation, one-line errors
-#include "fox/train_common.h"  // fox_init_params, fox_rope_angle, OptConfig
+#include "fox/train_common.h"  // fox_init_params, fox_rope_angle, fox_counted_targets, OptConfig
 #include "fox/dist.h"          // Dist, dist_allreduce_sum: the data-parallel ranks (MPI)
 #include "fox/trainer.h"       // ModelOptions and the run_model_* functions this file defines for fox/run.h
 #include "fox/acp.h"           // ACP: the tile grid, the bound U, the staircase search
@@ -1057,13 +1057,6 @@ static void residual_add(real *out, const real *a, const real *b, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-// The targets the loss counts: all but the negative ones (--mqar-loss leaves only the answers; docs/model.md §8.4).
-static int counted_targets(const int *targets, int N) {
-    int count = 0;
-    for (int n = 0; n < N; n++) count += targets[n] >= 0;
-    return count;
-}
-
 // Per-position cross entropy from logits (N, V), 0 where the target is negative; returns the mean over the
 // counted targets.
 static double crossentropy_forward(real *losses, const real *logits, const int *targets, int N, int V) {
@@ -1079,7 +1072,7 @@ static double crossentropy_forward(real *losses, const real *logits, const int *
     }
     double total = 0.0;
     for (int n = 0; n < N; n++) total += losses[n];
-    int count = counted_targets(targets, N);
+    int count = fox_counted_targets(targets, N);
     return count ? total / count : 0.0;
 }
 
@@ -1828,7 +1821,7 @@ static void model_backward(Model *m, const int *inputs, const int *targets, int 
     Acts *a = &m->a;
     Scratch *g = &m->s;
     int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
-    int count = counted_targets(targets, N);
+    int count = fox_counted_targets(targets, N);
     crossentropy_backward(a->logits, targets, N, V, count ? dloss_scale / count : 0.0f);
     zero(g->dxn, (size_t)N * D);
     zero(g->dres, (size_t)N * D);

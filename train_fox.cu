@@ -16,7 +16,7 @@
 #include <math.h>
 #include "fox/config.h"        // FoxConfig, presets, FOX_PARAMS layout, FOX_ATTN_IN_ROWS (AttnCols)
 #include "fox/io.h"            // fox_malloc, fox_calloc, fox_fatal: checked allocation, one-line errors
-#include "fox/train_common.h"  // fox_init_params, fox_rope_angle, OptConfig
+#include "fox/train_common.h"  // fox_init_params, fox_rope_angle, fox_counted_targets, OptConfig
 #include "fox/dist.h"          // Dist, dist_allreduce_sum_f64, dist_broadcast: the data-parallel ranks (MPI)
 #include "fox/trainer.h"       // ModelOptions and the run_model_* functions this file defines for fox/run.h
 #include "fox/cuda_common.cuh" // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, bf16
@@ -1158,8 +1158,7 @@ static void model_forward_queue(Model *m, const int *inputs, const int *targets,
     memcpy(m->h_tokens, inputs, (size_t)N * sizeof(int));
     FOX_CUDA_CHECK(cudaMemcpyAsync(a->inputs, m->h_tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
     if (targets) {
-        m->counted = 0;
-        for (int n = 0; n < N; n++) m->counted += targets[n] >= 0;
+        m->counted = fox_counted_targets(targets, N);
         memcpy(m->h_tokens + N, targets, (size_t)N * sizeof(int));
         FOX_CUDA_CHECK(
             cudaMemcpyAsync(a->targets, m->h_tokens + N, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));

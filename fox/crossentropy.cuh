@@ -37,7 +37,8 @@ __device__ void block_lse(float *out_lse, const bf16 *z, int V) {
 }
 
 // Per-position cross entropy of the next token (docs/model.md §2) and its gradient; a negative target
-// counts for nothing (loss 0, dlogits 0). losses NULL: the loss is not stored. staged: the row goes through dynamic shared memory (VP bf16). CPU: crossentropy_forward,
+// counts for nothing (loss 0, dlogits 0). losses NULL: the loss is not stored. staged: the row goes
+// through dynamic shared memory (VP bf16). CPU: crossentropy_forward,
 // crossentropy_backward.
 __global__ void __launch_bounds__(CE_THREADS) crossentropy_kernel(float *losses, bf16 *logits, const int *targets, int V,
                                                                  int VP, float scale, int grad, int staged) {

@@ -189,20 +189,6 @@ static inline double eval_acp_pruned(TaskModel *tm, const FoxConfig *cfg) {
     return pruned;
 }
 
-// The result file OUT/name, written whole to OUT/name.tmp first.
-static inline FILE *eval_result_open(const char *out, const char *name, char *tmp, size_t cap) {
-    fox_mkdir_p(out);
-    if (snprintf(tmp, cap, "%s/%s.tmp", out, name) >= (int)cap) fox_fatal("path too long: %s", out);
-    return fox_fopen(tmp, "w");
-}
-
-static inline void eval_result_close(FILE *f, const char *tmp) {
-    fox_fclose_synced(f, tmp);
-    char final_path[4400];
-    snprintf(final_path, sizeof(final_path), "%.*s", (int)(strlen(tmp) - 4), tmp);
-    if (rename(tmp, final_path)) fox_fatal("cannot rename %s: %s", tmp, strerror(errno));
-}
-
 static inline void eval_json_step(FILE *f, const Evals *e, int step) {
     if (step >= 0) fprintf(f, "\"step\": %d, ", step);
     else fprintf(f, "\"step\": null, ");
@@ -446,7 +432,7 @@ static inline double niah_run(Evals *e, int step, const char *out, int *stopped)
     if (*stopped) { eval_grid_free(&g); return NAN; }
     if (e->dist.rank == 0 && out) {
         char tmp[4400];
-        FILE *f = eval_result_open(out, "niah.json", tmp, sizeof(tmp));
+        FILE *f = fox_open_tmp(out, "niah.json", tmp, sizeof(tmp));
         const char *needle = t->easy ? FOX_NIAH_NEEDLE_EASY : FOX_NIAH_NEEDLE;
         fprintf(f, "{\"task\": \"niah\", \"mode\": \"%s\", ", t->easy ? "easy" : "standard");
         eval_json_step(f, e, step);
@@ -469,7 +455,7 @@ static inline double niah_run(Evals *e, int step, const char *out, int *stopped)
             eval_json_cell_text(f, e, &g, c);
         }
         fprintf(f, "]}\n");
-        eval_result_close(f, tmp);
+        fox_commit_tmp(f, tmp);
     }
     double mean = g.mean;
     eval_grid_free(&g);
@@ -576,7 +562,7 @@ static inline double passkey_run(Evals *e, int step, const char *out, int *stopp
     if (*stopped) { eval_grid_free(&g); return NAN; }
     if (e->dist.rank == 0 && out) {
         char tmp[4400];
-        FILE *f = eval_result_open(out, "passkey.json", tmp, sizeof(tmp));
+        FILE *f = fox_open_tmp(out, "passkey.json", tmp, sizeof(tmp));
         fprintf(f, "{\"task\": \"passkey\", ");
         eval_json_step(f, e, step);
         fprintf(f, "\"trials\": %d, \"seed\": %lld", g.per, (long long)e->a->seed);
@@ -595,7 +581,7 @@ static inline double passkey_run(Evals *e, int step, const char *out, int *stopp
             eval_json_cell_text(f, e, &g, c);
         }
         fprintf(f, "]}\n");
-        eval_result_close(f, tmp);
+        fox_commit_tmp(f, tmp);
     }
     double mean = g.mean;
     eval_grid_free(&g);
@@ -788,7 +774,7 @@ static inline double mc_run(Evals *e, int step, const char *out, int *stopped, d
         double hits = 0.0, hits_norm = 0.0;
         FILE *f = NULL;
         char tmp[4400];
-        if (e->dist.rank == 0 && out) f = eval_result_open(out, "mc.jsonl", tmp, sizeof(tmp));
+        if (e->dist.rank == 0 && out) f = fox_open_tmp(out, "mc.jsonl", tmp, sizeof(tmp));
         for (int i = 0; i < t->n_items; i++) {
             int r0 = t->row_of[i], nc = (i + 1 < t->n_items ? t->row_of[i + 1] : t->n_rows) - r0, pred = 0, pred_norm = 0;
             for (int c = 1; c < nc; c++) {
@@ -811,14 +797,14 @@ static inline double mc_run(Evals *e, int step, const char *out, int *stopped, d
         acc = hits / t->n_items;
         *acc_norm = hits_norm / t->n_items;
         if (f) {
-            eval_result_close(f, tmp);
-            f = eval_result_open(out, "mc.json", tmp, sizeof(tmp));
+            fox_commit_tmp(f, tmp);
+            f = fox_open_tmp(out, "mc.json", tmp, sizeof(tmp));
             fprintf(f, "{\"task\": \"mc\", ");
             eval_json_step(f, e, step);
             fprintf(f, "\"file\": ");
             fox_json_write_string(f, e->a->eval_mc, strlen(e->a->eval_mc));
             fprintf(f, ", \"items\": %d, \"context\": %d, \"acc\": %.6g, \"acc_norm\": %.6g}\n", t->n_items, e->context, acc, *acc_norm);
-            eval_result_close(f, tmp);
+            fox_commit_tmp(f, tmp);
         }
     }
     free(ll); free(inputs); free(targets);
@@ -882,7 +868,7 @@ static inline double mqar_run(Evals *e, int step, const char *out, int *stopped)
     double acc = count[1] > 0 ? count[0] / count[1] : NAN;
     if (e->dist.rank == 0 && out) {
         char tmp[4400];
-        FILE *f = eval_result_open(out, "mqar_result.json", tmp, sizeof(tmp));
+        FILE *f = fox_open_tmp(out, "mqar_result.json", tmp, sizeof(tmp));
         fprintf(f, "{\"task\": \"mqar\", ");
         eval_json_step(f, e, step);
         fprintf(f, "\"data\": ");
@@ -891,7 +877,7 @@ static inline double mqar_run(Evals *e, int step, const char *out, int *stopped)
                 "\"accuracy\": ", t->mq.vocab, t->mq.num_kv, T, t->examples, count[1], count[0]);
         eval_json_number(f, acc);
         fprintf(f, "}\n");
-        eval_result_close(f, tmp);
+        fox_commit_tmp(f, tmp);
     }
     return acc;
 }

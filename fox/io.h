@@ -154,4 +154,19 @@ static inline void fox_mkdir_p(const char *dir) {
     if (mkdir(buf, 0755) && errno != EEXIST) fox_fatal("cannot create %s: %s", buf, strerror(errno));
 }
 
+// A file DIR/name written whole before anyone sees it: opened as DIR/name.tmp (its path into tmp; DIR made
+// if missing), then fox_commit_tmp syncs it and renames it into place.
+static inline FILE *fox_open_tmp(const char *dir, const char *name, char *tmp, size_t cap) {
+    fox_mkdir_p(dir);
+    if (snprintf(tmp, cap, "%s/%s.tmp", dir, name) >= (int)cap) fox_fatal("path too long: %s", dir);
+    return fox_fopen(tmp, "w");
+}
+
+static inline void fox_commit_tmp(FILE *f, const char *tmp) {
+    fox_fclose_synced(f, tmp);
+    char final_path[4400];
+    snprintf(final_path, sizeof(final_path), "%.*s", (int)(strlen(tmp) - 4), tmp);
+    if (rename(tmp, final_path)) fox_fatal("cannot rename %s: %s", tmp, strerror(errno));
+}
+
 #endif

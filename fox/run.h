@@ -438,8 +438,8 @@ static void eval_per_token(Run *r) {
     snprintf(path, sizeof(path), "%s/per_token_loss.npy", a->out);
     fox_mkdir_p(a->out);
     fox_write_npy_f64(path, r->pos_loss, (size_t)T);
-    snprintf(path, sizeof(path), "%s/per_token_loss.json.tmp", a->out);
-    FILE *f = fox_fopen(path, "w");
+    char tmp[4400];
+    FILE *f = fox_open_tmp(a->out, "per_token_loss.json", tmp, sizeof(tmp));
     fprintf(f, "{\"eval_seq_len\": %d, ", T);
     if (r->train_seq_len) fprintf(f, "\"train_seq_len\": %d, ", r->train_seq_len);
     fprintf(f, "\"n_seqs\": %.0f, \"mean_loss\": %.10g, \"P\": {", count, mean);
@@ -457,10 +457,7 @@ static void eval_per_token(Run *r) {
         if (l == next) next *= 2;
     }
     fprintf(f, "}}\n");
-    fox_fclose_synced(f, path);
-    char final_path[4352];
-    snprintf(final_path, sizeof(final_path), "%s/per_token_loss.json", a->out);
-    if (rename(path, final_path)) fox_fatal("cannot rename %s: %s", path, strerror(errno));
+    fox_commit_tmp(f, tmp);
     printf("wrote %s/per_token_loss.npy and per_token_loss.json\n", a->out);
     if (a->eval_doc_pos) save_doc_pos_loss(r, T);
 }

@@ -43,13 +43,12 @@ static int out_dir_used(const char *out) {
 // step, which a stop checkpoints too): those lines stay while their running count "skipped_steps" is
 // within the checkpoint's `skipped`.
 static void cut_log(const char *out, int step, long long skipped) {
-    char path[4352], tmp[4352];
+    char path[4352], tmp[4400];
     snprintf(path, sizeof(path), "%s/log.jsonl", out);
-    snprintf(tmp, sizeof(tmp), "%s/log.jsonl.tmp", out);
     size_t len;
     char *text = fox_read_file(path, &len);
     if (!text) return;
-    FILE *f = fox_fopen(tmp, "w");
+    FILE *f = fox_open_tmp(out, "log.jsonl", tmp, sizeof(tmp));
     for (char *line = text, *end; (end = strchr(line, '\n')) != NULL; line = end + 1) {
         int st, n = 0;
         long long count;
@@ -60,8 +59,7 @@ static void cut_log(const char *out, int step, long long skipped) {
         if (keep) fox_fwrite(line, 1, (size_t)(end - line + 1), f, tmp);
     }
     free(text);
-    fox_fclose_synced(f, tmp);
-    if (rename(tmp, path)) fox_fatal("cannot rename %s: %s", tmp, strerror(errno));
+    fox_commit_tmp(f, tmp);
 }
 
 // --overwrite: removes what an earlier run left in OUT (checkpoints, temporaries, logs, losses).

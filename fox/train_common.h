@@ -1,5 +1,5 @@
 // fox/train_common.h: facts of the model and the optimizer shared by the CPU and CUDA trainers: the
-// initialisation, the RoPE angles, the learning-rate schedule.
+// initialisation, the RoPE angles, the targets the loss counts, the learning-rate schedule.
 #ifndef FOX_TRAIN_COMMON_H
 #define FOX_TRAIN_COMMON_H
 
@@ -33,6 +33,14 @@ typedef struct {
 } OptConfig;
 
 // Linear warmup to the peak over warmup_steps, then cosine decay to min_lr at total_steps.
+// The targets the loss counts: all but the negative ones (--mqar-loss leaves only the answers; docs/model.md
+// §8.4). The mean loss divides by them, its gradient is 1/their number per counted position.
+static inline int fox_counted_targets(const int *targets, int N) {
+    int count = 0;
+    for (int n = 0; n < N; n++) count += targets[n] >= 0;
+    return count;
+}
+
 static inline double lr_at(const OptConfig *o, int step) {
     if (step < o->warmup_steps) return o->lr * (step + 1) / o->warmup_steps;
     double p = (double)(step - o->warmup_steps) / (o->total_steps - o->warmup_steps > 1 ? o->total_steps - o->warmup_steps : 1);
