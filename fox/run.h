@@ -500,10 +500,10 @@ static void eval_tasks(Run *r) {
     int context = a->eval_seq_len ? a->eval_seq_len : r->train_seq_len ? r->train_seq_len : a->seq_len;
     check_model_flags(a, &r->cfg, 0, NULL);
     fox_layout(&r->cfg, &r->lay);
-    evals_init(&r->ev, a, &r->cfg, &r->dist, context, r->train_seq_len, &run_stop_signal);
     ensure_host_staging(r, 0);
     fox_read_model_bin(path, &r->cfg, r->h_params);
-    fox_fatal_hint[0] = 0;
+    fox_fatal_hint[0] = 0;  // the older checkpoint is no answer to a bad task flag or item
+    evals_init(&r->ev, a, &r->cfg, &r->dist, context, r->train_seq_len, &run_stop_signal);
     if (r->dist.rank == 0) printf("evaluating %s (%zu parameters) at context %d\n", path, r->lay.total, context);
     EvalScores s;
     run_stop_note = "\nstopping at the next batch, writing nothing more (SIGINT again to quit at once)\n";

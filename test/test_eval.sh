@@ -179,6 +179,13 @@ sys.exit(not (a == e and pa == pe))"
     check $? "2 ranks (mpirun): the same niah.json, passkey.json and mc.jsonl as one rank"
 fi
 
+# --eval-only on a run's checkpoint with a bad items file: the item's line alone (no checkpoint hint), exit 1.
+printf '{"ctx": "a", "endings": ["b"], "label": 3}\n' > "$tmp/bad0.jsonl"
+$BIN --eval-only --out "$tmp/a" --eval-mc "$tmp/bad0.jsonl" > /dev/null 2> "$tmp/bad0.err"
+st=$?
+[ $st -eq 1 ] && one_error "$tmp/bad0.err" "bad0.jsonl line 1: label 3 is out of range (1 choices)$"
+check $? "--eval-only, a label out of range: exit $st, $(cat "$tmp/bad0.err")"
+
 # Bad input: one line, a non-zero exit, and no training step.
 bad() {  # label, expected text, flags...
     label=$1 text=$2
