@@ -113,6 +113,9 @@ test-suites: train_fox_cpu test_fox test_finite_diff test_end_to_end test_decode
 	  "evaluation tasks=sh test/test_eval.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "multiple-choice reference=$(PYTHON) test/test_mc_ref.py" \
 	  "runs=sh test/test_runs.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
+	  "gradient accumulation=sh test/test_accum.sh $(MPI_BIN:%=./%)" \
+	  "ranks that fail loudly=sh test/test_ranks.sh $(MPI_BIN:%=./%)" \
+	  "scaling model=$(PYTHON) scripts/scaling_model.py --check" \
 	  "paper run scripts=bash test/test_paper_scripts.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "data pipeline=./test_data" \
 	  "plots=$(PYTHON) test/test_plot.py" \
@@ -214,7 +217,8 @@ test-gpu: train_fox test_foxcu test_decode_gpu train_fox_cpu fox_data
 	  "gpu gsa end to end=sh test/test_gpu_gsa.sh" \
 	  "gpu fam end to end=sh test/test_gpu_fam.sh" \
 	  "gpu runs=sh test/test_runs.sh ./train_fox $(if $(TRAIN_FOX_MPI),./train_fox)" \
-	  "gpu data parallel=sh test/test_gpu_dp.sh"
+	  "gpu data parallel=sh test/test_gpu_dp.sh" \
+	  $(if $(TRAIN_FOX_MPI),"gpu ranks that fail loudly=sh test/test_ranks.sh ./train_fox")
 
 clean: clean-cuda
 clean-cuda:

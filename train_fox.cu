@@ -18,6 +18,7 @@
 #include "fox/io.h"            // fox_malloc, fox_calloc, fox_fatal: checked allocation, one-line errors
 #include "fox/train_common.h"  // fox_init_params, fox_rope_angle, fox_counted_targets, OptConfig
 #include "fox/dist.h"          // Dist, dist_allreduce_sum_f64, dist_broadcast: the data-parallel ranks (MPI)
+#include "fox/watchdog.h"      // fox_watchdog_hooks: the collective timeout aborts the NCCL communicator
 #include "fox/trainer.h"       // ModelOptions and the run_model_* functions this file defines for fox/run.h
 #include "fox/cuda_common.cuh" // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, bf16
 #include "fox/attention.cuh"   // fox_attention_forward/backward: Forgetting Attention, the forget-gate scans
@@ -707,6 +708,7 @@ static void model_free(Model *m) {
     }
 #ifdef FOX_MPI
     if (m->nccl) {
+        fox_watchdog_forget(m->nccl);
         FOX_NCCL_CHECK(ncclCommDestroy(m->nccl));
         FOX_CUDA_CHECK(cudaStreamDestroy(m->comm));
         FOX_CUDA_CHECK(cudaEventDestroy(m->grads_final));
@@ -2019,35 +2021,69 @@ static int fits_with_spare(const Model *m, size_t free_b) {
 // --recompute 0 keeps, as far as the device's free memory holds them with a sixteenth of it to spare, first
 // the attention q, k, v of as many blocks as fit (the others recompute theirs in the backward), then, once
 // every block keeps those, the norms', output gate's and SwiGLU's outputs (xn, z, h) of as many blocks (the
-// others' backward kernels write them again). The same bits either way.
-static void fit_kept_blocks(Model *m) {
+// others' backward kernels write them again). Where not even one block's q, k, v fit, the MLP inputs are
+// recomputed too: the run is --recompute 1's. The same bits either way.
+static void fit_kept_blocks(Model *m, int say) {
     size_t free_b = device_free_bytes();
     int outs = m->outs_kept;
     m->outs_kept = 0;
     while (m->qkv_kept > 0 && !fits_with_spare(m, free_b)) m->qkv_kept--;
+    if (m->qkv_kept == 0 && m->recompute == RECOMPUTE_NONE && !fits_with_spare(m, free_b)) {
+        m->recompute = RECOMPUTE_NORM_MLP;
+        if (say) printf("--recompute 0: not one block's activations fit beside the rest; the run recomputes as --recompute 1 "
+                        "(the same bits)\n");
+    }
     if (m->qkv_kept < m->cfg.n_layer) return;
     m->outs_kept = outs;
     while (m->outs_kept > 0 && !fits_with_spare(m, free_b)) m->outs_kept--;
 }
 
 // One GPU per rank: rank r of a node takes GPU r (or the one GPU a launcher left it, as srun's
-// --gpus-per-task does); the run must fit in its memory (check_device_memory); then the ranks' NCCL
-// communicator (rank 0 makes the id, MPI carries it to the others). ZeRO-1 (--zero 1, several ranks):
-// this rank keeps only its shard of the AdamW moments.
-static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Dist *d) {
-    Model *m = (Model *)fox_calloc(1, sizeof(Model));
+// --gpus-per-task does); two ranks given one GPU (a hostfile or binding that puts them there) stop the run.
+static void choose_gpu(const Dist *d) {
     int ngpu = 0;
     FOX_CUDA_CHECK(cudaGetDeviceCount(&ngpu));
     int bound = ngpu == 1 && getenv("CUDA_VISIBLE_DEVICES");
     if (d->local_world > ngpu && !bound)
         fox_fatal("%d ranks on this node but %d GPUs: train_fox runs one rank per GPU", d->local_world, ngpu);
     FOX_CUDA_CHECK(cudaSetDevice(bound ? 0 : d->local_rank));
+    if (d->world < 2) return;
+    cudaDeviceProp prop;
+    FOX_CUDA_CHECK(cudaGetDeviceProperties(&prop, bound ? 0 : d->local_rank));
+    unsigned char *uuids = (unsigned char *)fox_malloc((size_t)d->world * sizeof(prop.uuid));
+    dist_allgather(d, &prop.uuid, sizeof(prop.uuid), uuids);
+    for (int i = 0; i < d->rank; i++)
+        if (!memcmp(uuids + (size_t)i * sizeof(prop.uuid), &prop.uuid, sizeof(prop.uuid)))
+            fox_fatal("ranks %d and %d were given the same GPU (%s, node %d): train_fox runs one rank per GPU (launch as many "
+                      "ranks per node as it has GPUs, each seeing all of them or its own: srun --gpus-per-task=1)",
+                      i, d->rank, prop.name, d->node);
+    free(uuids);
+}
+
+#ifdef FOX_MPI
+// The collective timeout's hooks (fox/watchdog.h): NCCL's asynchronous error, and the abort that ends a
+// collective left waiting for a dead rank.
+static const char *nccl_async_error(void *ctx) {
+    ncclResult_t st = ncclSuccess;
+    if (ncclCommGetAsyncError((ncclComm_t)ctx, &st) != ncclSuccess) return "ncclCommGetAsyncError failed";
+    return st == ncclSuccess || st == ncclInProgress ? NULL : ncclGetErrorString(st);
+}
+
+static void nccl_abort(void *ctx) { ncclCommAbort((ncclComm_t)ctx); }
+#endif
+
+// The rank's GPU (choose_gpu); the run must fit in its memory (check_device_memory); then the ranks' NCCL
+// communicator (rank 0 makes the id, MPI carries it to the others). ZeRO-1 (--zero 1, several ranks):
+// this rank keeps only its shard of the AdamW moments.
+static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Dist *d) {
+    Model *m = (Model *)fox_calloc(1, sizeof(Model));
+    choose_gpu(d);
     FoxLayout lay;
     fox_layout(c, &lay);
     size_t lo = 0, hi = lay.total;
     if (d->world > 1 && o->zero) zero_shard(lay.total, d->world, d->rank, &lo, &hi);
     model_setup(m, c, o, lo, hi);
-    fit_kept_blocks(m);
+    fit_kept_blocks(m, d->rank == 0);
     check_device_memory(m, d);
     model_create(m, o->seed);
     m->world = d->world;
@@ -2057,6 +2093,8 @@ static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Di
         if (d->rank == 0) FOX_NCCL_CHECK(ncclGetUniqueId(&id));
         dist_broadcast(d, &id, sizeof(id), 0);
         FOX_NCCL_CHECK(ncclCommInitRank(&m->nccl, d->world, id, d->rank));
+        FoxWatchdogHooks hooks = {nccl_async_error, nccl_abort, m->nccl};
+        fox_watchdog_hooks(hooks);
         FOX_CUDA_CHECK(cudaStreamCreateWithFlags(&m->comm, cudaStreamNonBlocking));
         FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->grads_final, cudaEventDisableTiming));
         FOX_CUDA_CHECK(cudaEventCreateWithFlags(&m->reduced, cudaEventDisableTiming));

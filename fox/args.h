@@ -58,6 +58,7 @@
     F(INT, ckpt_every, "ckpt-every", 0, 0, 2147483647, "checkpoint every N steps (and at the end); 0 = only at the end") \
     F(INT, keep, "keep", 3, 1, 4096, "checkpoints kept in --out (older ones are deleted)") \
     F(INT, max_bad_steps, "max-bad-steps", 5, 1, 1 << 20, "consecutive skipped steps (non-finite loss or gradient norm, loss spike) before the run stops (exit 3)") \
+    F(FLT, collective_timeout, "collective-timeout", 300.0, 0.0, 1e7, "several ranks: seconds without progress (a rank dead or stuck) before every rank stops with exit 76 (relaunch with --resume); at least twice the first step; 0 = no limit") \
     F(FLT, spike_z, "spike-z", 0.0, 0.0, 1e6, "also skip a step whose loss exceeds the recent mean by Z standard deviations (after 20 steps); 0 = off") \
     F(INT, sample_tokens, "sample-tokens", 64, 0, 1 << 24, "tokens to generate after training (after --prompt if given); 0 = none") \
     F(INT, generate, "generate", 0, 0, 1 << 24, "no training: N tokens after the prompt from --init or the newest checkpoint in --out, with a KV cache (docs/model.md §7)") \

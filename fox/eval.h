@@ -20,6 +20,7 @@
 #include "json.h"
 #include "mqar.h"
 #include "rng.h"
+#include "watchdog.h"  // fox_watchdog_alive: each batch is a sign of progress
 #include "trainer.h"
 #include "../dataloader.h"
 #include "../tokenizer.h"
@@ -142,6 +143,7 @@ static inline int eval_argmax(const float *x, int n) {
 
 // Whether any rank was signalled to stop (every rank calls it at the same point of a task).
 static inline int evals_stopped(Evals *e) {
+    fox_watchdog_alive();
     double s = *e->stop;
     dist_allreduce_max_f64(&e->dist, &s, 1);
     return (int)s;

@@ -17,8 +17,11 @@
 // write for N ms between its state and weights files, so that a test's kill -9 lands inside writes.
 static void run_test_hooks(Run *r) {
     const char *nan = getenv("FOX_TEST_NONFINITE"), *discard = getenv("FOX_TEST_DISCARD_BATCH");
-    const char *stall = getenv("FOX_TEST_CKPT_STALL_MS");
+    const char *stall = getenv("FOX_TEST_CKPT_STALL_MS"), *slow = getenv("FOX_TEST_SLOW_RANK");
     r->test_nan_attempts = 1;
+    r->test_slow_rank = -1;
+    if (slow && (sscanf(slow, "%d:%d:%d", &r->test_slow_rank, &r->test_slow_step, &r->test_slow_ms) != 3 || r->test_slow_ms < 0))
+        fox_fatal("FOX_TEST_SLOW_RANK=%s: expected RANK:STEP:MILLISECONDS", slow);
     if (nan && sscanf(nan, "%d:%d", &r->test_nan_step, &r->test_nan_attempts) < 1) fox_fatal("FOX_TEST_NONFINITE=%s: expected S[:N]", nan);
     if (discard && sscanf(discard, "%d", &r->test_discard_step) != 1) fox_fatal("FOX_TEST_DISCARD_BATCH=%s: expected a step", discard);
     if (stall && (sscanf(stall, "%d", &r->test_ckpt_stall_ms) != 1 || r->test_ckpt_stall_ms < 0))
@@ -74,6 +77,7 @@ static double evaluate(Run *r) {
     dataloader_reset(&r->val);
     double sum = 0.0;
     for (int s = 0; s < steps; s++) {
+        fox_watchdog_beat("in the validation after step", r->step);
         next_batch(r, &r->val, r->args.val, (size_t)B * T);
         sum += model_forward(r->model, r->inputs, r->targets, B, T);
     }
@@ -82,20 +86,33 @@ static double evaluate(Run *r) {
     return mean / r->dist.world;
 }
 
+// The signal that stops the run, the same on every rank (all of them call this once the stop is agreed): a
+// rank the launcher had not yet reached when the step ended names another rank's.
+static int agreed_stop_signal(const Run *r) {
+    double sig = run_stop_signal;
+    if (r->dist.world > 1) dist_allreduce_max_f64(&r->dist, &sig, 1);
+    return (int)sig;
+}
+
 // The gradient of one optimizer step: grad_accum micro-batches and the mean over ranks. The ranks'
 // losses and stop signals meet in one reduction, so all ranks take the same decisions. Returns the
-// loss; the gradient's norm goes to norm_out, whether some rank was signalled to stop to stop_out.
+// loss; the gradient's norm goes to norm_out, the signal that stops the run (0: none) to stop_out.
 static double step_gradient(Run *r, double *norm_out, int *stop_out) {
     Model *m = r->model;
     int B = r->args.batch, T = r->args.seq_len, N = B * T;
     int poison = r->step + 1 == r->test_nan_step && r->test_nan_attempts > 0;
     r->test_nan_attempts -= poison;
+    if (r->step + 1 == r->test_slow_step && r->dist.rank == r->test_slow_rank) {  // a slow but live rank
+        struct timespec pause = {r->test_slow_ms / 1000, (long)(r->test_slow_ms % 1000) * 1000000L};
+        nanosleep(&pause, NULL);
+    }
     if (r->step + 1 == r->test_discard_step)
         for (int micro = 0; micro < r->grad_accum; micro++) next_batch(r, &r->train, r->args.train, (size_t)N);
     run_model_zero_grad(m);
     memset(r->step_pos_loss, 0, (size_t)T * sizeof(double));
     double loss = 0.0;
     for (int micro = 0; micro < r->grad_accum; micro++) {
+        fox_watchdog_beat("in step", r->step + 1);
         next_batch(r, &r->train, r->args.train, (size_t)N);
         run_model_forward_queue(m, r->inputs, r->targets, B, T);
         float scale = poison ? NAN : 1.0f / r->grad_accum;
@@ -110,7 +127,7 @@ static double step_gradient(Run *r, double *norm_out, int *stop_out) {
         dist_allreduce_sum_f64(&r->dist, shared, 2);
         shared[0] /= r->dist.world;
     }
-    *stop_out = shared[1] > 0.0;
+    *stop_out = shared[1] > 0.0 ? agreed_stop_signal(r) : 0;
     *norm_out = run_model_grad_norm(m);
     return shared[0];
 }
@@ -163,6 +180,7 @@ static void save_checkpoint(Run *r) {
                  "the run stops (its newest checkpoint is the last good one)", r->step);
         run_exit(r, FOX_EXIT_DIVERGED, path);
     }
+    fox_watchdog_beat("writing the checkpoint of step", r->step);
     if (r->dist.rank == 0) fox_ckpt_begin(out, r->step, tmp, sizeof(tmp));
     dist_barrier(&r->dist);
     fox_ckpt_dir(tmp, sizeof(tmp), out, r->step, 1);
@@ -176,7 +194,9 @@ static void save_checkpoint(Run *r) {
         struct timespec pause = {r->test_ckpt_stall_ms / 1000, (long)(r->test_ckpt_stall_ms % 1000) * 1000000L};
         nanosleep(&pause, NULL);
     }
+    fox_watchdog_beat("writing the checkpoint of step", r->step);
     dist_barrier(&r->dist);
+    fox_watchdog_beat("writing the checkpoint of step", r->step);
     if (r->dist.rank == 0) {
         snprintf(path, sizeof(path), "%s/model.bin", tmp);
         fox_write_model_bin(path, &r->cfg, r->h_params);
@@ -187,6 +207,8 @@ static void save_checkpoint(Run *r) {
     }
     fox_fatal_cleanup_dir[0] = 0;
     dist_barrier(&r->dist);
+    fox_watchdog_checkpoint(r->step);
+    fox_watchdog_beat("after the checkpoint of step", r->step);
 }
 
 // On resume: one line naming the schedule's flags given with other values than the checkpoint's. They
@@ -272,6 +294,31 @@ static void say_stop_signal(const Run *r) {
         printf("to stop with a checkpoint: SIGUSR1 to the launcher, which must forward it to every rank\n");
 }
 
+// One line (rank 0) mapping the ranks to their nodes, when there are several: where each node's local ranks,
+// and so its GPUs, come from (docs/usage.md "Many nodes").
+static void say_ranks(const Dist *d) {
+    if (d->world < 2) return;
+    typedef struct { int node, local_rank; char host[56]; } Place;
+    Place mine, *all = (Place *)fox_calloc((size_t)d->world, sizeof(Place));
+    memset(&mine, 0, sizeof(mine));
+    mine.node = d->node;
+    mine.local_rank = d->local_rank;
+    if (gethostname(mine.host, sizeof(mine.host) - 1)) snprintf(mine.host, sizeof(mine.host), "?");
+    dist_allgather(d, &mine, sizeof(mine), all);
+    if (d->rank == 0) {
+        char line[2048];  // the ranks up to the last 400 bytes, which hold " ..." and four nodes' names (< 80 each)
+        int n = snprintf(line, sizeof(line), "%d ranks on %d node%s (rank: node/local rank):", d->world, d->nodes, d->nodes > 1 ? "s" : "");
+        for (int i = 0; i < d->world && n < (int)sizeof(line) - 400; i++)
+            n += snprintf(line + n, sizeof(line) - (size_t)n, " %d:%d/%d", i, all[i].node, all[i].local_rank);
+        if (n >= (int)sizeof(line) - 400) n += snprintf(line + n, sizeof(line) - (size_t)n, " ...");
+        for (int k = 0, shown = 0; k < d->world && shown < 4; k++)
+            if (all[k].local_rank == 0)
+                n += snprintf(line + n, sizeof(line) - (size_t)n, "%s node %d = %s", shown++ ? "," : ";", all[k].node, all[k].host);
+        printf("%s%s\n", line, d->nodes > 4 ? ", ..." : "");
+    }
+    free(all);
+}
+
 // Sets up the run from its arguments: model, optimizer, data, resume.
 static void run_init(Run *r) {
     FoxArgs *a = &r->args;
@@ -296,6 +343,8 @@ static void run_init(Run *r) {
         fox_usage_error("--steps %d: the run in %s is at step %d already (ckpt_%08d), nothing to train; --steps %d or more "
                         "continues it", a->steps, a->out, latest, latest, latest);
     say_stop_signal(r);
+    say_ranks(&r->dist);
+    fox_watchdog_checkpoint(latest);
     // Data first: a bad path or a --seq-len beyond the data fails before any large allocation.
     dataloader_init(&r->train, a->train, a->batch, a->seq_len, r->dist.rank, r->dist.world, (uint64_t)a->seed, 1);
     r->has_val = a->val[0] != 0;
@@ -317,7 +366,9 @@ static void run_init(Run *r) {
     if (r->has_val && a->eval_every > 0) check_val_data(r);
     for (int i = 0; i < 4; i++) evals_open_task(&r->ev, i, model_options(a, 1, 1, 1));
     ModelOptions mo = model_options(a, a->batch, a->seq_len, 0);
+    fox_watchdog_beat("starting (the model), before step", 1);
     r->model = run_model_init(&cfg, &mo, &r->dist);
+    fox_watchdog_beat("starting (the weights), before step", latest > 0 ? latest + 1 : 1);
     if (a->init[0] && latest < 0) load_weights(r, a->init, &cfg);
     if (latest >= 0) {
         load_checkpoint(r, latest);
@@ -330,6 +381,7 @@ static void run_init(Run *r) {
         printf("no checkpoint in %s: starting fresh\n", a->out);
     }
     if (a->out[0] && r->dist.rank == 0) open_out_dir(r);
+    fox_watchdog_beat("starting, before step", r->step + 1);
 }
 
 // Sets up --eval-only: the model takes the checkpoint's own config, one sequence per forward, and
@@ -408,6 +460,7 @@ static void eval_per_token(Run *r) {
     dist_allreduce_max_f64(&r->dist, &rounds, 1);
     run_stop_note = "\nstopping after this sequence, writing nothing (SIGINT again to quit at once)\n";
     for (long long s = 0; s < (long long)rounds; s++) {
+        fox_watchdog_beat("in --eval-only, sequence", (int)s + 1);
         if (s < mine) {
             next_batch(r, &r->val, a->val, (size_t)T);
             model_forward(r->model, r->inputs, r->targets, 1, T);
@@ -482,6 +535,7 @@ static int run_evals(Run *r) {
     ensure_host_staging(r, 0);
     run_model_get(r->model, r->h_params, NULL, NULL);
     EvalScores s;
+    fox_watchdog_beat("in the evaluation tasks after step", r->step);
     run_stop_note = "\nstopping the evaluation at its next batch, then with a checkpoint (SIGINT again to quit at once)\n";
     int sig = evals_run(&r->ev, r->h_params, r->step, r->args.out[0] ? r->args.out : NULL, model_options(&r->args, 1, 1, 1), &s);
     run_stop_note = "\nstopping after this step, with a checkpoint (SIGINT again to quit at once)\n";
@@ -506,6 +560,7 @@ static void eval_tasks(Run *r) {
     evals_init(&r->ev, a, &r->cfg, &r->dist, context, r->train_seq_len, &run_stop_signal);
     if (r->dist.rank == 0) printf("evaluating %s (%zu parameters) at context %d\n", path, r->lay.total, context);
     EvalScores s;
+    fox_watchdog_beat("in the evaluation tasks of --eval-only, at step", 0);
     run_stop_note = "\nstopping at the next batch, writing nothing more (SIGINT again to quit at once)\n";
     int sig = evals_run(&r->ev, r->h_params, -1, a->out, model_options(a, 1, 1, 1), &s);
     if (sig) run_exit_signalled(r, sig, "during the evaluation: the tasks already done wrote their files");
@@ -646,6 +701,17 @@ static void skip_step(Run *r, double loss, double norm, const char *why) {
     run_exit(r, FOX_EXIT_DIVERGED, msg);
 }
 
+// --collective-timeout against the first step's time (the slowest rank's): a timeout that a slow step could
+// outlast would take a live run for a dead rank.
+static void check_collective_timeout(const Run *r, double first_step) {
+    double t = first_step, limit = r->args.collective_timeout;
+    if (r->dist.world < 2 || limit <= 0) return;
+    dist_allreduce_max_f64(&r->dist, &t, 1);
+    if (limit < 2 * t)
+        fox_usage_error("--collective-timeout %g is shorter than twice the first step (%.1f s): a slow step would be taken "
+                        "for a dead rank; give %.0f or more (0: no limit)", limit, t, ceil(2 * t));
+}
+
 // The step loop: one log line per step, validation every --eval-every, checkpoints every
 // --ckpt-every; a stop signal ends it after the current step with a checkpoint (FOX_EXIT_STOPPED).
 static void train(Run *r) {
@@ -683,6 +749,7 @@ static void train(Run *r) {
         if (!rejected) {
             run_model_update(m, &r->opt, lr, r->step + 1, norm);
             run_model_sync(m);
+            if (first) check_collective_timeout(r, now_seconds() - t0);
             r->step++;
             r->tokens += step_tokens;
             r->bad_in_a_row = 0;
@@ -703,7 +770,10 @@ static void train(Run *r) {
                     log_json(r, "{\"step\": %d, \"val_loss\": %.17g}", r->step, vl);
                 }
             }
-            if (a->eval_every > 0 && (r->step % a->eval_every == 0 || r->step == a->steps) && run_evals(r)) stop = 1;
+            if (a->eval_every > 0 && (r->step % a->eval_every == 0 || r->step == a->steps)) {
+                int sig = run_evals(r);
+                if (sig) stop = sig;
+            }
             saved = a->out[0] && ((a->ckpt_every > 0 && r->step % a->ckpt_every == 0) || r->step == a->steps);
         } else {
             skip_step(r, loss, norm, rejected);
@@ -717,10 +787,10 @@ static void train(Run *r) {
             char msg[4608];
             if (!a->out[0]) {
                 snprintf(msg, sizeof(msg), "at step %d (no --out: nothing saved)", r->step);
-                run_exit_signalled(r, run_stop_signal, msg);
+                run_exit_signalled(r, stop, msg);
             }
             snprintf(msg, sizeof(msg), "stopped by %s at step %d: resume with --resume (--out %s)",
-                     run_signal_name(run_stop_signal), r->step, a->out);
+                     run_signal_name(stop), r->step, a->out);
             run_free(r);
             run_exit(r, FOX_EXIT_STOPPED, msg);
         }
@@ -736,6 +806,7 @@ static int run_main(int argc, char **argv) {
     dist_init(&r.dist, &argc, &argv);
     fox_args_parse(&r.args, argc, argv);
     run_catch_stop_signals();  // a signal during the set-up stops a training run after its first step
+    if (r.dist.world > 1 && !r.args.generate) fox_watchdog_start(r.args.collective_timeout, r.dist.rank, -1);
     if (r.args.eval_only && evals_any(&r.args)) {
         eval_tasks(&r);
     } else if (r.args.eval_only) {
@@ -746,6 +817,7 @@ static int run_main(int argc, char **argv) {
     } else {
         run_init(&r);
         train(&r);
+        fox_watchdog_stop();
         if (r.dist.rank == 0 && r.args.sample_tokens > 0) print_sample(&r);
         if (r.dist.rank == 0 && r.args.out[0]) printf("run directory: %s\n", r.args.out);
     }

@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "train_common.h"
 #include "dist.h"
+#include "watchdog.h"  // --collective-timeout: FOX_EXIT_PEER_LOST (76) when a rank died or stopped answering
 #include "trainer.h"
 #include "eval.h"      // the evaluation tasks: --eval-niah, --eval-passkey, --eval-mc, --eval-mqar
 #include "../dataloader.h"
@@ -53,6 +54,7 @@ typedef struct {
     int lock_fd;                  // OUT/.lock, held by rank 0 for the run's life (-1: none)
     int clear_out;                // --overwrite: the earlier run is deleted once the start-up checks pass
     int test_nan_step, test_nan_attempts, test_discard_step, test_ckpt_stall_ms;  // test-only hooks (run_test_hooks)
+    int test_slow_rank, test_slow_step, test_slow_ms;
 } Run;
 
 // The stop signal received (0: none). The handler only records it: the step loop acts on it at the
@@ -71,6 +73,7 @@ static int run_under_mpirun;  // started by Open MPI's mpirun (its kill sequence
 static void run_on_stop_signal(int sig, siginfo_t *info, void *context) {
     (void)context;
     if (sig == SIGCONT && !(run_under_mpirun && info && info->si_code == SI_USER && info->si_pid == getppid())) return;
+    if (sig == SIGCONT) fox_watchdog_stop();  // mpirun ends the rank within its intervals: no second line from it
     if (run_stop_signal && sig == SIGINT) _exit(128 + SIGINT);  // a second Ctrl-C: at once
     if (run_stop_signal) return;
     run_stop_signal = sig;

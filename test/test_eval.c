@@ -237,7 +237,7 @@ static FoxArgs default_args(void) {
 static void setup(Evals *e, const FoxArgs *a, FoxConfig *cfg, int vocab, int context) {
     fox_config_defaults(cfg);
     cfg->vocab_size = vocab;
-    Dist one = {0, 1, 0, 1};
+    Dist one = {0, 1, 0, 1, 0, 1};
     evals_init(e, a, cfg, &one, context, TRAIN_SEQ_LEN, &stop_flag);
 }
 

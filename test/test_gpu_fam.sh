@@ -32,7 +32,7 @@ $GPU --out "$tmp/a" --generate 300 --prompt Once --samples 3 --seed 2 --stop-at-
     grep -q "^--- sample 2 ---" "$tmp/m.txt" && grep -q "decode: 299 steps x 3 sequences" "$tmp/m.err"
 check $? "--generate 300 --samples 3 from the fox-fam checkpoint: three continuations, decoded together"
 
-$GPU --model fox-pro $SHAPE --steps 4 --sample-tokens 0 --resume --out "$tmp/a" > "$tmp/arch1.txt" 2>&1
+$GPU --model fox-pro $SHAPE --steps 40 --sample-tokens 0 --resume --out "$tmp/a" > "$tmp/arch1.txt" 2>&1
 st=$?
 [ "$st" -ne 0 ] && grep -q 'arch' "$tmp/arch1.txt"
 check $? "a fox-fam checkpoint resumed as fox-pro is refused: $(head -c 200 "$tmp/arch1.txt")"

@@ -180,6 +180,12 @@ rc=$?
 [ $rc -eq 0 ] && [ "$(launches)" -eq 3 ] && all_resume && grep -q "finished" "$OUT/relaunch.log"
 check $? "exits 137, 75, 0: relaunched twice with --resume, exit 0 (rc $rc, $(launches) launches)"
 
+fake 76,0
+"$RUN" 125M fox-pro > "$tmp/o" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ "$(launches)" -eq 2 ] && all_resume && grep -q "a rank died or stopped answering (exit 76" "$OUT/relaunch.log"
+check $? "exit 76 (a rank died or hung: the collective timeout): relaunched with --resume, says so (rc $rc, $(launches) launches)"
+
 fake 3
 "$RUN" 125M fox-pro > "$tmp/o" 2>&1
 rc=$?

@@ -34,6 +34,8 @@
 #       norm): a human must look, no relaunch: exit 3.
 #   75  stopped by a signal after writing a checkpoint: if this script passed the signal on, exit 75
 #       (run it again, or requeue the job, to go on); else see RELAUNCH_ON_STOP.
+#   76  a rank died or stopped answering (the trainer's --collective-timeout, or NCCL's reported error): relaunch
+#       with --resume, as for the codes below.
 #   any other (1, 137 kill -9 / out of memory, 139, an NCCL failure, ...): relaunch with --resume after
 #       RESTART_DELAY seconds, from the newest complete checkpoint; after MAX_RESTARTS relaunches in a row
 #       without a new checkpoint, give up: exit 1.
@@ -262,6 +264,9 @@ while :; do
     if [ "$rc" -eq 3 ]; then
         note "DIVERGED: the non-finite guard stopped the run (NaN/Inf loss or gradient norm in --max-bad-steps steps in a row); not relaunching: look at $OUT/log.jsonl (lines with \"skipped\") and the trainer's output. Checkpoints are untouched."
         exit 3
+    fi
+    if [ "$rc" -eq 76 ] && [ -z "$stop_sig" ]; then
+        note "a rank died or stopped answering (exit 76: the trainer's line above names the step): relaunching from step $ckpt"
     fi
     if [ -n "$stop_sig" ]; then
         if [ "$rc" -eq 75 ] || [ "$rc" -gt 128 ]; then
