@@ -86,7 +86,7 @@ test_json: test/test_json.c fox/json.h fox/io.h $(TEST_HEADERS) $(BUILD_CONFIG)
 
 include data.mk
 
-$(FIXTURES)/manifest.txt: train_fox.py fox/config.h fox/rng.h fox/checkpoint.h test/fixture.h
+$(FIXTURES)/manifest.txt: train_fox.py reference/fixtures.py fox/config.h fox/rng.h fox/checkpoint.h test/fixture.h
 	@test -n "$(PYTHON)" || { echo "error: no Python with torch and numpy (sh scripts/setup.sh says what make test needs)"; exit 1; }
 	$(PYTHON) train_fox.py fixtures --out $(FIXTURES)
 
@@ -102,7 +102,7 @@ test-suites: train_fox_cpu test_fox test_finite_diff test_end_to_end test_decode
 	PYTHON=$(PYTHON) FOX_MPI_BIN=$(MPI_BIN) sh scripts/run_tests.sh \
 	  "test harness=sh test/test_run_tests.sh" \
 	  "headers compile alone=CC=$(CC) CFLAGS_EXTRA='$(BLOSC_DEF)' NVCC=$(NVCC) sh scripts/check_headers.sh" \
-	  "reference selfcheck=$(PYTHON) train_fox.py selfcheck" \
+	  "reference selfcheck=$(PYTHON) test/test_reference.py" \
 	  "cpu parity=./test_fox $(FIXTURES)" \
 	  "finite differences=./test_finite_diff" \
 	  "cpu end to end=./test_end_to_end" \
@@ -116,6 +116,7 @@ test-suites: train_fox_cpu test_fox test_finite_diff test_end_to_end test_decode
 	  "gradient accumulation=sh test/test_accum.sh $(MPI_BIN:%=./%)" \
 	  "ranks that fail loudly=sh test/test_ranks.sh $(MPI_BIN:%=./%)" \
 	  "scaling model=$(PYTHON) scripts/scaling_model.py --check" \
+	  "one name per quantity=sh test/check_names.sh" \
 	  "paper run scripts=bash test/test_paper_scripts.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "data pipeline=./test_data" \
 	  "plots=$(PYTHON) test/test_plot.py" \

@@ -166,7 +166,7 @@ static void test_acp(void) {
         double l0 = model_forward(&m0, in, tg, B, TT), l1 = model_forward(&m1, in, tg, B, TT);
         int live = 0, nb = fox_acp_blocks(TT);
         for (int bh = 0; bh < B * cfg.n_head; bh++)
-            for (int mb = 0; mb < nb; mb++) live += mb - m1.acp_first[bh * nb + mb] + 1;
+            for (int mb = 0; mb < nb; mb++) live += mb - m1.acp_kv_first[bh * nb + mb] + 1;
         int tiles = B * cfg.n_head * (int)fox_acp_tiles(TT);
         model_backward(&m0, in, tg, B, TT, 1.0f);
         model_backward(&m1, in, tg, B, TT, 1.0f);

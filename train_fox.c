@@ -47,7 +47,7 @@ typedef double creal;
 // TransformerFAM (docs/model.md §1.10): the per-row arrays of the feedback memory's pass through a layer, its
 // attention inputs and then its update through the attention's output and the MLP, X(name, row width).
 #define FAM_FIELDS(X) \
-    X(x, D) X(xn, D) X(rstd, 1) X(proj, NIN) X(q, D) X(k, D) X(v, D) X(q_rstd, H) X(k_rstd, H) X(o, D) X(lse, H) \
+    X(x, D) X(xn1, D) X(ln1_rstd, 1) X(proj, NIN) X(q, D) X(k, D) X(v, D) X(q_rstd, H) X(k_rstd, H) X(o, D) X(lse, H) \
     X(on, D) X(on_rstd, H) X(z, D) X(mid, D) X(xn2, D) X(ln2_rstd, 1) X(u, 2 * I) X(h, I)
 
 typedef struct {
@@ -118,8 +118,8 @@ struct Model {
     AttnCols cols;
     real *params, *grads, *m, *v;
     int B, T;  // activation capacity
-    int acp;   // Adaptive Computation Pruning (--acp): skip the attention tiles of acp_first
-    int *acp_first;  // (B, H, ceil(T / FOX_ACP_BLOCK)): first live key block of each query block
+    int acp;   // Adaptive Computation Pruning (--acp): skip the attention tiles of acp_kv_first
+    int *acp_kv_first;  // (B, H, ceil(T / FOX_ACP_BLOCK)): first live key block of each query block
     int doc_sep;     // --doc-mask: the separator token (docs/model.md §1.8); -1: no mask
     int *tokens;     // (B, T): the last forward's inputs (the document mask reads them)
     int *doc_first;  // (B, ceil(T / FOX_ACP_BLOCK)): fox_doc_first_blocks of the last forward
@@ -179,16 +179,16 @@ static size_t fam_row_reals(const Model *m) {
 // hence nfull + 1 memory states F_0 .. F_nfull (the last one only generation reads).
 typedef struct { int K, M, W, nb, nfull, nS; } FamShape;
 
-static FamShape fam_shape(const FoxConfig *c, int T) {
-    int K = c->fam_block;
-    FamShape f = {K, c->fam_memory, c->fam_window_blocks, (T + K - 1) / K, T / K, T / K + 1};
+static FamShape fam_shape(const FoxConfig *cfg, int T) {
+    int K = cfg->fam_block;
+    FamShape f = {K, cfg->fam_memory, cfg->fam_window_blocks, (T + K - 1) / K, T / K, T / K + 1};
     return f;
 }
 
 static void fam_alloc(Model *m, int B, int T) {
-    const FoxConfig *c = &m->cfg;
-    FamShape fs = fam_shape(c, T);
-    size_t L = (size_t)c->n_layer, R = (size_t)B * fs.M, D = (size_t)c->d_model, I = (size_t)c->mlp_hidden;
+    const FoxConfig *cfg = &m->cfg;
+    FamShape fs = fam_shape(cfg, T);
+    size_t L = (size_t)cfg->n_layer, R = (size_t)B * fs.M, D = (size_t)cfg->d_model, I = (size_t)cfg->mlp_hidden;
     fam_rows_alloc(m, &m->a.fam, L * fs.nS * R);
     fam_rows_alloc(m, &m->a.famp, L * fs.M);
     FamScratch *g = &m->fs;
@@ -213,9 +213,9 @@ static void fam_free(Model *m) {
 }
 
 static void model_alloc_acts(Model *m, int B, int T) {
-    const FoxConfig *c = &m->cfg;
-    size_t L = (size_t)c->n_layer, N = (size_t)B * T, D = (size_t)c->d_model, H = (size_t)c->n_head;
-    size_t I = (size_t)c->mlp_hidden, NIN = (size_t)m->cols.width, V = (size_t)c->vocab_size;
+    const FoxConfig *cfg = &m->cfg;
+    size_t L = (size_t)cfg->n_layer, N = (size_t)B * T, D = (size_t)cfg->d_model, H = (size_t)cfg->n_head;
+    size_t I = (size_t)cfg->mlp_hidden, NIN = (size_t)m->cols.width, V = (size_t)cfg->vocab_size;
     Acts *a = &m->a;
     a->resid = fox_calloc((L + 1) * N * D, sizeof(real));
     a->mid = fox_calloc(L * N * D, sizeof(real));
@@ -242,14 +242,14 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->xnf = fox_calloc(N * D, sizeof(real));
     a->logits = fox_calloc(N * V, sizeof(real));
     a->losses = fox_calloc(N, sizeof(real));
-    if (c->arch == FOX_ARCH_GSA) {
-        size_t slots = (size_t)c->gsa_slots;
+    if (cfg->arch == FOX_ARCH_GSA) {
+        size_t slots = (size_t)cfg->gsa_slots;
         size_t kept = L * (size_t)B * gsa_chunks(T) * slots * D;
         a->gsa_S = fox_calloc(kept, sizeof(real));
         a->gsa_U = fox_calloc(kept, sizeof(real));
-        a->gsa_p = fox_calloc(L * N * (size_t)c->gsa_heads * slots, sizeof(real));
+        a->gsa_p = fox_calloc(L * N * (size_t)cfg->gsa_heads * slots, sizeof(real));
     }
-    if (c->arch == FOX_ARCH_FAM) fam_alloc(m, B, T);
+    if (cfg->arch == FOX_ARCH_FAM) fam_alloc(m, B, T);
     Scratch *sc = &m->s;
     sc->dres = fox_calloc(N * D, sizeof(real));
     sc->dxn = fox_calloc(N * D, sizeof(real));
@@ -264,7 +264,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     sc->dz = fox_calloc(N * D, sizeof(real));
     sc->du = fox_calloc(N * 2 * I, sizeof(real));
     sc->dh = fox_calloc(N * I, sizeof(real));
-    m->acp_first = fox_calloc((size_t)B * H * fox_acp_blocks(T), sizeof(int));
+    m->acp_kv_first = fox_calloc((size_t)B * H * fox_acp_blocks(T), sizeof(int));
     m->acp_live = fox_calloc(L * H, sizeof(long long));
     m->tokens = fox_calloc(N, sizeof(int));
     m->doc_first = fox_calloc((size_t)B * fox_acp_blocks(T), sizeof(int));
@@ -272,11 +272,11 @@ static void model_alloc_acts(Model *m, int B, int T) {
     m->T = T;
 }
 
-static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed) {
+static void model_init(Model *m, const FoxConfig *cfg, int B, int T, uint64_t seed) {
     memset(m, 0, sizeof(*m));
-    m->cfg = *c;
-    fox_layout(c, &m->lay);
-    m->cols = fox_attn_cols(c);
+    m->cfg = *cfg;
+    fox_layout(cfg, &m->lay);
+    m->cols = fox_attn_cols(cfg);
     m->doc_sep = -1;
     size_t n = m->lay.total;
     m->params = fox_malloc(n * sizeof(real));
@@ -284,7 +284,7 @@ static void model_init(Model *m, const FoxConfig *c, int B, int T, uint64_t seed
     m->m = fox_calloc(n, sizeof(real));
     m->v = fox_calloc(n, sizeof(real));
     float *init = fox_malloc(n * sizeof(float));  // the shared init is defined in float32
-    fox_init_params(c, &m->lay, init, seed);
+    fox_init_params(cfg, &m->lay, init, seed);
     for (size_t i = 0; i < n; i++) m->params[i] = init[i];
     free(init);
     model_alloc_acts(m, B, T);
@@ -303,12 +303,12 @@ static void model_free(Model *m) {
     };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { free(*bufs[i]); *bufs[i] = NULL; }
     free(m->a.c);
-    free(m->acp_first);
+    free(m->acp_kv_first);
     free(m->acp_live);
     free(m->tokens);
     free(m->doc_first);
     m->a.c = NULL;
-    m->acp_first = m->tokens = m->doc_first = NULL;
+    m->acp_kv_first = m->tokens = m->doc_first = NULL;
     m->acp_live = NULL;
     fam_free(m);
     model_cache_free(m);
@@ -845,8 +845,8 @@ static void fam_attend_head_backward(real *dfq, real *dfk, real *dfv, const real
 typedef struct { int B, T, G, m, dh, stride, slot_col; real tau; } GsaShape;
 
 static GsaShape gsa_shape(const Model *m, int B, int T) {
-    const FoxConfig *c = &m->cfg;
-    GsaShape s = {B, T, c->gsa_heads, c->gsa_slots, c->d_model / c->gsa_heads, m->cols.width, m->cols.slot_gate, c->gsa_tau};
+    const FoxConfig *cfg = &m->cfg;
+    GsaShape s = {B, T, cfg->gsa_heads, cfg->gsa_slots, cfg->d_model / cfg->gsa_heads, m->cols.width, m->cols.slot_gate, cfg->gsa_tau};
     return s;
 }
 
@@ -1112,7 +1112,7 @@ static size_t layer_offset(int l, size_t per_token, int B, int T) {
 }
 
 // Block l's slices of the attention activations.
-typedef struct { real *x, *xn, *proj, *ks, *v, *q, *k; creal *c; real *lse, *o, *on, *z; } AttnLayer;
+typedef struct { real *x, *xn1, *proj, *ks, *v, *q, *k; creal *c; real *lse, *o, *on, *z; } AttnLayer;
 
 static AttnLayer attn_layer(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
@@ -1139,10 +1139,10 @@ static double acp_bound_qknorm_head(Model *m, int l, int h) {
 // The first live key block of query block mb for (b, h) by the ACP threshold (fox/acp.h): U from the
 // QK-norm weights, else from the largest q and k norms of the sequence.
 static double acp_threshold_bh(Model *m, int l, int b, int h, const real *q, const real *k, SeqShape s) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     int D = s.H * s.Dh;
     double mq = 0.0, mk = 0.0, U;
-    if (c->qk_norm) {
+    if (cfg->qk_norm) {
         U = acp_bound_qknorm_head(m, l, h);
     } else {
         for (int t = 0; t < s.T; t++) {
@@ -1160,7 +1160,7 @@ static double acp_threshold_bh(Model *m, int l, int b, int h, const real *q, con
     return fox_acp_threshold(U, s.T);
 }
 
-// Block l's ACP staircase (into m->acp_first), or NULL when ACP is off or attention has no bias. A query
+// Block l's ACP staircase (into m->acp_kv_first), or NULL when ACP is off or attention has no bias. A query
 // block's first live key block is the larger of the threshold's (forget-gate presets) and the first block
 // of its first row's document (document mask: the blocks before are dead by construction, docs/model.md
 // §1.8). count: add each head's live tiles to m->acp_live[l·H + h] (the forward pass).
@@ -1172,7 +1172,7 @@ static const int *acp_tables(Model *m, int l, const creal *gate_c, const real *q
         for (int h = 0; h < s.H; h++) {
             double delta = gated ? acp_threshold_bh(m, l, b, h, q, k, s) : 0.0;
             const creal *ch = gate_c + ((size_t)b * s.H + h) * s.T;
-            int *kf = m->acp_first + ((size_t)b * s.H + h) * nblk, prev = 0;
+            int *kf = m->acp_kv_first + ((size_t)b * s.H + h) * nblk, prev = 0;
             for (int mb = 0; mb < nblk; mb++) {  // (the running max keeps the staircase monotone)
                 int f = gated ? fox_acp_first_live(ch, s.T, mb, delta) : 0;
                 if (s.sep >= 0 && m->doc_first[(size_t)b * nblk + mb] > f) f = m->doc_first[(size_t)b * nblk + mb];
@@ -1184,50 +1184,50 @@ static const int *acp_tables(Model *m, int l, const creal *gate_c, const real *q
     if (count) {
         for (int b = 0; b < s.B; b++)
             for (int h = 0; h < s.H; h++)
-                m->acp_live[(size_t)l * s.H + h] += fox_acp_live_tiles(m->acp_first + ((size_t)b * s.H + h) * nblk, nblk);
+                m->acp_live[(size_t)l * s.H + h] += fox_acp_live_tiles(m->acp_kv_first + ((size_t)b * s.H + h) * nblk, nblk);
         m->acp_tiles = (long long)s.B * fox_acp_tiles(s.T);
     }
-    return m->acp_first;
+    return m->acp_kv_first;
 }
 
 // FoX eq. 21-23 (docs/model.md §1): the output-normed attention on (per-head RMSNorm, or o itself) and
 // the gated z = on ⊙ σ(W_g x) (or on itself), for N rows; proj holds the gate logits.
 static void attention_output(Model *m, int l, real *z, real *on, real *on_rstd, const real *o, const real *proj, int N) {
-    const FoxConfig *c = &m->cfg;
-    int D = c->d_model, H = c->n_head, Dh = fox_head_dim(c);
-    if (c->output_norm) {
+    const FoxConfig *cfg = &m->cfg;
+    int D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg);
+    if (cfg->output_norm) {
         NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
         rmsnorm_forward(on, on_rstd, o, param(m, FOX_P_onorm_w, l), os);
     } else {
         memcpy(on, o, (size_t)N * D * sizeof(real));
     }
-    if (c->output_gate) output_gate_forward(z, on, proj, m->cols.gate, N, D, m->cols.width);
+    if (cfg->output_gate) output_gate_forward(z, on, proj, m->cols.gate, N, D, m->cols.width);
     else memcpy(z, on, (size_t)N * D * sizeof(real));
 }
 
 // Block l's attention inputs from resid[l] (FoX eq. 14-20): xn, proj, the shifted keys and values, q and k
 // after QK-norm and RoPE, and c.
 static void attention_inputs_forward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
-    int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
+    int N = B * T, D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg), NIN = m->cols.width;
     AttnCols cols = m->cols;
     SeqShape s = seq_shape(m, B, T, NIN);
     AttnLayer al = attn_layer(m, l, B, T);
-    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks, *v = al.v, *q = al.q, *k = al.k;
+    real *x = al.x, *xn = al.xn1, *proj = al.proj, *ks = al.ks, *v = al.v, *q = al.q, *k = al.k;
 
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
     rmsnorm_forward(xn, a->ln1_rstd + layer_offset(l, 1, B, T), x, param(m, FOX_P_ln1_w, l), ln);
     matmul_forward(proj, xn, param(m, FOX_P_attn_in_w, l), N, D, NIN);
-    if (c->kv_shift) {
+    if (cfg->kv_shift) {
         kv_shift_forward(ks, proj, cols.k, cols.k_shift, s);
         kv_shift_forward(v, proj, cols.v, cols.v_shift, s);
     } else {
         copy_columns(ks, proj, cols.k, N, D, NIN);
         copy_columns(v, proj, cols.v, N, D, NIN);
     }
-    if (c->qk_norm) {
-        int wstride = c->qk_norm_shared ? 0 : Dh;
+    if (cfg->qk_norm) {
+        int wstride = cfg->qk_norm_shared ? 0 : Dh;
         NormShape qs = {N, H, Dh, NIN, D, wstride, FOX_QK_NORM_EPS}, kshape = {N, H, Dh, D, D, wstride, FOX_QK_NORM_EPS};
         rmsnorm_forward(q, a->q_rstd + layer_offset(l, H, B, T), proj + cols.q, param(m, FOX_P_qnorm_w, l), qs);
         rmsnorm_forward(k, a->k_rstd + layer_offset(l, H, B, T), ks, param(m, FOX_P_knorm_w, l), kshape);
@@ -1235,19 +1235,19 @@ static void attention_inputs_forward(Model *m, int l, int B, int T) {
         copy_columns(q, proj, cols.q, N, D, NIN);
         memcpy(k, ks, (size_t)N * D * sizeof(real));
     }
-    if (c->rope) {
-        rope_apply(q, s, c->rope_theta, 0, 0);
-        rope_apply(k, s, c->rope_theta, 0, 0);
+    if (cfg->rope) {
+        rope_apply(q, s, cfg->rope_theta, 0, 0);
+        rope_apply(k, s, cfg->rope_theta, 0, 0);
     }
-    if (model_has_c(m)) forget_gate_forward(al.c, proj, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, s);
+    if (model_has_c(m)) forget_gate_forward(al.c, proj, param(m, FOX_P_fgate_b, l), cols.fgate, cfg->forget_gate, s);
 }
 
 // Block l's attention output from o (FoX eq. 21-23): mid[l] = resid[l] + W_o z.
 static void attention_output_forward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
-    int N = B * T, D = c->d_model;
+    const FoxConfig *cfg = &m->cfg;
+    int N = B * T, D = cfg->d_model;
     AttnLayer al = attn_layer(m, l, B, T);
-    attention_output(m, l, al.z, al.on, m->a.on_rstd + layer_offset(l, c->n_head, B, T), al.o, al.proj, N);
+    attention_output(m, l, al.z, al.on, m->a.on_rstd + layer_offset(l, cfg->n_head, B, T), al.o, al.proj, N);
     real *y = m->s.dz;  // scratch: the projection, before the residual add
     matmul_forward(y, al.z, param(m, FOX_P_attn_out_w, l), N, D, D);
     residual_add(m->a.mid + layer_offset(l, D, B, T), al.x, y, (size_t)N * D);
@@ -1298,17 +1298,17 @@ static void gsa_output(Model *m, int l, real *out, const real *x, real *z, real 
 // Forward of block l's Gated Slot Attention (GSA paper eq. 8-9): resid[l] → mid[l]. q, k, v hold the Swish
 // features, o the slots' read, on = Swish(o), z = RMSNorm(on) over all D (the input of attn_out_w).
 static void gsa_block_forward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
-    int N = B * T, D = c->d_model, NIN = m->cols.width;
+    int N = B * T, D = cfg->d_model, NIN = m->cols.width;
     AttnLayer al = attn_layer(m, l, B, T);
     GsaLayer gl = gsa_layer(m, l, B, T);
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_forward(al.xn, a->ln1_rstd + layer_offset(l, 1, B, T), al.x, param(m, FOX_P_ln1_w, l), ln);
-    matmul_forward(al.proj, al.xn, param(m, FOX_P_attn_in_w, l), N, D, NIN);
+    rmsnorm_forward(al.xn1, a->ln1_rstd + layer_offset(l, 1, B, T), al.x, param(m, FOX_P_ln1_w, l), ln);
+    matmul_forward(al.proj, al.xn1, param(m, FOX_P_attn_in_w, l), N, D, NIN);
     gsa_features(m, al.q, al.k, al.v, al.proj, N);
     gsa_forward(al.o, gl.S, gl.U, gl.P, NULL, NULL, al.q, al.k, al.v, al.proj, gsa_shape(m, B, T));
-    gsa_output(m, l, a->mid + layer_offset(l, D, B, T), al.x, al.z, al.on, a->on_rstd + layer_offset(l, c->n_head, B, T),
+    gsa_output(m, l, a->mid + layer_offset(l, D, B, T), al.x, al.z, al.on, a->on_rstd + layer_offset(l, cfg->n_head, B, T),
                al.o, m->s.dz, N);
 }
 
@@ -1353,13 +1353,13 @@ static FamRows fam_prompt(Model *m, int l) { return fam_rows_at(m, &m->a.famp, (
 // q and k through QK-norm and RoPE at positions pos0 + (row mod M), v; no KV-shift and no forget gate of their own
 // (docs/model.md §1.10). R rows, a multiple of M.
 static void fam_project(Model *m, int l, FamRows f, int R, int pos0) {
-    const FoxConfig *c = &m->cfg;
-    int D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width, M = c->fam_memory;
+    const FoxConfig *cfg = &m->cfg;
+    int D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg), NIN = m->cols.width, M = cfg->fam_memory;
     NormShape ln = {R, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_forward(f.xn, f.rstd, f.x, param(m, FOX_P_ln1_w, l), ln);
-    matmul_forward(f.proj, f.xn, param(m, FOX_P_attn_in_w, l), R, D, NIN);
-    if (c->qk_norm) {
-        NormShape qs = {R, H, Dh, NIN, D, c->qk_norm_shared ? 0 : Dh, FOX_QK_NORM_EPS};
+    rmsnorm_forward(f.xn1, f.ln1_rstd, f.x, param(m, FOX_P_ln1_w, l), ln);
+    matmul_forward(f.proj, f.xn1, param(m, FOX_P_attn_in_w, l), R, D, NIN);
+    if (cfg->qk_norm) {
+        NormShape qs = {R, H, Dh, NIN, D, cfg->qk_norm_shared ? 0 : Dh, FOX_QK_NORM_EPS};
         rmsnorm_forward(f.q, f.q_rstd, f.proj + m->cols.q, param(m, FOX_P_qnorm_w, l), qs);
         rmsnorm_forward(f.k, f.k_rstd, f.proj + m->cols.k, param(m, FOX_P_knorm_w, l), qs);
     } else {
@@ -1367,10 +1367,10 @@ static void fam_project(Model *m, int l, FamRows f, int R, int pos0) {
         copy_columns(f.k, f.proj, m->cols.k, R, D, NIN);
     }
     copy_columns(f.v, f.proj, m->cols.v, R, D, NIN);
-    if (c->rope) {
+    if (cfg->rope) {
         SeqShape s = {R / M, M, H, Dh, NIN, NULL, -1};
-        rope_apply(f.q, s, c->rope_theta, 0, pos0);
-        rope_apply(f.k, s, c->rope_theta, 0, pos0);
+        rope_apply(f.q, s, cfg->rope_theta, 0, pos0);
+        rope_apply(f.k, s, cfg->rope_theta, 0, pos0);
     }
 }
 
@@ -1390,8 +1390,8 @@ static void fam_update(Model *m, int l, FamRows f, real *out, int R, int residua
 // embeddings would; its rows attend to each other alone (positions -M..-1, no bias) and leave the layer through
 // its residuals and MLP as the rows entering layer l + 1, which are that layer's F_0.
 static void fam_prompt_forward(Model *m, int l) {
-    const FoxConfig *c = &m->cfg;
-    int M = c->fam_memory, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c);
+    const FoxConfig *cfg = &m->cfg;
+    int M = cfg->fam_memory, D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg);
     FamRows p = fam_prompt(m, l);
     fam_project(m, l, p, M, -M);
     FamBlock none = {NULL, NULL, NULL, NULL, 0, NULL, NULL, 0, 0};
@@ -1416,9 +1416,9 @@ static FamBlock fam_block_of(const real *k, const real *v, real *dk, real *dv, c
 // attention inputs (positions τK − M + i: the last M of the block it summarises) and, when the block is
 // complete, the update F_{τ+1}. k, v, c: the tokens' keys, values and c (NULL: no bias).
 static void fam_memory_forward(Model *m, int l, int B, int T, const real *k, const real *v, const creal *c) {
-    const FoxConfig *cf = &m->cfg;
-    FamShape fs = fam_shape(cf, T);
-    int D = cf->d_model, H = cf->n_head, Dh = fox_head_dim(cf), R = B * fs.M;
+    const FoxConfig *cfg = &m->cfg;
+    FamShape fs = fam_shape(cfg, T);
+    int D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg), R = B * fs.M;
     const real *prompt = fam_prompt(m, l).x;
     for (int tau = 0; tau < fs.nb; tau++) {
         FamRows f = fam_state(m, l, tau, B, T);
@@ -1448,9 +1448,9 @@ static int fam_window_start(int i, int K, int W) {
 // c_i − c at the token before the block), then to the window's tokens up to itself (bias c_i − c_j).
 static void fam_token_attention(Model *m, int l, real *o, real *lse, const real *q, const real *k, const real *v,
                                 const creal *c, int B, int T) {
-    const FoxConfig *cf = &m->cfg;
-    FamShape fs = fam_shape(cf, T);
-    int D = cf->d_model, H = cf->n_head, Dh = fox_head_dim(cf);
+    const FoxConfig *cfg = &m->cfg;
+    FamShape fs = fam_shape(cfg, T);
+    int D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg);
     FamRows f0 = fam_state(m, l, 0, B, T);
     size_t state = (size_t)B * fs.M * D;
     #pragma omp parallel for if(threads_pay(2.0 * B * T * (fs.M + (fs.W + 1) * fs.K) * D)) collapse(2)
@@ -1489,19 +1489,19 @@ static void fam_block_forward(Model *m, int l, int B, int T) {
 static double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
     if (B * T > m->B * m->T) fox_fatal("batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
     threads_watch();
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
-    int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
-    memset(m->acp_live, 0, (size_t)L * c->n_head * sizeof(long long));
+    int N = B * T, D = cfg->d_model, V = cfg->vocab_size, L = cfg->n_layer;
+    memset(m->acp_live, 0, (size_t)L * cfg->n_head * sizeof(long long));
     m->acp_tiles = 0;
     memcpy(m->tokens, inputs, (size_t)N * sizeof(int));
     if (m->doc_sep >= 0 && m->acp) fox_doc_first_blocks(m->doc_first, inputs, B, T, m->doc_sep);  // ACP's dead blocks
     embedding_forward(a->resid, inputs, param(m, FOX_P_wte, 0), N, D);
-    if (c->arch == FOX_ARCH_FAM)  // the prompt enters the first layer (FAM paper B.1)
-        memcpy(fam_prompt(m, 0).x, param(m, FOX_P_fam_init, 0), (size_t)c->fam_memory * D * sizeof(real));
+    if (cfg->arch == FOX_ARCH_FAM)  // the prompt enters the first layer (FAM paper B.1)
+        memcpy(fam_prompt(m, 0).x, param(m, FOX_P_fam_init, 0), (size_t)cfg->fam_memory * D * sizeof(real));
     for (int l = 0; l < L; l++) {
-        if (c->arch == FOX_ARCH_GSA) gsa_block_forward(m, l, B, T);
-        else if (c->arch == FOX_ARCH_FAM) fam_block_forward(m, l, B, T);
+        if (cfg->arch == FOX_ARCH_GSA) gsa_block_forward(m, l, B, T);
+        else if (cfg->arch == FOX_ARCH_FAM) fam_block_forward(m, l, B, T);
         else attention_block_forward(m, l, B, T);
         mlp_block_forward(m, l, B, T);
     }
@@ -1539,10 +1539,10 @@ static void mlp_block_backward(Model *m, int l, int B, int T) {
 
 // Backward of block l's GSA: d.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
 static void gsa_block_backward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
     Scratch *g = &m->s;
-    int N = B * T, D = c->d_model, NIN = m->cols.width;
+    int N = B * T, D = cfg->d_model, NIN = m->cols.width;
     AttnLayer al = attn_layer(m, l, B, T);
     GsaLayer gl = gsa_layer(m, l, B, T);
     zero(g->dz, (size_t)N * D);
@@ -1551,7 +1551,7 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
     zero(g->dxn, (size_t)N * D);
     NormShape ln = {N, 1, D, D, D, D, FOX_NORM_EPS};
     matmul_backward(g->dz, grad(m, FOX_P_attn_out_w, l), g->dres, al.z, param(m, FOX_P_attn_out_w, l), N, D, D);
-    rmsnorm_backward(g->don, grad(m, FOX_P_onorm_w, l), g->dz, al.on, a->on_rstd + layer_offset(l, c->n_head, B, T),
+    rmsnorm_backward(g->don, grad(m, FOX_P_onorm_w, l), g->dz, al.on, a->on_rstd + layer_offset(l, cfg->n_head, B, T),
                      param(m, FOX_P_onorm_w, l), ln);
     for (size_t i = 0; i < (size_t)N * D; i++) g->d_o[i] = g->don[i] * swish_grad_r(al.o[i]);
     gsa_backward(g->dq, g->dk, g->dv, g->dproj, g->d_o, al.q, al.k, al.v, al.proj, gl.S, gl.U, gl.P, gsa_shape(m, B, T));
@@ -1563,7 +1563,7 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
             size_t col = (size_t)n * NIN + cols[i / D] + i % D;
             g->dproj[col] = dfeat[i / D][(size_t)n * D + i % D] * swish_grad_r(al.proj[col]);
         }
-    matmul_backward(g->dxn, grad(m, FOX_P_attn_in_w, l), g->dproj, al.xn, param(m, FOX_P_attn_in_w, l), N, D, NIN);
+    matmul_backward(g->dxn, grad(m, FOX_P_attn_in_w, l), g->dproj, al.xn1, param(m, FOX_P_attn_in_w, l), N, D, NIN);
     rmsnorm_backward(g->dres, grad(m, FOX_P_ln1_w, l), g->dxn, al.x, a->ln1_rstd + layer_offset(l, 1, B, T),
                      param(m, FOX_P_ln1_w, l), ln);
 }
@@ -1573,15 +1573,15 @@ static void gsa_block_backward(Model *m, int l, int B, int T) {
 static void attention_output_backward(Model *m, int l, real *d_o, real *don, real *dz, real *dproj, const real *dy,
                                       const real *z, const real *on, const real *on_rstd, const real *o,
                                       const real *proj, int N) {
-    const FoxConfig *c = &m->cfg;
-    int D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
+    const FoxConfig *cfg = &m->cfg;
+    int D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg), NIN = m->cols.width;
     zero(dz, (size_t)N * D);
     zero(don, (size_t)N * D);
     zero(d_o, (size_t)N * D);
     matmul_backward(dz, grad(m, FOX_P_attn_out_w, l), dy, z, param(m, FOX_P_attn_out_w, l), N, D, D);
-    if (c->output_gate) output_gate_backward(don, dproj, dz, on, proj, m->cols.gate, N, D, NIN);
+    if (cfg->output_gate) output_gate_backward(don, dproj, dz, on, proj, m->cols.gate, N, D, NIN);
     else memcpy(don, dz, (size_t)N * D * sizeof(real));
-    if (c->output_norm) {
+    if (cfg->output_norm) {
         NormShape os = {N, H, Dh, D, D, Dh, FOX_NORM_EPS};
         rmsnorm_backward(d_o, grad(m, FOX_P_onorm_w, l), don, o, on_rstd, param(m, FOX_P_onorm_w, l), os);
     } else {
@@ -1592,9 +1592,9 @@ static void attention_output_backward(Model *m, int l, real *d_o, real *don, rea
 // The first part of block l's attention backward: every gradient scratch zeroed, then d.dres = dL/d mid[l]
 // back through W_o and the output norm and gate into d_o (and the gate's columns of dproj).
 static void attention_output_block_backward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Scratch *g = &m->s;
-    int N = B * T, D = c->d_model, H = c->n_head, NIN = m->cols.width;
+    int N = B * T, D = cfg->d_model, H = cfg->n_head, NIN = m->cols.width;
     AttnLayer al = attn_layer(m, l, B, T);
     zero(g->dproj, (size_t)N * NIN);
     zero(g->dq, (size_t)N * D);
@@ -1611,23 +1611,23 @@ static void attention_output_block_backward(Model *m, int l, int B, int T) {
 // gate, RoPE, QK-norm, KV-shift, attn_in_w and the norm into d.dres = dL/d resid[l] (the residual's term
 // included).
 static void attention_inputs_backward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
     Scratch *g = &m->s;
-    int N = B * T, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width;
+    int N = B * T, D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg), NIN = m->cols.width;
     AttnCols cols = m->cols;
     SeqShape s = seq_shape(m, B, T, NIN);
     AttnLayer al = attn_layer(m, l, B, T);
-    real *x = al.x, *xn = al.xn, *proj = al.proj, *ks = al.ks;
-    if (c->forget_gate != FOX_FG_NONE)
+    real *x = al.x, *xn = al.xn1, *proj = al.proj, *ks = al.ks;
+    if (cfg->forget_gate != FOX_FG_NONE)
         forget_gate_backward(g->dproj, grad(m, FOX_P_fgate_b, l), g->dc, proj, param(m, FOX_P_fgate_b, l),
-                             cols.fgate, c->forget_gate, s);
-    if (c->rope) {
-        rope_apply(g->dq, s, c->rope_theta, 1, 0);
-        rope_apply(g->dk, s, c->rope_theta, 1, 0);
+                             cols.fgate, cfg->forget_gate, s);
+    if (cfg->rope) {
+        rope_apply(g->dq, s, cfg->rope_theta, 1, 0);
+        rope_apply(g->dk, s, cfg->rope_theta, 1, 0);
     }
-    if (c->qk_norm) {
-        int wstride = c->qk_norm_shared ? 0 : Dh;
+    if (cfg->qk_norm) {
+        int wstride = cfg->qk_norm_shared ? 0 : Dh;
         NormShape qs = {N, H, Dh, NIN, D, wstride, FOX_QK_NORM_EPS}, kshape = {N, H, Dh, D, D, wstride, FOX_QK_NORM_EPS};
         rmsnorm_backward(g->dproj + cols.q, grad(m, FOX_P_qnorm_w, l), g->dq, proj + cols.q,
                          a->q_rstd + layer_offset(l, H, B, T), param(m, FOX_P_qnorm_w, l), qs);
@@ -1637,7 +1637,7 @@ static void attention_inputs_backward(Model *m, int l, int B, int T) {
         add_columns(g->dproj, g->dq, cols.q, N, D, NIN);
         memcpy(g->dks, g->dk, (size_t)N * D * sizeof(real));
     }
-    if (c->kv_shift) {
+    if (cfg->kv_shift) {
         kv_shift_backward(g->dproj, g->dks, proj, cols.k, cols.k_shift, s);
         kv_shift_backward(g->dproj, g->dv, proj, cols.v, cols.v_shift, s);
     } else {
@@ -1665,15 +1665,15 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
 // dproj holding the gate columns' already (the update's output gate), into dx (+=). dxn: scratch.
 static void fam_project_backward(Model *m, int l, FamRows f, int R, int pos0, real *dq, real *dk, const real *dv,
                                  real *dproj, real *dxn, real *dx) {
-    const FoxConfig *c = &m->cfg;
-    int D = c->d_model, H = c->n_head, Dh = fox_head_dim(c), NIN = m->cols.width, M = c->fam_memory;
-    if (c->rope) {
+    const FoxConfig *cfg = &m->cfg;
+    int D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg), NIN = m->cols.width, M = cfg->fam_memory;
+    if (cfg->rope) {
         SeqShape s = {R / M, M, H, Dh, NIN, NULL, -1};
-        rope_apply(dq, s, c->rope_theta, 1, pos0);
-        rope_apply(dk, s, c->rope_theta, 1, pos0);
+        rope_apply(dq, s, cfg->rope_theta, 1, pos0);
+        rope_apply(dk, s, cfg->rope_theta, 1, pos0);
     }
-    if (c->qk_norm) {
-        NormShape qs = {R, H, Dh, NIN, D, c->qk_norm_shared ? 0 : Dh, FOX_QK_NORM_EPS};
+    if (cfg->qk_norm) {
+        NormShape qs = {R, H, Dh, NIN, D, cfg->qk_norm_shared ? 0 : Dh, FOX_QK_NORM_EPS};
         rmsnorm_backward(dproj + m->cols.q, grad(m, FOX_P_qnorm_w, l), dq, f.proj + m->cols.q, f.q_rstd,
                          param(m, FOX_P_qnorm_w, l), qs);
         rmsnorm_backward(dproj + m->cols.k, grad(m, FOX_P_knorm_w, l), dk, f.proj + m->cols.k, f.k_rstd,
@@ -1684,14 +1684,14 @@ static void fam_project_backward(Model *m, int l, FamRows f, int R, int pos0, re
     }
     add_columns(dproj, dv, m->cols.v, R, D, NIN);
     zero(dxn, (size_t)R * D);
-    matmul_backward(dxn, grad(m, FOX_P_attn_in_w, l), dproj, f.xn, param(m, FOX_P_attn_in_w, l), R, D, NIN);
+    matmul_backward(dxn, grad(m, FOX_P_attn_in_w, l), dproj, f.xn1, param(m, FOX_P_attn_in_w, l), R, D, NIN);
     NormShape ln = {R, 1, D, D, D, D, FOX_NORM_EPS};
-    rmsnorm_backward(dx, grad(m, FOX_P_ln1_w, l), dxn, f.x, f.rstd, param(m, FOX_P_ln1_w, l), ln);
+    rmsnorm_backward(dx, grad(m, FOX_P_ln1_w, l), dxn, f.x, f.ln1_rstd, param(m, FOX_P_ln1_w, l), ln);
 }
 
 // Backward of fam_update: dout = dL/d(the new rows), overwritten; the residual's term into dx (+=) when there is
 // one; the attention's output back to g->d_o, and the output gate's logit gradients into g->dproj (zeroed first).
-static void fam_update_backward(Model *m, int l, FamRows f, real *dout, real *dx, int R, int residual) {
+static void fam_update_backward_rows(Model *m, int l, FamRows f, real *dout, real *dx, int R, int residual) {
     FamScratch *g = &m->fs;
     size_t n = (size_t)R * m->cfg.d_model;
     mlp_backward(m, l, dout, f.mid, f.xn2, f.ln2_rstd, f.u, f.h, g->dh, g->du, g->dxn, R);
@@ -1706,9 +1706,9 @@ static void fam_update_backward(Model *m, int l, FamRows f, real *dout, real *dx
 static void fam_token_attention_backward(Model *m, int l, real *dq, real *dk, real *dv, real *dc, const real *dout,
                                          const real *q, const real *k, const real *v, const real *o, const real *lse,
                                          const creal *c, int B, int T) {
-    const FoxConfig *cf = &m->cfg;
-    FamShape fs = fam_shape(cf, T);
-    int D = cf->d_model, H = cf->n_head, Dh = fox_head_dim(cf);
+    const FoxConfig *cfg = &m->cfg;
+    FamShape fs = fam_shape(cfg, T);
+    int D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg);
     FamRows f0 = fam_state(m, l, 0, B, T);
     FamScratch *g = &m->fs;
     size_t state = (size_t)B * fs.M * D;
@@ -1744,17 +1744,17 @@ static void fam_token_attention_backward(Model *m, int l, real *dq, real *dk, re
 // of F_0, summed over the sequences, starts the prompt's at layer l (m->fs.dprompt[l & 1]).
 static void fam_memory_backward(Model *m, int l, int B, int T, const real *k, const real *v, const creal *c, real *dk,
                                 real *dv, real *dc) {
-    const FoxConfig *cf = &m->cfg;
-    FamShape fs = fam_shape(cf, T);
+    const FoxConfig *cfg = &m->cfg;
+    FamShape fs = fam_shape(cfg, T);
     FamScratch *g = &m->fs;
-    int D = cf->d_model, H = cf->n_head, Dh = fox_head_dim(cf), R = B * fs.M;
+    int D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg), R = B * fs.M;
     size_t state = (size_t)R * D;
     for (int tau = fs.nb - 1; tau >= 0; tau--) {
         FamRows f = fam_state(m, l, tau, B, T);
         real *dx = g->dx + tau * state, *dfk = g->dk + tau * state, *dfv = g->dv + tau * state;
         zero(g->dq, state);
         if (tau + 1 < fs.nb) {  // F_{τ+1} is read by block τ + 1 (the last complete block's update, by no token)
-            fam_update_backward(m, l, f, dx + state, dx, R, tau > 0);
+            fam_update_backward_rows(m, l, f, dx + state, dx, R, tau > 0);
             #pragma omp parallel for if(threads_pay(4.0 * B * fs.M * (fs.M + fs.K) * D)) collapse(2)
             for (int b = 0; b < B; b++) {
                 for (int h = 0; h < H; h++) {
@@ -1778,11 +1778,11 @@ static void fam_memory_backward(Model *m, int l, int B, int T, const real *k, co
 // Backward of fam_prompt_forward: the gradient of the prompt's rows entering layer l + 1 (m->fs.dprompt[(l+1) & 1])
 // into that of the rows entering layer l (m->fs.dprompt[l & 1], +=). The states' scratch is free by now.
 static void fam_prompt_backward(Model *m, int l) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     FamScratch *g = &m->fs;
-    int M = c->fam_memory, D = c->d_model, H = c->n_head, Dh = fox_head_dim(c);
+    int M = cfg->fam_memory, D = cfg->d_model, H = cfg->n_head, Dh = fox_head_dim(cfg);
     FamRows p = fam_prompt(m, l);
-    fam_update_backward(m, l, p, g->dprompt[(l + 1) & 1], g->dprompt[l & 1], M, 1);
+    fam_update_backward_rows(m, l, p, g->dprompt[(l + 1) & 1], g->dprompt[l & 1], M, 1);
     zero(g->dq, (size_t)M * D);
     zero(g->dk, (size_t)M * D);
     zero(g->dv, (size_t)M * D);
@@ -1817,10 +1817,10 @@ static void fam_block_backward(Model *m, int l, int B, int T) {
 // Backward of the last model_forward (with targets), adding dloss_scale·∂(mean loss)/∂θ into grads.
 static void model_backward(Model *m, const int *inputs, const int *targets, int B, int T, real dloss_scale) {
     threads_watch();
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
     Scratch *g = &m->s;
-    int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
+    int N = B * T, D = cfg->d_model, V = cfg->vocab_size, L = cfg->n_layer;
     int count = fox_counted_targets(targets, N);
     crossentropy_backward(a->logits, targets, N, V, count ? dloss_scale / count : 0.0f);
     zero(g->dxn, (size_t)N * D);
@@ -1831,14 +1831,14 @@ static void model_backward(Model *m, const int *inputs, const int *targets, int 
                      param(m, FOX_P_lnf_w, 0), ln);
     for (int l = L - 1; l >= 0; l--) {
         mlp_block_backward(m, l, B, T);
-        if (c->arch == FOX_ARCH_GSA) gsa_block_backward(m, l, B, T);
-        else if (c->arch == FOX_ARCH_FAM) fam_block_backward(m, l, B, T);
+        if (cfg->arch == FOX_ARCH_GSA) gsa_block_backward(m, l, B, T);
+        else if (cfg->arch == FOX_ARCH_FAM) fam_block_backward(m, l, B, T);
         else attention_block_backward(m, l, B, T);
     }
     embedding_backward(grad(m, FOX_P_wte, 0), g->dres, inputs, N, D);
-    if (c->arch == FOX_ARCH_FAM) {  // the prompt's gradient at layer 0 is fam_init's
+    if (cfg->arch == FOX_ARCH_FAM) {  // the prompt's gradient at layer 0 is fam_init's
         real *dw = grad(m, FOX_P_fam_init, 0);
-        for (size_t i = 0; i < (size_t)c->fam_memory * D; i++) dw[i] += m->fs.dprompt[0][i];
+        for (size_t i = 0; i < (size_t)cfg->fam_memory * D; i++) dw[i] += m->fs.dprompt[0][i];
     }
 }
 
@@ -1910,39 +1910,39 @@ static void model_cache_free(Model *m) {
 }
 
 // Bytes of a cache of max_len positions for the model's B sequences (keys, values and c dominate).
-static double cache_bytes(const Model *m, int max_len) {
-    const FoxConfig *c = &m->cfg;
-    double rows = (double)c->n_layer * m->B * c->n_head, D = c->d_model;
-    if (c->arch == FOX_ARCH_GSA) return 2.0 * c->n_layer * m->B * c->gsa_slots * D * sizeof(real);  // the state alone
-    double memory = c->arch == FOX_ARCH_FAM ? (double)c->n_layer * m->B * c->fam_memory * fam_row_reals(m) * sizeof(real) : 0.0;
-    return rows * max_len * (2.0 * fox_head_dim(c) * sizeof(real) + sizeof(creal)) + (double)c->n_layer * m->B * 2 * D * sizeof(real) +
+static double cache_bytes_needed(const Model *m, int max_len) {
+    const FoxConfig *cfg = &m->cfg;
+    double rows = (double)cfg->n_layer * m->B * cfg->n_head, D = cfg->d_model;
+    if (cfg->arch == FOX_ARCH_GSA) return 2.0 * cfg->n_layer * m->B * cfg->gsa_slots * D * sizeof(real);  // the state alone
+    double memory = cfg->arch == FOX_ARCH_FAM ? (double)cfg->n_layer * m->B * cfg->fam_memory * fam_row_reals(m) * sizeof(real) : 0.0;
+    return rows * max_len * (2.0 * fox_head_dim(cfg) * sizeof(real) + sizeof(creal)) + (double)cfg->n_layer * m->B * 2 * D * sizeof(real) +
            memory;
 }
 
 static void model_cache_init(Model *m, int max_len) {
-    const FoxConfig *c = &m->cfg;
-    double need = cache_bytes(m, max_len);
+    const FoxConfig *cfg = &m->cfg;
+    double need = cache_bytes_needed(m, max_len);
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (max_len < 1 || need > have)
         fox_fatal("the KV cache of %d sequences x %d positions needs %.2f GiB, this machine has %.2f GiB: generate "
                   "fewer tokens or sequences, or use a shorter prompt", m->B, max_len, need / (1 << 30), have / (1 << 30));
     model_cache_free(m);
     Cache *kc = &m->cache;
-    size_t L = (size_t)c->n_layer, B = (size_t)m->B, H = (size_t)c->n_head, D = (size_t)c->d_model;
-    size_t rows = L * B * H, Dh = (size_t)fox_head_dim(c), I = (size_t)c->mlp_hidden;
+    size_t L = (size_t)cfg->n_layer, B = (size_t)m->B, H = (size_t)cfg->n_head, D = (size_t)cfg->d_model;
+    size_t rows = L * B * H, Dh = (size_t)fox_head_dim(cfg), I = (size_t)cfg->mlp_hidden;
     kc->max_len = max_len;
-    if (c->arch == FOX_ARCH_GSA) {
-        size_t slots = (size_t)c->gsa_slots;
+    if (cfg->arch == FOX_ARCH_GSA) {
+        size_t slots = (size_t)cfg->gsa_slots;
         kc->gsa_S = fox_calloc(L * B * slots * D, sizeof(real));
         kc->gsa_U = fox_calloc(L * B * slots * D, sizeof(real));
-        kc->gsa_p = fox_calloc(B * (size_t)c->gsa_heads * slots, sizeof(real));
+        kc->gsa_p = fox_calloc(B * (size_t)cfg->gsa_heads * slots, sizeof(real));
     } else {
         kc->k = fox_calloc(rows * max_len * Dh, sizeof(real));
         kc->v = fox_calloc(rows * max_len * Dh, sizeof(real));
         kc->c = fox_calloc(rows * max_len, sizeof(creal));
     }
-    if (c->arch == FOX_ARCH_FAM) {
-        size_t R = B * (size_t)c->fam_memory;
+    if (cfg->arch == FOX_ARCH_FAM) {
+        size_t R = B * (size_t)cfg->fam_memory;
         fam_rows_alloc(m, &kc->fam, L * R);
         kc->fam_out = fox_calloc(R * D, sizeof(real));
         kc->fam_y = fox_calloc(R * D, sizeof(real));
@@ -1974,28 +1974,28 @@ static void cache_append(Model *m, int l, int b, int h, int t, const real *k, co
 // The forward over the prompt (B x T tokens), then its keys, values, c and shift state into the cache;
 // logits: each sequence's last-position logits (B x V).
 static void model_prefill(Model *m, const int *tokens, int T, real *logits) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Cache *kc = &m->cache;
     if (T < 1 || T > kc->max_len || T > m->T) fox_fatal("prefill of %d tokens: the cache holds %d, the model %d", T, kc->max_len, m->T);
-    int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, V = c->vocab_size, NIN = m->cols.width;
+    int B = m->B, H = cfg->n_head, Dh = fox_head_dim(cfg), D = cfg->d_model, V = cfg->vocab_size, NIN = m->cols.width;
     model_forward(m, tokens, NULL, B, T);
     int has_c = model_has_c(m);
-    for (int l = 0; l < c->n_layer && c->arch == FOX_ARCH_GSA; l++) {  // GSA: the states after the last token
+    for (int l = 0; l < cfg->n_layer && cfg->arch == FOX_ARCH_GSA; l++) {  // GSA: the states after the last token
         GsaLayer gl = gsa_layer(m, l, B, T);
-        size_t state = (size_t)c->gsa_slots * (D / c->gsa_heads), per_seq = (size_t)c->gsa_heads * state;
-        for (int bg = 0; bg < B * c->gsa_heads; bg++) {
+        size_t state = (size_t)cfg->gsa_slots * (D / cfg->gsa_heads), per_seq = (size_t)cfg->gsa_heads * state;
+        for (int bg = 0; bg < B * cfg->gsa_heads; bg++) {
             size_t from = ((size_t)bg * gsa_chunks(T) + gsa_chunks(T) - 1) * state, to = (size_t)l * B * per_seq + (size_t)bg * state;
             memcpy(kc->gsa_S + to, gl.S + from, state * sizeof(real));
             memcpy(kc->gsa_U + to, gl.U + from, state * sizeof(real));
         }
     }
-    for (int l = 0; l < c->n_layer && c->arch == FOX_ARCH_FAM; l++) {  // FAM: the memory the next block reads
-        FamShape fs = fam_shape(c, T);
+    for (int l = 0; l < cfg->n_layer && cfg->arch == FOX_ARCH_FAM; l++) {  // FAM: the memory the next block reads
+        FamShape fs = fam_shape(cfg, T);
         FamRows f = fam_rows_at(m, &kc->fam, (size_t)l * B * fs.M);
         memcpy(f.x, fam_state(m, l, fs.nfull, B, T).x, (size_t)B * fs.M * D * sizeof(real));
         fam_project(m, l, f, B * fs.M, fs.nfull * fs.K - fs.M);
     }
-    for (int l = 0; l < c->n_layer && c->arch != FOX_ARCH_GSA; l++) {
+    for (int l = 0; l < cfg->n_layer && cfg->arch != FOX_ARCH_GSA; l++) {
         AttnLayer al = attn_layer(m, l, B, T);
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < H; h++) {
@@ -2024,9 +2024,9 @@ static void model_prefill(Model *m, const int *tokens, int T, real *logits) {
 // attention_block_forward forms them for position t), appended to the cache with c_t; the shift state
 // moves on to this token. tokens: the new token of each sequence (a separator starts a document).
 static void decode_qkv(Model *m, int l, int t, const int *tokens) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Cache *kc = &m->cache;
-    int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, NIN = m->cols.width;
+    int B = m->B, H = cfg->n_head, Dh = fox_head_dim(cfg), D = cfg->d_model, NIN = m->cols.width;
     AttnCols cols = m->cols;
     for (int b = 0; b < B; b++) {
         const real *p = kc->proj + (size_t)b * NIN;
@@ -2034,8 +2034,8 @@ static void decode_qkv(Model *m, int l, int t, const int *tokens) {
         real *k = kc->kn + (size_t)b * D, *v = kc->vn + (size_t)b * D;
         int prev = !fox_doc_start(tokens[b], m->doc_sep);  // KV-shift's reach (fox_doc_has_prev; t > 0 here)
         for (int i = 0; i < D; i++) {
-            real ak = c->kv_shift ? sigmoid_r(p[cols.k_shift + i / Dh]) : 0.0f;
-            real av = c->kv_shift ? sigmoid_r(p[cols.v_shift + i / Dh]) : 0.0f;
+            real ak = cfg->kv_shift ? sigmoid_r(p[cols.k_shift + i / Dh]) : 0.0f;
+            real av = cfg->kv_shift ? sigmoid_r(p[cols.v_shift + i / Dh]) : 0.0f;
             k[i] = (prev ? ak * kp[i] : 0.0f) + (1.0f - ak) * p[cols.k + i];
             v[i] = (prev ? av * vp[i] : 0.0f) + (1.0f - av) * p[cols.v + i];
         }
@@ -2043,8 +2043,8 @@ static void decode_qkv(Model *m, int l, int t, const int *tokens) {
         memcpy(vp, p + cols.v, (size_t)D * sizeof(real));
         memcpy(kc->q + (size_t)b * D, p + cols.q, (size_t)D * sizeof(real));
     }
-    if (c->qk_norm) {
-        int wstride = c->qk_norm_shared ? 0 : Dh;
+    if (cfg->qk_norm) {
+        int wstride = cfg->qk_norm_shared ? 0 : Dh;
         NormShape qs = {B, H, Dh, D, D, wstride, FOX_QK_NORM_EPS};
         rmsnorm_forward(kc->q, kc->rstd, kc->q, param(m, FOX_P_qnorm_w, l), qs);
         rmsnorm_forward(kc->kn, kc->rstd, kc->kn, param(m, FOX_P_knorm_w, l), qs);
@@ -2052,14 +2052,14 @@ static void decode_qkv(Model *m, int l, int t, const int *tokens) {
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             size_t i = (size_t)b * D + (size_t)h * Dh, r = cache_row(m, l, b, h);
-            if (c->rope) {
-                rope_rotate(kc->q + i, t, Dh, c->rope_theta, 0);
-                rope_rotate(kc->kn + i, t, Dh, c->rope_theta, 0);
+            if (cfg->rope) {
+                rope_rotate(kc->q + i, t, Dh, cfg->rope_theta, 0);
+                rope_rotate(kc->kn + i, t, Dh, cfg->rope_theta, 0);
             }
             creal c_t = 0.0;
             if (model_has_c(m))
                 c_t = kc->c[r * kc->max_len + t - 1] +
-                      log_forget(kc->proj + (size_t)b * NIN, param(m, FOX_P_fgate_b, l), cols.fgate, c->forget_gate, h, tokens[b], m->doc_sep);
+                      log_forget(kc->proj + (size_t)b * NIN, param(m, FOX_P_fgate_b, l), cols.fgate, cfg->forget_gate, h, tokens[b], m->doc_sep);
             cache_append(m, l, b, h, t, kc->kn + i, kc->vn + i, c_t);
         }
     }
@@ -2069,16 +2069,16 @@ static void decode_qkv(Model *m, int l, int t, const int *tokens) {
 // bias is above the threshold (fox_acp_first_key) and, under the document mask, not before the
 // sequence's latest separator (docs/model.md §1.8).
 static int decode_first_key(Model *m, int l, int b, int h, int t, const real *q) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     if (!m->acp || !model_has_c(m)) return 0;
     Cache *kc = &m->cache;
     int first = 0;
-    if (c->forget_gate != FOX_FG_NONE) {
-        int Dh = fox_head_dim(c);
+    if (cfg->forget_gate != FOX_FG_NONE) {
+        int Dh = fox_head_dim(cfg);
         size_t r = cache_row(m, l, b, h);
         double q2 = 0.0;
         for (int i = 0; i < Dh; i++) q2 += (double)q[i] * q[i];
-        double U = c->qk_norm ? acp_bound_qknorm_head(m, l, h) : fox_acp_bound_norms(q2, (double)kc->k_max2[r], Dh);
+        double U = cfg->qk_norm ? acp_bound_qknorm_head(m, l, h) : fox_acp_bound_norms(q2, (double)kc->k_max2[r], Dh);
         first = fox_acp_first_key(kc->c + r * kc->max_len, t, fox_acp_threshold(U, t + 1));
     }
     return m->doc_sep >= 0 && kc->doc_start[b] > first ? kc->doc_start[b] : first;
@@ -2087,11 +2087,11 @@ static int decode_first_key(Model *m, int l, int b, int h, int t, const real *q)
 // TransformerFAM's attention of the new tokens at position t (fam_token_attention's row t): the layer's memory,
 // then the window's cached keys.
 static void fam_decode_attention(Model *m, int l, int t) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Cache *kc = &m->cache;
-    int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, K = c->fam_block, M = c->fam_memory, tau = t / K;
+    int B = m->B, H = cfg->n_head, Dh = fox_head_dim(cfg), D = cfg->d_model, K = cfg->fam_block, M = cfg->fam_memory, tau = t / K;
     FamRows f = fam_rows_at(m, &kc->fam, (size_t)l * B * M);
-    #pragma omp parallel for if(threads_pay(2.0 * B * (M + (c->fam_window_blocks + 1) * K) * D)) collapse(2)
+    #pragma omp parallel for if(threads_pay(2.0 * B * (M + (cfg->fam_window_blocks + 1) * K) * D)) collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < H; h++) {
             size_t i = (size_t)b * D + (size_t)h * Dh, r = cache_row(m, l, b, h), fr = (size_t)b * M * D + (size_t)h * Dh;
@@ -2100,7 +2100,7 @@ static void fam_decode_attention(Model *m, int l, int t) {
             Softmax sm = attend_start(kc->o + i, Dh);
             attend_keys(kc->o + i, &sm, kc->q + i, f.k + fr, f.v + fr, (size_t)D, NULL, 0.0, (real)(ct - cm), 0, M - 1, Dh);
             attend_keys(kc->o + i, &sm, kc->q + i, kc->k + r * kc->max_len * Dh, kc->v + r * kc->max_len * Dh, (size_t)Dh, ch,
-                        ct, 0.0f, fam_window_start(t, K, c->fam_window_blocks), t, Dh);
+                        ct, 0.0f, fam_window_start(t, K, cfg->fam_window_blocks), t, Dh);
             attend_finish(kc->o + i, sm, Dh);
         }
     }
@@ -2109,9 +2109,9 @@ static void fam_decode_attention(Model *m, int l, int t) {
 // After the last token t of a block, layer l's memory moves on as fam_memory_forward's update: F_{τ+1} from F_τ
 // and the block's cached keys and values, then its attention inputs for the next block.
 static void fam_decode_update(Model *m, int l, int t) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Cache *kc = &m->cache;
-    int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model, K = c->fam_block, M = c->fam_memory, tau = t / K;
+    int B = m->B, H = cfg->n_head, Dh = fox_head_dim(cfg), D = cfg->d_model, K = cfg->fam_block, M = cfg->fam_memory, tau = t / K;
     FamRows f = fam_rows_at(m, &kc->fam, (size_t)l * B * M);
     #pragma omp parallel for if(threads_pay(2.0 * B * M * (M + K) * D)) collapse(2)
     for (int b = 0; b < B; b++) {
@@ -2129,9 +2129,9 @@ static void fam_decode_update(Model *m, int l, int t) {
 
 // The attention of the new tokens at position t over every cached key (or, with ACP, the live ones).
 static void decode_full_attention(Model *m, int l, int t) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Cache *kc = &m->cache;
-    int B = m->B, H = c->n_head, Dh = fox_head_dim(c), D = c->d_model;
+    int B = m->B, H = cfg->n_head, Dh = fox_head_dim(cfg), D = cfg->d_model;
     long long read = 0;
     #pragma omp parallel for if(threads_pay(2.0 * B * (t + 1) * D)) collapse(2) reduction(+:read)
     for (int b = 0; b < B; b++) {
@@ -2151,27 +2151,27 @@ static void decode_full_attention(Model *m, int l, int t) {
 // Block l's attention for the new tokens at position t: x += W_o z (FoX eq. 11-13, 21-23 over the cache; FAM:
 // over its memory and window, and the memory's update after a block's last token).
 static void decode_attention_block(Model *m, int l, int t, const int *tokens) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Cache *kc = &m->cache;
-    int B = m->B, D = c->d_model;
+    int B = m->B, D = cfg->d_model;
     NormShape ln = {B, 1, D, D, D, D, FOX_NORM_EPS};
     rmsnorm_forward(kc->xn, kc->rstd, kc->x, param(m, FOX_P_ln1_w, l), ln);
     matmul_forward(kc->proj, kc->xn, param(m, FOX_P_attn_in_w, l), B, D, m->cols.width);
     decode_qkv(m, l, t, tokens);
-    if (c->arch == FOX_ARCH_FAM) fam_decode_attention(m, l, t);
+    if (cfg->arch == FOX_ARCH_FAM) fam_decode_attention(m, l, t);
     else decode_full_attention(m, l, t);
     attention_output(m, l, kc->z, kc->on, kc->rstd, kc->o, kc->proj, B);
     matmul_forward(kc->y, kc->z, param(m, FOX_P_attn_out_w, l), B, D, D);
     residual_add(kc->x, kc->x, kc->y, (size_t)B * D);
-    if (c->arch == FOX_ARCH_FAM && (t + 1) % c->fam_block == 0) fam_decode_update(m, l, t);
+    if (cfg->arch == FOX_ARCH_FAM && (t + 1) % cfg->fam_block == 0) fam_decode_update(m, l, t);
 }
 
 // Block l's GSA for the new tokens (one per sequence): the recurrence's step from the cached states, x += W_o z.
-static void gsa_decode_block(Model *m, int l) {
-    const FoxConfig *c = &m->cfg;
+static void decode_gsa_block(Model *m, int l) {
+    const FoxConfig *cfg = &m->cfg;
     Cache *kc = &m->cache;
-    int B = m->B, D = c->d_model;
-    size_t per_layer = (size_t)B * c->gsa_slots * D;
+    int B = m->B, D = cfg->d_model;
+    size_t per_layer = (size_t)B * cfg->gsa_slots * D;
     NormShape ln = {B, 1, D, D, D, D, FOX_NORM_EPS};
     rmsnorm_forward(kc->xn, kc->rstd, kc->x, param(m, FOX_P_ln1_w, l), ln);
     matmul_forward(kc->proj, kc->xn, param(m, FOX_P_attn_in_w, l), B, D, m->cols.width);
@@ -2183,22 +2183,22 @@ static void gsa_decode_block(Model *m, int l) {
 
 // One token per sequence at the next position; logits: B x V.
 static void model_decode(Model *m, const int *tokens, real *logits) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Cache *kc = &m->cache;
     if (kc->len < 1 || kc->len >= kc->max_len) fox_fatal("decode at position %d: the KV cache holds %d (prefill first)", kc->len, kc->max_len);
     threads_watch();
-    int B = m->B, D = c->d_model, t = kc->len;
+    int B = m->B, D = cfg->d_model, t = kc->len;
     for (int b = 0; b < B; b++)
         if (fox_doc_start(tokens[b], m->doc_sep)) kc->doc_start[b] = t;
     embedding_forward(kc->x, tokens, param(m, FOX_P_wte, 0), B, D);
-    for (int l = 0; l < c->n_layer; l++) {
-        if (c->arch == FOX_ARCH_GSA) gsa_decode_block(m, l);
+    for (int l = 0; l < cfg->n_layer; l++) {
+        if (cfg->arch == FOX_ARCH_GSA) decode_gsa_block(m, l);
         else decode_attention_block(m, l, t, tokens);
         mlp_forward(m, l, kc->x, kc->x, kc->xn, kc->rstd, kc->mlp_u, kc->mlp_h, kc->y, B);
     }
     NormShape ln = {B, 1, D, D, D, D, FOX_NORM_EPS};
     rmsnorm_forward(kc->xn, kc->rstd, kc->x, param(m, FOX_P_lnf_w, 0), ln);
-    matmul_forward(logits, kc->xn, param(m, FOX_P_lm_head_w, 0), B, D, c->vocab_size);
+    matmul_forward(logits, kc->xn, param(m, FOX_P_lm_head_w, 0), B, D, cfg->vocab_size);
     kc->len++;
 }
 
@@ -2209,10 +2209,10 @@ static void model_decode(Model *m, const int *tokens, real *logits) {
 // The CPU trainer keeps every activation and its host buffers whether or not a backward follows
 // (recompute, forward_only), is always deterministic, holds every AdamW moment (zero), and its ranks
 // meet only in MPI_Allreduce.
-static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Dist *d) {
+static Model *run_model_init(const FoxConfig *cfg, const ModelOptions *o, const Dist *d) {
     Model *m = (Model *)fox_calloc(1, sizeof(Model));
     (void)d;
-    model_init(m, c, o->batch, o->seq_len, o->seed);
+    model_init(m, cfg, o->batch, o->seq_len, o->seed);
     m->acp = o->acp;
     m->doc_sep = o->doc_sep;
     return m;

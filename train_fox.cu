@@ -59,7 +59,7 @@ enum { RECOMPUTE_NONE = 0, RECOMPUTE_NORM_MLP = 1, RECOMPUTE_BLOCK = 2 };
 // and then its update through the attention's output and the MLP, X(type, name, row width); q, k, v in the
 // attention's (B, H, M, dh) layout, the others by row. Kept at every recompute level.
 #define FAM_FIELDS(X) \
-    X(float, x, D) X(bf16, xn, D) X(bf16, proj_wide, NW) X(float, proj_logits, NL) X(bf16, q, D) X(bf16, k, D) \
+    X(float, x, D) X(bf16, xn1, D) X(bf16, proj_wide, NW) X(float, proj_logits, NL) X(bf16, q, D) X(bf16, k, D) \
     X(bf16, v, D) X(bf16, o, D) X(float, lse, H) X(bf16, z, D) X(float, mid, D) X(bf16, xn2, D) X(bf16, u, 2 * I) \
     X(bf16, h, I)
 
@@ -74,13 +74,13 @@ typedef struct {
                              I = (size_t)(m)->cfg.mlp_hidden, NW = (size_t)(m)->cols.wide, NL = NINP - NW
 
 // Per-layer activations: each ** entry points at its layer's slice, or, for what the recompute level or the
-// device's room drops (q, k, v from block qkv_kept on, xn, xn2, z, mlp_h from block outs_kept on), at one slice
+// device's room drops (q, k, v from block qkv_kept on, xn1, xn2, z, mlp_h from block outs_kept on), at one slice
 // shared by those layers, which the backward writes again before their weight-gradient GEMM or the attention
-// backward (recompute_block; the norm, output and SwiGLU backward kernels rewrite xn, z and mlp_h bitwise).
+// backward (recompute_block; the norm, output and SwiGLU backward kernels rewrite xn1, z and mlp_h bitwise).
 typedef struct {
     float *resid;   // (L+1, N, D): input of each block, then the last block's output (always kept)
     float **mid;    // (N, D): residual after attention
-    bf16 **xn, **xn2;  // (N, D): RMSNorm(resid) and RMSNorm(mid), attn_in_w's and mlp_in_w's operands; blocks
+    bf16 **xn1, **xn2;  // (N, D): RMSNorm(resid) and RMSNorm(mid), attn_in_w's and mlp_in_w's operands; blocks
                        // from outs_kept on share one slice for both (the backward writes each again)
     bf16 **proj_wide;     // (N, cols.wide): attn_in_w's outputs q, k, v and the output gate (docs/model.md §1.6)
     float **proj_logits;  // (N, NINP − cols.wide): its per-head logits (fp32: gates and shifts are formed in fp32)
@@ -171,7 +171,7 @@ struct Model {
     AttnCols cols;
     int NINP, VP, Dh, recompute;
     int qkv_kept;                   // blocks [0, qkv_kept) keep their attention q, k, v for the backward
-    int outs_kept;                  // blocks [0, outs_kept) keep xn, xn2, z and mlp_h, which the backward
+    int outs_kept;                  // blocks [0, outs_kept) keep xn1, xn2, z and mlp_h, which the backward
                                     // kernels otherwise write again
     int forward_only;               // --eval-only: no gradients, AdamW moments or backward scratch
     int planning;                   // the buffers are only counted (device_bytes_needed), not allocated
@@ -384,9 +384,9 @@ static FamRows fam_prompt(const Model *m, int l) {
 
 // FAM's rows, window tables and RoPE tables, and unless forward_only its backward scratch.
 static void fam_alloc(Model *m, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     FAM_WIDTHS(m);
-    size_t rows = (size_t)c->n_layer * fam_layer_rows(m), M = (size_t)c->fam_memory, R = (size_t)B * M;
+    size_t rows = (size_t)cfg->n_layer * fam_layer_rows(m), M = (size_t)cfg->fam_memory, R = (size_t)B * M;
     size_t nS = (size_t)fam_states(m, T), f = sizeof(float), b = sizeof(bf16), *cnt = &m->bytes_acts;
     Acts *a = &m->a;
 #define X(type, name, width) a->fam.name = (type *)dev_alloc(m, rows * (width) * sizeof(type), cnt);
@@ -394,7 +394,7 @@ static void fam_alloc(Model *m, int B, int T) {
 #undef X
     a->fam_kv_first = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
     a->fam_q_last = (int *)dev_alloc(m, (size_t)B * H * fox_acp_blocks(T) * sizeof(int), cnt);
-    if (c->rope) {
+    if (cfg->rope) {
         m->fam_rope_cos = (float *)dev_alloc(m, nS * M * (m->Dh / 2) * f, cnt);
         m->fam_rope_sin = (float *)dev_alloc(m, nS * M * (m->Dh / 2) * f, cnt);
         m->fam_rope_states = (int)nS;
@@ -432,9 +432,9 @@ static void fam_free(Model *m) {
 // scratch. GSA keeps its states and slot scores where attention keeps c (and reads q, k, v and d_o a chunk
 // past their last row), and needs none of attention's backward scratch.
 static void model_alloc_acts(Model *m, int B, int T) {
-    const FoxConfig *c = &m->cfg;
-    int L = c->n_layer, r = m->recompute, gsa = c->arch == FOX_ARCH_GSA;
-    size_t N = (size_t)B * T, D = (size_t)c->d_model, H = (size_t)c->n_head, I = (size_t)c->mlp_hidden;
+    const FoxConfig *cfg = &m->cfg;
+    int L = cfg->n_layer, r = m->recompute, gsa = cfg->arch == FOX_ARCH_GSA;
+    size_t N = (size_t)B * T, D = (size_t)cfg->d_model, H = (size_t)cfg->n_head, I = (size_t)cfg->mlp_hidden;
     size_t NINP = (size_t)m->NINP, f = sizeof(float), h = sizeof(bf16), *cnt = &m->bytes_acts;
     size_t NQ = gsa ? N + GSA_CHUNK : N;  // rows of q, k, v, d_o
     int keep_block = r < RECOMPUTE_BLOCK ? L : 0, keep_norm_mlp = r < RECOMPUTE_NORM_MLP ? L : 0;
@@ -442,7 +442,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
     Acts *a = &m->a;
     a->resid = (float *)dev_alloc(m, (L + 1) * N * D * f, cnt);
     a->mid = (float **)layer_slices(m, L, N * D * f, keep_block, cnt);
-    void ***xns[2] = {(void ***)&a->xn, (void ***)&a->xn2};
+    void ***xns[2] = {(void ***)&a->xn1, (void ***)&a->xn2};
     layer_slice_arrays(m, L, N * D * h, m->outs_kept, 2, xns, cnt);
     a->proj_wide = (bf16 **)layer_slices(m, L, N * m->cols.wide * h, keep_block, cnt);
     a->proj_logits = (float **)layer_slices(m, L, N * (NINP - m->cols.wide) * f, keep_block, cnt);
@@ -458,7 +458,7 @@ static void model_alloc_acts(Model *m, int B, int T) {
         a->gsa_decay = (float *)dev_alloc(m, gz.decay * f, cnt);
     }
     // Without a forget gate c is the document mask's alone, the same in every block: one shared slice.
-    a->c = (float **)layer_slices(m, L, N * H * f, c->forget_gate != FOX_FG_NONE ? keep_block : 0, cnt);
+    a->c = (float **)layer_slices(m, L, N * H * f, cfg->forget_gate != FOX_FG_NONE ? keep_block : 0, cnt);
     a->lse = (float **)layer_slices(m, L, N * H * f, keep_block, cnt);
     a->o = (bf16 **)layer_slices(m, L, N * D * h, keep_block, cnt);
     a->z = (bf16 **)layer_slices(m, L, N * D * h, m->outs_kept, cnt);
@@ -477,11 +477,11 @@ static void model_alloc_acts(Model *m, int B, int T) {
     a->acp_live = (unsigned long long *)dev_alloc(m, L * H * sizeof(unsigned long long), cnt);
     a->inputs = (int *)dev_alloc(m, N * sizeof(int), cnt);
     a->targets = (int *)dev_alloc(m, N * sizeof(int), cnt);
-    if (c->rope) {
+    if (cfg->rope) {
         m->rope_cos = (float *)dev_alloc(m, (size_t)T * (m->Dh / 2) * f, cnt);
         m->rope_sin = (float *)dev_alloc(m, (size_t)T * (m->Dh / 2) * f, cnt);
     }
-    if (c->arch == FOX_ARCH_FAM) fam_alloc(m, B, T);
+    if (cfg->arch == FOX_ARCH_FAM) fam_alloc(m, B, T);
     if (m->forward_only) return;
 
     Scratch *s = &m->s;
@@ -598,25 +598,25 @@ static int kept_blocks(const ModelOptions *o, int want, int L) {
 
 // The model's shape and options, nothing allocated: this rank's AdamW moments are elements
 // [shard_lo, shard_hi) of the flat vector.
-static void model_setup(Model *m, const FoxConfig *c, const ModelOptions *o, size_t shard_lo, size_t shard_hi) {
+static void model_setup(Model *m, const FoxConfig *cfg, const ModelOptions *o, size_t shard_lo, size_t shard_hi) {
     memset(m, 0, sizeof(*m));
-    m->cfg = *c;
-    fox_layout(c, &m->lay);
-    m->cols = fox_attn_cols(c);
-    m->Dh = fox_head_dim(c);
-    if (c->arch == FOX_ARCH_GSA) {
-        const char *why = gsa_unsupported(m->Dh, c->gsa_slots);
-        if (why) fox_fatal("%s (got head dim %d, %d slots)", why, m->Dh, c->gsa_slots);
+    m->cfg = *cfg;
+    fox_layout(cfg, &m->lay);
+    m->cols = fox_attn_cols(cfg);
+    m->Dh = fox_head_dim(cfg);
+    if (cfg->arch == FOX_ARCH_GSA) {
+        const char *why = gsa_unsupported(m->Dh, cfg->gsa_slots);
+        if (why) fox_fatal("%s (got head dim %d, %d slots)", why, m->Dh, cfg->gsa_slots);
     } else {
         fox_attn_check_dh(m->Dh);
     }
-    if (c->arch == FOX_ARCH_FAM && fam_unsupported(c)) fox_usage_error("%s (got --fam-block %d)", fam_unsupported(c), c->fam_block);
+    if (cfg->arch == FOX_ARCH_FAM && fam_unsupported(cfg)) fox_usage_error("%s (got --fam-block %d)", fam_unsupported(cfg), cfg->fam_block);
     m->NINP = (m->cols.width + 63) / 64 * 64;
-    m->VP = (c->vocab_size + 63) / 64 * 64;
+    m->VP = (cfg->vocab_size + 63) / 64 * 64;
     m->recompute = o->recompute;
     m->forward_only = o->forward_only;
-    m->qkv_kept = kept_blocks(o, o->qkv_blocks, c->n_layer);
-    m->outs_kept = kept_blocks(o, o->outs_blocks, c->n_layer);
+    m->qkv_kept = kept_blocks(o, o->qkv_blocks, cfg->n_layer);
+    m->outs_kept = kept_blocks(o, o->outs_blocks, cfg->n_layer);
     m->acp = o->acp;
     m->doc_sep = o->doc_sep;
     m->deterministic = o->deterministic;
@@ -654,10 +654,10 @@ static void model_create(Model *m, uint64_t seed) {
 
 #ifdef TESTING
 // A whole model for training (every AdamW moment on this device), as the tests and benchmarks take it.
-static void model_init(Model *m, const FoxConfig *c, const ModelOptions *o) {
+static void model_init(Model *m, const FoxConfig *cfg, const ModelOptions *o) {
     FoxLayout lay;
-    fox_layout(c, &lay);
-    model_setup(m, c, o, 0, lay.total);
+    fox_layout(cfg, &lay);
+    model_setup(m, cfg, o, 0, lay.total);
     model_create(m, o->seed);
 }
 #endif
@@ -682,13 +682,13 @@ static void model_free(Model *m) {
     void **layered[] = {(void **)a->mid, (void **)a->proj_wide, (void **)a->proj_logits, (void **)a->q, (void **)a->k,
                         (void **)a->v, (void **)a->c,
                         (void **)a->lse, (void **)a->o, (void **)a->mlp_u, (void **)a->gsa_S, (void **)a->gsa_U,
-                        (void **)a->gsa_s, (void **)a->xn, (void **)a->z, (void **)a->mlp_h};
+                        (void **)a->gsa_s, (void **)a->xn1, (void **)a->z, (void **)a->mlp_h};
     for (size_t i = 0; i < sizeof(layered) / sizeof(layered[0]); i++) {
         if (!layered[i]) continue;  // GSA's arrays in an attention model
         FOX_CUDA_CHECK(cudaFree(layered[i][0]));
         free(layered[i]);
     }
-    free(a->xn2);  // in a->xn's allocation
+    free(a->xn2);  // in a->xn1's allocation
     // dh, du, dproj and (but GSA's) d_o, dq, dk, dv and the attention scratch lie in the logits' allocation.
     void *bufs[] = {m->params, m->grads, m->m, m->v, a->resid, a->xnf, a->logits,
                     a->losses, a->zero_c,
@@ -743,18 +743,18 @@ static Proj proj_of(const Model *m, const bf16 *wide, const float *logits) {
 static Proj proj_at(const Model *m, int l) { return proj_of(m, m->a.proj_wide[l], m->a.proj_logits[l]); }
 
 static QkvInputs qkv_inputs(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     QkvInputs s;
     s.proj = proj_at(m, l);
     s.cols = m->cols;
-    s.qw = c->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL;
-    s.kw = c->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL;
-    s.wstride = c->qk_norm_shared ? 0 : m->Dh;
-    s.rope_cos = c->rope ? m->rope_cos : NULL;
-    s.rope_sin = c->rope ? m->rope_sin : NULL;
+    s.qw = cfg->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL;
+    s.kw = cfg->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL;
+    s.wstride = cfg->qk_norm_shared ? 0 : m->Dh;
+    s.rope_cos = cfg->rope ? m->rope_cos : NULL;
+    s.rope_sin = cfg->rope ? m->rope_sin : NULL;
     s.B = B;
     s.T = T;
-    s.H = c->n_head;
+    s.H = cfg->n_head;
     s.dh = m->Dh;
     s.tokens = m->a.inputs;  // the forward's B x T tokens, or a decode step's B
     s.sep = m->doc_sep;
@@ -788,13 +788,13 @@ static float *resid_at(Model *m, int l, int B, int T) { return m->a.resid + (siz
 // threshold's (forget-gate presets) and its document's first (the document mask: a->doc_first, which
 // model_forward filled). count: add each head's live tiles to a->acp_live[l·H + h] (the forward).
 static int acp_tables(Model *m, int l, int B, int T, int count) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     if (!m->acp || !model_has_c(m)) return 0;
     Acts *a = &m->a;
-    fox_acp_tables(a->acp_kv_first, a->acp_q_last, count ? a->acp_live + (size_t)l * c->n_head : NULL,
-                   c->forget_gate != FOX_FG_NONE ? a->c[l] : NULL, a->q[l], a->k[l],
-                   c->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL,
-                   c->qk_norm_shared ? 0 : m->Dh, m->doc_sep >= 0 ? a->doc_first : NULL, B, c->n_head, T, m->Dh,
+    fox_acp_tables(a->acp_kv_first, a->acp_q_last, count ? a->acp_live + (size_t)l * cfg->n_head : NULL,
+                   cfg->forget_gate != FOX_FG_NONE ? a->c[l] : NULL, a->q[l], a->k[l],
+                   cfg->qk_norm ? param(m, FOX_P_qnorm_w, l) : NULL, cfg->qk_norm ? param(m, FOX_P_knorm_w, l) : NULL,
+                   cfg->qk_norm_shared ? 0 : m->Dh, m->doc_sep >= 0 ? a->doc_first : NULL, B, cfg->n_head, T, m->Dh,
                    m->stream);
     return 1;
 }
@@ -830,8 +830,8 @@ static void attn_in_forward(Model *m, bf16 *wide, float *logits, const bf16 *xn,
 static void mixer_input_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     int N = B * T;
-    rmsnorm_forward(m, a->xn[l], resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), N);
-    attn_in_forward(m, a->proj_wide[l], a->proj_logits[l], a->xn[l], l, N, 0);
+    rmsnorm_forward(m, a->xn1[l], resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l), N);
+    attn_in_forward(m, a->proj_wide[l], a->proj_logits[l], a->xn1[l], l, N, 0);
 }
 
 // Its backward from s.dproj: dres += the RMSNorm backward of dproj attn_in_w (which writes xn again, the
@@ -842,33 +842,33 @@ static void mixer_input_backward(Model *m, int l, int B, int T) {
     int N = B * T, D = m->cfg.d_model, NINP = m->NINP;
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dproj, NINP, wbf(m, FOX_P_attn_in_w, l), N, D, NINP, 1.0f);
     FOX_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->beside_done, 0));  // the weight gradients beside read xn, dres_up_bf
-    rmsnorm_backward(m, s->dres_up_bf, rewritten(m, l, a->xn), resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l),
+    rmsnorm_backward(m, s->dres_up_bf, rewritten(m, l, a->xn1), resid_at(m, l, B, T), param(m, FOX_P_ln1_w, l),
                      grad(m, FOX_P_ln1_w, l), N, 1);
-    weight_grad(m, &m->gemm, FOX_P_attn_in_w, l, s->dproj, NINP, a->xn[l], N, D, m->cols.width, 1.0f);
+    weight_grad(m, &m->gemm, FOX_P_attn_in_w, l, s->dproj, NINP, a->xn1[l], N, D, m->cols.width, 1.0f);
 }
 
 // Block l's attention inputs: xn, proj, the q, k, v of the attention and c (a forget gate, the document mask).
 static void attention_inputs_forward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
-    int H = c->n_head;
+    int H = cfg->n_head;
     mixer_input_forward(m, l, B, T);
     fox_qkv_forward(a->q[l], a->k[l], a->v[l], qkv_inputs(m, l, B, T), m->stream);
     if (model_has_c(m)) {  // c from the gate (or 0 without one) and the document mask's separators
-        int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
+        int cf = cfg->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
         fox_forget_gate_forward(a->c[l], proj_at(m, l), cf,
-                                c->forget_gate != FOX_FG_NONE ? param(m, FOX_P_fgate_b, l) : NULL, a->inputs, m->doc_sep,
+                                cfg->forget_gate != FOX_FG_NONE ? param(m, FOX_P_fgate_b, l) : NULL, a->inputs, m->doc_sep,
                                 B, H, T, m->stream);
     }
 }
 
 // Block l's attention output from o (FoX eq. 21-23): z, then mid[l] = resid[l] + W_o z (the GEMM's epilogue).
 static void attention_output_forward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
-    int N = B * T, D = c->d_model, H = c->n_head;
-    fox_output_forward(a->z[l], a->o[l], proj_at(m, l), c->output_gate ? m->cols.gate : -1,
-                       c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, m->Dh, m->stream);
+    int N = B * T, D = cfg->d_model, H = cfg->n_head;
+    fox_output_forward(a->z[l], a->o[l], proj_at(m, l), cfg->output_gate ? m->cols.gate : -1,
+                       cfg->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, N, H, m->Dh, m->stream);
     linear_forward(&m->gemm, a->mid[l], resid_at(m, l, B, T), CUDA_R_32F, D, a->z[l], wbf(m, FOX_P_attn_out_w, l), N, D, D);
 }
 
@@ -922,8 +922,8 @@ static QkvInputs fam_qkv_inputs(Model *m, int l, FamRows f, int B, int tau) {
 // q, k, v at state τ's positions. CPU: fam_project.
 static void fam_project(Model *m, int l, FamRows f, int B, int tau) {
     int R = B * m->cfg.fam_memory;
-    rmsnorm_forward(m, f.xn, f.x, param(m, FOX_P_ln1_w, l), R);
-    attn_in_forward(m, f.proj_wide, f.proj_logits, f.xn, l, R, 0);
+    rmsnorm_forward(m, f.xn1, f.x, param(m, FOX_P_ln1_w, l), R);
+    attn_in_forward(m, f.proj_wide, f.proj_logits, f.xn1, l, R, 0);
     fox_qkv_forward(f.q, f.k, f.v, fam_qkv_inputs(m, l, f, B, tau), m->stream);
 }
 
@@ -931,10 +931,10 @@ static void fam_project(Model *m, int l, FamRows f, int B, int tau) {
 // first update of the initial memory: FAM paper B.1), the MLP with its residual; the new rows into out. CPU:
 // fam_update.
 static void fam_update(Model *m, int l, FamRows f, float *out, int R, int residual) {
-    const FoxConfig *c = &m->cfg;
-    int D = c->d_model, I = c->mlp_hidden;
-    fox_output_forward(f.z, f.o, fam_proj(m, f), c->output_gate ? m->cols.gate : -1,
-                       c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, R, c->n_head, m->Dh, m->stream);
+    const FoxConfig *cfg = &m->cfg;
+    int D = cfg->d_model, I = cfg->mlp_hidden;
+    fox_output_forward(f.z, f.o, fam_proj(m, f), cfg->output_gate ? m->cols.gate : -1,
+                       cfg->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, R, cfg->n_head, m->Dh, m->stream);
     linear_forward(&m->gemm, f.mid, residual ? f.x : NULL, CUDA_R_32F, D, f.z, wbf(m, FOX_P_attn_out_w, l), R, D, D);
     rmsnorm_forward(m, f.xn2, f.mid, param(m, FOX_P_ln2_w, l), R);
     linear_forward(&m->gemm, f.u, NULL, CUDA_R_16BF, 2 * I, f.xn2, wbf(m, FOX_P_mlp_in_w, l), R, D, 2 * I);
@@ -1000,14 +1000,14 @@ static void fam_block_forward(Model *m, int l, int B, int T) {
 // Block l's Gated Slot Attention (fox/gsa.cuh) over B x T tokens: the shapes and the forward's buffers and, unless
 // forward_only, the backward's; during a prefill the cache's states take the states after the last token.
 static GsaShape gsa_shape(const Model *m, int B, int T) {
-    const FoxConfig *c = &m->cfg;
-    GsaShape sh = {B, T, c->gsa_heads, c->gsa_slots, m->Dh, c->gsa_tau, m->NINP, m->cols.slot_gate, m->cols.q, m->cols.k,
+    const FoxConfig *cfg = &m->cfg;
+    GsaShape sh = {B, T, cfg->gsa_heads, cfg->gsa_slots, m->Dh, cfg->gsa_tau, m->NINP, m->cols.slot_gate, m->cols.q, m->cols.k,
                    m->cols.v};
     return sh;
 }
 
 static GsaArgs gsa_args(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
     Scratch *s = &m->s;
     GsaArgs g;
@@ -1026,7 +1026,7 @@ static GsaArgs gsa_args(Model *m, int l, int B, int T) {
     g.s = a->gsa_s[l];
     g.lse = a->lse[l];
     if (m->cache.prefilling) {
-        size_t per_layer = (size_t)B * c->gsa_heads * GSA_SLOTS * m->Dh;
+        size_t per_layer = (size_t)B * cfg->gsa_heads * GSA_SLOTS * m->Dh;
         g.S_last = m->cache.gsa_S + l * per_layer;
         g.U_last = m->cache.gsa_U + l * per_layer;
     }
@@ -1053,9 +1053,9 @@ static void gsa_features(Model *m, int l, int B, int T) {
 // Forward of block l's Gated Slot Attention (docs/model.md §1.9; GSA paper eq. 8-9): resid[l] → mid[l]. q, k, v
 // hold the Swish features, o the slots' read, z = RMSNorm(Swish(o)) over all D. CPU: gsa_block_forward.
 static void gsa_block_forward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
-    int N = B * T, D = c->d_model;
+    int N = B * T, D = cfg->d_model;
     float *x = resid_at(m, l, B, T);
     mixer_input_forward(m, l, B, T);
     gsa_features(m, l, B, T);
@@ -1153,9 +1153,9 @@ static float counted_scale(const Model *m) { return m->counted ? 1.0f / m->count
 // logits). During a prefill it also fills the KV cache (cache_store).
 static void model_forward_queue(Model *m, const int *inputs, const int *targets, int B, int T) {
     if (B * T > m->B * m->T) fox_fatal("batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
-    int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
+    int N = B * T, D = cfg->d_model, V = cfg->vocab_size, L = cfg->n_layer;
     FOX_CUDA_CHECK(cudaEventSynchronize(m->tokens_copied));
     memcpy(m->h_tokens, inputs, (size_t)N * sizeof(int));
     FOX_CUDA_CHECK(cudaMemcpyAsync(a->inputs, m->h_tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
@@ -1165,7 +1165,7 @@ static void model_forward_queue(Model *m, const int *inputs, const int *targets,
         FOX_CUDA_CHECK(
             cudaMemcpyAsync(a->targets, m->h_tokens + N, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
     }
-    FOX_CUDA_CHECK(cudaMemsetAsync(a->acp_live, 0, (size_t)L * c->n_head * sizeof(unsigned long long), m->stream));
+    FOX_CUDA_CHECK(cudaMemsetAsync(a->acp_live, 0, (size_t)L * cfg->n_head * sizeof(unsigned long long), m->stream));
     const int acp_on = m->acp && model_has_c(m);
     if (acp_on && m->doc_sep >= 0) {  // ACP's document blocks (acp_tables), for this forward and its backward
         fox_doc_first_blocks(m->h_doc_first, inputs, B, T, m->doc_sep);
@@ -1176,23 +1176,23 @@ static void model_forward_queue(Model *m, const int *inputs, const int *targets,
     embedding_forward_kernel<<<fox_blocks((size_t)N * D, 256), 256, 0, m->stream>>>(a->resid, a->inputs,
                                                                                      param(m, FOX_P_wte, 0), N, D);
     FOX_LAUNCH_CHECK();
-    if (c->arch == FOX_ARCH_FAM) {  // the window's tiles; the prompt enters the first layer (FAM paper B.1)
-        if (T % c->fam_block && !m->cache.prefilling)
-            fox_fatal("a FAM forward of %d tokens: the context must be a multiple of the block %d", T, c->fam_block);
+    if (cfg->arch == FOX_ARCH_FAM) {  // the window's tiles; the prompt enters the first layer (FAM paper B.1)
+        if (T % cfg->fam_block && !m->cache.prefilling)
+            fox_fatal("a FAM forward of %d tokens: the context must be a multiple of the block %d", T, cfg->fam_block);
         fam_upload_window(m, B, T);
         FOX_CUDA_CHECK(cudaMemcpyAsync(fam_prompt(m, 0).x, param(m, FOX_P_fam_init, 0),
-                                       (size_t)c->fam_memory * D * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
+                                       (size_t)cfg->fam_memory * D * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
     }
     for (int l = 0; l < L; l++) {
         mixer_forward(m, l, B, T);
-        if (m->cache.prefilling && c->arch != FOX_ARCH_GSA) cache_store(m, l, B, T);  // GSA's: in its forward
+        if (m->cache.prefilling && cfg->arch != FOX_ARCH_GSA) cache_store(m, l, B, T);  // GSA's: in its forward
         mlp_block_forward(m, l, B, T);
     }
     rmsnorm_forward(m, a->xnf, resid_at(m, L, B, T), param(m, FOX_P_lnf_w, 0), N);
     m->dlogits_kept = 0;
     m->acp_tiles = 0;
     if (acp_on) {
-        FOX_CUDA_CHECK(cudaMemcpyAsync(m->acp_live, a->acp_live, (size_t)L * c->n_head * sizeof(unsigned long long),
+        FOX_CUDA_CHECK(cudaMemcpyAsync(m->acp_live, a->acp_live, (size_t)L * cfg->n_head * sizeof(unsigned long long),
                                        cudaMemcpyDeviceToHost, m->stream));
         m->acp_tiles = (long long)B * fox_acp_tiles(T);
     }
@@ -1297,14 +1297,14 @@ static void mlp_block_backward(Model *m, int l, int B, int T) {
 // The first part of block l's attention backward: s.dres (dL/d mid[l]) back through W_o and the output norm and
 // gate into s.d_o (and the gate's columns of s.dproj), and W_o's gradient.
 static void attention_output_backward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    int N = B * T, D = c->d_model;
+    int N = B * T, D = cfg->d_model;
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
-    const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
+    const float *ow = cfg->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
     fox_output_backward(s->d_o, s->dproj, rewritten(m, l, a->z), ow ? grad(m, FOX_P_onorm_w, l) : NULL, s->dxn, a->o[l],
-                        proj_at(m, l), c->output_gate ? m->cols.gate : -1, ow, N, c->n_head, m->Dh, s->colsum_rows,
+                        proj_at(m, l), cfg->output_gate ? m->cols.gate : -1, ow, N, cfg->n_head, m->Dh, s->colsum_rows,
                         s->colsum_part, m->stream);
     weight_grad(m, beside_begin(m), FOX_P_attn_out_w, l, s->dres_bf, D, a->z[l], N, D, D, 1.0f);
     beside_end(m);
@@ -1313,20 +1313,20 @@ static void attention_output_backward(Model *m, int l, int B, int T) {
 // The last part, from s.dq, dk, dv and d log f: through the forget gate, RoPE, QK-norm, KV-shift, attn_in_w and
 // the norm into s.dres = dL/d resid[l] (the residual's term included).
 static void attention_inputs_backward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    int N = B * T, H = c->n_head;
-    if (c->forget_gate != FOX_FG_NONE) {
-        int cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
+    int N = B * T, H = cfg->n_head;
+    if (cfg->forget_gate != FOX_FG_NONE) {
+        int cf = cfg->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
         forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m->stream>>>(
             s->dproj, s->dfg, s->dlogf, proj_at(m, l), cf, param(m, FOX_P_fgate_b, l), a->inputs, m->doc_sep, B, H, T);
         FOX_LAUNCH_CHECK();
-        if (c->forget_gate != FOX_FG_FIXED)
+        if (cfg->forget_gate != FOX_FG_FIXED)
             colsum_accumulate(grad(m, FOX_P_fgate_b, l), s->dfg, N, H, H, s->colsum_part, m->stream);
     }
     QkvInputs qs = qkv_inputs(m, l, B, T);
-    fox_qkv_backward(s->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
+    fox_qkv_backward(s->dproj, cfg->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, cfg->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
                      s->dq, s->dk, s->dv, qs, s->colsum_rows, s->colsum_part, m->stream);
     mixer_input_backward(m, l, B, T);
 }
@@ -1344,12 +1344,12 @@ static void attention_block_backward(Model *m, int l, int B, int T) {
 
 // Backward of fam_update on R rows: dout = dL/d(the new rows) (fp32, overwritten: dL/d mid), back through the MLP,
 // W_o and the output norm and gate into fs.d_o (and the gate's columns of fs.dproj), with the weights' gradients;
-// with dx, the residual's term: dx = dL/d mid (or += when accumulate). CPU: fam_update_backward.
+// with dx, the residual's term: dx = dL/d mid (or += when accumulate). CPU: fam_update_backward_rows.
 static void fam_update_backward_rows(Model *m, int l, FamRows f, float *dout, float *dx, int R, int accumulate) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     FamScratch *g = &m->fs;
     Scratch *s = &m->s;
-    int D = c->d_model, I = c->mlp_hidden;
+    int D = cfg->d_model, I = cfg->mlp_hidden;
     size_t n = (size_t)R * D;
     fam_to_bf16(g->dxbf, dout, n, m->stream);
     linear_backward_input(&m->gemm, g->dh, CUDA_R_16BF, g->dxbf, D, wbf(m, FOX_P_mlp_out_w, l), R, I, D, 1.0f);
@@ -1360,9 +1360,9 @@ static void fam_update_backward_rows(Model *m, int l, FamRows f, float *dout, fl
                          s->colsum_rows, s->colsum_part, m->stream);
     weight_grad(m, &m->gemm, FOX_P_mlp_in_w, l, g->du, 2 * I, f.xn2, R, D, 2 * I, 1.0f);
     linear_backward_input(&m->gemm, g->dxn, CUDA_R_32F, g->dxbf, D, wbf(m, FOX_P_attn_out_w, l), R, D, D, 1.0f);
-    const float *ow = c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
+    const float *ow = cfg->output_norm ? param(m, FOX_P_onorm_w, l) : NULL;
     fox_output_backward(g->d_o, g->dproj, f.z, ow ? grad(m, FOX_P_onorm_w, l) : NULL, g->dxn, f.o, fam_proj(m, f),
-                        c->output_gate ? m->cols.gate : -1, ow, R, c->n_head, m->Dh, s->colsum_rows, s->colsum_part,
+                        cfg->output_gate ? m->cols.gate : -1, ow, R, cfg->n_head, m->Dh, s->colsum_rows, s->colsum_part,
                         m->stream);
     weight_grad(m, &m->gemm, FOX_P_attn_out_w, l, g->dxbf, D, f.z, R, D, D, 1.0f);
     if (!dx) return;
@@ -1375,19 +1375,19 @@ static void fam_update_backward_rows(Model *m, int l, FamRows f, float *dout, fl
 // weights' gradients. CPU: fam_project_backward.
 static void fam_project_backward(Model *m, int l, FamRows f, int B, int tau, const float *dFk, const float *dFv, float *dx,
                                  int accumulate) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     FamScratch *g = &m->fs;
     Scratch *s = &m->s;
-    int R = B * c->fam_memory, D = c->d_model;
+    int R = B * cfg->fam_memory, D = cfg->d_model;
     fam_to_bf16(g->dkb, dFk, (size_t)R * D, m->stream);
     fam_to_bf16(g->dvb, dFv, (size_t)R * D, m->stream);
-    fox_qkv_backward(g->dproj, c->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, c->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
+    fox_qkv_backward(g->dproj, cfg->qk_norm ? grad(m, FOX_P_qnorm_w, l) : NULL, cfg->qk_norm ? grad(m, FOX_P_knorm_w, l) : NULL,
                      g->dq, g->dkb, g->dvb, fam_qkv_inputs(m, l, f, B, tau), s->colsum_rows, s->colsum_part,
                      m->stream);
     linear_backward_input(&m->gemm, g->dxn, CUDA_R_32F, g->dproj, m->NINP, wbf(m, FOX_P_attn_in_w, l), R, D, m->NINP, 1.0f);
     fox_rmsnorm_backward(dx, g->dxbf, NULL, grad(m, FOX_P_ln1_w, l), g->dxn, f.x, param(m, FOX_P_ln1_w, l), R, D, accumulate,
                          s->colsum_rows, s->colsum_part, m->stream);
-    weight_grad(m, &m->gemm, FOX_P_attn_in_w, l, g->dproj, m->NINP, f.xn, R, D, m->cols.width, 1.0f);
+    weight_grad(m, &m->gemm, FOX_P_attn_in_w, l, g->dproj, m->NINP, f.xn1, R, D, m->cols.width, 1.0f);
 }
 
 // Backward of fam_memory_forward: the states from the last down (F_{τ+1} depends on F_τ), each update's gradient
@@ -1396,10 +1396,10 @@ static void fam_project_backward(Model *m, int l, FamRows f, int B, int tau, con
 // reads of each state on entry. The gradient of F_0, summed over the sequences, starts the prompt's at layer l
 // (fs.dprompt[l & 1]). CPU: fam_memory_backward.
 static void fam_memory_backward(Model *m, int l, int B, int T, float *colsum) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
     FamScratch *g = &m->fs;
-    int M = c->fam_memory, D = c->d_model, R = B * M, nb = T / c->fam_block;
+    int M = cfg->fam_memory, D = cfg->d_model, R = B * M, nb = T / cfg->fam_block;
     size_t state = (size_t)R * D;
     for (int tau = nb - 1; tau >= 0; tau--) {
         FamRows f = fam_state(m, l, tau, B);
@@ -1458,10 +1458,10 @@ static void fam_block_backward(Model *m, int l, int B, int T) {
 // Backward of block l's Gated Slot Attention: s.dres holds dL/d mid[l] on entry, dL/d resid[l] on exit.
 // CPU: gsa_block_backward.
 static void gsa_block_backward(Model *m, int l, int B, int T) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    int N = B * T, D = c->d_model;
+    int N = B * T, D = cfg->d_model;
     const float *ow = param(m, FOX_P_onorm_w, l);
     linear_backward_input(&m->gemm, s->dxn, CUDA_R_32F, s->dres_bf, D, wbf(m, FOX_P_attn_out_w, l), N, D, D, 1.0f);
     fox_gsa_output_norm_backward(s->d_o, grad(m, FOX_P_onorm_w, l), s->dxn, a->o[l], ow, N, D, s->colsum_rows,
@@ -1518,10 +1518,10 @@ static void clear_dproj_padding(Model *m, int N) {
 // Backward of the last model_forward (with targets), adding dloss_scale·∂(mean loss)/∂θ into grads;
 // reduce: also average the ranks' gradients as they become final (reduce_final_grads).
 static void model_backward(Model *m, const int *inputs, int B, int T, float dloss_scale, int reduce) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
     Scratch *s = &m->s;
-    int N = B * T, D = c->d_model, V = c->vocab_size, L = c->n_layer;
+    int N = B * T, D = cfg->d_model, V = cfg->vocab_size, L = cfg->n_layer;
     // dlogits hold the mean loss's gradient; dloss_scale scales the lm_head GEMMs (their alpha).
     const int kept = m->dlogits_kept;
     for (int r0 = 0; r0 < N; r0 += m->ce_rows) {
@@ -1542,13 +1542,13 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
     for (int l = L - 1; l >= 0; l--) {
         if (l < L - 1) recompute_block(m, l, B, T);  // the forward left the last block's in the shared slices
         mlp_block_backward(m, l, B, T);
-        if (c->arch == FOX_ARCH_GSA) gsa_block_backward(m, l, B, T);
-        else if (c->arch == FOX_ARCH_FAM) fam_block_backward(m, l, B, T);
+        if (cfg->arch == FOX_ARCH_GSA) gsa_block_backward(m, l, B, T);
+        else if (cfg->arch == FOX_ARCH_FAM) fam_block_backward(m, l, B, T);
         else attention_block_backward(m, l, B, T);
         reduce_final_grads(m, reduce, -1, l);
     }
-    if (c->arch == FOX_ARCH_FAM) {  // the prompt's gradient at layer 0 is fam_init's
-        fam_sum_rows(grad(m, FOX_P_fam_init, 0), m->fs.dprompt[0], 1, (size_t)c->fam_memory * D, 1, m->stream);
+    if (cfg->arch == FOX_ARCH_FAM) {  // the prompt's gradient at layer 0 is fam_init's
+        fam_sum_rows(grad(m, FOX_P_fam_init, 0), m->fs.dprompt[0], 1, (size_t)cfg->fam_memory * D, 1, m->stream);
         reduce_final_grads(m, reduce, FOX_P_fam_init, 0);
     }
     int nb = embedding_buckets(m, inputs, N);
@@ -1673,26 +1673,26 @@ static int fam_cache_states(const Model *m, int max_len) { return max_len / m->c
 // Bytes of device memory a cache of max_len positions takes, with the step's buffers and, when they
 // must grow, the RoPE tables (in double: an absurd request must not wrap around).
 static double cache_bytes_needed(const Model *m, int max_len) {
-    const FoxConfig *c = &m->cfg;
-    double L = c->n_layer, B = m->B, BH = B * c->n_head, D = c->d_model, Dh = m->Dh, f = sizeof(float);
-    int has_fg = c->forget_gate != FOX_FG_NONE;
-    if (c->arch == FOX_ARCH_GSA)  // the recurrent states alone, the step counters
+    const FoxConfig *cfg = &m->cfg;
+    double L = cfg->n_layer, B = m->B, BH = B * cfg->n_head, D = cfg->d_model, Dh = m->Dh, f = sizeof(float);
+    int has_fg = cfg->forget_gate != FOX_FG_NONE;
+    if (cfg->arch == FOX_ARCH_GSA)  // the recurrent states alone, the step counters
         return 2.0 * L * BH * GSA_SLOTS * Dh * f + sizeof(unsigned long long) + sizeof(int);
     double bytes = L * BH * max_len * (2.0 * Dh * sizeof(bf16) + (model_has_c(m) ? f : 0.0));
     if (m->doc_sep >= 0) bytes += B * sizeof(int);
-    if (c->kv_shift) bytes += 2.0 * L * B * D * sizeof(bf16);
-    if (m->acp && has_fg && !c->qk_norm) bytes += L * BH * f;
+    if (cfg->kv_shift) bytes += 2.0 * L * B * D * sizeof(bf16);
+    if (m->acp && has_fg && !cfg->qk_norm) bytes += L * BH * f;
     bytes += BH * Dh * sizeof(bf16) + BH * sizeof(int) + sizeof(unsigned long long) + sizeof(int);
     bytes += (double)fox_decode_scratch_floats((int)BH, fox_decode_max_splits((int)BH, m->Dh), m->Dh) * f;
-    if (c->rope && max_len > m->rope_len) bytes += 2.0 * max_len * (Dh / 2) * f;
-    if (c->arch == FOX_ARCH_FAM) {  // the current memory's rows, and RoPE tables for its states
+    if (cfg->rope && max_len > m->rope_len) bytes += 2.0 * max_len * (Dh / 2) * f;
+    if (cfg->arch == FOX_ARCH_FAM) {  // the current memory's rows, and RoPE tables for its states
         FAM_WIDTHS(m);
-        double M = c->fam_memory, row = 0.0;
+        double M = cfg->fam_memory, row = 0.0;
 #define X(type, name, width) row += (double)(width) * sizeof(type);
         FAM_FIELDS(X)
 #undef X
         bytes += L * B * M * row;
-        if (c->rope && fam_cache_states(m, max_len) > m->fam_rope_states) bytes += 2.0 * fam_cache_states(m, max_len) * M * (Dh / 2) * f;
+        if (cfg->rope && fam_cache_states(m, max_len) > m->fam_rope_states) bytes += 2.0 * fam_cache_states(m, max_len) * M * (Dh / 2) * f;
     }
     return bytes;
 }
@@ -1715,15 +1715,15 @@ static int cache_does_not_fit(const Model *m, int max_len, char *why, size_t n) 
 // FAM's part of a cache of max_len positions: the current memory's rows of every layer and, with RoPE, tables
 // for the memory states the generation reaches (fam_cache_states).
 static void fam_cache_alloc(Model *m, int max_len, size_t *counted) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     FAM_WIDTHS(m);
-    size_t rows = (size_t)c->n_layer * m->B * c->fam_memory, M = (size_t)c->fam_memory, f = sizeof(float);
+    size_t rows = (size_t)cfg->n_layer * m->B * cfg->fam_memory, M = (size_t)cfg->fam_memory, f = sizeof(float);
     Cache *kc = &m->cache;
 #define X(type, name, width) kc->fam.name = (type *)dev_alloc(m, rows * (width) * sizeof(type), counted);
     FAM_FIELDS(X)
 #undef X
     int nS = fam_cache_states(m, max_len);
-    if (!c->rope || nS <= m->fam_rope_states) return;
+    if (!cfg->rope || nS <= m->fam_rope_states) return;
     FOX_CUDA_CHECK(cudaFree(m->fam_rope_cos));
     FOX_CUDA_CHECK(cudaFree(m->fam_rope_sin));
     m->fam_rope_cos = (float *)dev_alloc(m, (size_t)nS * M * (m->Dh / 2) * f, counted);
@@ -1735,19 +1735,19 @@ static void fam_cache_alloc(Model *m, int max_len, size_t *counted) {
 // A cache for the model's B sequences of up to max_len positions (checked against free memory before
 // anything is allocated), and RoPE tables that cover them.
 static void model_cache_init(Model *m, int max_len) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     char why[512];
     if (max_len < 1) fox_fatal("a KV cache of %d positions", max_len);
     model_cache_free(m);  // a cache made again (a new prompt length) fits in the memory of the one it replaces
     if (cache_does_not_fit(m, max_len, why, sizeof(why))) fox_fatal("%s", why);
     Cache *kc = &m->cache;
-    size_t L = (size_t)c->n_layer, B = (size_t)m->B, BH = B * c->n_head, D = (size_t)c->d_model, Dh = (size_t)m->Dh;
+    size_t L = (size_t)cfg->n_layer, B = (size_t)m->B, BH = B * cfg->n_head, D = (size_t)cfg->d_model, Dh = (size_t)m->Dh;
     size_t f = sizeof(float), counted = 0;
-    int has_fg = c->forget_gate != FOX_FG_NONE;
+    int has_fg = cfg->forget_gate != FOX_FG_NONE;
     kc->max_len = max_len;
     kc->keys_read = (unsigned long long *)dev_alloc(m, sizeof(unsigned long long), &counted);
     kc->pos = (int *)dev_alloc(m, sizeof(int), &counted);
-    if (c->arch == FOX_ARCH_GSA) {  // no keys and values: the recurrent states (filled by the prefill)
+    if (cfg->arch == FOX_ARCH_GSA) {  // no keys and values: the recurrent states (filled by the prefill)
         kc->gsa_S = (float *)dev_alloc(m, L * BH * GSA_SLOTS * Dh * f, &counted);
         kc->gsa_U = (float *)dev_alloc(m, L * BH * GSA_SLOTS * Dh * f, &counted);
         return;
@@ -1757,22 +1757,22 @@ static void model_cache_init(Model *m, int max_len) {
     kc->v = (bf16 *)dev_alloc(m, L * BH * max_len * Dh * sizeof(bf16), &counted);
     if (model_has_c(m)) kc->c = (float *)dev_alloc(m, L * BH * max_len * f, &counted);
     if (m->doc_sep >= 0) kc->doc_start = (int *)dev_alloc(m, B * sizeof(int), &counted);
-    if (c->kv_shift) {
+    if (cfg->kv_shift) {
         kc->k_prev = (bf16 *)dev_alloc(m, L * B * D * sizeof(bf16), &counted);
         kc->v_prev = (bf16 *)dev_alloc(m, L * B * D * sizeof(bf16), &counted);
     }
-    if (m->acp && has_fg && !c->qk_norm) kc->k_max2 = (float *)dev_alloc(m, L * BH * f, &counted);
+    if (m->acp && has_fg && !cfg->qk_norm) kc->k_max2 = (float *)dev_alloc(m, L * BH * f, &counted);
     kc->q = (bf16 *)dev_alloc(m, BH * Dh * sizeof(bf16), &counted);
     kc->first = (int *)dev_alloc(m, BH * sizeof(int), &counted);
     kc->part = (float *)dev_alloc(m, fox_decode_scratch_floats((int)BH, kc->max_splits, m->Dh) * f, &counted);
-    if (c->rope && max_len > m->rope_len) {
+    if (cfg->rope && max_len > m->rope_len) {
         FOX_CUDA_CHECK(cudaFree(m->rope_cos));
         FOX_CUDA_CHECK(cudaFree(m->rope_sin));
         m->rope_cos = (float *)dev_alloc(m, (size_t)max_len * (Dh / 2) * f, &counted);
         m->rope_sin = (float *)dev_alloc(m, (size_t)max_len * (Dh / 2) * f, &counted);
         upload_rope_tables(m, max_len);
     }
-    if (c->arch == FOX_ARCH_FAM) fam_cache_alloc(m, max_len, &counted);
+    if (cfg->arch == FOX_ARCH_FAM) fam_cache_alloc(m, max_len, &counted);
 }
 
 // Layer l's current memory in the cache (B·M rows).
@@ -1845,41 +1845,41 @@ static void model_prefill(Model *m, const int *tokens, int T, float *logits) {
 // Block l's attention for the new token of each sequence at position *kc->pos, over the cache: mid = x + W_o z
 // (FoX eq. 11-13 and 15-23; FAM: over its window of the cache and its memory). CPU: decode_attention_block.
 static void decode_attention_block(Model *m, int l, const float *x, float *mid) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
     Cache *kc = &m->cache;
-    int B = m->B, D = c->d_model, H = c->n_head, Dh = m->Dh, has_fg = c->forget_gate != FOX_FG_NONE;
-    int acp = m->acp && model_has_c(m), cf = c->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
-    fox_decode_rmsnorm(a->xn[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
-    attn_in_forward(m, a->proj_wide[0], a->proj_logits[0], a->xn[0], l, B, 1);
+    int B = m->B, D = cfg->d_model, H = cfg->n_head, Dh = m->Dh, has_fg = cfg->forget_gate != FOX_FG_NONE;
+    int acp = m->acp && model_has_c(m), cf = cfg->forget_gate == FOX_FG_DATA_DEPENDENT ? m->cols.fgate : -1;
+    fox_decode_rmsnorm(a->xn1[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
+    attn_in_forward(m, a->proj_wide[0], a->proj_logits[0], a->xn1[0], l, B, 1);
     QkvInputs s = qkv_inputs(m, l, B, 1);
     s.proj = proj_at(m, 0);
     CacheLayer cl = cache_layer(m, l);
     LAUNCH_HEADS(decode_qkv_kernel, Dh, (size_t)B * H, m->stream, kc->q, kc->first, kc->keys_read, cl, s, cf,
                  has_fg ? param(m, FOX_P_fgate_b, l) : NULL, acp, kc->doc_start, kc->pos);
-    if (c->arch == FOX_ARCH_FAM) {
+    if (cfg->arch == FOX_ARCH_FAM) {
         FamRows f = fam_cache_rows(m, l);
-        fam_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, f.k, f.v, fam_dims(m, B, kc->max_len), c->fam_window_blocks,
+        fam_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, f.k, f.v, fam_dims(m, B, kc->max_len), cfg->fam_window_blocks,
                              kc->pos, m->stream);
     } else {
         fox_decode_attention(a->o[0], kc->q, cl.k, cl.v, cl.c, acp ? kc->first : NULL, kc->part, B * H, Dh, kc->max_len,
                              kc->pos, kc->max_splits, m->stream, 1);
     }
-    fox_output_forward(a->z[0], a->o[0], proj_at(m, 0), c->output_gate ? m->cols.gate : -1,
-                       c->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, B, H, Dh, m->stream);
+    fox_output_forward(a->z[0], a->o[0], proj_at(m, 0), cfg->output_gate ? m->cols.gate : -1,
+                       cfg->output_norm ? param(m, FOX_P_onorm_w, l) : NULL, B, H, Dh, m->stream);
     decode_linear(m, mid, x, CUDA_R_32F, D, a->z[0], wbf(m, FOX_P_attn_out_w, l), D, D, 1);
 }
 
 // Block l's Gated Slot Attention for the new token of each sequence: one step of the recurrence from the cached
-// states, mid = x + W_o z (GSA paper eq. 6-9). CPU: gsa_decode_block.
+// states, mid = x + W_o z (GSA paper eq. 6-9). CPU: decode_gsa_block.
 static void decode_gsa_block(Model *m, int l, const float *x, float *mid) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
     Cache *kc = &m->cache;
-    int B = m->B, D = c->d_model;
-    size_t per_layer = (size_t)B * c->gsa_heads * GSA_SLOTS * m->Dh;
-    fox_decode_rmsnorm(a->xn[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
-    attn_in_forward(m, a->proj_wide[0], a->proj_logits[0], a->xn[0], l, B, 1);
+    int B = m->B, D = cfg->d_model;
+    size_t per_layer = (size_t)B * cfg->gsa_heads * GSA_SLOTS * m->Dh;
+    fox_decode_rmsnorm(a->xn1[0], x, param(m, FOX_P_ln1_w, l), B, D, m->stream, 1);
+    attn_in_forward(m, a->proj_wide[0], a->proj_logits[0], a->xn1[0], l, B, 1);
     fox_gsa_decode(a->o[0], kc->gsa_S + l * per_layer, kc->gsa_U + l * per_layer, proj_at(m, 0), gsa_shape(m, B, 1), m->stream);
     fox_gsa_output_norm(a->z[0], a->o[0], param(m, FOX_P_onorm_w, l), B, D, m->stream);
     decode_linear(m, mid, x, CUDA_R_32F, D, a->z[0], wbf(m, FOX_P_attn_out_w, l), D, D, 1);
@@ -1903,14 +1903,14 @@ static void decode_mlp_block(Model *m, int l, const float *mid, float *x) {
 // The kernels of a decode step, from the tokens in a->inputs to the final norm's rows in a->xnf, then the
 // position moved on. The residual stream alternates between resid's and mid's first B rows.
 static void decode_step_kernels(Model *m) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Acts *a = &m->a;
-    int B = m->B, D = c->d_model;
+    int B = m->B, D = cfg->d_model;
     float *x = a->resid, *mid = a->mid[0];
     embedding_forward_kernel<<<fox_blocks((size_t)B * D, 256), 256, 0, m->stream>>>(x, a->inputs, param(m, FOX_P_wte, 0), B, D);
     FOX_LAUNCH_CHECK();
-    for (int l = 0; l < c->n_layer; l++) {
-        if (c->arch == FOX_ARCH_GSA) decode_gsa_block(m, l, x, mid);
+    for (int l = 0; l < cfg->n_layer; l++) {
+        if (cfg->arch == FOX_ARCH_GSA) decode_gsa_block(m, l, x, mid);
         else decode_attention_block(m, l, x, mid);
         decode_mlp_block(m, l, mid, x);
     }
@@ -1935,7 +1935,7 @@ static void decode_step_capture(Model *m) {
 
 // One token per sequence (B of them) at the next position; logits: B x vocab_size.
 static void model_decode(Model *m, const int *tokens, float *logits) {
-    const FoxConfig *c = &m->cfg;
+    const FoxConfig *cfg = &m->cfg;
     Cache *kc = &m->cache;
     int B = m->B, t = kc->len;
     if (kc->len < 1) fox_fatal("a decode step before the prefill");
@@ -1944,16 +1944,16 @@ static void model_decode(Model *m, const int *tokens, float *logits) {
     if (!kc->step || kc->step_acp != m->acp) decode_step_capture(m);
     FOX_CUDA_CHECK(cudaGraphLaunch(kc->step, m->stream));
     // FAM after a block's last token: every layer's memory update, outside the graph (which serves every position).
-    if (c->arch == FOX_ARCH_FAM && (t + 1) % c->fam_block == 0)
-        for (int l = 0; l < c->n_layer; l++) fam_decode_update(m, l, t / c->fam_block);
+    if (cfg->arch == FOX_ARCH_FAM && (t + 1) % cfg->fam_block == 0)
+        for (int l = 0; l < cfg->n_layer; l++) fam_decode_update(m, l, t / cfg->fam_block);
     if (B > m->ce_rows) {
         model_logits_rows(m, 0, B, logits);
     } else {
-        decode_linear(m, m->a.logits, NULL, CUDA_R_16BF, m->VP, m->a.xnf, wbf(m, FOX_P_lm_head_w, 0), c->d_model, m->VP, 0);
+        decode_linear(m, m->a.logits, NULL, CUDA_R_16BF, m->VP, m->a.xnf, wbf(m, FOX_P_lm_head_w, 0), cfg->d_model, m->VP, 0);
         logits_to_host(m, B, logits);
     }
     kc->len++;
-    kc->keys_cached += (long long)c->n_layer * B * c->n_head * (t + 1);
+    kc->keys_cached += (long long)cfg->n_layer * B * cfg->n_head * (t + 1);
 }
 
 // ACP: the fraction of the cached keys the decode steps since the prefill read; < 0 without ACP, without a
@@ -2075,14 +2075,14 @@ static void nccl_abort(void *ctx) { ncclCommAbort((ncclComm_t)ctx); }
 // The rank's GPU (choose_gpu); the run must fit in its memory (check_device_memory); then the ranks' NCCL
 // communicator (rank 0 makes the id, MPI carries it to the others). ZeRO-1 (--zero 1, several ranks):
 // this rank keeps only its shard of the AdamW moments.
-static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Dist *d) {
+static Model *run_model_init(const FoxConfig *cfg, const ModelOptions *o, const Dist *d) {
     Model *m = (Model *)fox_calloc(1, sizeof(Model));
     choose_gpu(d);
     FoxLayout lay;
-    fox_layout(c, &lay);
+    fox_layout(cfg, &lay);
     size_t lo = 0, hi = lay.total;
     if (d->world > 1 && o->zero) zero_shard(lay.total, d->world, d->rank, &lo, &hi);
-    model_setup(m, c, o, lo, hi);
+    model_setup(m, cfg, o, lo, hi);
     fit_kept_blocks(m, d->rank == 0);
     check_device_memory(m, d);
     model_create(m, o->seed);

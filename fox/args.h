@@ -241,38 +241,38 @@ static inline void fox_args_parse(FoxArgs *a, int argc, char **argv) {
 
 // The model config the arguments describe: preset first, then sizes, then explicit switches.
 static inline FoxConfig fox_args_config(const FoxArgs *a) {
-    FoxConfig c;
-    fox_config_defaults(&c);
-    c.vocab_size = a->vocab;
-    c.n_layer = a->layers;
-    c.d_model = a->dim;
-    c.n_head = a->heads;
-    if (!fox_config_apply_preset(&c, a->model))
+    FoxConfig cfg;
+    fox_config_defaults(&cfg);
+    cfg.vocab_size = a->vocab;
+    cfg.n_layer = a->layers;
+    cfg.d_model = a->dim;
+    cfg.n_head = a->heads;
+    if (!fox_config_apply_preset(&cfg, a->model))
         fox_arg_error("model", a->model, "unknown preset (fox-pro, fox-llama, transformer-pro, transformer-llama, gsa, transformer-fam, fox-fam)");
-    if (a->mlp_hidden > 0) c.mlp_hidden = a->mlp_hidden;
-    if (a->forget_gate >= 0) c.forget_gate = a->forget_gate;
-    if (a->rope >= 0) c.rope = a->rope;
-    if (a->qk_norm >= 0) c.qk_norm = a->qk_norm;
-    if (a->qk_norm_shared >= 0) c.qk_norm_shared = a->qk_norm_shared;
-    if (a->kv_shift >= 0) c.kv_shift = a->kv_shift;
-    if (a->output_gate >= 0) c.output_gate = a->output_gate;
-    if (a->output_norm >= 0) c.output_norm = a->output_norm;
-    c.t_min = (float)a->t_min;
-    c.t_max = (float)a->t_max;
-    c.rope_theta = (float)a->rope_theta;
-    if (c.arch == FOX_ARCH_GSA) {  // other models keep the defaults, so their checkpoints compare equal
-        c.n_head = c.gsa_heads = a->gsa_heads;  // GSA's heads are --gsa-heads
-        c.gsa_slots = a->gsa_slots;
-        c.gsa_tau = (float)a->gsa_tau;
+    if (a->mlp_hidden > 0) cfg.mlp_hidden = a->mlp_hidden;
+    if (a->forget_gate >= 0) cfg.forget_gate = a->forget_gate;
+    if (a->rope >= 0) cfg.rope = a->rope;
+    if (a->qk_norm >= 0) cfg.qk_norm = a->qk_norm;
+    if (a->qk_norm_shared >= 0) cfg.qk_norm_shared = a->qk_norm_shared;
+    if (a->kv_shift >= 0) cfg.kv_shift = a->kv_shift;
+    if (a->output_gate >= 0) cfg.output_gate = a->output_gate;
+    if (a->output_norm >= 0) cfg.output_norm = a->output_norm;
+    cfg.t_min = (float)a->t_min;
+    cfg.t_max = (float)a->t_max;
+    cfg.rope_theta = (float)a->rope_theta;
+    if (cfg.arch == FOX_ARCH_GSA) {  // other models keep the defaults, so their checkpoints compare equal
+        cfg.n_head = cfg.gsa_heads = a->gsa_heads;  // GSA's heads are --gsa-heads
+        cfg.gsa_slots = a->gsa_slots;
+        cfg.gsa_tau = (float)a->gsa_tau;
     }
-    if (c.arch == FOX_ARCH_FAM) {
-        c.fam_block = a->fam_block;
-        c.fam_memory = a->fam_memory;
-        c.fam_window_blocks = a->fam_window_blocks;
+    if (cfg.arch == FOX_ARCH_FAM) {
+        cfg.fam_block = a->fam_block;
+        cfg.fam_memory = a->fam_memory;
+        cfg.fam_window_blocks = a->fam_window_blocks;
     }
-    const char *bad = fox_config_invalid(&c);
+    const char *bad = fox_config_invalid(&cfg);
     if (bad) fox_usage_error("invalid model: %s", bad);
-    return c;
+    return cfg;
 }
 
 #endif

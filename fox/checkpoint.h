@@ -190,11 +190,11 @@ static inline int fox_all_finite(const float *x, size_t n) {
     return ok;
 }
 
-static inline void fox_config_to_header(const FoxConfig *c, int32_t *h) {
+static inline void fox_config_to_header(const FoxConfig *cfg, int32_t *h) {
     int i = 3;
 #define FOX_PUT_INT(v) h[i++] = (int32_t)(v);
 #define FOX_PUT_FLOAT(v) { float fv = (v); memcpy(&h[i++], &fv, 4); }
-#define X(type, name, dflt) FOX_PUT_##type(c->name)
+#define X(type, name, dflt) FOX_PUT_##type(cfg->name)
     FOX_CONFIG_FIELDS(X)
 #undef X
     h[2] = i - 3;
@@ -202,12 +202,12 @@ static inline void fox_config_to_header(const FoxConfig *c, int32_t *h) {
 
 // Reads the config from a header; returns 0 when it holds more fields than this build knows (or none). A
 // file written before the later fields existed holds fewer: those take their defaults.
-static inline int fox_config_from_header(const int32_t *h, FoxConfig *c) {
+static inline int fox_config_from_header(const int32_t *h, FoxConfig *cfg) {
     int i = 3, n = h[2];
-    fox_config_defaults(c);
+    fox_config_defaults(cfg);
 #define FOX_GET_INT(v) if (i - 3 < n) v = h[i]; i++;
 #define FOX_GET_FLOAT(v) if (i - 3 < n) memcpy(&v, &h[i], 4); i++;
-#define X(type, name, dflt) FOX_GET_##type(c->name)
+#define X(type, name, dflt) FOX_GET_##type(cfg->name)
     FOX_CONFIG_FIELDS(X)
 #undef X
     return n >= 1 && n <= i - 3;
@@ -227,13 +227,13 @@ static inline int fox_config_diff(const FoxConfig *a, const FoxConfig *b, char *
     return 0;
 }
 
-static inline void fox_write_model_bin(const char *path, const FoxConfig *c, const float *params) {
+static inline void fox_write_model_bin(const char *path, const FoxConfig *cfg, const float *params) {
     FoxLayout lay;
-    fox_layout(c, &lay);
+    fox_layout(cfg, &lay);
     int32_t h[FOX_CKPT_HEADER_INTS] = {0};
     h[0] = FOX_CKPT_MAGIC;
     h[1] = FOX_CKPT_VERSION;
-    fox_config_to_header(c, h);
+    fox_config_to_header(cfg, h);
     const void *parts[1] = {params};
     size_t bytes[1] = {lay.total * sizeof(float)};
     fox_write_checked(path, h, parts, bytes, 1);
@@ -241,16 +241,16 @@ static inline void fox_write_model_bin(const char *path, const FoxConfig *c, con
 
 // The config of a model.bin's header h, whose checksum holds: its fields, their validity, the file's size.
 static inline FoxConfig fox_model_header_config(const char *path, const int32_t *h) {
-    FoxConfig c;
-    if (!fox_config_from_header(h, &c)) fox_fatal("%s has %d config fields, this build knows fewer (a newer fox.c wrote it)", path, h[2]);
-    const char *bad = fox_config_invalid(&c);
+    FoxConfig cfg;
+    if (!fox_config_from_header(h, &cfg)) fox_fatal("%s has %d config fields, this build knows fewer (a newer fox.c wrote it)", path, h[2]);
+    const char *bad = fox_config_invalid(&cfg);
     if (bad) fox_fatal("%s holds an invalid config: %s", path, bad);
     FoxLayout lay;
-    fox_layout(&c, &lay);
+    fox_layout(&cfg, &lay);
     long long want = (long long)(FOX_CKPT_HEADER_INTS * sizeof(int32_t) + lay.total * sizeof(float));
     long long got = fox_file_size(path);
     if (got != want) fox_fatal("%s has %lld bytes, its config needs %lld (truncated?)", path, got, want);
-    return c;
+    return cfg;
 }
 
 // Reads the config of a model.bin and checks its magic, version, checksum and size.
@@ -275,9 +275,9 @@ static inline void fox_read_model_bin(const char *path, const FoxConfig *expect,
     size_t bytes[1] = {lay.total * sizeof(float)};
     int read;
     fox_read_checked(path, h, FOX_CKPT_MAGIC, FOX_CKPT_VERSION, "model file", parts, bytes, 1, &read);
-    FoxConfig c = fox_model_header_config(path, h);  // a file of another size stops here
+    FoxConfig cfg = fox_model_header_config(path, h);  // a file of another size stops here
     char why[160];
-    if (fox_config_diff(&c, expect, why, sizeof(why)))
+    if (fox_config_diff(&cfg, expect, why, sizeof(why)))
         fox_fatal("%s was written for another model (%s: file vs command line)", path, why);
     if (!fox_all_finite(params, lay.total)) fox_fatal("%s holds non-finite weights (NaN or Inf)", path);
 }

@@ -92,9 +92,10 @@ static inline const char *fox_arch_name(int arch) {
     P(fam_init, 0, FM, D, 1, N)
 
 // The row blocks of attn_in_w (so the columns of its output), in this order, each present when its
-// condition on the config c holds (docs/model.md §1.4): R(name, rows: D, H or GM = gsa_heads x gsa_slots,
-// condition).
-#define FOX_ATTN_IN_ROWS(R) \
+// condition on the config holds (docs/model.md §1.4): R(name, rows: D, H or GM = gsa_heads x gsa_slots,
+// condition). The conditions name the config by the macro's parameter c (FOX_ATTN_IN_ROWS(R, cfg) passes
+// cfg), which is what train_fox.py's parser of this table reads.
+#define FOX_ATTN_IN_ROWS(R, c) \
     R(q, D, 1) \
     R(k, D, 1) \
     R(v, D, 1) \
@@ -140,7 +141,7 @@ static inline size_t fox_param_offset(const FoxLayout *lay, int which, int layer
     return p->offset + (size_t)layer * p->rows * p->cols;
 }
 
-static inline int fox_head_dim(const FoxConfig *c) { return c->d_model / c->n_head; }
+static inline int fox_head_dim(const FoxConfig *cfg) { return cfg->d_model / cfg->n_head; }
 
 // First row of each FOX_ATTN_IN_ROWS block in attn_in_w (the column in a row of its output), -1 when
 // absent; width: the rows of attn_in_w; wide: the rows of its d_model-row blocks (q, k, v, the output gate),
@@ -148,19 +149,19 @@ static inline int fox_head_dim(const FoxConfig *c) { return c->d_model / c->n_he
 // docs/model.md §1.6).
 typedef struct {
 #define R(name, rows, present) int name;
-    FOX_ATTN_IN_ROWS(R)
+    FOX_ATTN_IN_ROWS(R, cfg)
 #undef R
     int width, wide;
 } AttnCols;
 
-static inline AttnCols fox_attn_cols(const FoxConfig *c) {
-    const int D = c->d_model, H = c->n_head, GM = c->gsa_heads * c->gsa_slots;
+static inline AttnCols fox_attn_cols(const FoxConfig *cfg) {
+    const int D = cfg->d_model, H = cfg->n_head, GM = cfg->gsa_heads * cfg->gsa_slots;
     AttnCols a;
     a.width = 0;
 #define R(name, rows, present) \
     a.name = (present) ? a.width : -1; \
     if (present) a.width += (rows);
-    FOX_ATTN_IN_ROWS(R)
+    FOX_ATTN_IN_ROWS(R, cfg)
 #undef R
     a.wide = (a.gate >= 0 ? a.gate : a.v) + D;
     return a;
@@ -173,27 +174,27 @@ static inline int fox_mlp_hidden(int d_model, int mlp_ratio_x2) {
 }
 
 // The dimension symbols of FOX_PARAMS.
-static inline size_t fox_dim_1(const FoxConfig *c) { (void)c; return 1; }
-static inline size_t fox_dim_V(const FoxConfig *c) { return (size_t)c->vocab_size; }
-static inline size_t fox_dim_D(const FoxConfig *c) { return (size_t)c->d_model; }
-static inline size_t fox_dim_I(const FoxConfig *c) { return (size_t)c->mlp_hidden; }
-static inline size_t fox_dim_I2(const FoxConfig *c) { return 2 * (size_t)c->mlp_hidden; }
-static inline size_t fox_dim_NIN(const FoxConfig *c) { return (size_t)fox_attn_cols(c).width; }
-static inline size_t fox_dim_HF(const FoxConfig *c) { return c->forget_gate == FOX_FG_NONE ? 0 : (size_t)c->n_head; }
-static inline size_t fox_dim_QN(const FoxConfig *c) {
-    return c->qk_norm ? (size_t)(c->qk_norm_shared ? fox_head_dim(c) : c->d_model) : 0;
+static inline size_t fox_dim_1(const FoxConfig *cfg) { (void)cfg; return 1; }
+static inline size_t fox_dim_V(const FoxConfig *cfg) { return (size_t)cfg->vocab_size; }
+static inline size_t fox_dim_D(const FoxConfig *cfg) { return (size_t)cfg->d_model; }
+static inline size_t fox_dim_I(const FoxConfig *cfg) { return (size_t)cfg->mlp_hidden; }
+static inline size_t fox_dim_I2(const FoxConfig *cfg) { return 2 * (size_t)cfg->mlp_hidden; }
+static inline size_t fox_dim_NIN(const FoxConfig *cfg) { return (size_t)fox_attn_cols(cfg).width; }
+static inline size_t fox_dim_HF(const FoxConfig *cfg) { return cfg->forget_gate == FOX_FG_NONE ? 0 : (size_t)cfg->n_head; }
+static inline size_t fox_dim_QN(const FoxConfig *cfg) {
+    return cfg->qk_norm ? (size_t)(cfg->qk_norm_shared ? fox_head_dim(cfg) : cfg->d_model) : 0;
 }
-static inline size_t fox_dim_ON(const FoxConfig *c) { return c->output_norm ? (size_t)c->d_model : 0; }
-static inline size_t fox_dim_FM(const FoxConfig *c) { return c->arch == FOX_ARCH_FAM ? (size_t)c->fam_memory : 0; }
+static inline size_t fox_dim_ON(const FoxConfig *cfg) { return cfg->output_norm ? (size_t)cfg->d_model : 0; }
+static inline size_t fox_dim_FM(const FoxConfig *cfg) { return cfg->arch == FOX_ARCH_FAM ? (size_t)cfg->fam_memory : 0; }
 
-static inline void fox_layout(const FoxConfig *c, FoxLayout *lay) {
+static inline void fox_layout(const FoxConfig *cfg, FoxLayout *lay) {
     size_t off = 0;
     int i = 0;
 #define P(nm, lyr, r, cl, dec, ini) \
     lay->p[i].name = #nm; lay->p[i].layered = lyr; lay->p[i].decay = dec; \
     lay->p[i].init = FOX_INIT_##ini; \
-    lay->p[i].rows = fox_dim_##r(c); lay->p[i].cols = fox_dim_##cl(c); \
-    lay->p[i].numel = (lyr ? (size_t)c->n_layer : 1) * lay->p[i].rows * lay->p[i].cols; \
+    lay->p[i].rows = fox_dim_##r(cfg); lay->p[i].cols = fox_dim_##cl(cfg); \
+    lay->p[i].numel = (lyr ? (size_t)cfg->n_layer : 1) * lay->p[i].rows * lay->p[i].cols; \
     lay->p[i].offset = off; off += lay->p[i].numel; i++;
     FOX_PARAMS(P)
 #undef P
@@ -201,74 +202,74 @@ static inline void fox_layout(const FoxConfig *c, FoxLayout *lay) {
 }
 
 // Whether the optimizer updates a tensor: the `fixed` forget gate (ALiBi-like) is not learned.
-static inline int fox_param_learned(const FoxConfig *c, int param_index) {
-    return !(param_index == FOX_P_fgate_b && c->forget_gate == FOX_FG_FIXED);
+static inline int fox_param_learned(const FoxConfig *cfg, int param_index) {
+    return !(param_index == FOX_P_fgate_b && cfg->forget_gate == FOX_FG_FIXED);
 }
 
-static inline void fox_config_defaults(FoxConfig *c) {
-#define X(type, name, dflt) c->name = dflt;
+static inline void fox_config_defaults(FoxConfig *cfg) {
+#define X(type, name, dflt) cfg->name = dflt;
     FOX_CONFIG_FIELDS(X)
 #undef X
 }
 
 // Applies a preset's switches; returns 0 for an unknown name. mlp_hidden follows d_model.
-static inline int fox_config_apply_preset(FoxConfig *c, const char *preset) {
+static inline int fox_config_apply_preset(FoxConfig *cfg, const char *preset) {
 #define P(nm, ar, fg, rp, qk, kv, og, on, r2) \
-    if (!strcmp(preset, #nm)) { c->arch = ar; c->forget_gate = fg; c->rope = rp; c->qk_norm = qk; c->kv_shift = kv; \
-        c->output_gate = og; c->output_norm = on; c->mlp_hidden = fox_mlp_hidden(c->d_model, r2); return 1; }
+    if (!strcmp(preset, #nm)) { cfg->arch = ar; cfg->forget_gate = fg; cfg->rope = rp; cfg->qk_norm = qk; cfg->kv_shift = kv; \
+        cfg->output_gate = og; cfg->output_norm = on; cfg->mlp_hidden = fox_mlp_hidden(cfg->d_model, r2); return 1; }
     FOX_PRESETS(P)
 #undef P
     return 0;
 }
 
 // One line describing why a config is invalid, or NULL.
-static inline const char *fox_config_invalid(const FoxConfig *c) {
-    if (c->vocab_size <= 0 || c->n_layer <= 0 || c->d_model <= 0 || c->n_head <= 0 || c->mlp_hidden <= 0)
+static inline const char *fox_config_invalid(const FoxConfig *cfg) {
+    if (cfg->vocab_size <= 0 || cfg->n_layer <= 0 || cfg->d_model <= 0 || cfg->n_head <= 0 || cfg->mlp_hidden <= 0)
         return "vocab_size, n_layer, d_model, n_head and mlp_hidden must be positive";
-    if (c->arch < FOX_ARCH_ATTENTION || c->arch > FOX_ARCH_FAM) return "arch must be 0 (attention), 1 (GSA) or 2 (FAM)";
-    if (c->arch == FOX_ARCH_FAM) {
-        if (c->fam_block <= 0) return "FAM: fam_block must be positive";
-        if (c->fam_memory <= 0) return "FAM: fam_memory must be positive";
-        if (c->fam_window_blocks < 0) return "FAM: fam_window_blocks must be 0 or more";
+    if (cfg->arch < FOX_ARCH_ATTENTION || cfg->arch > FOX_ARCH_FAM) return "arch must be 0 (attention), 1 (GSA) or 2 (FAM)";
+    if (cfg->arch == FOX_ARCH_FAM) {
+        if (cfg->fam_block <= 0) return "FAM: fam_block must be positive";
+        if (cfg->fam_memory <= 0) return "FAM: fam_memory must be positive";
+        if (cfg->fam_window_blocks < 0) return "FAM: fam_window_blocks must be 0 or more";
     }
-    if (c->arch == FOX_ARCH_GSA) {
-        if (c->gsa_heads <= 0 || c->d_model % c->gsa_heads) return "GSA: d_model must be a multiple of gsa_heads";
-        if (c->n_head != c->gsa_heads) return "GSA: n_head must equal gsa_heads";
-        if (c->gsa_slots <= 0) return "GSA: gsa_slots must be positive";
-        if (!(c->gsa_tau > 0.0f)) return "GSA: gsa_tau must be positive";
-        if (c->forget_gate != FOX_FG_NONE || c->rope || c->qk_norm || c->kv_shift || c->output_gate)
+    if (cfg->arch == FOX_ARCH_GSA) {
+        if (cfg->gsa_heads <= 0 || cfg->d_model % cfg->gsa_heads) return "GSA: d_model must be a multiple of gsa_heads";
+        if (cfg->n_head != cfg->gsa_heads) return "GSA: n_head must equal gsa_heads";
+        if (cfg->gsa_slots <= 0) return "GSA: gsa_slots must be positive";
+        if (!(cfg->gsa_tau > 0.0f)) return "GSA: gsa_tau must be positive";
+        if (cfg->forget_gate != FOX_FG_NONE || cfg->rope || cfg->qk_norm || cfg->kv_shift || cfg->output_gate)
             return "GSA has its own slot gates and takes no forget gate, RoPE, QK-norm, KV-shift or output gate";
     }
-    if (c->d_model % c->n_head) return "d_model must be a multiple of n_head";
-    if (c->rope && (c->d_model / c->n_head) % 2) return "RoPE needs an even head_dim";
-    if (c->forget_gate < FOX_FG_NONE || c->forget_gate > FOX_FG_FIXED) return "forget_gate must be 0..3";
-    if (!(c->t_min > 1.0f) || !(c->t_max >= c->t_min)) return "need 1 < t_min <= t_max";
-    if (c->qk_norm_shared && !c->qk_norm) return "qk_norm_shared needs qk_norm";
+    if (cfg->d_model % cfg->n_head) return "d_model must be a multiple of n_head";
+    if (cfg->rope && (cfg->d_model / cfg->n_head) % 2) return "RoPE needs an even head_dim";
+    if (cfg->forget_gate < FOX_FG_NONE || cfg->forget_gate > FOX_FG_FIXED) return "forget_gate must be 0..3";
+    if (!(cfg->t_min > 1.0f) || !(cfg->t_max >= cfg->t_min)) return "need 1 < t_min <= t_max";
+    if (cfg->qk_norm_shared && !cfg->qk_norm) return "qk_norm_shared needs qk_norm";
     return NULL;
 }
 
 // docs/model.md §1 / FoX Appendix D: the fixed or data-independent gate of head h has timescale
 // T_h = -1/log σ(b), log-spaced from t_min to t_max, so b = -log(expm1(1/T_h)).
-static inline float fox_fgate_bias_init(const FoxConfig *c, int h) {
-    if (c->forget_gate == FOX_FG_DATA_DEPENDENT || c->forget_gate == FOX_FG_NONE) return 0.0f;
-    double frac = c->n_head > 1 ? (double)h / (c->n_head - 1) : 0.0;
-    double T = exp(log((double)c->t_min) + frac * (log((double)c->t_max) - log((double)c->t_min)));
+static inline float fox_fgate_bias_init(const FoxConfig *cfg, int h) {
+    if (cfg->forget_gate == FOX_FG_DATA_DEPENDENT || cfg->forget_gate == FOX_FG_NONE) return 0.0f;
+    double frac = cfg->n_head > 1 ? (double)h / (cfg->n_head - 1) : 0.0;
+    double T = exp(log((double)cfg->t_min) + frac * (log((double)cfg->t_max) - log((double)cfg->t_min)));
     return (float)(-log(expm1(1.0 / T)));
 }
 
 // Non-embedding parameter count N of the MFU formula (docs/model.md §6): all parameters but wte.
-static inline size_t fox_mfu_params(const FoxConfig *c) {
+static inline size_t fox_mfu_params(const FoxConfig *cfg) {
     FoxLayout lay;
-    fox_layout(c, &lay);
+    fox_layout(cfg, &lay);
     return lay.total - lay.p[FOX_P_wte].numel;
 }
 
 // FLOPs per token of one training step (docs/model.md §6): 3·(2N + the token mixer's forward), the mixer's
 // 2·n_layer·d_model·T for causal attention and 8·n_layer·gsa_slots·d_model for Gated Slot Attention (per head
 // and token its recurrence updates two m × d_h states and reads both, 2·m·d_h FLOPs each).
-static inline double fox_flops_per_token(const FoxConfig *c, int T) {
-    double mixer = c->arch == FOX_ARCH_GSA ? 8.0 * c->gsa_slots : 2.0 * T;
-    return 3.0 * (2.0 * (double)fox_mfu_params(c) + mixer * c->n_layer * (double)c->d_model);
+static inline double fox_flops_per_token(const FoxConfig *cfg, int T) {
+    double mixer = cfg->arch == FOX_ARCH_GSA ? 8.0 * cfg->gsa_slots : 2.0 * T;
+    return 3.0 * (2.0 * (double)fox_mfu_params(cfg) + mixer * cfg->n_layer * (double)cfg->d_model);
 }
 
 #endif

@@ -31,8 +31,8 @@ typedef struct {
 
 // Why train_fox cannot run config c's TransformerFAM, or NULL: the window must be whole tiles of the attention
 // kernel, so that BSWA is a staircase of its 128 x 128 tiles (fam_window_tables).
-static inline const char *fam_unsupported(const FoxConfig *c) {
-    if (c->fam_block % FOX_ACP_BLOCK)
+static inline const char *fam_unsupported(const FoxConfig *cfg) {
+    if (cfg->fam_block % FOX_ACP_BLOCK)
         return "train_fox runs TransformerFAM with --fam-block a multiple of 128 (its window is whole 128 x 128 tiles "
                "of the attention kernel); train_fox_cpu takes any block";
     return NULL;

@@ -930,7 +930,7 @@ static inline void fox_gsa_output_norm_backward(bf16 *d_o, float *dw, const floa
 // ---------------------------------------------------------------------------------------------
 // Generation: one step of the recurrence for the new token of each sequence, from the states after the previous
 // token (fp32, (B·G, GSA_SLOTS, dh), updated in place); q, k, v are rounded to bf16 as the forward's features are.
-// proj holds the step's B rows. One block per (sequence, head). CPU: gsa_decode_block's gsa_forward.
+// proj holds the step's B rows. One block per (sequence, head). CPU: decode_gsa_block's gsa_forward.
 
 #define GSA_DECODE_THREADS 256
 

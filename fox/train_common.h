@@ -9,7 +9,7 @@
 
 // docs/model.md §1 init: N(0, 0.02²) from the shared counter RNG (stream = tensor index), norms 1,
 // forget-gate biases per Appendix D.
-static inline void fox_init_params(const FoxConfig *c, const FoxLayout *lay, float *params, uint64_t seed) {
+static inline void fox_init_params(const FoxConfig *cfg, const FoxLayout *lay, float *params, uint64_t seed) {
     for (int t = 0; t < FOX_NUM_PARAMS; t++) {
         const FoxParamInfo *p = &lay->p[t];
         float *w = params + p->offset;
@@ -18,7 +18,7 @@ static inline void fox_init_params(const FoxConfig *c, const FoxLayout *lay, flo
         for (size_t i = 0; i < p->numel; i++) {
             if (p->init == FOX_INIT_N) w[i] = (float)(FOX_INIT_STD * fox_rng_normal(key, i));
             else if (p->init == FOX_INIT_ONE) w[i] = 1.0f;
-            else w[i] = fox_fgate_bias_init(c, (int)(i % p->cols));
+            else w[i] = fox_fgate_bias_init(cfg, (int)(i % p->cols));
         }
     }
 }

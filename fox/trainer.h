@@ -41,7 +41,7 @@ typedef struct {
 // A new model with the shared init (a GPU trainer also picks its GPU, joins its ranks and checks that
 // the run fits in device memory before allocating: one line with the need and the remedy if not). The
 // run releases it with model_free, then free.
-static Model *run_model_init(const FoxConfig *c, const ModelOptions *o, const Dist *d);
+static Model *run_model_init(const FoxConfig *cfg, const ModelOptions *o, const Dist *d);
 static void model_free(Model *m);
 // Mean loss over the targets (inputs and targets: batch x T token ids; targets NULL: logits only).
 static double model_forward(Model *m, const int *inputs, const int *targets, int B, int T);

@@ -414,7 +414,8 @@ CHECK_SHAPE = dict(vocab_size=128, n_layer=2, d_model=64, n_head=2)
 def check_params(tf, cfg):
     """Reference init made to exercise every term: the fixtures' perturbation (norm weights, gate biases),
     then every normal-initialised matrix x 8 (std 0.16: scores, gates and shift weights of order 1)."""
-    params = tf.perturbed_params(cfg, tf.init_params(cfg, 1234))
+    from reference.fixtures import perturbed_params  # beside train_fox, which reference() put on the path
+    params = perturbed_params(cfg, tf.init_params(cfg, 1234))
     for p in tf.layout(cfg):
         if p["init"] == "N":
             params[p["name"]] = params[p["name"]] * 8.0

@@ -30,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import train_fox as tf  # noqa: E402
+from reference import fixtures, hf as tf_hf  # noqa: E402
 
 passed = failed = 0
 
@@ -67,10 +68,10 @@ def refused(what, status_err, *needles):
 
 
 # Every fixture's config once (the *-docmask fixtures share their presets' configs: the mask is no weight).
-CONFIGS = [(name, tf.make_config(preset, **dict(tf.FIXTURE_SHAPE, **over))) for name, preset, over in tf.FIXTURES
-           if tf.fixture_doc_sep(name) is None and tf.fixture_config(name)["arch"] == tf.ARCH_ATTENTION]
-CONFIGS += [("fox-pro, output gate without output norm", tf.make_config("fox-pro", **dict(tf.FIXTURE_SHAPE, output_norm=0))),
-            ("fox-pro, output norm without output gate", tf.make_config("fox-pro", **dict(tf.FIXTURE_SHAPE, output_gate=0)))]
+CONFIGS = [(name, tf.make_config(preset, **dict(fixtures.FIXTURE_SHAPE, **over))) for name, preset, over in fixtures.FIXTURES
+           if fixtures.fixture_doc_sep(name) is None and fixtures.fixture_config(name)["arch"] == tf.ARCH_ATTENTION]
+CONFIGS += [("fox-pro, output gate without output norm", tf.make_config("fox-pro", **dict(fixtures.FIXTURE_SHAPE, output_norm=0))),
+            ("fox-pro, output norm without output gate", tf.make_config("fox-pro", **dict(fixtures.FIXTURE_SHAPE, output_gate=0)))]
 
 
 def official_logits(hf_dir, tokens):
@@ -225,7 +226,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for i, (name, c) in enumerate(CONFIGS):
-            params = tf.perturbed_params(c, tf.init_params(c, 100 + i))
+            params = fixtures.perturbed_params(c, tf.init_params(c, 100 + i))
             a, hf, b = tmp / ("a%d.bin" % i), tmp / ("hf%d" % i), tmp / ("b%d.bin" % i)
             tf.save_model_bin(a, c, params)
             st_out, st_in = run("export-hf", a, hf), run("import-hf", hf, b)
@@ -233,16 +234,16 @@ def main():
             check(st_out[0] == 0 and st_in[0] == 0 and same, "%s: model.bin -> export-hf -> import-hf is byte for byte "
                   "the same file" % name)
             cfg = json.loads((hf / "config.json").read_text())
-            want = dict(model_type=tf.HF_MODEL_TYPE, hidden_size=c["d_model"], num_hidden_layers=c["n_layer"],
+            want = dict(model_type=tf_hf.HF_MODEL_TYPE, hidden_size=c["d_model"], num_hidden_layers=c["n_layer"],
                         num_heads=c["n_head"], intermediate_size=c["mlp_hidden"], use_rope=bool(c["rope"]),
                         use_k_shift=bool(c["kv_shift"]), use_v_shift=bool(c["kv_shift"]), qk_norm=bool(c["qk_norm"]),
                         qk_norm_share_param_across_head=bool(c["qk_norm_shared"]),
                         use_output_gate=bool(c["output_gate"]), use_output_norm=bool(c["output_norm"]),
-                        fgate_type=tf.HF_FGATE_TYPES[c["forget_gate"]], vocab_size=c["vocab_size"])
+                        fgate_type=tf_hf.HF_FGATE_TYPES[c["forget_gate"]], vocab_size=c["vocab_size"])
             bad = [k for k, v in want.items() if cfg.get(k) != v]
             check(not bad, "%s: config.json fields as the official config reads them%s" % (name, " (wrong: %s)" % bad if bad else ""))
-            tensors = tf.read_safetensors(hf / "model.safetensors")
-            names_ok = set(tensors) == {n for n, _, _, _ in tf.hf_tensor_map(c)}
+            tensors = tf_hf.read_safetensors(hf / "model.safetensors")
+            names_ok = set(tensors) == {n for n, _, _, _ in tf_hf.hf_tensor_map(c)}
             k_name = "model.layers.0.attn.k_proj.linear.weight" if c["kv_shift"] else "model.layers.0.attn.k_proj.weight"
             shapes_ok = (tensors[k_name].shape == (c["d_model"], c["d_model"])
                          and tensors["model.layers.0.mlp.gate_proj.weight"].shape == (2 * c["mlp_hidden"], c["d_model"])
@@ -262,13 +263,13 @@ def main():
         hdr = json.dumps({"x": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}).encode()
         hdr += b" " * (-len(hdr) % 8)
         (tmp / "bf16.safetensors").write_bytes(len(hdr).to_bytes(8, "little") + hdr + bits.tobytes())
-        got = tf.read_safetensors(tmp / "bf16.safetensors")["x"]
+        got = tf_hf.read_safetensors(tmp / "bf16.safetensors")["x"]
         check(np.array_equal(got, (bits.astype(np.uint32) << 16).view(np.float32)), "bfloat16 tensors read exactly")
 
         # Refusals: one line, exit 2, nothing written.
         c = CONFIGS[0][1]
         src = tmp / "hf0"
-        tensors = tf.read_safetensors(src / "model.safetensors")
+        tensors = tf_hf.read_safetensors(src / "model.safetensors")
         cfg = json.loads((src / "config.json").read_text())
 
         def variant(tag, edit_cfg=None, edit_tensors=None):
@@ -280,7 +281,7 @@ def main():
             if edit_tensors:
                 edit_tensors(tt)
             (d / "config.json").write_text(json.dumps(cc))
-            tf.write_safetensors(d / "model.safetensors", tt)
+            tf_hf.write_safetensors(d / "model.safetensors", tt)
             return d
 
         def drop(t):

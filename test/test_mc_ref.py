@@ -35,6 +35,7 @@ ROOT = os.path.dirname(HERE)
 SCRIPT = os.path.join(ROOT, "train_fox.py")
 sys.path.insert(0, ROOT)
 import train_fox as tf  # noqa: E402
+from reference import mc  # noqa: E402
 
 from checks import run_check, summary  # noqa: E402
 
@@ -130,13 +131,13 @@ def main():
     tmp = tempfile.mkdtemp(prefix="test_mc_ref_")
 
     run_check("mc_start_token: 50256 for the GPT-2 vocabulary, 0 below it",
-              lambda: (tf.mc_start_token(50257), tf.mc_start_token(50304), tf.mc_start_token(64),
-                       tf.mc_start_token(50256)) == (50256, 50256, 0, 0))
+              lambda: (mc.mc_start_token(50257), mc.mc_start_token(50304), mc.mc_start_token(64),
+                       mc.mc_start_token(50256)) == (50256, 50256, 0, 0))
     run_check("mc_sequence cuts the context from the left, keeps the start token",
-              lambda: (tf.mc_sequence(9, [1, 2, 3, 4, 5], [6, 7], 4) == [9, 4, 5, 6, 7]
-                       and tf.mc_sequence(9, [1, 2], [6, 7], 10) == [9, 1, 2, 6, 7]
-                       and tf.mc_sequence(9, [1, 2, 3], [6, 7], 3) == [9, 3, 6, 7],
-                       f"{tf.mc_sequence(9, [1, 2, 3, 4, 5], [6, 7], 4)}"))
+              lambda: (mc.mc_sequence(9, [1, 2, 3, 4, 5], [6, 7], 4) == [9, 4, 5, 6, 7]
+                       and mc.mc_sequence(9, [1, 2], [6, 7], 10) == [9, 1, 2, 6, 7]
+                       and mc.mc_sequence(9, [1, 2, 3], [6, 7], 3) == [9, 3, 6, 7],
+                       f"{mc.mc_sequence(9, [1, 2, 3, 4, 5], [6, 7], 4)}"))
 
     models = {}
     for name, flags, vocab in MODELS + [("fox-llama-gpt2", ["--model", "fox-llama", "--layers", 1, "--dim", 16,

@@ -66,8 +66,8 @@ int main(int argc, char **argv) {
     QkvInputs qs = qkv_inputs(&m, 0, B, T);
     float *x = resid_at(&m, 0, B, T);
     printf("--- forward (layer 0, x L)\n");
-    TIME("rmsnorm fwd", 1, rmsnorm_forward(&m, a->xn[0], x, param(&m, FOX_P_ln1_w, 0), N));
-    TIME("gemm attn_in (bf16 + fp32 logits)", 1, attn_in_forward(&m, a->proj_wide[0], a->proj_logits[0], a->xn[0], 0, N, 0));
+    TIME("rmsnorm fwd", 1, rmsnorm_forward(&m, a->xn1[0], x, param(&m, FOX_P_ln1_w, 0), N));
+    TIME("gemm attn_in (bf16 + fp32 logits)", 1, attn_in_forward(&m, a->proj_wide[0], a->proj_logits[0], a->xn1[0], 0, N, 0));
     TIME("qkv fwd (shift, qk-norm)", 1, fox_qkv_forward(a->q[0], a->k[0], a->v[0], qs, m.stream));
     TIME("forget-gate scan", 1, fox_forget_gate_forward(a->c[0], proj_at(&m, 0), m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T, m.stream));
     TIME("attention fwd", 1, fox_attention_forward(a->q[0], a->k[0], a->v[0], a->c[0], a->o[0], a->lse[0], B, H, T, Dh, NULL, m.stream));
@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
     TIME("forget-gate bwd + colsum", 1, forget_gate_backward_kernel<<<fox_blocks((size_t)N * H, 256), 256, 0, m.stream>>>(s->dproj, s->dfg, s->dlogf, proj_at(&m, 0), m.cols.fgate, param(&m, FOX_P_fgate_b, 0), a->inputs, m.doc_sep, B, H, T); colsum_accumulate(grad(&m, FOX_P_fgate_b, 0), s->dfg, N, H, H, s->colsum_part, m.stream));
     TIME("qkv bwd (one pass + colsums)", 1, fox_qkv_backward(s->dproj, grad(&m, FOX_P_qnorm_w, 0), grad(&m, FOX_P_knorm_w, 0), s->dq, s->dk, s->dv, qs, s->colsum_rows, s->colsum_part, m.stream));
     TIME("gemm attn_in dx", 1, linear_backward_input(&m.gemm, s->dxn, CUDA_R_32F, s->dproj, NINP, wbf(&m, FOX_P_attn_in_w, 0), N, D, NINP, 1.0f));
-    TIME("gemm attn_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_in_w, 0), s->dproj, NINP, a->xn[0], N, D, m.cols.width, 1.0f, 1));
+    TIME("gemm attn_in dW", 1, linear_backward_weight(&m.gemm, grad(&m, FOX_P_attn_in_w, 0), s->dproj, NINP, a->xn1[0], N, D, m.cols.width, 1.0f, 1));
     printf("--- once per step\n");
     TIME("embedding bwd (incl. host buckets)", 0, { int nb = embedding_buckets(&m, in, N); fox_embedding_backward(grad(&m, FOX_P_wte, 0), s->dres, s->buckets, nb, N, D, m.stream); });
     TIME("optimizer (norm + AdamW)", 0, optimizer_step(&m, &o, 1e-4, 5));
