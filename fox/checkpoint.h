@@ -265,6 +265,23 @@ static inline FoxConfig fox_read_model_config(const char *path) {
     return fox_read_model_header(path, h);
 }
 
+// A model.bin whole, its config unknown beforehand (--generate, --eval-only): the weights (allocated here, as many
+// as the file holds past its header) and the config, in one pass over the file; the checksum is verified before
+// any field is believed, then the size against the config's layout, and every weight is finite.
+static inline float *fox_load_model_bin(const char *path, FoxConfig *cfg) {
+    long long body = fox_file_size(path) - (long long)(FOX_CKPT_HEADER_INTS * sizeof(int32_t));
+    if (body < 0) body = 0;  // too short for a header: its read below says so
+    float *params = (float *)fox_malloc((size_t)body);
+    int32_t h[FOX_CKPT_HEADER_INTS];
+    void *parts[1] = {params};
+    size_t bytes[1] = {(size_t)body};
+    int read;
+    fox_read_checked(path, h, FOX_CKPT_MAGIC, FOX_CKPT_VERSION, "model file", parts, bytes, 1, &read);
+    *cfg = fox_model_header_config(path, h);
+    if (!fox_all_finite(params, (size_t)body / sizeof(float))) fox_fatal("%s holds non-finite weights (NaN or Inf)", path);
+    return params;
+}
+
 // Loads a model.bin's weights into params, which must be laid out for `expect`: read once, checksum
 // verified before the header's fields, every weight finite.
 static inline void fox_read_model_bin(const char *path, const FoxConfig *expect, float *params) {

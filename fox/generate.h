@@ -131,11 +131,9 @@ static void generate_from_file(Run *r) {
     char path[4352];
     if (!r->args.prompt[0] && !r->args.prompt_file[0]) fox_usage_error("--generate needs a prompt: --prompt TEXT or --prompt-file PATH");
     eval_weights_path(&r->args, "--generate", path, sizeof(path), 0);
-    r->cfg = fox_read_model_config(path);
+    r->h_params = fox_load_model_bin(path, &r->cfg);
     check_model_flags(&r->args, &r->cfg, 0, NULL);
     fox_layout(&r->cfg, &r->lay);
-    ensure_host_staging(r, 0);
-    fox_read_model_bin(path, &r->cfg, r->h_params);
     fox_fatal_hint[0] = 0;
     int sig = generate(r, r->h_params, path, r->args.generate, r->args.samples, "");
     if (sig) run_exit_signalled(r, sig, "during generation: the tokens so far are above");

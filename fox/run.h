@@ -393,7 +393,8 @@ static void eval_init(Run *r) {
     int T = a->eval_seq_len ? a->eval_seq_len : a->seq_len;
     char path[4352];
     r->train_seq_len = eval_weights_path(a, "--eval-only", path, sizeof(path), 1);
-    FoxConfig cfg = fox_read_model_config(path);
+    FoxConfig cfg;
+    r->h_params = fox_load_model_bin(path, &cfg);
     check_model_flags(a, &cfg, T, a->eval_seq_len ? "--eval-seq-len" : "--seq-len");
     dataloader_init(&r->val, a->val, 1, T, r->dist.rank, r->dist.world, (uint64_t)a->seed, 0);
     r->has_val = 1;
@@ -402,7 +403,7 @@ static void eval_init(Run *r) {
     r->seq_len = T;
     ModelOptions mo = model_options(a, 1, T, 1);
     r->model = run_model_init(&cfg, &mo, &r->dist);
-    load_weights(r, path, &cfg);
+    run_model_set(r->model, r->h_params, NULL, NULL);
     fox_fatal_hint[0] = 0;
     r->inputs = (int *)fox_calloc((size_t)T, sizeof(int));
     r->targets = (int *)fox_calloc((size_t)T, sizeof(int));
@@ -550,12 +551,10 @@ static void eval_tasks(Run *r) {
     char path[4352];
     if (!a->out[0]) fox_usage_error("--eval-only needs --out (where the tasks' result files go)");
     r->train_seq_len = eval_weights_path(a, "--eval-only", path, sizeof(path), 1);
-    r->cfg = fox_read_model_config(path);
+    r->h_params = fox_load_model_bin(path, &r->cfg);
     int context = a->eval_seq_len ? a->eval_seq_len : r->train_seq_len ? r->train_seq_len : a->seq_len;
     check_model_flags(a, &r->cfg, 0, NULL);
     fox_layout(&r->cfg, &r->lay);
-    ensure_host_staging(r, 0);
-    fox_read_model_bin(path, &r->cfg, r->h_params);
     fox_fatal_hint[0] = 0;  // the older checkpoint is no answer to a bad task flag or item
     evals_init(&r->ev, a, &r->cfg, &r->dist, context, r->train_seq_len, &run_stop_signal);
     if (r->dist.rank == 0) printf("evaluating %s (%zu parameters) at context %d\n", path, r->lay.total, context);
