@@ -160,6 +160,7 @@ GPU_ARCH ?= 90a
 NVCCFLAGS = -O3 -std=c++17 -gencode=arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH) -Xcompiler -Wall,-Wextra,-fopenmp $(BLOSC_DEF)
 CUDA_LDLIBS = -lcublasLt -lcublas -lcudart -lgomp $(BLOSC_LIB) -lm
 CUDA_HEADERS = fox/cuda_common.cuh fox/attention.cuh fox/attention_primitives.cuh fox/attention_traits.cuh fox/tma.cuh \
+               fox/attention_order.cuh fox/attention_passes.cuh fox/forget_gate.cuh \
                fox/attention_forward.cuh fox/attention_backward.cuh fox/gemm.cuh fox/decode.cuh fox/gsa.cuh fox/fam.cuh \
                fox/proj.cuh fox/rows.cuh fox/embedding.cuh fox/rmsnorm.cuh fox/attn_inputs.cuh fox/acp_tables.cuh \
                fox/output_gate.cuh fox/swiglu.cuh fox/crossentropy.cuh fox/adamw.cuh $(FOX_HEADERS)

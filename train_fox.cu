@@ -21,7 +21,7 @@
 #include "fox/watchdog.h"      // fox_watchdog_hooks: the collective timeout aborts the NCCL communicator
 #include "fox/trainer.h"       // ModelOptions and the run_model_* functions this file defines for fox/run.h
 #include "fox/cuda_common.cuh" // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, bf16
-#include "fox/attention.cuh"   // fox_attention_forward/backward: Forgetting Attention, the forget-gate scans
+#include "fox/attention.cuh"   // fox_attention_forward/backward: Forgetting Attention (and fox/forget_gate.cuh's scans)
 #include "fox/gemm.cuh"        // Gemm, linear_forward, linear_backward_*: cuBLASLt GEMMs
 #include "fox/rows.cuh"        // LAUNCH_HEADS, colsum_accumulate, colsum_*_floats: the row-wise kernels' rows and sums
 #include "fox/embedding.cuh"   // fox_embedding_buckets, fox_embedding_backward: the token embedding

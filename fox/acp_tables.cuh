@@ -2,6 +2,7 @@
 // block (fox/acp.h's bound and threshold; under the document mask never before the query's document, and from the
 // mask alone without a forget gate), for each key block the last query block that reads it (the attention
 // kernels' hooks), and the live tiles counted per head.
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_ACP_TABLES_CUH
 #define FOX_ACP_TABLES_CUH
 

@@ -1,6 +1,7 @@
 // fox/adamw.cuh: the optimizer step's kernels: Σ g² of the gradients (a fixed-order sum; the host takes its root
 // and the clip factor), AdamW over every learned tensor of this rank's shard in one launch, and the bf16 copy of
 // the weights the GEMMs read.
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_ADAMW_CUH
 #define FOX_ADAMW_CUH
 

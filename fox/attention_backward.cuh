@@ -2,8 +2,9 @@
 // (fox/attention.cuh) selects: {Hopper warpgroup MMA (sm_90a), mma.sync} x {deterministic, fp32 adds in
 // arrival order}, each at d_h 64 and 128. Step 1 forms D = rowsum(dO * o) (and zeroes step 2's sums), step 2
 // (bwd_kernel: mma.sync; bwd_ws_kernel: Hopper) dK, dV, the fp32 dQ accumulator and the dS row and column sums, step 3
-// converts dQ to bf16; the last step, dc and the reverse scan into d log f, is fox_attention_reverse_scan in
-// fox/attention.cuh. Other forms of step 2, with their measurements, are in dev/cuda/attention_backward.cu.
+// converts dQ to bf16; steps 1 and 3 are fox/attention_passes.cuh's; the last step, dc and the reverse scan into
+// d log f, is fox_attention_reverse_scan in fox/forget_gate.cuh. Other forms of step 2, with their measurements,
+// are in dev/cuda/attention_backward.cu.
 // Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_ATTENTION_BACKWARD_CUH
 #define FOX_ATTENTION_BACKWARD_CUH
@@ -16,65 +17,12 @@
 #include "acp.h"                      // FOX_ACP_BLOCK: q_last's grid
 #include "cuda_common.cuh"            // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK
 #include "attention_primitives.cuh"   // cp.async, ldmatrix, mma.sync, wgmma, atomics, acquire / release, barriers
-#include "attention_traits.cuh"       // LOG2E, NWARPS, BWD_BN, BwdCfg, bwd_smem_bytes, bwd_ws_smem_bytes
+#include "attention_traits.cuh"       // LOG2E, NWARPS, BWD_BN, BwdCfg, BwdDetCfg, bwd_smem_bytes, bwd_ws_smem_bytes
+#include "attention_order.cuh"        // BWD_CHAINS, bwd_chain_lo / _live, bwd_block_of, bwd_head_group: the order
+#include "attention_passes.cuh"       // steps 1 and 3 (dot_do_o, bwd_dq), the scratch's layout (BwdSums, bwd_sums)
 #include "tma.cuh"                    // tma_map_bf16_3d: the tensor maps of q, k, v, dout
 
 namespace fox_attn {
-
-// Backward, step 1: D_i = dO_i . o_i in fp32 (both in (B, T, H, dh), rows contiguous). A row's DH / 8 threads
-// each load 16 bytes (pairs 4j .. 4j + 3 of elements 2l, 2l + 1) of both; the sums then follow a warp a row
-// with pair l at lane l (and l + 32 at d_h 128) and a butterfly over lanes 16, 8, 4, 2, 1: between threads
-// for the distances 16 to 4, within a thread for 2 and 1. fp32 addition commutes, so every thread of a row
-// ends with the same bits, and D has the bits of that form (dev/cuda/NOTES.md session 12).
-// The same launch zeroes what step 2 adds into (bwd_prepare), saving the launches of their memsets: with dc
-// given, dc and the `chains - 1` row-sum vectors of dc_chains at D's indices, and the first nzi ints of zi.
-template <int DH>
-__global__ void dot_do_o_kernel(const __nv_bfloat16 *__restrict__ dout, const __nv_bfloat16 *__restrict__ o,
-                                float *__restrict__ D, int H, int T, int rows, float *__restrict__ dc,
-                                float *__restrict__ dc_chains, int chains, int *__restrict__ zi, size_t nzi) {
-    constexpr int L = DH / 8;  // threads a row
-    static_assert(DH == 64 || DH == 128, "pairs of one warp a row: 32 or 64");
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // this thread's 16-byte chunk of the rows
-    const size_t row = i / L;
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
-    if (row < (size_t)rows) {
-        const uint4 a = reinterpret_cast<const uint4 *>(dout)[i], x = reinterpret_cast<const uint4 *>(o)[i];
-        const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a);
-        const __nv_bfloat162 *px = reinterpret_cast<const __nv_bfloat162 *>(&x);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float2 fa = __bfloat1622float2(pa[k]), fx = __bfloat1622float2(px[k]);
-            v[k] = 0.f + __fmaf_rn(fa.x, fx.x, __fmul_rn(fa.y, fx.y));  // the old form's contraction, pinned
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        if (DH == 128) v[k] += __shfl_xor_sync(0xffffffffu, v[k], 8);  // lane l's second pair, l + 32
-#pragma unroll
-        for (int off = 4; off > 0; off >>= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], off);  // lanes 16, 8, 4 apart
-    }
-    const float sum = (v[0] + v[2]) + (v[1] + v[3]);  // lanes 2 apart, then 1: (p0 + p2) + (p1 + p3)
-    if (i % L == 0 && row < (size_t)rows) {
-        const int h = (int)(row % H), bt = (int)(row / H), b = bt / T, t = bt % T;
-        const size_t di = ((size_t)b * H + h) * T + t;
-        D[di] = sum;
-        if (dc) {
-            dc[di] = 0.f;
-            for (int c = 1; c < chains; c++) dc_chains[(size_t)(c - 1) * rows + di] = 0.f;
-        }
-    }
-    for (size_t z = i; z < nzi; z += (size_t)gridDim.x * blockDim.x) zi[z] = 0;
-}
-
-// Step 1's launch: D for the B T H rows; with dc, the zeroing above too.
-template <int DH>
-void dot_do_o(const __nv_bfloat16 *dout, const __nv_bfloat16 *o, float *D, int B, int H, int T, cudaStream_t s,
-              float *dc = nullptr, float *dc_chains = nullptr, int chains = 1, int *zi = nullptr, size_t nzi = 0) {
-    const int rows = B * T * H;
-    dot_do_o_kernel<DH><<<(unsigned)(((size_t)rows * (DH / 8) + 255) / 256), 256, 0, s>>>(dout, o, D, H, T, rows, dc,
-                                                                                        dc_chains, chains, zi, nzi);
-    FOX_LAUNCH_CHECK();
-}
 
 // The cp.async loads that open a key block (step 2's kernels, when their compute warps load): its K and V (BN
 // rows from k0) and the first query tile's Q and dO (BM rows from q0; dO's row stride ld_o), one commit group.
@@ -493,54 +441,47 @@ bwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 // and the dQ product (32) do not all fit beside them. The dQ issue is unconditional (at it = 0 on a zeroed
 // dS^T buffer, result unused): ptxas serializes every warpgroup MMA of the kernel when the issue sits under a
 // branch (C7514). The third warpgroup gives its registers back (BWD_REGS_SYNC) and holds two warps:
-// - the sync warp (NWARPS) keeps the order, off the compute warps' path: per tile t it acquires t, arrives
-//   at named barriers 2 and 3 (compute warpgroup w4 waits on 2 + w4 just before adding t, after its dQ
-//   product, so the two warpgroups never wait on each other there), waits on named barrier 1 (every compute
-//   warp has issued its adds of t), releases t. Each warpgroup adds only its own dQ columns (and warpgroup 0
-//   the dc row sums), so every address sees this block's adds of a tile between the same acquire and release.
-//   With Cfg::DQ_BULK (the API) the compute warps instead store the tile's dQ in smem, in the accumulator's
-//   order (dq_acc_offset: conflict-free float2 stores), and its dc row sums, and arrive on barrier 1; the sync
-//   warp, once it holds t, has the copy engine add the whole tile with one bulk reduction, adds the dc sums,
-//   hands the smem tile back (barrier 2) once the engine has read it, and releases t after the reduction is
-//   complete. The compute warps then never wait for the order, and issue no dQ atomics.
-//   With Cfg::GROUPED (the API) the order runs in chains (bwd_chain_lo: key blocks [0, nblk/2), [nblk/2,
-//   3 nblk/4), ...), each with its own accumulator, dc row sums and counters, highest key block first within
-//   a chain; the grid launches the chain of the longest walks first, so the longest key blocks no longer come
-//   last (the single order's tail), while a block still only waits on blocks launched before it. The chain's
-//   first add to a tile (before = 0) stores it (a bulk copy) and nothing zeroes the accumulators; step 3 adds
-//   the chains that have a live block in the tile's row (bwd_chain_live), first to last.
-// - with Cfg::TMA (the API), the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies
-//   (TMA) of K and V once, then per query tile of Q and dO (each 64-column half one box, landing in the
-//   128-byte-swizzle layout the descriptors read; dO through a map [B][T][H dh] whose box starts at column
-//   h dh + 64 hf; rows past T come in as zeros), and its 32 lanes load the tile's row stats (bwd_row_stats)
-//   before waiting for the stage, store them once the copies are issued, and arrive on the stage's "full"
-//   mbarrier (32 arrivals + the bytes). Q, dO and the row stats have
-//   2 stages; each compute warp frees a stage ("empty", one arrival per warp) once the tile's dV / dK
-//   products are complete. The compute warps issue no loads; their per-tile named barrier 0 remains (dS^T
-//   and the row sums cross warpgroups). Without it the compute warps load Q, dO and the row stats a tile
-//   ahead with cp.async, as bwd_kernel does.
-// Cfg::K_REGS (the API at d_h 64): S^T takes K from registers (each warp's 16 keys as A fragments, loaded once a
-// key block) rather than from smem at every sub-tile: 32 KB of a tile's ~350 KB of smem traffic; V for dP^T as
-// well did not fit the registers (ptxas serialized the MMAs).
-// Cfg::PERSISTENT (the API): one block an SM walks key blocks (items) in the launch order from a counter in the
-// scratch, the producer loading the next item's K and V once every warp has read the current one's (kv_empty),
-// under its dK / dV stores and the sync warp's last adds; the Q / dO stages and the dS^T buffers run on across
-// items (item_at, begin_item below).
-// Cfg::BM 128 (the API at d_h 64; FlashAttention-3's 128 x 128 tile at d_h 64): a query tile of 128 rows is
-// walked as two sub-tiles of 64 (S^T, dP^T, the softmax step and the dV / dK products of each in turn: one
-// sub-tile's scores at a time fit the registers, 128 queries' did not), while the per-tile work is done once
-// per 128 queries: barrier 0, the order handshake, the loads, and the dQ product, now m64n64 (warpgroup w4 the
-// 64 queries of sub-tile w4, every column; dS^T stored as two 64-column halves).
-// With Cfg::TURNS (the API: 2 at d_h 128) the two compute warpgroups take turns issuing their MMAs (named
-// barriers 4 and 5, the forward's scheduler barrier): warpgroup w syncs on 4 + w before an issue and arrives
-// on the other's after (TURNS 2: every issue; 1: each tile's first); warpgroup 1 arrives once at the start
-// and not after its last turn, so every arrival is matched. With barrier 0 re-aligning the warpgroups every
-// tile, the turns put one warpgroup's softmax under the other's products.
+// - the sync warp (NWARPS) keeps the order, off the compute warps' path. The compute warps store each query
+//   tile's dQ in smem, in the accumulator's order (dq_acc_offset: conflict-free float2 stores), and its dc row
+//   sums, and arrive on named barrier 1; the sync warp, once it holds tile t (its acquire), has the copy engine
+//   add the whole tile with one bulk reduction, adds the dc sums, hands the smem tile back (barrier 2) once the
+//   engine has read it, and releases t after the reduction is complete. The compute warps never wait for the
+//   order, and issue no dQ atomics. The order runs in chains (bwd_chain_lo, fox/attention_order.cuh: key blocks
+//   [0, nblk/2), [nblk/2, 3 nblk/4), ...), each with its own accumulator, dc row sums and counters, highest key
+//   block first within a chain; the launch order (bwd_block_of) runs the chain of the longest walks first, so
+//   the longest key blocks do not come last, while a block still only waits on blocks launched before it. The
+//   chain's first add to a tile (before = 0) stores it (a bulk copy) and nothing zeroes the accumulators; step 3
+//   adds the chains that have a live block in the tile's row (bwd_chain_live), first to last.
+// - the producer (NWARPS + 1): its lane 0 issues the bulk tensor copies (TMA) of K and V once an item, then per
+//   query tile of Q and dO (each 64-column half one box, landing in the 128-byte-swizzle layout the descriptors
+//   read; dO through a map [B][T][H dh] whose box starts at column h dh + 64 hf; rows past T come in as zeros),
+//   and its 32 lanes load the tile's row stats (bwd_row_stats) before waiting for the stage, store them once the
+//   copies are issued, and arrive on the stage's "full" mbarrier (32 arrivals + the bytes). Q, dO and the row
+//   stats have 2 stages; each compute warp frees a stage ("empty", one arrival per warp) once the tile's dV / dK
+//   products are complete. The compute warps issue no loads; their per-tile named barrier 0 remains (dS^T and
+//   the row sums cross warpgroups).
+// Persistent: one block an SM walks key blocks (items) in the launch order from a counter in the scratch, the
+// producer loading the next item's K and V once every warp has read the current one's (kv_empty), under its
+// dK / dV stores and the sync warp's last adds; the Q / dO stages and the dS^T buffers run on across items
+// (item_at, begin_item below).
+// Cfg::K_REGS (d_h 64): S^T takes K from registers (each warp's 16 keys as A fragments, loaded once a key block)
+// rather than from smem at every sub-tile: 32 KB of a tile's ~350 KB of smem traffic; V for dP^T as well did
+// not fit the registers (ptxas serialized the MMAs).
+// Cfg::BM 128 (d_h 64; FlashAttention-3's 128 x 128 tile at d_h 64): a query tile of 128 rows is walked as two
+// sub-tiles of 64 (S^T, dP^T, the softmax step and the dV / dK products of each in turn: one sub-tile's scores
+// at a time fit the registers, 128 queries' did not), while the per-tile work is done once per 128 queries:
+// barrier 0, the order handshake, the loads, and the dQ product, now m64n64 (warpgroup w4 the 64 queries of
+// sub-tile w4, every column; dS^T stored as two 64-column halves).
+// Cfg::TURNS (d_h 128): the two compute warpgroups take turns issuing their MMAs (named barriers 4 and 5, the
+// forward's scheduler barrier): warpgroup w syncs on 4 + w before every issue and arrives on the other's after;
+// warpgroup 1 arrives once at the start and not after its last turn, so every arrival is matched. With barrier
+// 0 re-aligning the warpgroups every tile, the turns put one warpgroup's softmax under the other's products.
 // The causal mask is applied on the diagonal tiles alone (the first 128 queries of a block), not tested per element
-// on every tile: by a uniform branch between two copies of the P^T / dS^T loop, or (Cfg::MASK_PASS, the API
-// at d_h 64) by a pass that sets the masked scores of S^T to -inf before the one loop (ex2 gives them P = +0,
-// the same bits as the select). BwdDetCfg holds what measured faster at each head size (dev/cuda/NOTES.md,
-// sessions 8 and 9; the dev programs run the other forms); every form gives the same bits.
+// on every tile: by a uniform branch between two copies of the P^T / dS^T loop, or (Cfg::MASK_PASS, d_h 64) by
+// a pass that sets the masked scores of S^T to -inf before the one loop (ex2 gives them P = +0, the same bits as
+// the select). Other forms of this kernel (without the producer, the copy engine's adds, the chains or the
+// persistence; other turns and tiles) are versions 29-56 of dev/cuda/attention_backward.cu; every form gives the
+// same bits.
 template <int DH, class Cfg = BwdDetCfg<DH>>
 __global__ void __launch_bounds__(NTHREADS + 128, 1)
 bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -556,10 +497,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     static_assert(BM == 64 || (BM == 128 && DH == 64), "query tiles of 64, or of 128 at d_h 64");
     constexpr int NSUB = BM / 64;        // sub-tiles of 64 queries per tile (see above)
     constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
-    constexpr int TURNS = Cfg::TURNS;
-    constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK, K_REGS = Cfg::K_REGS;
-    constexpr bool PERSISTENT = Cfg::PERSISTENT;
-    static_assert(!PERSISTENT || (TMA && Cfg::GROUPED), "a persistent block takes its items from the producer, in the grouped order");
+    constexpr bool TURNS = Cfg::TURNS, MASK_PASS = Cfg::MASK_PASS, K_REGS = Cfg::K_REGS;
     extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
     __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
@@ -569,11 +507,11 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_stats' r
     float *Ds = rs + 2 * BM;                                            // [2][BM]
     float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
-    float *dQs = rowsum + 2 * NWARPS * BM;                              // DQ_BULK: [BM * DH] (dq_acc_offset)
-    float *dcs = dQs + (DQ_BULK ? BM * DH : 0);                         // DQ_BULK: [BM], dc row sums
-    uint64_t *kv_full = reinterpret_cast<uint64_t *>(dcs + (DQ_BULK ? BM : 0));  // TMA only
-    uint64_t *full = kv_full + 1, *empty = full + 2, *kv_empty = empty + 2;  // kv_empty: PERSISTENT only
-    int *item_slot = reinterpret_cast<int *>(kv_empty + 1);                    // PERSISTENT: [2]
+    float *dQs = rowsum + 2 * NWARPS * BM;                              // [BM * DH]: a tile's dQ (dq_acc_offset)
+    float *dcs = dQs + BM * DH;                                         // [BM]: its dc row sums
+    uint64_t *kv_full = reinterpret_cast<uint64_t *>(dcs + BM);
+    uint64_t *full = kv_full + 1, *empty = full + 2, *kv_empty = empty + 2;
+    int *item_slot = reinterpret_cast<int *>(kv_empty + 1);                    // [2]
 
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
@@ -581,8 +519,8 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int nblk = (T + BWD_BN - 1) / BWD_BN, nqt = (T + BM - 1) / BM, items = nheads * nblk;
     const size_t ld_o = (size_t)H * DH;
     // The work item (a key block of a head) and what follows from it, set by begin_item: key block nb of head
-    // bh, in chain `chain` (Cfg::GROUPED: item i of bwd_block_of's order, `group` heads a group; else one chain,
-    // highest first in each head, head after head), the query tiles it walks, its pointers.
+    // bh, in chain `chain` (item i of bwd_block_of's order, `group` heads a group), the query tiles it walks, its
+    // pointers.
     int nb = 0, bh = 0, chain = 0, chain_lo = 0, chain_hi = 0, b = 0, h = 0, k0 = 0, qt_first = 0, qt_last = 0, ntiles = 0;
     size_t head_off = 0;
     const __nv_bfloat16 *qh = nullptr, *kh = nullptr, *vh = nullptr, *doh = nullptr;
@@ -591,12 +529,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     float *dqh = nullptr, *dch = nullptr, c_ref = 0.f;
     int *semh = nullptr;
     auto begin_item = [&](int i) {
-        if constexpr (Cfg::GROUPED) {
-            bwd_block_of(i, nblk, nheads, group, Cfg::ORDER, chains, nb, bh, chain);
-        } else {
-            nb = nblk - 1 - i % nblk;
-            bh = i / nblk;
-        }
+        bwd_block_of(i, nblk, nheads, group, Cfg::ORDER, chains, nb, bh, chain);
         chain_lo = bwd_chain_lo(chain, chains, nblk), chain_hi = bwd_chain_lo(chain + 1, chains, nblk);
         b = bh / H, h = bh % H;
         head_off = (size_t)bh * T;
@@ -615,32 +548,26 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         ntiles = qt_last - qt_first + 1;
         semh = sem + ((size_t)chain * nheads + bh) * nqt;
     };
-    // Cfg::PERSISTENT: one block an SM takes items in order from the counter `next_item` (the producer's lane 0
-    // claims them and posts each in item_slot[n % 2] before K and V's copy completes kv_full's phase n; the other
-    // warps read it there, through shfl: warp-uniform, so the item's values sit in uniform registers as blockIdx's
-    // do; read plainly they cost the tiles what the persistence saved, dev/cuda/NOTES.md session 18); items >=
-    // `items` end the block. Else the block's one item is its index.
-    auto item_at = [&](int n) -> int {
-        if constexpr (PERSISTENT) return __shfl_sync(0xffffffffu, item_slot[n & 1], 0);
-        else return n == 0 ? (int)(Cfg::GROUPED ? blockIdx.x : blockIdx.y * nblk + blockIdx.x) : items;
-    };
+    // One block an SM takes items in order from the counter `next_item` (the producer's lane 0 claims them and
+    // posts each in item_slot[n % 2] before K and V's copy completes kv_full's phase n; the other warps read it
+    // there, through shfl: warp-uniform, so the item's values sit in uniform registers as blockIdx's do; read
+    // plainly they were recomputed at every tile); items >= `items` end the block.
+    auto item_at = [&](int n) -> int { return __shfl_sync(0xffffffffu, item_slot[n & 1], 0); };
 
-    if constexpr (TMA) {
-        if (tid == 0) {
-            mbar_init(kv_full, 1);
-            mbar_init(kv_empty, NWARPS);
-            for (int s = 0; s < 2; s++) {
-                mbar_init(full + s, 32);
-                mbar_init(empty + s, NWARPS);
-            }
-            mbar_fence_init();
+    if (tid == 0) {
+        mbar_init(kv_full, 1);
+        mbar_init(kv_empty, NWARPS);
+        for (int s = 0; s < 2; s++) {
+            mbar_init(full + s, 32);
+            mbar_init(empty + s, NWARPS);
         }
-        __syncthreads();
+        mbar_fence_init();
     }
+    __syncthreads();
     if (warp >= NWARPS) {  // the sync warpgroup gives its registers to the compute warpgroups
         setmaxnreg_dec<BWD_REGS_SYNC>();
-        if (warp == NWARPS) {  // the sync warp: the API's
-            // DQ_BULK, query tile t acquired: once the compute warps have put its dQ and dc row sums in smem
+        if (warp == NWARPS) {  // the sync warp (see above)
+            // Query tile t acquired: once the compute warps have put its dQ and dc row sums in smem
             // (barrier 1), lane 0 has the copy engine add the dQ tile (one contiguous range of the accumulator,
             // whole 64-row blocks; the chain's first add in the order stores it, bwd_store_first), the lanes
             // add the dc sums, the smem tile goes back to the compute warps (barrier 2) once read, and the adds
@@ -651,7 +578,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 if (lane == 0) {
                     fence_proxy_async_global();  // the acquire before the copy engine's add
                     const uint32_t bytes = (uint32_t)(dq_acc_rows(rows) * DH * 4);
-                    if (bwd_store_first<Cfg>() && first) bulk_store(dqh + (size_t)i0 * DH, dQs, bytes);
+                    if (Cfg::ORDER && first) bulk_store(dqh + (size_t)i0 * DH, dQs, bytes);
                     else bulk_reduce_add_f32(dqh + (size_t)i0 * DH, dQs, bytes);
                     bulk_commit();
                 }
@@ -666,13 +593,13 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 __syncwarp();
             };
             for (int n = 0;; n++) {
-                if constexpr (PERSISTENT) mbar_wait(kv_full, n & 1);  // item n posted
+                mbar_wait(kv_full, n & 1);  // item n posted
                 const int i = item_at(n);
                 if (i >= items) break;
                 begin_item(i);
                 int ord_row = -1, before = 0;
                 bool last = false;
-                if (DQ_BULK) named_bar_arrive(2, NTHREADS + 32);  // the smem dQ tile starts free
+                named_bar_arrive(2, NTHREADS + 32);  // the smem dQ tile starts free
                 for (int t = qt_first; t <= qt_last; t++) {
                     const int m = t / TPB;
                     if (m != ord_row) {
@@ -687,31 +614,24 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                         }
                     }
                     __syncwarp();
-                    if constexpr (DQ_BULK) {
-                        bulk_add_dq(t, before == 0);
-                    } else {
-                        named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
-                        named_bar_arrive(3, 128 + 32);
-                        named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued its adds of t
-                    }
+                    bulk_add_dq(t, before == 0);
                     if (lane == 0) red_release_gpu_add(semh + t, 1);
                     __syncwarp();
                 }
             }
-        } else if (TMA && warp == NWARPS + 1) {  // the producer (see above)
+        } else if (warp == NWARPS + 1) {  // the producer (see above)
             int gt = 0;  // query tiles loaded so far (the Q / dO stages' count)
             for (int n = 0;; n++) {
-                if constexpr (PERSISTENT) {  // claim and post item n; a claim past the last ends every warp
-                    // Not before item n-1's K and V are read: then every warp has taken item n-1 from its slot
-                    // and waited on kv_full's phase n-1, so neither is overtaken.
-                    if (n > 0) mbar_wait(kv_empty, (n - 1) & 1);
-                    if (lane == 0) {
-                        const int i = atomicAdd(next_item, 1);
-                        item_slot[n & 1] = i;
-                        if (i >= items) mbar_arrive(kv_full);
-                    }
-                    __syncwarp();
+                // Claim and post item n; a claim past the last ends every warp. Not before item n-1's K and V
+                // are read: then every warp has taken item n-1 from its slot and waited on kv_full's phase n-1,
+                // so neither is overtaken.
+                if (n > 0) mbar_wait(kv_empty, (n - 1) & 1);
+                if (lane == 0) {
+                    const int i = atomicAdd(next_item, 1);
+                    item_slot[n & 1] = i;
+                    if (i >= items) mbar_arrive(kv_full);
                 }
+                __syncwarp();
                 const int i = item_at(n);
                 if (i >= items) break;
                 begin_item(i);
@@ -751,17 +671,6 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     }
     setmaxnreg_inc<BWD_REGS_COMPUTE>();
 
-    // cp.async form: loader threads tid < BM fetch per-query values; rows past T get r = -inf so their P is 0.
-    auto fetch_rows = [&](int qt, float &r, float &d) {
-        if (tid < BM) bwd_row_stats(ch, lh, Dsh, qt * BM + tid, T, c_ref, r, d);
-    };
-    auto store_rows = [&](int buf, float r, float d) {
-        if (tid < BM) {
-            rs[buf * BM + tid] = r;
-            Ds[buf * BM + tid] = d;
-        }
-    };
-
     {  // dS^T buffer 1: the operand of the unused dQ product issued in iteration 0
         uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
         for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
@@ -790,39 +699,25 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                 wgmma_m64n64_ss<1, 1>(dqa, gmma_desc_add(ds, kk * 16 * BM), desc_mnmajor<BN>(ks, w4, kk), kk > 0);
         }
     };
-    // dQ (and dc row sums) of tile it-1 added in the sync warp's order (the API's).
+    // dQ (and dc row sums) of tile it-1 to smem, for the sync warp's bulk add in its order.
     auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
-        const int pb = (gt0 + it - 1) & 1, i0 = (qt_first + it - 1) * BM;
+        const int pb = (gt0 + it - 1) & 1;
         float rtot = 0.f;
         if (tid < BM) {
 #pragma unroll
             for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
         }
-        if constexpr (DQ_BULK) {  // to smem, for the sync warp's bulk add
-            named_bar_sync(2, NTHREADS + 32);  // the copy engine has read tile it-2's
-            const int r0 = dq_r + g;
-#pragma unroll
-            for (int nt = 0; nt < DQC / 8; nt++) {
-                const int col = dq_c + nt * 8 + 2 * tq;
-                *reinterpret_cast<float2 *>(dQs + dq_acc_offset(r0, col, DH)) = make_float2(dqa[nt][0], dqa[nt][1]);
-                *reinterpret_cast<float2 *>(dQs + dq_acc_offset(r0 + 8, col, DH)) = make_float2(dqa[nt][2], dqa[nt][3]);
-            }
-            if (tid < BM) dcs[tid] = rtot;
-            fence_proxy_async_smem();  // st.shared -> the copy engine's reads
-            named_bar_arrive(1, NTHREADS + 32);
-            return;
-        }
-        if (w4 == 0) named_bar_sync(2, 128 + 32);  // constant ids: ptxas counts 4 barriers, not 16
-        else named_bar_sync(3, 128 + 32);
-        const int qr0 = i0 + dq_r + g;
+        named_bar_sync(2, NTHREADS + 32);  // the copy engine has read tile it-2's
+        const int r0 = dq_r + g;
 #pragma unroll
         for (int nt = 0; nt < DQC / 8; nt++) {
             const int col = dq_c + nt * 8 + 2 * tq;
-            if (qr0 < T) atomic_add2(dqh + dq_acc_offset(qr0, col, DH), dqa[nt][0], dqa[nt][1]);
-            if (qr0 + 8 < T) atomic_add2(dqh + dq_acc_offset(qr0 + 8, col, DH), dqa[nt][2], dqa[nt][3]);
+            *reinterpret_cast<float2 *>(dQs + dq_acc_offset(r0, col, DH)) = make_float2(dqa[nt][0], dqa[nt][1]);
+            *reinterpret_cast<float2 *>(dQs + dq_acc_offset(r0 + 8, col, DH)) = make_float2(dqa[nt][2], dqa[nt][3]);
         }
-        if (tid < BM && i0 + tid < T) atomicAdd(dch + i0 + tid, rtot);
-        named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
+        if (tid < BM) dcs[tid] = rtot;
+        fence_proxy_async_smem();  // st.shared -> the copy engine's reads
+        named_bar_arrive(1, NTHREADS + 32);
     };
     // this warp's dS row sums of the 64 query columns from q0 (rsum: this thread's part) reduced over its keys,
     // to smem
@@ -835,31 +730,24 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         }
     };
     // The scheduler barrier (TURNS, see above): wait for this warpgroup's turn / pass it to the other one.
-    auto turn_wait = [&](bool on) {
-        if (!on) return;
+    auto turn_wait = [&]() {
+        if (!TURNS) return;
         if (w4 == 0) named_bar_sync(4, NTHREADS);  // constant ids: ptxas counts the barriers
         else named_bar_sync(5, NTHREADS);
     };
-    auto turn_pass = [&](bool on, bool last) {
-        if (!on) return;
+    auto turn_pass = [&](bool last) {
+        if (!TURNS) return;
         if (w4 == 0) named_bar_arrive(5, NTHREADS);
         else if (!last) named_bar_arrive(4, NTHREADS);
     };
     float dqp[DQC / 8][4];  // dQ product of tile it-1 (in flight during tile it's softmax or dV/dK work)
     uint32_t ka[K_REGS ? DH / 16 : 1][4];  // Cfg::K_REGS: this warp's 16 keys of K, S^T's A fragments (see above)
-    static_assert(!K_REGS || (DH == 64 && TMA), "K's fragments in registers: d_h 64, K loaded by the producer");
+    static_assert(!K_REGS || DH == 64, "K's fragments in registers: d_h 64");
     for (int n = 0;; n++) {
-        if constexpr (PERSISTENT) mbar_wait(kv_full, n & 1);  // item n posted (and its K, V landed)
+        mbar_wait(kv_full, n & 1);  // item n posted (and its K, V landed)
         const int item = item_at(n);
         if (item >= items) break;
         begin_item(item);
-        if constexpr (!TMA) {
-            load_key_block_async<DH, BN, BM, NTHREADS, true>(Ks, Vs, Qs, dOs, kh, vh, qh, doh, (int)ld_o, k0,
-                                                             qt_first * BM, T, tid);
-            float r = 0.f, d = 0.f;
-            fetch_rows(qt_first, r, d);
-            store_rows(0, r, d);
-        }
 
         int j0, j1;  // this thread's two keys
         float nb0, nb1;
@@ -871,30 +759,16 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
 #pragma unroll
             for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.f;
         float cs0 = 0.f, cs1 = 0.f;  // column sums of dS for keys j0, j1
-        if (TURNS > 0 && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
-        if constexpr (TMA && !PERSISTENT) mbar_wait(kv_full, 0);
+        if (TURNS && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
         if constexpr (K_REGS) {  // this item's K
 #pragma unroll
             for (int kk = 0; kk < DH / 16; kk++) load_a<64>(ka[kk], Ks, w4 * 64 + (warp & 3) * 16, kk * 16, lane);
         }
         for (int it = 0; it <= ntiles; it++) {
             const int buf = (gt0 + it) & 1;  // the Q / dO stage and the dS^T, row-sum buffers
-            if constexpr (TMA) {
-                if (it < ntiles) mbar_wait(full + buf, ((gt0 + it) >> 1) & 1);
-            } else {
-                cp_async_wait_all();
-            }
-            fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
+            if (it < ntiles) mbar_wait(full + buf, ((gt0 + it) >> 1) & 1);
+            fence_proxy_async_smem();  // dS^T writes -> wgmma reads
             named_bar_sync(0, NTHREADS);  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
-            const bool more = it + 1 < ntiles;
-            float r_next = 0.f, d_next = 0.f;
-            if (!TMA && more) {
-                const int i1 = (qt_first + it + 1) * BM;
-                load_tile_async<DH, BM, NTHREADS, true>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
-                load_tile_async<DH, BM, NTHREADS, true>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
-                cp_async_commit();
-                fetch_rows(qt_first + it + 1, r_next, d_next);
-            }
             if (it < ntiles) {
                 const int i0 = (qt_first + it) * BM;
                 const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
@@ -905,11 +779,11 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                     const int qs = sub * 64, i0s = i0 + qs;
                     const float *rbs = rb + qs, *Dbs = Db + qs;
                     float st[8][4], dpt[8][4];
-                    turn_wait(TURNS == 2 || (TURNS == 1 && sub == 0));
+                    turn_wait();
                     // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
                     wg_fence();
                     // the tiles' descriptors formed at each call (ptxas shares them): named once above the loop,
-                    // they cost ptxas more instructions (dev/cuda/NOTES.md session 26)
+                    // they cost ptxas more instructions
 #pragma unroll
                     for (int kk = 0; kk < DH / 16; kk++) {
                         if constexpr (K_REGS) wgmma_m64n64_rs<0>(st, ka[kk], desc_kmajor<BM>(gmma_desc(Qb), qs, kk), kk > 0);
@@ -926,7 +800,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                         dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
                         wg_commit();
                     }
-                    turn_pass(TURNS == 2 || (TURNS == 1 && sub == 0), TURNS == 1 && it + 1 == ntiles);
+                    turn_pass(false);
                     if (DQ_LATE || sub > 0) wg_wait<0>();
                     else wg_wait<1>();
 
@@ -974,7 +848,7 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                         *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc + 8)) = sa[kk][2];
                         *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc + 8)) = sa[kk][3];
                     }
-                    turn_wait(TURNS == 2);
+                    turn_wait();
                     wg_fence();
                     if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
                         dq_mma_issue(it, dqp);
@@ -988,132 +862,32 @@ bwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
                             wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(gmma_desc(Qb), hf, qs / 16 + kk));
                         }
                     wg_commit();  // waited for after tile it-1's dQ adds
-                    turn_pass(TURNS == 2, false);
+                    turn_pass(false);
                     if constexpr (!DQ_LATE) park_row_sums(rsum, buf, qs);
                 }
                 wg_wait<1>();  // tile it-1's dQ product (tile it's last dV/dK products may still run)
             } else {  // after the last tile: its dQ product alone
-                turn_wait(TURNS == 2);
+                turn_wait();
                 wg_fence();
                 dq_mma_issue(it, dqp);
                 wg_commit();
-                turn_pass(TURNS == 2, true);
+                turn_pass(true);
                 wg_wait<0>();
             }
             if (it > 0) dq_phase(it, dqp);
             wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
-            if (TMA && it < ntiles) {  // the stage's Q, dO and row stats are free
+            if (it < ntiles) {  // the stage's Q, dO and row stats are free
                 __syncwarp();
                 if (lane == 0) mbar_arrive(empty + buf);
             }
-            if (!TMA && more) store_rows(buf ^ 1, r_next, d_next);
         }
 
-        if constexpr (PERSISTENT) {  // the item's K and V are read: the producer may load the next item's
-            __syncwarp();
-            if (lane == 0) mbar_arrive(kv_empty);
-        }
+        // the item's K and V are read: the producer may load the next item's
+        __syncwarp();
+        if (lane == 0) mbar_arrive(kv_empty);
         bwd_store_keys<DH>(dk, dv, colsum, head_off, j0, j1, T, tq, dka, dva, cs0, cs1, scale);
         gt0 += ntiles;
     }
-}
-
-// Backward, step 3: dq (B, H, T, dh) = scale * the sum of the fp32 accumulators (dq_acc_offset's order, rows
-// padded to Tp = dq_acc_rows(T) per head; `chains` of them, stride4 float4s apart), as bf16, the chains added
-// first to last from +0 where bwd_chain_live (the others hold nothing of the row: never zeroed); then, with more
-// than one chain, dc (chain 0's row sums) += the other chains' (dc_chains), in that order. One block a DQ_BLOCK-row
-// block of a head, which is one contiguous range of each accumulator and of dq: a thread sums its float4s (4
-// adjacent columns of one row each), the bf16 rows are staged in smem in dq's row-major order and stored with
-// 16-byte writes (storing each float4's 8 bytes where it lands scattered a warp's stores over 16 rows).
-inline constexpr int DQ_CONVERT_THREADS = 256;
-template <int DH>
-__global__ void __launch_bounds__(DQ_CONVERT_THREADS)
-dq_convert_kernel(const float4 *__restrict__ acc, size_t stride4, int chains, const int *__restrict__ q_last,
-                  __nv_bfloat16 *__restrict__ dq, float scale, int T, float *__restrict__ dc,
-                  const float *__restrict__ dc_chains, size_t nvec) {
-    constexpr int PER = DQ_BLOCK * DH / 4 / DQ_CONVERT_THREADS;  // float4s a thread
-    __shared__ __align__(16) __nv_bfloat16 rows[DQ_BLOCK * DH];
-    const int nrb = (T + DQ_BLOCK - 1) / DQ_BLOCK, nblk = (T + FOX_ACP_BLOCK - 1) / FOX_ACP_BLOCK;
-    const int bh = blockIdx.x / nrb, t0 = blockIdx.x % nrb * DQ_BLOCK, n = min(DQ_BLOCK, T - t0);
-    const int *qlh = q_last ? q_last + (size_t)bh * nblk : nullptr;
-    const size_t base4 = ((size_t)bh * dq_acc_rows(T) + t0) * DH / 4;
-    bool live[BWD_CHAINS];  // the block's rows lie in one ACP row
-#pragma unroll
-    for (int c = 0; c < BWD_CHAINS; c++) live[c] = c < chains && bwd_chain_live(c, chains, nblk, t0 / FOX_ACP_BLOCK, qlh);
-#pragma unroll
-    for (int k = 0; k < PER; k++) {
-        const int j = threadIdx.x + k * DQ_CONVERT_THREADS, o = j * 4;  // o: ((slice, c / 8, half) 32 + lane) 2
-        const int lane = o / 2 % 32, q = o / 64, half = q % 2, cg = q / 2 % (DH / 8), slice = q / 2 / (DH / 8);
-        const int r = slice * 16 + half * 8 + lane / 4;
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int c = 0; c < BWD_CHAINS; c++) {
-            if (!live[c]) continue;
-            const float4 a = acc[c * stride4 + base4 + j];
-            x.x = __fadd_rn(x.x, a.x), x.y = __fadd_rn(x.y, a.y), x.z = __fadd_rn(x.z, a.z), x.w = __fadd_rn(x.w, a.w);
-        }
-        if (r < n) {
-            uint2 out;
-            out.x = pack_bf16(x.x * scale, x.y * scale);
-            out.y = pack_bf16(x.z * scale, x.w * scale);
-            *reinterpret_cast<uint2 *>(rows + r * DH + cg * 8 + lane % 4 * 2) = out;
-        }
-    }
-    __syncthreads();
-    uint4 *dst = reinterpret_cast<uint4 *>(dq + ((size_t)bh * T + t0) * DH);
-    const uint4 *src = reinterpret_cast<const uint4 *>(rows);
-    for (int i = threadIdx.x; i < n * DH / 8; i += DQ_CONVERT_THREADS) dst[i] = src[i];
-    if (chains > 1)
-        for (int i = threadIdx.x; i < n; i += DQ_CONVERT_THREADS) {
-            const size_t v = (size_t)bh * T + t0 + i;
-            float x = dc[v];
-            for (int c = 1; c < chains; c++) x += dc_chains[(c - 1) * nvec + v];
-            dc[v] = x;
-        }
-}
-
-// Scratch layout (fp32 unless noted): BWD_CHAINS dq accumulators (B H Tp dh each, dq_acc_offset's order), D
-// (B H T), dS column sums (B H T), the dc row sums of chains 1.. (B H T each), order counters (int, BWD_CHAINS
-// x B H ceil(T/16): enough for any query tile of >= 16 rows), the persistent blocks' work counter (int).
-inline size_t bwd_sem_count(int B, int H, int T) { return (size_t)BWD_CHAINS * B * H * ((T + 15) / 16) + 1; }
-inline size_t bwd_dq_acc_count(int B, int H, int T, int dh) { return (size_t)B * H * dq_acc_rows(T) * dh; }
-inline size_t bwd_scratch_bytes(int B, int H, int T, int dh) {
-    return (BWD_CHAINS * bwd_dq_acc_count(B, H, T, dh) + (BWD_CHAINS + 1) * (size_t)B * H * T) * sizeof(float) +
-           bwd_sem_count(B, H, T) * sizeof(int);
-}
-
-// The scratch's parts: the fp32 dq accumulators (unscaled: Σ_j dS_ij k_j), D = rowsum(dO * o), the minus dS
-// column sums (fox_attention_reverse_scan's second operand), the other chains' dc row sums, the order counters;
-// and what step 3 needs to read the accumulators: how many chains were used, and the ACP hook they followed.
-struct BwdSums {
-    float *dq_acc, *D, *colsum, *dc_chains;
-    int *sem, *next_item;
-    int chains;
-    const int *q_last;
-};
-
-inline BwdSums bwd_sums(void *scratch, int B, int H, int T, int dh, int chains, const int *q_last) {
-    const size_t nvec = (size_t)B * H * T;
-    BwdSums p;
-    p.dq_acc = static_cast<float *>(scratch);
-    p.D = p.dq_acc + BWD_CHAINS * bwd_dq_acc_count(B, H, T, dh);
-    p.colsum = p.D + nvec;
-    p.dc_chains = p.colsum + nvec;
-    p.sem = reinterpret_cast<int *>(p.dc_chains + (BWD_CHAINS - 1) * nvec);
-    p.next_item = p.sem + bwd_sem_count(B, H, T) - 1;
-    p.chains = chains;
-    p.q_last = q_last;
-    return p;
-}
-
-// Step 1 of the backward, and the zeroed accumulators step 2 adds into (dq unless zero_dq is false: the kernel
-// stores each tile's first add; the dc row sums of every chain, the order counters and the work counter, zeroed
-// in step 1's launch).
-template <int DH>
-void bwd_prepare(const __nv_bfloat16 *o, const __nv_bfloat16 *dout, float *dc, const BwdSums &p, bool zero_dq, int B,
-                 int H, int T, cudaStream_t s) {
-    dot_do_o<DH>(dout, o, p.D, B, H, T, s, dc, p.dc_chains, p.chains, p.sem, bwd_sem_count(B, H, T));
-    if (zero_dq) FOX_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, bwd_dq_acc_count(B, H, T, DH) * sizeof(float), s));
 }
 
 // Steps 1 and 2 of the backward; leaves the dS row sums in dc, the minus column sums and the unscaled dq in the
@@ -1135,19 +909,9 @@ BwdSums backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_
     return p;
 }
 
-// The group of heads of the deterministic backward's launch order (Cfg::GROUPED with HEAD_GROUP 0): as many
-// heads as keep their Q, dO and one fp32 dQ accumulator, T d_h 8 bytes a head, within 32 MB (of the H100's 50
-// MB of L2), at most 8: 4 at (T, d_h) = (16384, 64), 2 at (16384, 128), 8 at (4096, 128), each the fastest of 1,
-// 2, 4 and 8 heads there; at (4096, 64) 8 and 4 level, 16 1.5% slower (dev/cuda/NOTES.md, session 16).
-inline int bwd_head_group(int T, int dh) {
-    const long long g = (32LL << 20) / ((long long)T * dh * 8);
-    return g > 8 ? 8 : g > 1 ? (int)g : 1;
-}
-
-// The same with bwd_ws_kernel (Hopper; Cfg: the API's BwdDetCfg or BwdAtomicCfg, or another form of the dev
-// programs), the order in `chains` chains (1 to BWD_CHAINS; 1 without the order or GROUPED). With Cfg::TMA the
-// tensor maps are encoded per call (host work only; they carry the pointers) and passed by value; without it
-// they are unused (zeros).
+// Steps 1 and 2 with bwd_ws_kernel (Hopper; Cfg: BwdDetCfg or BwdAtomicCfg), the order in `chains` chains (1 to
+// BWD_CHAINS; 1 without the order), one block an SM. The tensor maps are encoded per call (host work only; they
+// carry the pointers) and passed by value.
 template <int DH, class Cfg = BwdDetCfg<DH>>
 BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                     const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
@@ -1158,40 +922,21 @@ BwdSums backward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_b
         fprintf(stderr, "error: the attention backward's order takes 1 to %d chains, not %d\n", BWD_CHAINS, chains);
         exit(EXIT_FAILURE);
     }
-    if (!Cfg::ORDER || !Cfg::GROUPED) chains = 1;
+    if (!Cfg::ORDER) chains = 1;
     const BwdSums p = bwd_sums(scratch, B, H, T, DH, chains, q_last);
     bwd_prepare<DH>(o, dout, dc, p, !bwd_store_first<Cfg>(), B, H, T, s);
-    const size_t smem = bwd_ws_smem_bytes<DH, BM, Cfg::DQ_BULK>();
+    const size_t smem = bwd_ws_smem_bytes<DH, BM>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    CUtensorMap tq = {}, tk = {}, tv = {}, tdo = {};
-    if (Cfg::TMA) {
-        tq = tma_map_bf16_3d(q, DH, T, B * H, BM);
-        tk = tma_map_bf16_3d(k, DH, T, B * H, BWD_BN);
-        tv = tma_map_bf16_3d(v, DH, T, B * H, BWD_BN);
-        tdo = tma_map_bf16_3d(dout, H * DH, T, B, BM);
-    }
+    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, BM), tk = tma_map_bf16_3d(k, DH, T, B * H, BWD_BN),
+                      tv = tma_map_bf16_3d(v, DH, T, B * H, BWD_BN), tdo = tma_map_bf16_3d(dout, H * DH, T, B, BM);
     const int nblk = (T + BWD_BN - 1) / BWD_BN, items = nblk * B * H, sms = fox_sm_count();
-    const dim3 grid = Cfg::PERSISTENT ? dim3(items < sms ? items : sms) : Cfg::GROUPED ? dim3(items) : dim3(nblk, B * H);
-    const int want = Cfg::HEAD_GROUP > 0 ? Cfg::HEAD_GROUP : bwd_head_group(T, DH), group = want < B * H ? want : B * H;
+    const dim3 grid(items < sms ? items : sms);
+    const int want = Cfg::ORDER ? bwd_head_group(T, DH) : BWD_ATOMIC_HEAD_GROUP, group = want < B * H ? want : B * H;
     bwd_ws_kernel<DH, Cfg><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc,
                                                               dk, dv, dc, p.dc_chains, p.colsum, p.sem, p.next_item, H,
                                                               T, q_last, B * H, chains, group);
     FOX_LAUNCH_CHECK();
     return p;
-}
-
-// Step 3: dq = scale · the accumulators' sum, in bf16; dc = the chains' row sums (p: step 2's bwd_sums).
-inline void bwd_dq(const BwdSums &p, float *dc, __nv_bfloat16 *dq, int B, int H, int T, int dh, cudaStream_t s) {
-    const size_t n4 = bwd_dq_acc_count(B, H, T, dh) / 4, nvec = (size_t)B * H * T;
-    const unsigned grid = (unsigned)((size_t)B * H * ((T + DQ_BLOCK - 1) / DQ_BLOCK));
-    const float4 *acc = reinterpret_cast<const float4 *>(p.dq_acc);
-    const float scale = 1.f / sqrtf((float)dh);
-    if (dh == 64)
-        dq_convert_kernel<64><<<grid, DQ_CONVERT_THREADS, 0, s>>>(acc, n4, p.chains, p.q_last, dq, scale, T, dc, p.dc_chains, nvec);
-    else
-        dq_convert_kernel<128><<<grid, DQ_CONVERT_THREADS, 0, s>>>(acc, n4, p.chains, p.q_last, dq, scale, T, dc, p.dc_chains,
-                                                                   nvec);
-    FOX_LAUNCH_CHECK();
 }
 
 // Steps 1 and 2 as the public API runs them. On Hopper (needs an sm_90a build) bwd_ws_kernel (warpgroup MMA,

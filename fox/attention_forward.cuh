@@ -12,10 +12,9 @@
 #include "acp.h"                      // FOX_ACP_BLOCK: kv_first's grid
 #include "cuda_common.cuh"            // FOX_CUDA_CHECK, FOX_LAUNCH_CHECK, fox_sm_count
 #include <type_traits>                // std::true_type, std::false_type
-#include <mutex>                      // std::mutex: fwd_item_counter's table
-#include <vector>                     // std::vector: fwd_item_counter's table
 #include "attention_primitives.cuh"   // cp.async, ldmatrix, mma.sync, wgmma, TMA, mbarriers, ex2, quad_max / quad_sum
 #include "attention_traits.cuh"       // LOG2E, FWD_BM, FWD_BN, FWD_WS_BN, FwdCfg, FwdWsCfg, smem sizes, use_wgmma
+#include "attention_order.cuh"        // grouped_longest_first, fwd_head_group, fwd_item_counter: the launch order
 #include "tma.cuh"                    // tma_map_bf16_3d: the tensor maps of q, k, v
 
 namespace fox_attn {
@@ -262,10 +261,10 @@ void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 // classifies each tile for its own rows: live, diagonal (the causal mask, the score loop's masked copy,
 // chosen by a uniform branch), or dead (above its rows' diagonal, or pruned by ACP for its row block). For a
 // dead tile the warpgroup issues S's first k16 step alone, skips the softmax and the next tile's P V, and
-// hands the stages back: O, m and l have the bits of a kernel that never saw the tile (Cfg::SKIP_DEAD; without
-// it, dev/cuda's forms, a dead tile's scores are masked whole, with the same result).
+// hands the stages back: O, m and l have the bits of a kernel that never saw the tile (Cfg::SKIP_DEAD, d_h 64;
+// without it, at d_h 128, a dead tile's scores are masked whole, with the same result).
 // Cfg::PERSISTENT (the API's form up to FWD_PERSISTENT_MAX_T, FwdWsPersistentCfg): one block an SM takes work items
-// (a query block of a head, in the GROUPED launch order) from a counter (next_item, zeroed before the launch:
+// (a query block of a head, in the launch order) from a counter (next_item, zeroed before the launch:
 // FlashAttention-3's dynamic scheduler for causal attention); the producer claims the next item once it has issued
 // this item's last copies (the consumers are then STAGES tiles behind, as a launch places its next block on an SM
 // about to be free), loads its Q once the consumers' last S of this item is complete (Q stays at one constant smem
@@ -274,8 +273,9 @@ void forward_mma(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bflo
 // first tiles' loads) falls under the previous item's last tiles. The consumers read the item through shfl
 // (warp-uniform: uniform registers, as blockIdx's values; read plainly, their derived values were recomputed at
 // every tile) and pass the turn on across items; an item of no key tiles ends the kernel. The same bits as the
-// form a block an item (dev/cuda/NOTES.md session 18).
-// Cfg: FwdWsCfg<DH> / FwdWsPersistentCfg<DH> (the API), or another form of dev/cuda/attention_forward.cu.
+// form a block an item. Otherwise block i of the 1-D grid is item i.
+// The launch order (first_row below): grouped_longest_first (fox/attention_order.cuh) in groups of head_group
+// heads. Cfg: FwdWsCfg<DH> / FwdWsPersistentCfg<DH> (the API); dev/cuda/attention_forward.cu times other shapes.
 template <int DH, class Cfg = FwdWsCfg<DH>>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
 fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -284,7 +284,6 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
               int *__restrict__ next_item) {
     constexpr int BM = Cfg::BM, BN = FWD_WS_BN, NWG = Cfg::NWG, ST = Cfg::STAGES;
     constexpr bool SKIP = Cfg::SKIP_DEAD, PERSIST = Cfg::PERSISTENT;
-    static_assert(!PERSIST || Cfg::GROUPED, "the persistent form takes items in the grouped order");
     extern __shared__ __align__(1024) unsigned char fwd_smem[];  // 1024: the 128-byte swizzle's period
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(fwd_smem);
     __nv_bfloat16 *Ks = Qs + BM * DH;          // [ST][BN][DH]
@@ -307,12 +306,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     const int q_shift = nqb * BM - (T + 63) / 64 * 64;
     auto first_row = [&](int i, int &bh) {  // item (block) i of the launch order: its head and first query row
         int mb;  // query block (the highest first: the longest rows)
-        if constexpr (Cfg::GROUPED) {
-            grouped_longest_first(i, nqb, PERSIST ? BH : (int)gridDim.x / nqb, head_group, mb, bh);
-        } else {
-            mb = blockIdx.x;
-            bh = blockIdx.y;
-        }
+        grouped_longest_first(i, nqb, PERSIST ? BH : (int)gridDim.x / nqb, head_group, mb, bh);
         return (nqb - 1 - mb) * BM - q_shift;
     };
     auto last_tile = [&](int q0) { return min((T - 1) / BN, (q0 + BM - 1) / BN); };
@@ -434,8 +428,7 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
         if (lane == 0) mbar_arrive(bar);
     };
     int s = 0, ks_par = 0, vs = 0, vs_par = 0;  // K(t)'s stage and parity, V(t-1)'s
-    // Declared here, not in attend: ptxas then fits the d_h 64 kernel a block an item without its 4-byte spill
-    // (+1.5-2.5% at T 16384, dev/cuda/NOTES.md session 19).
+    // Declared here, not in attend: ptxas then fits the d_h 64 kernel a block an item without its 4-byte spill.
     uint32_t pprev[BN / 16][4];  // tile t-1's P as bf16 A fragments (zero before an item's tile 0)
     float oacc[DH / 8][4];
     auto pv_issue = [&](const __nv_bfloat16 *Vp) {  // O += P(t-1) V(t-1), one m64n64 product per half of V
@@ -607,66 +600,19 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     }
 }
 
-// The API's group of heads in the forward's launch order (Cfg::GROUPED) at nqb query blocks a head, as
-// measured (`./attention_forward 0 orders`, held at the power cap with FOX_BENCH_SUSTAIN; dev/cuda/NOTES.md sessions
-// 12 and 27). At d_h 64, at most 16 heads, and only as many as have their K and V (T d_h 4 bytes a head) within
-// FWD_GROUP_KV_BYTES, half the H100's L2, so that every query block after a head's first reads them from L2, not
-// DRAM; of those, the most that divide the bh heads (a short last group costs more than a smaller group), unless
-// only 1 does. At d_h 128, about one wave of blocks (head after head at T 16384, 2 heads at T 8192, 4 at T 4096).
-inline constexpr long long FWD_GROUP_KV_BYTES = 24LL << 20;
-template <int DH> int fwd_head_group(int nqb, int T, int bh) {
-    if (DH == 128) {
-        const int g = fox_sm_count() / nqb;
-        return g > 1 ? g : 1;
-    }
-    const long long fit = FWD_GROUP_KV_BYTES / ((long long)T * DH * 4);
-    const int cap = fit < 1 ? 1 : fit > 16 ? 16 : (int)fit;
-    int divisor = 1;
-    for (int g = 2; g <= cap; g++)
-        if (bh % g == 0) divisor = g;
-    return divisor > 1 ? divisor : cap;
-}
-
-// The persistent forward's work counter for stream s on the current device: one a (device, stream), so that
-// forwards on different streams never share one (zeroed on its stream before each launch); allocated on first
-// use and kept (4 bytes a stream). NULL while s is being captured into a graph and has none yet (cudaMalloc is
-// not allowed there): the caller then launches a block an item.
-inline int *fwd_item_counter(cudaStream_t s) {
-    struct Counter {
-        int device;
-        cudaStream_t stream;
-        int *p;
-    };
-    static std::mutex lock;
-    static std::vector<Counter> counters;
-    int device;
-    FOX_CUDA_CHECK(cudaGetDevice(&device));
-    std::lock_guard<std::mutex> guard(lock);
-    for (const Counter &x : counters)
-        if (x.device == device && x.stream == s) return x.p;
-    cudaStreamCaptureStatus capture;
-    FOX_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-    if (capture != cudaStreamCaptureStatusNone) return nullptr;
-    int *p;
-    FOX_CUDA_CHECK(cudaMalloc(&p, sizeof(int)));
-    counters.push_back({device, s, p});
-    return p;
-}
-
-// The tensor maps are encoded per call (host work only; they carry the pointers) and passed by value.
-// head_group: the launch order's group of heads with Cfg::GROUPED (0: fwd_head_group's). With Cfg::PERSISTENT,
-// counter is fwd_item_counter's for s.
+// The tensor maps are encoded per call (host work only; they carry the pointers) and passed by value; the group
+// of heads is fwd_head_group's. With Cfg::PERSISTENT, counter is fwd_item_counter's for s.
 template <int DH, class Cfg = FwdWsCfg<DH>>
 void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
-                __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s, int head_group = 0,
+                __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s,
                 int *counter = nullptr) {
     const size_t smem = fwd_ws_smem_bytes<DH, Cfg>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
     const int nqb = (T + Cfg::BM - 1) / Cfg::BM;
-    const int want = head_group > 0 ? head_group : fwd_head_group<DH>(nqb, T, B * H), group = want < B * H ? want : B * H;
-    dim3 grid = Cfg::GROUPED ? dim3(nqb * B * H) : dim3(nqb, B * H);
+    const int want = fwd_head_group<DH>(nqb, T, B * H), group = want < B * H ? want : B * H;
+    dim3 grid(nqb * B * H);
     if (Cfg::PERSISTENT) {
         FOX_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), s));
         grid.x = nqb * B * H < fox_sm_count() ? nqb * B * H : fox_sm_count();
@@ -676,8 +622,8 @@ void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloa
 }
 
 // The forward the public API runs: on Hopper (an sm_90a build) the TMA-fed warpgroup-MMA kernel, persistent up to
-// T = FWD_PERSISTENT_MAX_T, where it measured faster (`./attention_forward 0 persistent`; dev/perf_history/2026-11-26.md), a block an
-// item beyond; mma.sync otherwise.
+// T = FWD_PERSISTENT_MAX_T, where it measured faster (`./attention_forward 0 persistent`), a block an item beyond;
+// mma.sync otherwise.
 template <int DH>
 void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
              __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s) {
@@ -686,7 +632,7 @@ void forward(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16
         return;
     }
     int *counter = T <= FWD_PERSISTENT_MAX_T ? fwd_item_counter(s) : nullptr;
-    if (counter) forward_ws<DH, FwdWsPersistentCfg<DH>>(q, k, v, c, o, lse, B, H, T, kv_first, s, 0, counter);
+    if (counter) forward_ws<DH, FwdWsPersistentCfg<DH>>(q, k, v, c, o, lse, B, H, T, kv_first, s, counter);
     else forward_ws<DH>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 

@@ -124,7 +124,7 @@ template <int ROWS> __device__ __forceinline__ int kmajor_at(int row0, int kk) {
 template <int ROWS> __device__ __forceinline__ int mnmajor_at(int hf, int kk) { return hf * ROWS * 64 + kk * 16 * 64; }
 // Each operand's descriptor, from the tile's descriptor (one add an MMA) or from the operand's own address (five
 // more uniform-datapath instructions an MMA). The backward takes the first; the d_h 64 forward measured slower
-// with it (ptxas's schedule of its P V products; dev/cuda/NOTES.md session 26), so the forward keeps the second.
+// with it (ptxas's schedule of its P V products), so the forward keeps the second.
 template <int ROWS> __device__ __forceinline__ uint64_t desc_kmajor(uint64_t tile, int row0, int kk) {
     return gmma_desc_add(tile, kmajor_at<ROWS>(row0, kk));
 }

@@ -1,6 +1,6 @@
 // fox/attention_traits.cuh: the attention kernels' tile shapes, threads per block and shared-memory
-// sizes (fox/attention_forward.cuh, fox/attention_backward.cuh, and the experiments of dev/cuda), and
-// the run-time choice between the warpgroup-MMA and mma.sync paths.
+// sizes (fox/attention_forward.cuh, fox/attention_backward.cuh), and the run-time choice between the
+// warpgroup-MMA and mma.sync paths.
 #ifndef FOX_ATTENTION_TRAITS_CUH
 #define FOX_ATTENTION_TRAITS_CUH
 
@@ -19,9 +19,10 @@ __host__ __device__ __forceinline__ float key_gate_log2(float cj, float c_ref) {
 inline constexpr int NWARPS = 8;              // backward warps per block (the compute warps)
 inline constexpr int NTHREADS = NWARPS * 32;
 inline constexpr int FWD_BM = 128;            // forward: query rows per block
-inline constexpr int FWD_BN = 64;             // forward: keys per pipelined tile (FwdCfg: 128 at WG dh 128)
+inline constexpr int FWD_BN = 64;             // forward (mma.sync): keys per pipelined tile
 inline constexpr int BWD_BN = 128;            // backward: keys per block (16 per warp)
-static_assert(FWD_BM == FOX_ACP_BLOCK && BWD_BN == FOX_ACP_BLOCK, "tiles must nest in the ACP grid");
+static_assert(FWD_BM == FOX_ACP_BLOCK && BWD_BN == FOX_ACP_BLOCK && FOX_ACP_BLOCK % FWD_BN == 0,
+              "tiles must nest in the ACP grid");
 
 // The backward's fp32 dQ accumulator: per (b, h), ceil(T / 64) blocks of 64 query rows x
 // d_h (rows past T are padding), each block in the order of the MMA accumulator fragments: 16-row warp slices,
@@ -36,21 +37,18 @@ __host__ __device__ __forceinline__ int dq_acc_offset(int t, int c, int dh) {
     return (t - r) * dh + (((slice * (dh / 8) + c / 8) * 2 + half) * 32 + g * 4 + (c % 8) / 2) * 2 + c % 2;
 }
 
-// Forward block shape. WG: the Hopper warpgroup-MMA path, 8 warps of 16 rows; mma.sync: each warp owns MT
-// row tiles of 16, so every K/V fragment read from smem feeds MT mma.
-template <int DH, bool WG = false> struct FwdCfg {
-    static constexpr int MT = DH == 64 && !WG ? 2 : 1;  // dh 128 has no registers for a second row tile
+// The mma.sync forward's block shape (fwd_kernel): each warp owns MT row tiles of 16, so every K/V fragment read
+// from smem feeds MT mma.
+template <int DH> struct FwdCfg {
+    static constexpr int MT = DH == 64 ? 2 : 1;  // dh 128 has no registers for a second row tile
     static constexpr int THREADS = FWD_BM / (16 * MT) * 32;
-    // dh 64: 3 would cap mma.sync at 168 registers (spills); the warpgroup path needs ~126 at 256 threads.
-    // dh 128: O alone is 64 registers per thread.
+    // dh 64: 3 would cap mma.sync at 168 registers (spills). dh 128: O alone is 64 registers per thread.
     static constexpr int MIN_BLOCKS = DH == 64 ? 2 : 1;
 };
 
-// Forward smem: the Q tile, K double-buffered, V double- (or, PIPE, triple-) buffered, the gate terms;
-// key tiles of BN.
-template <int DH, bool PIPE = false, int BN = FWD_BN> size_t fwd_smem_bytes() {
-    static_assert(FOX_ACP_BLOCK % BN == 0, "key tiles nest in the ACP grid");
-    return (size_t)(FWD_BM + (PIPE ? 5 : 4) * BN) * DH * 2 + (2 * BN + 2) * 4;
+// Its smem: the Q tile, K and V double-buffered, the gate terms.
+template <int DH> size_t fwd_smem_bytes() {
+    return (size_t)(FWD_BM + 4 * FWD_BN) * DH * 2 + (2 * FWD_BN + 2) * 4;
 }
 
 // The Hopper forward (fwd_ws_kernel): NWG consumer warpgroups of 64 query rows (a block of 64 NWG rows)
@@ -58,36 +56,24 @@ template <int DH, bool PIPE = false, int BN = FWD_BN> size_t fwd_smem_bytes() {
 // terms. One block per SM; setmaxnreg moves the producer's registers to the consumers within the block's
 // 65,536: d_h 64 has three consumer warpgroups, 128 x 24 + 384 x 160; d_h 128 two, 128 x 24 + 256 x 240 (S and
 // O alone take 128 registers a thread there). K, V and the gate terms in STAGES stages; key tiles of FWD_WS_BN
-// (S one m64n128 product per k16 step). GROUPED, the launch order: a 1-D grid in groups of heads, each
-// group's longest query blocks first (grouped_longest_first; the group size is the launcher's, the API's
-// fwd_head_group); else the grid (query blocks, heads), head after head (a group of one head). SKIP_DEAD: a
-// warpgroup's dead tiles (fwd_ws_kernel) skip the softmax and P V rather than being masked whole. PERSISTENT:
-// a block an SM taking the grouped order's items from a counter (fwd_ws_kernel). FwdWsShape derives the block's
-// rows, threads and register split from NWG; FwdWsCfg<DH> is the API's form, FwdWsPersistentCfg<DH> its
-// persistent form (up to T = FWD_PERSISTENT_MAX_T), dev/cuda/attention_forward.cu instantiates others.
+// (S one m64n128 product per k16 step). The blocks run in the launch order of fox/attention_order.cuh (a 1-D
+// grid in groups of heads, each group's longest query blocks first). SKIP_DEAD (d_h 64): a warpgroup's dead
+// tiles (fwd_ws_kernel) skip the softmax and P V rather than being masked whole. PERSISTENT: a block an SM
+// taking the order's items from a counter (fwd_ws_kernel). FwdWsShape derives the block's rows, threads and
+// register split from NWG; FwdWsCfg<DH> is the API's form, FwdWsPersistentCfg<DH> its persistent form (up to
+// T = FWD_PERSISTENT_MAX_T); dev/cuda/attention_forward.cu times other shapes.
 inline constexpr int FWD_WS_BN = 128;
 inline constexpr int FWD_PERSISTENT_MAX_T = 8192;  // the longest T the API runs the forward persistent at
-template <int NWG_, int STAGES_, bool GROUPED_, bool SKIP_DEAD_, bool PERSISTENT_ = false> struct FwdWsShape {
+template <int NWG_, int STAGES_, bool SKIP_DEAD_, bool PERSISTENT_ = false> struct FwdWsShape {
     static constexpr int NWG = NWG_, STAGES = STAGES_;
-    static constexpr bool GROUPED = GROUPED_, SKIP_DEAD = SKIP_DEAD_, PERSISTENT = PERSISTENT_;
+    static constexpr bool SKIP_DEAD = SKIP_DEAD_, PERSISTENT = PERSISTENT_;
     static constexpr int BM = 64 * NWG, THREADS = 128 * (NWG + 1), PRODUCER_WARP = 4 * NWG;
     static constexpr int REGS_CONSUMER = NWG == 3 ? 160 : 240, REGS_PRODUCER = 24;
     static_assert(REGS_PRODUCER * 128 + REGS_CONSUMER * 128 * NWG <= 65536, "the block's registers");
     static_assert(FOX_ACP_BLOCK % FWD_WS_BN == 0 && FOX_ACP_BLOCK % 64 == 0, "key tiles and warpgroups nest in the ACP grid");
 };
-template <int DH> struct FwdWsCfg : FwdWsShape<DH == 64 ? 3 : 2, DH == 64 ? 3 : 2, true, DH == 64> {};
-template <int DH> struct FwdWsPersistentCfg : FwdWsShape<DH == 64 ? 3 : 2, DH == 64 ? 3 : 2, true, DH == 64, true> {};
-
-// The order "longest first in groups of heads" of a 1-D grid of nheads x nblk blocks: block i lies in group
-// i / (group nblk) of `group` heads (1 <= group <= nheads; the last group may have fewer), where every head's
-// longest walk comes first, then every head's second longest, ... rank: the block's place in its head's walks
-// (0: the longest); bh: the head.
-__device__ __forceinline__ void grouped_longest_first(int i, int nblk, int nheads, int group, int &rank, int &bh) {
-    const int per = group * nblk, g0 = i / per * group, r = i % per;
-    const int heads = min(group, nheads - g0);
-    rank = r / heads;
-    bh = g0 + r % heads;
-}
+template <int DH> struct FwdWsCfg : FwdWsShape<DH == 64 ? 3 : 2, DH == 64 ? 3 : 2, DH == 64> {};
+template <int DH> struct FwdWsPersistentCfg : FwdWsShape<DH == 64 ? 3 : 2, DH == 64 ? 3 : 2, DH == 64, true> {};
 
 // Its smem: the Q tile, K and V in STAGES stages each, the gate terms of each stage (c_ref padded to an even
 // count: the mbarriers are 8-byte aligned), with PERSISTENT the item's rows' c and the item (4 ints), then the
@@ -110,79 +96,30 @@ template <int DH, int BM> size_t bwd_smem_bytes() {
 }
 
 // Backward smem with a TMA producer (bwd_ws_kernel, 384 threads: two compute warpgroups and a third that holds
-// the sync warp and the producer): bwd_smem_bytes' tiles, then the mbarriers (K/V full, Q/dO/row-stat full and
-// empty per stage, 2 stages; K/V empty) and two work-item slots (the persistent form's).
-// With DQ_BULK, before the mbarriers: the query tile's dQ in the accumulator's order (dq_acc_offset) and its dc
-// row sums, for the copy engine's and the sync warp's adds.
-template <int DH, int BM, bool DQ_BULK> size_t bwd_ws_smem_bytes() {
-    return bwd_smem_bytes<DH, BM>() + (DQ_BULK ? (size_t)BM * (DH + 1) * 4 : 0) + 6 * 8 + 2 * 4;
+// the sync warp and the producer): bwd_smem_bytes' tiles, the query tile's dQ in the accumulator's order
+// (dq_acc_offset) and its dc row sums (for the copy engine's and the sync warp's adds), then the mbarriers (K/V
+// full, Q/dO/row-stat full and empty per stage, 2 stages; K/V empty) and two work-item slots.
+template <int DH, int BM> size_t bwd_ws_smem_bytes() {
+    return bwd_smem_bytes<DH, BM>() + (size_t)BM * (DH + 1) * 4 + 6 * 8 + 2 * 4;
 }
 
-// The deterministic Hopper backward's form per head size (bwd_ws_kernel; each measured faster at its size,
-// dev/cuda/NOTES.md sessions 8 and 9): TMA, a producer warp loads Q, dO and the row stats (else the compute
-// warps, with cp.async); TURNS, the compute warpgroups take turns issuing their MMAs (0: never, 1: at each
-// tile's first issue, 2: at every issue); MASK_PASS, the causal mask as a pass over S^T (else two copies of
-// the P^T / dS^T loop); BM, the query rows per tile: 64, or 128 at d_h 64 (two sub-tiles of 64 per tile);
-// DQ_BULK, a tile's dQ goes through smem to one bulk add by the copy engine (else fp32 atomics from registers);
-// K_REGS (d_h 64), K's A fragments held in registers for S^T (else read from smem at every sub-tile; V's too
-// did not fit: ptxas serialized the MMAs); PERSISTENT (since session 18), one block an SM taking key blocks in the
-// launch order from a work counter (bwd_ws_kernel), else a block a key block;
-// ORDER, the key blocks add a query tile in the fixed order (else as they come: --deterministic 0).
-// GROUPED, the launch order: a 1-D grid in groups of HEAD_GROUP heads (0: bwd_head_group's, by T and d_h;
-// bwd_block_of): with ORDER, in each group the first chain's key blocks, highest first, every head's at each
-// rank, then the next chain's; without it every head's key block 0 (the longest walk), then every head's key
-// block 1, ... Else the grid (key blocks, heads), highest key block first, head after head (one chain). Small
-// groups keep a head's Q, dO and dQ accumulator in L2 for its blocks resident at once; all heads at once
-// measured 33% slower at T 4096 (dev/cuda/NOTES.md, session 11).
+// The Hopper backward's form per head size (bwd_ws_kernel, which describes each; the fastest measured at each
+// size): BM, the query rows per tile: 128 at d_h 64 (two sub-tiles of 64 per tile), 64 at d_h 128; TURNS (d_h
+// 128), the compute warpgroups take turns at every MMA issue; MASK_PASS (d_h 64), the causal mask as a pass over
+// S^T (else two copies of the P^T / dS^T loop); K_REGS (d_h 64), K's A fragments held in registers for S^T (else
+// read from smem at every sub-tile). ORDER: the key blocks add a query tile in the fixed order, in chains
+// (BwdDetCfg), or as they come (BwdAtomicCfg, --deterministic 0). The launch order and its groups of heads are
+// fox/attention_order.cuh's (bwd_block_of, bwd_head_group).
 template <int DH> struct BwdDetCfg {
-    static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = true, GROUPED = true;
-    static constexpr bool K_REGS = DH == 64;
-    static constexpr bool PERSISTENT = true;
-    static constexpr int TURNS = DH == 128 ? 2 : 0;
+    static constexpr bool ORDER = true, TURNS = DH == 128, MASK_PASS = DH == 64, K_REGS = DH == 64;
     static constexpr int BM = DH == 64 ? 128 : 64;
-    static constexpr int HEAD_GROUP = 0;
 };
-// The same kernel form without the order (the API's nondeterministic backward on Hopper), its blocks launched
-// longest first in groups of 4 heads: with no order to keep, nothing waits on a block launched later.
 template <int DH> struct BwdAtomicCfg : BwdDetCfg<DH> {
     static constexpr bool ORDER = false;
-    static constexpr int HEAD_GROUP = 4;
 };
 // With the order, the first add of each query tile to its chain's accumulator stores it (bwd_ws_kernel): the
 // accumulators are not zeroed first (bwd_dq reads only what was stored).
-template <class Cfg> __host__ __device__ constexpr bool bwd_store_first() { return Cfg::ORDER && Cfg::DQ_BULK; }
-
-// The deterministic order's chains (docs/model.md §1.6): a head's key blocks [0, nblk) split into `chains`
-// ranges [lo(c), lo(c + 1)), halving: [0, nblk/2), [nblk/2, 3 nblk/4), ..., the last up to nblk (empty ones at
-// small nblk). Each chain adds into its own dQ accumulator and dc row sums in its own fixed order (highest
-// key block first), so its blocks wait only on blocks of the chain, and a chain of short walks launched after
-// one of long walks keeps the order: the launch is longest chain first with no block ever waiting on one
-// launched after it. bwd_dq adds the chains, first to last.
-inline constexpr int BWD_CHAINS = 4;  // the API's deterministic backward; the scratch holds this many
-__host__ __device__ __forceinline__ int bwd_chain_lo(int c, int chains, int nblk) {
-    return c >= chains ? nblk : nblk - (nblk >> c);
-}
-// Whether chain c has a live key block in ACP row m (q_last: the ACP hook, this head's, or NULL): its first
-// block is at or below the diagonal, and it holds the diagonal block m or its highest block is live there (the
-// row's live blocks are [kv_first[m], m], fox/acp.h). A chain without one never touched the row's tiles.
-__host__ __device__ __forceinline__ bool bwd_chain_live(int c, int chains, int nblk, int m, const int *qlh) {
-    const int lo = bwd_chain_lo(c, chains, nblk), hi = bwd_chain_lo(c + 1, chains, nblk);
-    return lo <= m && lo < hi && (m < hi || !qlh || qlh[hi - 1] >= m);
-}
-
-// Block i of a GROUPED backward's 1-D grid (BwdDetCfg, above; nheads x nblk blocks): its key block nb, head bh
-// and chain. ordered: the chains' order (rank r of chain [lo, hi) is key block lo + hi - 1 - r); else longest
-// first (one chain).
-__device__ __forceinline__ void bwd_block_of(int i, int nblk, int nheads, int group, bool ordered, int chains, int &nb,
-                                             int &bh, int &chain) {
-    int rank;
-    grouped_longest_first(i, nblk, nheads, group, rank, bh);
-    chain = 0;
-    nb = rank;
-    if (!ordered) return;
-    while (rank >= bwd_chain_lo(chain + 1, chains, nblk)) chain++;
-    nb = bwd_chain_lo(chain, chains, nblk) + bwd_chain_lo(chain + 1, chains, nblk) - 1 - rank;
-}
+template <class Cfg> __host__ __device__ constexpr bool bwd_store_first() { return Cfg::ORDER; }
 
 // The sync warpgroup's register split (setmaxnreg): 2 compute warpgroups x 240 + the sync warpgroup x 24
 // = 64.5k of the 65536 registers (the 384-thread block starts at 168 each, 64.5k).

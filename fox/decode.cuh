@@ -130,7 +130,7 @@ __global__ void decode_qkv_kernel(bf16 *q, int *first, unsigned long long *keys_
     }
     if (!cl.c) return;
     float *ch = cl.c + w * cl.max_len;
-    if (lane == 0) {  // fox_gate_log_f's value (fox/attention.cuh) for this row
+    if (lane == 0) {  // fox_gate_log_f's value (fox/forget_gate.cuh) for this row
         const float logit = cf >= 0 ? proj_logit(s.proj, b, cf + h) : 0.0f;
         float lf = starts ? FOX_DOC_LOG_F : fbias ? logsigmoidf_(fbias[h] + logit) : 0.0f;
         ch[t] = ch[t - 1] + lf;

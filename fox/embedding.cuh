@@ -1,5 +1,6 @@
 // fox/embedding.cuh: the token embedding (no positional embedding) and its backward, which sums each token's
 // rows in a fixed order from buckets of positions built on the host (deterministic, no atomics).
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_EMBEDDING_CUH
 #define FOX_EMBEDDING_CUH
 

@@ -13,6 +13,7 @@
 // Layouts: token q, k, v (B, H, T, dh), o and dO (B, T, H, dh), c and lse (B, H, T), as fox/attention.cuh; a memory
 // state's q, k, v (B, H, M, dh) and its o, dO (B, M, H, dh) (rows of D = H·dh), lse (B, H, M); the states of a
 // layer one after the other. dev/cuda/fam.cu checks the kernels against a double-precision loop and times them.
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_FAM_CUH
 #define FOX_FAM_CUH
 

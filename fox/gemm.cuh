@@ -3,6 +3,7 @@
 // beta = 1 epilogue). Row-major helpers for the three products of a linear layer y = x Wᵀ. Each shape's
 // algorithm is chosen at its first product by timing the heuristic's candidates that give the same bits
 // as its first choice (gemm_tune), so results do not depend on the choice.
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_GEMM_CUH
 #define FOX_GEMM_CUH
 

@@ -37,6 +37,7 @@
 // The chunk kernels are written once as a sequence of block-wide steps (x.each: every thread runs the step,
 // then the block waits), so dev/cuda/gsa.cu can run the same code on the CPU, a thread at a time
 // (GsaEmulated); their MMA tiles (gsa_tile) then compute the same products in plain loops.
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_GSA_CUH
 #define FOX_GSA_CUH
 

@@ -1,5 +1,6 @@
 // fox/output_gate.cuh: the attention's output norm and gate, z = RMSNorm_head(o) ⊙ σ(W_g x) (paper eq. 21 and
 // 23), forward and backward (the backward also writes z again where the forward did not keep it).
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_OUTPUT_GATE_CUH
 #define FOX_OUTPUT_GATE_CUH
 

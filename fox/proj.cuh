@@ -1,5 +1,6 @@
 // fox/proj.cuh: attn_in_w's output rows (proj) as the GPU keeps them: its d_model-row blocks in bf16 and its
 // per-head logits in fp32 (docs/model.md §1.6), and where a column of either is.
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_PROJ_CUH
 #define FOX_PROJ_CUH
 

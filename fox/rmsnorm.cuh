@@ -1,6 +1,7 @@
 // fox/rmsnorm.cuh: the RMSNorm of the residual stream (each block's two pre-norms and the final norm), forward
 // and backward (the backward also writes the forward's output again where it was not kept, and adds the weight's
 // gradient: block partials, then fixed-order column sums).
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_RMSNORM_CUH
 #define FOX_RMSNORM_CUH
 

@@ -1,5 +1,6 @@
 // fox/swiglu.cuh: the MLP's SwiGLU, h = silu(a) ⊙ b, forward and backward (the backward also writes h again
 // where the forward did not keep it).
+// Measurements and the variants tried: dev/cuda/NOTES.md, section "Index: the notes of each product kernel".
 #ifndef FOX_SWIGLU_CUH
 #define FOX_SWIGLU_CUH
 

@@ -1,10 +1,12 @@
 // dev/cuda/attention_backward.cu: the Forgetting Attention backward (step 2, the dK / dV / dQ / dS-sums
 // kernel) in every version tried, numbered by the order of the dQ / dc adds across key blocks, each
 // checked against the fp64 CPU reference (attention_ref.h) and timed beside the public API
-// (fox/attention.cuh, whose kernels are versions 1 and 3 on mma.sync, and 40 (bwd_ws_kernel, in the order or,
-// for the nondeterministic API, without it) on warpgroup MMA at both head sizes; its deterministic ones were 13
-// and 15 until session 8, 35 / 33 at d_h 64 / 128 until session 9, 38 / 33 until session 10, and its
-// nondeterministic warpgroup-MMA kernels 14 / 16 until session 10).
+// (fox/attention.cuh, whose kernels are versions 1 and 3 on mma.sync, and on warpgroup MMA at both head sizes
+// fox/attention_backward.cuh's bwd_ws_kernel: 50 in the order's four chains, 47 in one, 41 without the order;
+// its deterministic ones were 13 and 15 until session 8, 35 / 33 at d_h 64 / 128 until session 9, 38 / 33 until
+// session 10, and its nondeterministic warpgroup-MMA kernels 14 / 16 until session 10). Versions 29-40, 42-46 and
+// 51-56 and 63 run bwd_ws_forms_kernel below: the product's kernel with every switch tried (63: at the API's
+// settings).
 //   make attention_backward
 //   ./attention_backward            every version: checks, then timings
 //   ./attention_backward 13         version 13 only (and the API); 13,15,21: those three
@@ -150,6 +152,9 @@
 // 62 (session 25, commit 6e5f912, removed since): the API's deterministic form at d_h 64 with sub-tile 0's dV / dK
 //    products issued after sub-tile 1's S^T / dP^T, under its softmax step. Same bits; 3-5% slower (H100: B 1 H 24
 //    428.0 / 428.0 against 451.1 / 447.1).
+// 63 (2026-11-29): bwd_ws_forms_kernel, this program's copy of the product kernel with every switch of versions
+//    29-56, at the API's settings; it must give the API's bits (api_bits). Since 2026-11-29 the product's
+//    bwd_ws_kernel holds the API's settings alone, and the other forms run here.
 #include "attention_ref.h"  // reference, checks, timing; includes fox/attention.cuh (primitives, traits)
 
 #include <limits.h>  // INT_MAX
@@ -815,9 +820,552 @@ void backward_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfl
 }
 
 
-// Versions 29-35 (session 8, "the deterministic backward with the forward's lessons"): the product's
-// bwd_ws_kernel (fox/attention_backward.cuh, which describes each switch) in the forms the API does not run,
-// chosen by DevDetCfg: TURNS (0 none, 1 at a tile's first MMA issue, 2 at every issue), TMA (a producer warp
+// Versions 29-56: the Hopper backward's kernel with every switch tried, bwd_ws_forms_kernel below. The product's
+// bwd_ws_kernel (fox/attention_backward.cuh, which describes the kernel) is this kernel with the switches at the
+// API's settings (DevApiCfg) and their other branches taken out; the checks compare the two bit for bit (versions
+// 47, 54, 56 and 63 against the API; 29-40 against 40, itself checked against 47). The switches:
+// TMA, a producer warp loads Q, dO and the row stats (else the compute warps, with cp.async); TURNS, the compute
+// warpgroups take turns issuing their MMAs (0: never, 1: at each tile's first issue, 2: at every issue);
+// MASK_PASS, the causal mask as a pass over S^T (else two copies of the P^T / dS^T loop); BM, the query rows per
+// tile: 64, or 128 at d_h 64 (two sub-tiles of 64 per tile); DQ_BULK, a tile's dQ goes through smem to one bulk
+// add by the copy engine (else fp32 atomics from registers, each compute warpgroup adding its columns once the
+// sync warp holds the tile); K_REGS (d_h 64), K's A fragments held in registers for S^T (else read from smem at
+// every sub-tile; V's too did not fit: ptxas serialized the MMAs); PERSISTENT (since session 18), one block an SM
+// taking key blocks in the launch order from a work counter, else a block a key block; ORDER, the key blocks add
+// a query tile in the fixed order (else as they come: --deterministic 0). GROUPED, the launch order: a 1-D grid in
+// groups of HEAD_GROUP heads (0: bwd_head_group's, by T and d_h; bwd_block_of): with ORDER, in each group the first
+// chain's key blocks, highest first, every head's at each rank, then the next chain's; without it every head's key
+// block 0 (the longest walk), then every head's key block 1, ... Else the grid (key blocks, heads), highest key
+// block first, head after head (one chain). Small groups keep a head's Q, dO and dQ accumulator in L2 for its
+// blocks resident at once; all heads at once measured 33% slower at T 4096 (session 11).
+template <int DH, bool ORDER_ = true> struct DevApiCfg {
+    static constexpr bool TMA = true, MASK_PASS = DH == 64, DQ_BULK = true, ORDER = ORDER_, GROUPED = true;
+    static constexpr bool K_REGS = DH == 64;
+    static constexpr bool PERSISTENT = true;
+    static constexpr int TURNS = DH == 128 ? 2 : 0;
+    static constexpr int BM = DH == 64 ? 128 : 64;
+    static constexpr int HEAD_GROUP = ORDER_ ? 0 : BWD_ATOMIC_HEAD_GROUP;
+};
+// With the order and the copy engine's adds, the first add of each query tile to its chain's accumulator stores it.
+template <class Cfg> __host__ __device__ constexpr bool forms_store_first() { return Cfg::ORDER && Cfg::DQ_BULK; }
+// The smem of bwd_ws_forms_kernel: bwd_ws_smem_bytes' without DQ_BULK's dQ tile and dc row sums.
+template <int DH, int BM, bool DQ_BULK> size_t forms_smem_bytes() {
+    return bwd_ws_smem_bytes<DH, BM>() - (DQ_BULK ? 0 : (size_t)BM * (DH + 1) * 4);
+}
+template <int DH, class Cfg>
+__global__ void __launch_bounds__(NTHREADS + 128, 1)
+bwd_ws_forms_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+               const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
+               const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c,
+               const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse, const float *__restrict__ Dg,
+               float *__restrict__ dq_acc, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
+               float *__restrict__ dc, float *__restrict__ dc_chains, float *__restrict__ colsum,
+               int *__restrict__ sem, int *__restrict__ next_item, int H, int T, const int *__restrict__ q_last,
+               int nheads, int chains, int group) {
+    constexpr int BM = Cfg::BM, BN = BWD_BN, TPB = FOX_ACP_BLOCK / BM;  // TPB query tiles per ACP row
+    static_assert(BM == 64 || (BM == 128 && DH == 64), "query tiles of 64, or of 128 at d_h 64");
+    constexpr int NSUB = BM / 64;        // sub-tiles of 64 queries per tile (see above)
+    constexpr bool DQ_LATE = DH == 128;  // dQ of tile it-1 issued after tile it's softmax (see above)
+    constexpr int TURNS = Cfg::TURNS;
+    constexpr bool TMA = Cfg::TMA, MASK_PASS = Cfg::MASK_PASS, DQ_BULK = Cfg::DQ_BULK, K_REGS = Cfg::K_REGS;
+    constexpr bool PERSISTENT = Cfg::PERSISTENT;
+    static_assert(!PERSISTENT || (TMA && Cfg::GROUPED), "a persistent block takes its items from the producer, in the grouped order");
+    extern __shared__ __align__(1024) unsigned char bwd_smem[];  // 1024: the 128-byte swizzle's period
+    __nv_bfloat16 *Ks = reinterpret_cast<__nv_bfloat16 *>(bwd_smem);  // [BN][DH]
+    __nv_bfloat16 *Vs = Ks + BN * DH;                                   // [BN][DH]
+    __nv_bfloat16 *Qs = Vs + BN * DH;                                   // [2][BM][DH]
+    __nv_bfloat16 *dOs = Qs + 2 * BM * DH;                              // [2][BM][DH]
+    __nv_bfloat16 *dSt = dOs + 2 * BM * DH;                             // [2][BN][BM]: dS^T (swz_halves)
+    float *rs = reinterpret_cast<float *>(dSt + 2 * BN * BM);           // [2][BM]: bwd_row_stats' r
+    float *Ds = rs + 2 * BM;                                            // [2][BM]
+    float *rowsum = Ds + 2 * BM;                                        // [2][NWARPS][BM]: dS row sums
+    float *dQs = rowsum + 2 * NWARPS * BM;                              // DQ_BULK: [BM * DH] (dq_acc_offset)
+    float *dcs = dQs + (DQ_BULK ? BM * DH : 0);                         // DQ_BULK: [BM], dc row sums
+    uint64_t *kv_full = reinterpret_cast<uint64_t *>(dcs + (DQ_BULK ? BM : 0));  // TMA only
+    uint64_t *full = kv_full + 1, *empty = full + 2, *kv_empty = empty + 2;  // kv_empty: PERSISTENT only
+    int *item_slot = reinterpret_cast<int *>(kv_empty + 1);                    // PERSISTENT: [2]
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0), w4 = warp >> 2;  // shfl: provably warp-uniform
+    const int g = lane >> 2, tq = lane & 3;
+    const int nblk = (T + BWD_BN - 1) / BWD_BN, nqt = (T + BM - 1) / BM, items = nheads * nblk;
+    const size_t ld_o = (size_t)H * DH;
+    // The work item (a key block of a head) and what follows from it, set by begin_item: key block nb of head
+    // bh, in chain `chain` (Cfg::GROUPED: item i of bwd_block_of's order, `group` heads a group; else one chain,
+    // highest first in each head, head after head), the query tiles it walks, its pointers.
+    int nb = 0, bh = 0, chain = 0, chain_lo = 0, chain_hi = 0, b = 0, h = 0, k0 = 0, qt_first = 0, qt_last = 0, ntiles = 0;
+    size_t head_off = 0;
+    const __nv_bfloat16 *qh = nullptr, *kh = nullptr, *vh = nullptr, *doh = nullptr;
+    const float *ch = nullptr, *lh = nullptr, *Dsh = nullptr;
+    const int *qlh = nullptr;
+    float *dqh = nullptr, *dch = nullptr, c_ref = 0.f;
+    int *semh = nullptr;
+    auto begin_item = [&](int i) {
+        if constexpr (Cfg::GROUPED) {
+            bwd_block_of(i, nblk, nheads, group, Cfg::ORDER, chains, nb, bh, chain);
+        } else {
+            nb = nblk - 1 - i % nblk;
+            bh = i / nblk;
+        }
+        chain_lo = bwd_chain_lo(chain, chains, nblk), chain_hi = bwd_chain_lo(chain + 1, chains, nblk);
+        b = bh / H, h = bh % H;
+        head_off = (size_t)bh * T;
+        qh = q + head_off * DH, kh = k + head_off * DH, vh = v + head_off * DH;
+        ch = c + head_off, lh = lse + head_off, Dsh = Dg + head_off;
+        doh = dout + (size_t)b * T * ld_o + (size_t)h * DH;
+        // This head's accumulators in its chain's (dq_acc_offset; dc's row sums: chain 0 in dc, the others after it).
+        dqh = dq_acc + ((size_t)chain * nheads + bh) * dq_acc_rows(T) * DH;
+        dch = chain == 0 ? dc + head_off : dc_chains + ((size_t)(chain - 1) * nheads + bh) * T;
+        k0 = nb * BN;
+        c_ref = ch[k0];
+        qlh = q_last ? q_last + (size_t)bh * nblk : nullptr;
+        const int m_last = qlh ? min(nblk - 1, max(qlh[nb], nb)) : nblk - 1;
+        qt_first = k0 / BM;
+        qt_last = min(nqt - 1, (m_last + 1) * TPB - 1);
+        ntiles = qt_last - qt_first + 1;
+        semh = sem + ((size_t)chain * nheads + bh) * nqt;
+    };
+    // Cfg::PERSISTENT: one block an SM takes items in order from the counter `next_item` (the producer's lane 0
+    // claims them and posts each in item_slot[n % 2] before K and V's copy completes kv_full's phase n; the other
+    // warps read it there, through shfl: warp-uniform, so the item's values sit in uniform registers as blockIdx's
+    // do; read plainly they cost the tiles what the persistence saved, NOTES.md session 18); items >=
+    // `items` end the block. Else the block's one item is its index.
+    auto item_at = [&](int n) -> int {
+        if constexpr (PERSISTENT) return __shfl_sync(0xffffffffu, item_slot[n & 1], 0);
+        else return n == 0 ? (int)(Cfg::GROUPED ? blockIdx.x : blockIdx.y * nblk + blockIdx.x) : items;
+    };
+
+    if constexpr (TMA) {
+        if (tid == 0) {
+            mbar_init(kv_full, 1);
+            mbar_init(kv_empty, NWARPS);
+            for (int s = 0; s < 2; s++) {
+                mbar_init(full + s, 32);
+                mbar_init(empty + s, NWARPS);
+            }
+            mbar_fence_init();
+        }
+        __syncthreads();
+    }
+    if (warp >= NWARPS) {  // the sync warpgroup gives its registers to the compute warpgroups
+        setmaxnreg_dec<BWD_REGS_SYNC>();
+        if (warp == NWARPS) {  // the sync warp
+            // DQ_BULK, query tile t acquired: once the compute warps have put its dQ and dc row sums in smem
+            // (barrier 1), lane 0 has the copy engine add the dQ tile (one contiguous range of the accumulator,
+            // whole 64-row blocks; the chain's first add in the order stores it, bwd_store_first), the lanes
+            // add the dc sums, the smem tile goes back to the compute warps (barrier 2) once read, and the adds
+            // are complete before the release.
+            auto bulk_add_dq = [&](int t, bool first) {
+                named_bar_sync(1, NTHREADS + 32);
+                const int i0 = t * BM, rows = min(BM, T - i0);
+                if (lane == 0) {
+                    fence_proxy_async_global();  // the acquire before the copy engine's add
+                    const uint32_t bytes = (uint32_t)(dq_acc_rows(rows) * DH * 4);
+                    if (forms_store_first<Cfg>() && first) bulk_store(dqh + (size_t)i0 * DH, dQs, bytes);
+                    else bulk_reduce_add_f32(dqh + (size_t)i0 * DH, dQs, bytes);
+                    bulk_commit();
+                }
+                for (int r = lane; r < rows; r += 32) atomicAdd(dch + i0 + r, dcs[r]);
+                if (lane == 0) bulk_wait<true>();
+                __syncwarp();
+                if (t < qt_last) named_bar_arrive(2, NTHREADS + 32);
+                if (lane == 0) {
+                    bulk_wait<false>();
+                    fence_proxy_async_global();  // the copy engine's add before the release
+                }
+                __syncwarp();
+            };
+            for (int n = 0;; n++) {
+                if constexpr (PERSISTENT) mbar_wait(kv_full, n & 1);  // item n posted
+                const int i = item_at(n);
+                if (i >= items) break;
+                begin_item(i);
+                int ord_row = -1, before = 0;
+                bool last = false;
+                if (DQ_BULK) named_bar_arrive(2, NTHREADS + 32);  // the smem dQ tile starts free
+                for (int t = qt_first; t <= qt_last; t++) {
+                    const int m = t / TPB;
+                    if (m != ord_row) {
+                        ord_row = m;
+                        acp_order(m, nb, chain_lo, chain_hi, qlh, before, last);
+                    }
+                    if (Cfg::ORDER && lane == 0 && before > 0) {
+                        unsigned spins = 0;
+                        while (ld_acquire_gpu(semh + t) < before) {
+                            __nanosleep(32);
+                            if (++spins > (1u << 27)) __trap();  // a missing predecessor: fail loudly, never hang
+                        }
+                    }
+                    __syncwarp();
+                    if constexpr (DQ_BULK) {
+                        bulk_add_dq(t, before == 0);
+                    } else {
+                        named_bar_arrive(2, 128 + 32);  // t acquired: each compute warpgroup may add it, independently
+                        named_bar_arrive(3, 128 + 32);
+                        named_bar_sync(1, NTHREADS + 32);  // every compute warp has issued its adds of t
+                    }
+                    if (lane == 0) red_release_gpu_add(semh + t, 1);
+                    __syncwarp();
+                }
+            }
+        } else if (TMA && warp == NWARPS + 1) {  // the producer (see above)
+            int gt = 0;  // query tiles loaded so far (the Q / dO stages' count)
+            for (int n = 0;; n++) {
+                if constexpr (PERSISTENT) {  // claim and post item n; a claim past the last ends every warp
+                    // Not before item n-1's K and V are read: then every warp has taken item n-1 from its slot
+                    // and waited on kv_full's phase n-1, so neither is overtaken.
+                    if (n > 0) mbar_wait(kv_empty, (n - 1) & 1);
+                    if (lane == 0) {
+                        const int i = atomicAdd(next_item, 1);
+                        item_slot[n & 1] = i;
+                        if (i >= items) mbar_arrive(kv_full);
+                    }
+                    __syncwarp();
+                }
+                const int i = item_at(n);
+                if (i >= items) break;
+                begin_item(i);
+                if (lane == 0) {
+                    mbar_arrive_expect_tx(kv_full, 2 * BN * DH * 2);
+#pragma unroll
+                    for (int hf = 0; hf < DH / 64; hf++) {
+                        tma_load_3d(Ks + hf * BN * 64, &tm_k, kv_full, hf * 64, k0, bh);
+                        tma_load_3d(Vs + hf * BN * 64, &tm_v, kv_full, hf * 64, k0, bh);
+                    }
+                }
+                for (int it = 0; it < ntiles; it++, gt++) {
+                    const int s = gt & 1, i0 = (qt_first + it) * BM;
+                    // The row stats' loads are in flight during the wait and the copies; stored after them.
+                    float r[BM / 32], d[BM / 32];
+#pragma unroll
+                    for (int x = 0; x < BM / 32; x++) bwd_row_stats(ch, lh, Dsh, i0 + lane + 32 * x, T, c_ref, r[x], d[x]);
+                    if (gt >= 2) mbar_wait(empty + s, ((gt >> 1) & 1) ^ 1);  // tile gt-2's release
+                    if (lane == 0) {
+                        mbar_expect_tx(full + s, 2 * BM * DH * 2);
+#pragma unroll
+                        for (int hf = 0; hf < DH / 64; hf++) {
+                            tma_load_3d(Qs + s * BM * DH + hf * BM * 64, &tm_q, full + s, hf * 64, i0, bh);
+                            tma_load_3d(dOs + s * BM * DH + hf * BM * 64, &tm_do, full + s, h * DH + hf * 64, i0, b);
+                        }
+                    }
+#pragma unroll
+                    for (int x = 0; x < BM / 32; x++) {
+                        rs[s * BM + lane + 32 * x] = r[x];
+                        Ds[s * BM + lane + 32 * x] = d[x];
+                    }
+                    mbar_arrive(full + s);
+                }
+            }
+        }
+        return;
+    }
+    setmaxnreg_inc<BWD_REGS_COMPUTE>();
+
+    // cp.async form: loader threads tid < BM fetch per-query values; rows past T get r = -inf so their P is 0.
+    auto fetch_rows = [&](int qt, float &r, float &d) {
+        if (tid < BM) bwd_row_stats(ch, lh, Dsh, qt * BM + tid, T, c_ref, r, d);
+    };
+    auto store_rows = [&](int buf, float r, float d) {
+        if (tid < BM) {
+            rs[buf * BM + tid] = r;
+            Ds[buf * BM + tid] = d;
+        }
+    };
+
+    {  // dS^T buffer 1: the operand of the unused dQ product issued in iteration 0
+        uint4 *z = reinterpret_cast<uint4 *>(dSt + BN * BM);
+        for (int i = tid; i < BN * BM / 8; i += NTHREADS) z[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    const float sl2 = LOG2E / sqrtf((float)DH);
+    const float scale = 1.f / sqrtf((float)DH);
+
+    int gt0 = 0;  // query tiles this block walked before the current item (the stages' and buffers' count)
+
+    // The dQ split: at BM 64 each warpgroup takes the tile's 64 query rows and DQC = DH / 2 columns from DQC w4;
+    // at BM 128 (d_h 64) warpgroup w4 takes query rows 64 w4.. (dS^T's half w4) and all 64 columns.
+    constexpr int DQC = BM == 128 ? DH : DH / 2;
+    const int dq_r = BM == 128 ? w4 * 64 + (warp & 3) * 16 : (warp % (BM / 16)) * 16;
+    const int dq_c = BM == 128 ? 0 : (warp / (BM / 16)) * DQC;
+
+    // dQ of tile it-1 = dS K from its parked dS^T (the API's); issued only.
+    auto dq_mma_issue = [&](int it, float (&dqa)[DQC / 8][4]) {
+        const uint64_t ds = gmma_desc(dSt + ((gt0 + it - 1) & 1) * BN * BM), ks = gmma_desc(Ks);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            if constexpr (BM == 128)
+                wgmma_m64n64_ss<1, 1>(dqa, desc_mnmajor<BN>(ds, w4, kk), desc_mnmajor<BN>(ks, 0, kk), kk > 0);
+            else if constexpr (DQC == 32)
+                wgmma_m64n32_ss<1, 1>(dqa, gmma_desc_add(ds, kk * 16 * BM), gmma_desc_add(ks, kk * 16 * DH + w4 * 32), kk > 0);
+            else
+                wgmma_m64n64_ss<1, 1>(dqa, gmma_desc_add(ds, kk * 16 * BM), desc_mnmajor<BN>(ks, w4, kk), kk > 0);
+        }
+    };
+    // dQ (and dc row sums) of tile it-1 added in the sync warp's order (the API's).
+    auto dq_phase = [&](int it, float (&dqa)[DQC / 8][4]) {
+        const int pb = (gt0 + it - 1) & 1, i0 = (qt_first + it - 1) * BM;
+        float rtot = 0.f;
+        if (tid < BM) {
+#pragma unroll
+            for (int w = 0; w < NWARPS; w++) rtot += rowsum[(pb * NWARPS + w) * BM + tid];
+        }
+        if constexpr (DQ_BULK) {  // to smem, for the sync warp's bulk add
+            named_bar_sync(2, NTHREADS + 32);  // the copy engine has read tile it-2's
+            const int r0 = dq_r + g;
+#pragma unroll
+            for (int nt = 0; nt < DQC / 8; nt++) {
+                const int col = dq_c + nt * 8 + 2 * tq;
+                *reinterpret_cast<float2 *>(dQs + dq_acc_offset(r0, col, DH)) = make_float2(dqa[nt][0], dqa[nt][1]);
+                *reinterpret_cast<float2 *>(dQs + dq_acc_offset(r0 + 8, col, DH)) = make_float2(dqa[nt][2], dqa[nt][3]);
+            }
+            if (tid < BM) dcs[tid] = rtot;
+            fence_proxy_async_smem();  // st.shared -> the copy engine's reads
+            named_bar_arrive(1, NTHREADS + 32);
+            return;
+        }
+        if (w4 == 0) named_bar_sync(2, 128 + 32);  // constant ids: ptxas counts 4 barriers, not 16
+        else named_bar_sync(3, 128 + 32);
+        const int qr0 = i0 + dq_r + g;
+#pragma unroll
+        for (int nt = 0; nt < DQC / 8; nt++) {
+            const int col = dq_c + nt * 8 + 2 * tq;
+            if (qr0 < T) atomic_add2(dqh + dq_acc_offset(qr0, col, DH), dqa[nt][0], dqa[nt][1]);
+            if (qr0 + 8 < T) atomic_add2(dqh + dq_acc_offset(qr0 + 8, col, DH), dqa[nt][2], dqa[nt][3]);
+        }
+        if (tid < BM && i0 + tid < T) atomicAdd(dch + i0 + tid, rtot);
+        named_bar_arrive(1, NTHREADS + 32);  // this warp's adds of tile it-1 issued
+    };
+    // this warp's dS row sums of the 64 query columns from q0 (rsum: this thread's part) reduced over its keys,
+    // to smem
+    auto park_row_sums = [&](float (&rsum)[16], int buf, int q0) {
+        warp_column_sums<16>(rsum, lane);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int cidx = g * 2 + i;
+            rowsum[(buf * NWARPS + warp) * BM + q0 + (cidx >> 1) * 8 + 2 * tq + (cidx & 1)] = rsum[i];
+        }
+    };
+    // The scheduler barrier (TURNS, see above): wait for this warpgroup's turn / pass it to the other one.
+    auto turn_wait = [&](bool on) {
+        if (!on) return;
+        if (w4 == 0) named_bar_sync(4, NTHREADS);  // constant ids: ptxas counts the barriers
+        else named_bar_sync(5, NTHREADS);
+    };
+    auto turn_pass = [&](bool on, bool last) {
+        if (!on) return;
+        if (w4 == 0) named_bar_arrive(5, NTHREADS);
+        else if (!last) named_bar_arrive(4, NTHREADS);
+    };
+    float dqp[DQC / 8][4];  // dQ product of tile it-1 (in flight during tile it's softmax or dV/dK work)
+    uint32_t ka[K_REGS ? DH / 16 : 1][4];  // Cfg::K_REGS: this warp's 16 keys of K, S^T's A fragments (see above)
+    static_assert(!K_REGS || (DH == 64 && TMA), "K's fragments in registers: d_h 64, K loaded by the producer");
+    for (int n = 0;; n++) {
+        if constexpr (PERSISTENT) mbar_wait(kv_full, n & 1);  // item n posted (and its K, V landed)
+        const int item = item_at(n);
+        if (item >= items) break;
+        begin_item(item);
+        if constexpr (!TMA) {
+            load_key_block_async<DH, BN, BM, NTHREADS, true>(Ks, Vs, Qs, dOs, kh, vh, qh, doh, (int)ld_o, k0,
+                                                             qt_first * BM, T, tid);
+            float r = 0.f, d = 0.f;
+            fetch_rows(qt_first, r, d);
+            store_rows(0, r, d);
+        }
+
+        int j0, j1;  // this thread's two keys
+        float nb0, nb1;
+        bwd_thread_keys(ch, k0, warp, g, T, c_ref, j0, j1, nb0, nb1);
+
+        float dka[DH / 8][4], dva[DH / 8][4];
+#pragma unroll
+        for (int i = 0; i < DH / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.f;
+        float cs0 = 0.f, cs1 = 0.f;  // column sums of dS for keys j0, j1
+        if (TURNS > 0 && w4 == 1) named_bar_arrive(4, NTHREADS);  // warpgroup 0 issues first
+        if constexpr (TMA && !PERSISTENT) mbar_wait(kv_full, 0);
+        if constexpr (K_REGS) {  // this item's K
+#pragma unroll
+            for (int kk = 0; kk < DH / 16; kk++) load_a<64>(ka[kk], Ks, w4 * 64 + (warp & 3) * 16, kk * 16, lane);
+        }
+        for (int it = 0; it <= ntiles; it++) {
+            const int buf = (gt0 + it) & 1;  // the Q / dO stage and the dS^T, row-sum buffers
+            if constexpr (TMA) {
+                if (it < ntiles) mbar_wait(full + buf, ((gt0 + it) >> 1) & 1);
+            } else {
+                cp_async_wait_all();
+            }
+            fence_proxy_async_smem();  // cp.async and dS^T writes -> wgmma reads
+            named_bar_sync(0, NTHREADS);  // Q/dO/row stats of tile it ready; dS^T and row sums of tile it-1 complete
+            const bool more = it + 1 < ntiles;
+            float r_next = 0.f, d_next = 0.f;
+            if (!TMA && more) {
+                const int i1 = (qt_first + it + 1) * BM;
+                load_tile_async<DH, BM, NTHREADS, true>(Qs + (buf ^ 1) * BM * DH, qh, DH, i1, T, tid);
+                load_tile_async<DH, BM, NTHREADS, true>(dOs + (buf ^ 1) * BM * DH, doh, (int)ld_o, i1, T, tid);
+                cp_async_commit();
+                fetch_rows(qt_first + it + 1, r_next, d_next);
+            }
+            if (it < ntiles) {
+                const int i0 = (qt_first + it) * BM;
+                const __nv_bfloat16 *Qb = Qs + buf * BM * DH, *dOb = dOs + buf * BM * DH;
+                const float *rb = rs + buf * BM, *Db = Ds + buf * BM;
+                __nv_bfloat16 *dSb = dSt + buf * BN * BM;
+#pragma unroll
+                for (int sub = 0; sub < NSUB; sub++) {  // sub-tiles of 64 queries, from column qs of the tile
+                    const int qs = sub * 64, i0s = i0 + qs;
+                    const float *rbs = rb + qs, *Dbs = Db + qs;
+                    float st[8][4], dpt[8][4];
+                    turn_wait(TURNS == 2 || (TURNS == 1 && sub == 0));
+                    // S^T = K Q^T, dP^T = V dO^T for this warpgroup's 64 keys (all operands K-major)
+                    wg_fence();
+                    // the tiles' descriptors formed at each call (ptxas shares them): named once above the loop,
+                    // they cost ptxas more instructions (NOTES.md session 26)
+#pragma unroll
+                    for (int kk = 0; kk < DH / 16; kk++) {
+                        if constexpr (K_REGS) wgmma_m64n64_rs<0>(st, ka[kk], desc_kmajor<BM>(gmma_desc(Qb), qs, kk), kk > 0);
+                        else
+                            wgmma_m64n64_ss<0, 0>(st, desc_kmajor<BN>(gmma_desc(Ks), w4 * 64, kk),
+                                                  desc_kmajor<BM>(gmma_desc(Qb), qs, kk), kk > 0);
+                    }
+#pragma unroll
+                    for (int kk = 0; kk < DH / 16; kk++)
+                        wgmma_m64n64_ss<0, 0>(dpt, desc_kmajor<BN>(gmma_desc(Vs), w4 * 64, kk),
+                                              desc_kmajor<BM>(gmma_desc(dOb), qs, kk), kk > 0);
+                    wg_commit();
+                    if (!DQ_LATE && sub == 0) {  // tile it-1's dQ product queues behind; only S^T, dP^T are waited for
+                        dq_mma_issue(it, dqp);  // at it = 0 on the zeroed buffer, unused: no branch in the stage
+                        wg_commit();
+                    }
+                    turn_pass(TURNS == 2 || (TURNS == 1 && sub == 0), TURNS == 1 && it + 1 == ntiles);
+                    if (DQ_LATE || sub > 0) wg_wait<0>();
+                    else wg_wait<1>();
+
+                    // P^T and dS^T in place: st <- P^T, dpt <- dS^T; rsum: this thread's part of dS row sums
+                    float rsum[16];
+                    auto p_ds = [&](auto diag_tile) {  // std::true_type on a diagonal tile: the causal mask
+#pragma unroll
+                        for (int nt = 0; nt < 8; nt++) {
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                const int col = nt * 8 + 2 * tq + e, i = i0s + col;
+                                rsum[2 * nt + e] = bwd_p_ds_pair(st[nt][e], st[nt][2 + e], dpt[nt][e], dpt[nt][2 + e], rbs[col],
+                                                                 Dbs[col], nb0, nb1, sl2, decltype(diag_tile)::value, i, j0,
+                                                                 j1, cs0, cs1);
+                            }
+                        }
+                    };
+                    if constexpr (MASK_PASS) {  // -inf scores: ex2 gives the masked P exactly 0, as the select does
+                        if (i0s < k0 + BN - 1) {
+#pragma unroll
+                            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                                for (int e = 0; e < 2; e++) {
+                                    const int i = i0s + nt * 8 + 2 * tq + e;
+                                    if (j0 > i) st[nt][e] = -INFINITY;
+                                    if (j1 > i) st[nt][2 + e] = -INFINITY;
+                                }
+                        }
+                        p_ds(std::false_type{});
+                    } else if (i0s < k0 + BN - 1) {
+                        p_ds(std::true_type{});
+                    } else {
+                        p_ds(std::false_type{});
+                    }
+                    if constexpr (DQ_LATE) park_row_sums(rsum, buf, qs);  // its 16 registers free before the MMAs
+                    // dV += P^T dO, dK += dS^T Q: A from registers, B = dO / Q (MN-major)
+                    uint32_t pa[4][4], sa[4][4];
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++) {
+                        acc_to_a(pa[kk], st[2 * kk], st[2 * kk + 1]);
+                        acc_to_a(sa[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+                        const int kr = warp * 16 + g, qc = qs + kk * 16 + 2 * tq;
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc)) = sa[kk][0];
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc)) = sa[kk][1];
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr, qc + 8)) = sa[kk][2];
+                        *reinterpret_cast<uint32_t *>(dSb + swz_halves<BM, BN>(kr + 8, qc + 8)) = sa[kk][3];
+                    }
+                    turn_wait(TURNS == 2);
+                    wg_fence();
+                    if constexpr (DQ_LATE) {  // tile it-1's dQ product first: its adds wait for it alone
+                        dq_mma_issue(it, dqp);
+                        wg_commit();
+                    }
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                        for (int hf = 0; hf < DH / 64; hf++) {
+                            wgmma_m64n64_rs<1>(acc_half(dva, hf), pa[kk], desc_mnmajor<BM>(gmma_desc(dOb), hf, qs / 16 + kk));
+                            wgmma_m64n64_rs<1>(acc_half(dka, hf), sa[kk], desc_mnmajor<BM>(gmma_desc(Qb), hf, qs / 16 + kk));
+                        }
+                    wg_commit();  // waited for after tile it-1's dQ adds
+                    turn_pass(TURNS == 2, false);
+                    if constexpr (!DQ_LATE) park_row_sums(rsum, buf, qs);
+                }
+                wg_wait<1>();  // tile it-1's dQ product (tile it's last dV/dK products may still run)
+            } else {  // after the last tile: its dQ product alone
+                turn_wait(TURNS == 2);
+                wg_fence();
+                dq_mma_issue(it, dqp);
+                wg_commit();
+                turn_pass(TURNS == 2, true);
+                wg_wait<0>();
+            }
+            if (it > 0) dq_phase(it, dqp);
+            wg_wait<0>();  // dV/dK done: their register operands and this Q/dO buffer are free
+            if (TMA && it < ntiles) {  // the stage's Q, dO and row stats are free
+                __syncwarp();
+                if (lane == 0) mbar_arrive(empty + buf);
+            }
+            if (!TMA && more) store_rows(buf ^ 1, r_next, d_next);
+        }
+
+        if constexpr (PERSISTENT) {  // the item's K and V are read: the producer may load the next item's
+            __syncwarp();
+            if (lane == 0) mbar_arrive(kv_empty);
+        }
+        bwd_store_keys<DH>(dk, dv, colsum, head_off, j0, j1, T, tq, dka, dva, cs0, cs1, scale);
+        gt0 += ntiles;
+    }
+}
+
+// Steps 1 and 2 with bwd_ws_forms_kernel in the form Cfg, the order in `chains` chains (1 to BWD_CHAINS; 1
+// without the order or GROUPED). With Cfg::TMA the tensor maps are encoded per call; without it they are unused
+// (zeros).
+template <int DH, class Cfg>
+BwdSums backward_ws_forms(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                    const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, __nv_bfloat16 *dk,
+                    __nv_bfloat16 *dv, void *scratch, int B, int H, int T, const int *q_last, int chains,
+                    cudaStream_t s) {
+    constexpr int BM = Cfg::BM;
+    if (chains < 1 || chains > BWD_CHAINS) {
+        fprintf(stderr, "error: the attention backward's order takes 1 to %d chains, not %d\n", BWD_CHAINS, chains);
+        exit(EXIT_FAILURE);
+    }
+    if (!Cfg::ORDER || !Cfg::GROUPED) chains = 1;
+    const BwdSums p = bwd_sums(scratch, B, H, T, DH, chains, q_last);
+    bwd_prepare<DH>(o, dout, dc, p, !forms_store_first<Cfg>(), B, H, T, s);
+    const size_t smem = forms_smem_bytes<DH, BM, Cfg::DQ_BULK>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(bwd_ws_forms_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUtensorMap tq = {}, tk = {}, tv = {}, tdo = {};
+    if (Cfg::TMA) {
+        tq = tma_map_bf16_3d(q, DH, T, B * H, BM);
+        tk = tma_map_bf16_3d(k, DH, T, B * H, BWD_BN);
+        tv = tma_map_bf16_3d(v, DH, T, B * H, BWD_BN);
+        tdo = tma_map_bf16_3d(dout, H * DH, T, B, BM);
+    }
+    const int nblk = (T + BWD_BN - 1) / BWD_BN, items = nblk * B * H, sms = fox_sm_count();
+    const dim3 grid = Cfg::PERSISTENT ? dim3(items < sms ? items : sms) : Cfg::GROUPED ? dim3(items) : dim3(nblk, B * H);
+    const int want = Cfg::HEAD_GROUP > 0 ? Cfg::HEAD_GROUP : bwd_head_group(T, DH), group = want < B * H ? want : B * H;
+    bwd_ws_forms_kernel<DH, Cfg><<<grid, NTHREADS + 128, smem, s>>>(tq, tk, tv, tdo, q, k, v, c, dout, lse, p.D, p.dq_acc,
+                                                              dk, dv, dc, p.dc_chains, p.colsum, p.sem, p.next_item, H,
+                                                              T, q_last, B * H, chains, group);
+    FOX_LAUNCH_CHECK();
+    return p;
+}
+
+// Versions 29-35 (session 8, "the deterministic backward with the forward's lessons"): bwd_ws_forms_kernel
+// in the forms chosen by DevDetCfg: TURNS (0 none, 1 at a tile's first MMA issue, 2 at every issue), TMA (a producer warp
 // in the sync warpgroup), MASK_PASS (the causal mask as a pass over S^T; else two copies of the loop). The
 // diagonal-only mask is in every form. Every form gives the previous API's results (13 / 15) bit for bit.
 // Versions 36-39 (session 9): BM, query tiles of 128 rows at d_h 64 (FlashAttention-3's 128 x 128 tile: S^T and
@@ -834,42 +1382,53 @@ template <int TURNS_, bool TMA_, bool MASK_PASS_, int BM_ = 64, bool DQ_BULK_ = 
 };
 // Version 42: the API's nondeterministic form (41) launched as the deterministic one, highest key block first in
 // each head, head after head.
-template <int DH> struct DevAtomicHeadMajorCfg : BwdAtomicCfg<DH> {
+template <int DH> struct DevAtomicHeadMajorCfg : DevApiCfg<DH, false> {
     static constexpr bool GROUPED = false, PERSISTENT = false;
 };
 // Versions 45, 46: the API's nondeterministic form (41) launched longest first in groups of G heads.
-template <int DH, int G> struct DevAtomicGroupCfg : BwdAtomicCfg<DH> {
+template <int DH, int G> struct DevAtomicGroupCfg : DevApiCfg<DH, false> {
     static constexpr int HEAD_GROUP = G;
 };
 // Versions 51-53: the API's deterministic form launched in groups of G heads.
-template <int DH, int G> struct DevDetGroupCfg : BwdDetCfg<DH> {
+template <int DH, int G> struct DevDetGroupCfg : DevApiCfg<DH> {
     static constexpr int HEAD_GROUP = G;
 };
 // Versions 54, 55: the API's deterministic and nondeterministic forms a block a key block (PERSISTENT off: the
 // API's until session 18).
-template <int DH> struct DevDetPerBlockCfg : BwdDetCfg<DH> {
+template <int DH> struct DevDetPerBlockCfg : DevApiCfg<DH> {
     static constexpr bool PERSISTENT = false;
 };
-template <int DH> struct DevAtomicPerBlockCfg : BwdAtomicCfg<DH> {
+template <int DH> struct DevAtomicPerBlockCfg : DevApiCfg<DH, false> {
     static constexpr bool PERSISTENT = false;
 };
 // Version 56 (session 17): the API's deterministic form with K's fragments read from smem at every sub-tile (the
 // API until session 17, K_REGS off).
-template <int DH> struct DevDetKSmemCfg : BwdDetCfg<DH> {
+template <int DH> struct DevDetKSmemCfg : DevApiCfg<DH> {
     static constexpr bool K_REGS = false;
 };
-// Steps 1 to 4 of the backward with bwd_ws_kernel in the form Cfg as step 2, its order (if any) in CHAINS chains.
-template <int DH, class Cfg, int CHAINS = 1>
+// Steps 1 to 4 of the backward with step 2 in the form Cfg, its order (if any) in CHAINS chains: the product's
+// bwd_ws_kernel for the API's BwdDetCfg / BwdAtomicCfg (FORMS false), else bwd_ws_forms_kernel.
+template <int DH, class Cfg, int CHAINS = 1, bool FORMS = true>
 void backward_ws_steps(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                        const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
                        __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
                        const int *q_last, cudaStream_t s) {
-    const BwdSums p = backward_ws<DH, Cfg>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, CHAINS, s);
+    BwdSums p;
+    if constexpr (FORMS) p = backward_ws_forms<DH, Cfg>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, CHAINS, s);
+    else p = backward_ws<DH, Cfg>(q, k, v, c, o, lse, dout, dc, dk, dv, scratch, B, H, T, q_last, CHAINS, s);
     bwd_dq(p, dc, dq, B, H, T, DH, s);
     fox_attention_reverse_scan(dc, p.colsum, dlogf, B * H, T, s);
 }
+// The same with the product's kernel.
+template <int DH, class Cfg, int CHAINS = 1>
+void backward_api_steps(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                        const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
+                        __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, void *scratch, int B, int H, int T,
+                        const int *q_last, cudaStream_t s) {
+    backward_ws_steps<DH, Cfg, CHAINS, false>(q, k, v, c, o, lse, dout, dc, dlogf, dq, dk, dv, scratch, B, H, T, q_last, s);
+}
 
-// Steps 1 to 4 of the backward with bwd_ws_kernel in the form DevDetCfg<TURNS, TMA, MASK_PASS, BM, DQ_BULK> as step 2.
+// Steps 1 to 4 of the backward with bwd_ws_forms_kernel in the form DevDetCfg<TURNS, TMA, MASK_PASS, BM, DQ_BULK> as step 2.
 template <int DH, int TURNS, bool TMA, bool MASK_PASS = false, int BM = 64, bool DQ_BULK = false>
 void backward_det_cfg(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
                       const __nv_bfloat16 *o, const float *lse, const __nv_bfloat16 *dout, float *dc, float *dlogf,
@@ -963,8 +1522,8 @@ static const Version versions[] = {
     {40, "38 (d_h 64) / 33 (d_h 128) with dQ added by the copy engine: one bulk add a tile", nullptr, nullptr,
      backward_det_cfg<64, 0, true, true, 128, true>, backward_det_cfg<128, 2, true, false, 64, true>, false, true},
     {41, "the nondeterministic API: 40 without the order, key block 0 first in each group of 4 heads", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn::BwdAtomicCfg<64>>,
-     fox_attn_dev::backward_ws_steps<128, fox_attn::BwdAtomicCfg<128>>, true, false},
+     fox_attn_dev::backward_api_steps<64, fox_attn::BwdAtomicCfg<64>>,
+     fox_attn_dev::backward_api_steps<128, fox_attn::BwdAtomicCfg<128>>, true, false},
     {42, "41 launched in 40's order (highest key block first, head after head)", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicHeadMajorCfg<64>>,
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicHeadMajorCfg<128>>, true, false},
@@ -974,17 +1533,17 @@ static const Version versions[] = {
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevAtomicGroupCfg<64, 16>>,
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicGroupCfg<128, 16>>, true, false},
     {47, "the deterministic API's form in one chain (40's order, launched in groups of 4 heads)", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn::BwdDetCfg<64>, 1>,
-     fox_attn_dev::backward_ws_steps<128, fox_attn::BwdDetCfg<128>, 1>, false, true},
+     fox_attn_dev::backward_api_steps<64, fox_attn::BwdDetCfg<64>, 1>,
+     fox_attn_dev::backward_api_steps<128, fox_attn::BwdDetCfg<128>, 1>, false, true},
     {48, "the deterministic API's form in two chains", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn::BwdDetCfg<64>, 2>,
-     fox_attn_dev::backward_ws_steps<128, fox_attn::BwdDetCfg<128>, 2>, false, false},
+     fox_attn_dev::backward_api_steps<64, fox_attn::BwdDetCfg<64>, 2>,
+     fox_attn_dev::backward_api_steps<128, fox_attn::BwdDetCfg<128>, 2>, false, false},
     {49, "the deterministic API's form in three chains", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn::BwdDetCfg<64>, 3>,
-     fox_attn_dev::backward_ws_steps<128, fox_attn::BwdDetCfg<128>, 3>, false, false},
+     fox_attn_dev::backward_api_steps<64, fox_attn::BwdDetCfg<64>, 3>,
+     fox_attn_dev::backward_api_steps<128, fox_attn::BwdDetCfg<128>, 3>, false, false},
     {50, "the deterministic API's form in four chains", nullptr, nullptr,
-     fox_attn_dev::backward_ws_steps<64, fox_attn::BwdDetCfg<64>, 4>,
-     fox_attn_dev::backward_ws_steps<128, fox_attn::BwdDetCfg<128>, 4>, false, false},
+     fox_attn_dev::backward_api_steps<64, fox_attn::BwdDetCfg<64>, 4>,
+     fox_attn_dev::backward_api_steps<128, fox_attn::BwdDetCfg<128>, 4>, false, false},
     {51, "50 launched in groups of 1 head", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetGroupCfg<64, 1>, 4>,
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevDetGroupCfg<128, 1>, 4>, false, false},
@@ -1002,6 +1561,9 @@ static const Version versions[] = {
      fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevAtomicPerBlockCfg<128>>, true, false},
     {56, "50 with K read from smem for every S^T sub-tile (the API before session 17)", nullptr, nullptr,
      fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevDetKSmemCfg<64>, 4>, nullptr, false, false, true},
+    {63, "bwd_ws_forms_kernel at the API's settings: the product's kernel, bit for bit", nullptr, nullptr,
+     fox_attn_dev::backward_ws_steps<64, fox_attn_dev::DevApiCfg<64>, 4>,
+     fox_attn_dev::backward_ws_steps<128, fox_attn_dev::DevApiCfg<128>, 4>, false, false, true},
 };
 
 // The paths of version v at this d_h that this device runs: up to two (mma.sync, wgmma).

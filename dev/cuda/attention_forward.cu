@@ -144,6 +144,19 @@
 namespace fox_attn_dev {
 using namespace fox_attn;  // the primitives and the tile constants
 
+// The block shape of fwd_kernel below: fox/attention_traits.cuh's FwdCfg, and with WG the warpgroup-MMA path
+// (8 warps of 16 rows). The API's mma.sync forward is WG false.
+template <int DH, bool WG> struct DevFwdCfg {
+    static constexpr int MT = DH == 64 && !WG ? 2 : 1;
+    static constexpr int THREADS = FWD_BM / (16 * MT) * 32;
+    static constexpr int MIN_BLOCKS = DH == 64 ? 2 : 1;  // the warpgroup path needs ~126 registers at 256 threads
+};
+// Its smem: the Q tile, K double-buffered, V double- (or, PIPE, triple-) buffered, the gate terms; key tiles of BN.
+template <int DH, bool PIPE, int BN> size_t dev_fwd_smem_bytes() {
+    static_assert(FOX_ACP_BLOCK % BN == 0, "key tiles nest in the ACP grid");
+    return (size_t)(FWD_BM + (PIPE ? 5 : 4) * BN) * DH * 2 + (2 * BN + 2) * 4;
+}
+
 // Forward. Block = FWD_BM query rows of one (b, h); each warp owns MT row tiles of 16 (FwdCfg). Key
 // tiles of BN (64, or 128 on the warpgroup path) are walked from the diagonal down to the first live one,
 // double-buffered with cp.async.
@@ -164,11 +177,11 @@ using namespace fox_attn;  // the primitives and the tile constants
 // is still read while V(t+1) lands); the P V issue is unconditional (at t = 0 a zero P on a zeroed V
 // buffer): under a branch ptxas would serialize the kernel's warpgroup MMAs.
 template <int DH, bool WG = false, bool PIPE = false, int BN = FWD_BN>
-__global__ void __launch_bounds__(FwdCfg<DH, WG>::THREADS, FwdCfg<DH, WG>::MIN_BLOCKS)
+__global__ void __launch_bounds__(DevFwdCfg<DH, WG>::THREADS, DevFwdCfg<DH, WG>::MIN_BLOCKS)
 fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
            const __nv_bfloat16 *__restrict__ v, const float *__restrict__ c, __nv_bfloat16 *__restrict__ o,
            float *__restrict__ lse, int H, int T, const int *__restrict__ kv_first) {
-    constexpr int BM = FWD_BM, MT = FwdCfg<DH, WG>::MT, NT = FwdCfg<DH, WG>::THREADS;
+    constexpr int BM = FWD_BM, MT = DevFwdCfg<DH, WG>::MT, NT = DevFwdCfg<DH, WG>::THREADS;
     static_assert(BN == FWD_BN || (WG && BN == 128), "key tiles of 64, or 128 on the warpgroup path");
     static_assert(BN <= NT && FOX_ACP_BLOCK % BN == 0, "one loader thread per key; tiles nest in the ACP grid");
     constexpr int NV = PIPE ? 3 : 2;  // V buffers
@@ -416,10 +429,10 @@ fwd_kernel(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict_
 template <int DH, bool WG, bool PIPE, int BN = FWD_BN>
 void forward_cfg(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                  const int *kv_first, cudaStream_t s) {
-    const size_t smem = fwd_smem_bytes<DH, PIPE, BN>();
+    const size_t smem = dev_fwd_smem_bytes<DH, PIPE, BN>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<DH, WG, PIPE, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((T + FWD_BM - 1) / FWD_BM, B * H);
-    fwd_kernel<DH, WG, PIPE, BN><<<grid, FwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
+    fwd_kernel<DH, WG, PIPE, BN><<<grid, DevFwdCfg<DH, WG>::THREADS, smem, s>>>(q, k, v, c, o, lse, H, T, kv_first);
     FOX_LAUNCH_CHECK();
 }
 
@@ -945,24 +958,42 @@ void forward_la(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf1
 }
 
 // Versions 16-18, 20, 23-26, 28: fox/attention_forward.cuh's fwd_ws_kernel in other forms (FwdWsShape: NWG consumer
-// warpgroups of 64 query rows, FlashAttention-3's d_h 64 forward has three; STAGES; GROUPED, the launch order
-// longest first in groups of G heads (G = ALL_HEADS: every head's longest query block first, the grid (heads,
-// query blocks) before session 12), else head after head; SKIP_DEAD, a warpgroup's dead tiles skipped rather
-// than masked whole). The persistent forms of 18 (19, 21, 22) were measured and removed: 19 at commit 71a45d2,
-// 21 and 22 at c91c701.
+// warpgroups of 64 query rows, FlashAttention-3's d_h 64 forward has three; STAGES; the launch order longest first
+// in groups of G heads (G = ALL_HEADS: every head's longest query block first, the grid (heads, query blocks)
+// before session 12; G = 1: head after head, which was a 2-D grid (query blocks, heads) until 2026-11-29, the same
+// order); SKIP_DEAD, a warpgroup's dead tiles skipped rather than masked whole). The persistent forms of 18 (19, 21,
+// 22) were measured and removed: 19 at commit 71a45d2, 21 and 22 at c91c701.
 constexpr int ALL_HEADS = 1 << 20;  // a group size above any head count: one group
-template <int NWG, int ST, bool GROUPED, bool SKIP = false> using Fwd3Cfg = FwdWsShape<NWG, ST, GROUPED, SKIP>;
-template <int DH, int NWG, int ST, int G, bool SKIP = false>  // G: the group of heads, 0 head after head
+template <int NWG, int ST, bool SKIP = false> using Fwd3Cfg = FwdWsShape<NWG, ST, SKIP>;
+// fox/attention_forward.cuh's forward_ws with the group of heads given (the product's is fwd_head_group's).
+template <int DH, class Cfg>
+void forward_ws_in_groups(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B,
+                          int H, int T, const int *kv_first, cudaStream_t s, int head_group, int *counter = nullptr) {
+    const size_t smem = fwd_ws_smem_bytes<DH, Cfg>();
+    FOX_CUDA_CHECK(cudaFuncSetAttribute(fox_attn::fwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
+                      tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
+    const int nqb = (T + Cfg::BM - 1) / Cfg::BM, group = head_group < B * H ? head_group : B * H;
+    dim3 grid(nqb * B * H);
+    if (Cfg::PERSISTENT) {
+        FOX_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), s));
+        grid.x = nqb * B * H < fox_sm_count() ? nqb * B * H : fox_sm_count();
+    }
+    fox_attn::fwd_ws_kernel<DH, Cfg><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first, group, B * H,
+                                                                      counter);
+    FOX_LAUNCH_CHECK();
+}
+template <int DH, int NWG, int ST, int G, bool SKIP = false>  // G: the group of heads, 1 head after head
 void forward_wg3(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                  const int *kv_first, cudaStream_t s) {
-    fox_attn::forward_ws<DH, Fwd3Cfg<NWG, ST, G != 0, SKIP>>(q, k, v, c, o, lse, B, H, T, kv_first, s, G);
+    forward_ws_in_groups<DH, Fwd3Cfg<NWG, ST, SKIP>>(q, k, v, c, o, lse, B, H, T, kv_first, s, G);
 }
 // Version 28: the API's form and launch order (fwd_head_group) with ST stages.
 template <int DH, int ST>
 void forward_stages(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                     const int *kv_first, cudaStream_t s) {
     using Cfg = FwdWsCfg<DH>;
-    fox_attn::forward_ws<DH, Fwd3Cfg<Cfg::NWG, ST, true, Cfg::SKIP_DEAD>>(q, k, v, c, o, lse, B, H, T, kv_first, s);
+    fox_attn::forward_ws<DH, Fwd3Cfg<Cfg::NWG, ST, Cfg::SKIP_DEAD>>(q, k, v, c, o, lse, B, H, T, kv_first, s);
 }
 
 
@@ -977,7 +1008,7 @@ void forward_per_item(const bf16 *q, const bf16 *k, const bf16 *v, const float *
 template <int DH>
 void forward_persistent(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H,
                         int T, const int *kv_first, cudaStream_t s) {
-    fox_attn::forward_ws<DH, fox_attn::FwdWsPersistentCfg<DH>>(q, k, v, c, o, lse, B, H, T, kv_first, s, 0,
+    fox_attn::forward_ws<DH, fox_attn::FwdWsPersistentCfg<DH>>(q, k, v, c, o, lse, B, H, T, kv_first, s,
                                                                 fox_attn::fwd_item_counter(s));
 }
 
@@ -1014,8 +1045,8 @@ static const Version versions[] = {
     {14, "11 with 2 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 2>, nullptr, true},
     {15, "11 with 5 of 16 column tiles' exponentials on the FMA pipe", fox_attn_dev::forward_la<64, 5>, nullptr, true},
     {16, "10 with three consumer warpgroups (192-row blocks; d_h 128: two, version 10's shape)",
-     fox_attn_dev::forward_wg3<64, 3, 2, 0>, fox_attn_dev::forward_wg3<128, 2, 2, 0>, true},
-    {17, "16 with K, V and the gate terms in 3 stages at d_h 64", fox_attn_dev::forward_wg3<64, 3, 3, 0>, nullptr, true},
+     fox_attn_dev::forward_wg3<64, 3, 2, 1>, fox_attn_dev::forward_wg3<128, 2, 2, 1>, true},
+    {17, "16 with K, V and the gate terms in 3 stages at d_h 64", fox_attn_dev::forward_wg3<64, 3, 3, 1>, nullptr, true},
     {18, "17 with every head's longest query block first (grid: heads, query blocks)",
      fox_attn_dev::forward_wg3<64, 3, 3, fox_attn_dev::ALL_HEADS>, fox_attn_dev::forward_wg3<128, 2, 2, fox_attn_dev::ALL_HEADS>, true},
     {20, "16 with every head's longest query block first (2 stages)", fox_attn_dev::forward_wg3<64, 3, 2, fox_attn_dev::ALL_HEADS>, nullptr, true},
@@ -1142,13 +1173,11 @@ static void block_cost(int B, int H, int T, FwdFn fn) {
 template <int DH>
 static void launch_orders(int B, int H, int T) {
     using Cfg = fox_attn::FwdWsCfg<DH>;
-    using Grouped = fox_attn::FwdWsShape<Cfg::NWG, Cfg::STAGES, true, Cfg::SKIP_DEAD>;
-    using HeadMajor = fox_attn::FwdWsShape<Cfg::NWG, Cfg::STAGES, false, Cfg::SKIP_DEAD>;
     using Persistent = fox_attn::FwdWsPersistentCfg<DH>;
     const bool persistent = T <= fox_attn::FWD_PERSISTENT_MAX_T;
     int *counter = fox_attn::fwd_item_counter(0);
     BenchInputs b = make_bench_inputs(B, H, T, DH);
-    const int groups[] = {0, 2, 4, 6, 8, 12, 16, fox_attn_dev::ALL_HEADS, -1};
+    const int groups[] = {1, 2, 4, 6, 8, 12, 16, fox_attn_dev::ALL_HEADS, -1};
     const int api = fox_attn::fwd_head_group<DH>((T + Cfg::BM - 1) / Cfg::BM, T, B * H);
     bench_header(b);
     printf("forward TFLOP/s%s, head after head | groups of 2, 4, 6, 8, 12, 16, all heads | the API's (%d):",
@@ -1156,12 +1185,12 @@ static void launch_orders(int B, int H, int T) {
     for (int g : groups) {
         const float ms = median_ms([&] {
             if (g < 0) fox_attn::forward<DH>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0);
-            else if (g == 0) fox_attn::forward_ws<DH, HeadMajor>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0);
             else if (persistent)
-                fox_attn::forward_ws<DH, Persistent>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0, g, counter);
-            else fox_attn::forward_ws<DH, Grouped>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0, g);
+                fox_attn_dev::forward_ws_in_groups<DH, Persistent>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0,
+                                                                   g, counter);
+            else fox_attn_dev::forward_ws_in_groups<DH, Cfg>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0, g);
         });
-        printf(" %6.1f%s", 2.0 * B * H * (double)T * T * DH / ms * 1e-9, g == 0 || g == fox_attn_dev::ALL_HEADS ? " |" : "");
+        printf(" %6.1f%s", 2.0 * B * H * (double)T * T * DH / ms * 1e-9, g == 1 || g == fox_attn_dev::ALL_HEADS ? " |" : "");
     }
     printf("\n");
     free_bench_inputs(b);

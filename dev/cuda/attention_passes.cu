@@ -1,7 +1,8 @@
 // dev/cuda/attention_passes.cu: the attention backward's passes over every row, beside step 2's tiles:
-// step 1, D_i = dO_i . o_i (fox_attn::dot_do_o, fox/attention_backward.cuh), and the last step, dc += the dS
-// column sums and dlogf = the reverse cumulative sum of dc (fox_attention_reverse_scan, fox/attention.cuh).
-// and step 3, dq = the dQ accumulators' sum in bf16 and dc += the other chains' row sums (fox_attn::bwd_dq).
+// step 1, D_i = dO_i . o_i (fox_attn::dot_do_o, fox/attention_passes.cuh), and the last step, dc += the dS
+// column sums and dlogf = the reverse cumulative sum of dc (fox_attention_reverse_scan, fox/forget_gate.cuh),
+// and step 3, dq = the dQ accumulators' sum in bf16 and dc += the other chains' row sums (fox_attn::bwd_dq,
+// fox/attention_passes.cuh).
 // Each in two versions, which must give the same bits (the trainers' deterministic runs print the same losses
 // across the change), and each timed:
 //   1 (before session 12): D with one warp a row (4 bytes a lane); the scan reading x, xc straight from
@@ -20,7 +21,7 @@
 //   make attention_passes && ./attention_passes
 #include <cstring>
 #include "kcheck.h"                 // uniform, to_device, to_host, time_ms
-#include "../../fox/attention.cuh"  // fox_attention_reverse_scan, FOX_ATTN_SCAN_THREADS; dot_do_o, bwd_dq
+#include "../../fox/attention.cuh"  // attention_passes.cuh: dot_do_o, bwd_dq; forget_gate.cuh: fox_attention_reverse_scan
 
 namespace v1 {
 using namespace fox_attn;

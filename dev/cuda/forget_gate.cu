@@ -1,7 +1,7 @@
 // dev/cuda/forget_gate.cu: checks the forget-gate kernels against an fp64 CPU reference, then times them,
 // with train_fox.cu's launches:
-//   forward:  fox_forget_gate_forward (fox/attention.cuh): c_t = Σ_{l≤t} log σ(b_h + proj[t, f+h]) (fp32 scan per (b, h))
-//   backward: fox_attention_reverse_scan (fox/attention.cuh; the last step of the attention backward:
+//   forward:  fox_forget_gate_forward (fox/forget_gate.cuh): c_t = Σ_{l≤t} log σ(b_h + proj[t, f+h]) (fp32 scan per (b, h))
+//   backward: fox_attention_reverse_scan (fox/forget_gate.cuh; the last step of the attention backward:
 //             dc += dS column sums, dlogf_t = Σ_{i≥t} dc_i, a true reverse scan), forget_gate_backward_kernel
 //             (d logit = dlogf·σ(−logit) into dproj's forget column and dfg) and colsum_accumulate (bias
 //             gradient).
@@ -14,7 +14,7 @@
 // dproj one bf16 array of rows 4D + ldl.
 //   make forget_gate && ./forget_gate
 #include "kcheck.h"
-#include "../../fox/attention.cuh"  // fox_forget_gate_forward, fox_attention_reverse_scan, forget_gate_backward_kernel
+#include "../../fox/forget_gate.cuh"  // fox_forget_gate_forward, fox_attention_reverse_scan, forget_gate_backward_kernel
 #include "../../fox/rows.cuh"       // colsum_accumulate, colsum_scratch_floats
 
 enum { GATE_DATA_DEP, GATE_BIAS_ONLY, GATE_NONE };
