@@ -36,7 +36,7 @@ else
 endif
 LDLIBS = $(BLOSC_LIB) -lm
 
-FOX_HEADERS = fox/run.h fox/run_base.h fox/rundir.h fox/generate.h fox/eval.h fox/json.h fox/mqar.h fox/sample.h fox/trainer.h fox/dist.h fox/train_common.h fox/acp.h fox/docmask.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/crc32.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
+FOX_HEADERS = fox/run.h fox/run_base.h fox/rundir.h fox/generate.h fox/eval.h fox/json.h fox/mqar.h fox/passkey.h fox/sample.h fox/trainer.h fox/dist.h fox/train_common.h fox/acp.h fox/docmask.h fox/config.h fox/rng.h fox/args.h fox/io.h fox/checkpoint.h fox/crc32.h fox/npy.h dataloader.h tokenizer.h fox/zarr.h fox/data_common.h
 
 # With MPI (Debian: libopenmpi-dev openmpi-bin) the data-parallel build train_fox_cpu_mpi is made
 # too: mpirun -np N ./train_fox_cpu_mpi ... (N ranks, gradients averaged with MPI_Allreduce).

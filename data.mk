@@ -1,4 +1,4 @@
-# data.mk: the data pipeline (issue 3): fox_data, test_data and `make test-data`.
+# data.mk: the data pipeline: fox_data, test_data and `make test-data`.
 # Included from the main Makefile, which sets CC, CFLAGS, PYTHON and BUILD_CONFIG (the build configuration
 # every binary depends on); the defaults below let it also run alone (make -f data.mk test-data).
 CC ?= gcc
@@ -7,7 +7,7 @@ PYTHON ?= /usr/bin/python3
 NPM ?= npm
 BLOSC_LIB ?= -lblosc
 DATA_LIBS = $(BLOSC_LIB) -lm
-DATA_HEADERS = dataloader.h tokenizer.h fox/zarr.h fox/data_common.h fox/rng.h fox/mqar.h
+DATA_HEADERS = dataloader.h tokenizer.h fox/zarr.h fox/data_common.h fox/rng.h fox/mqar.h fox/passkey.h fox/config.h
 
 fox_data: fox_data.c $(DATA_HEADERS) $(BUILD_CONFIG)
 	$(CC) $(CFLAGS) -I. -o $@ fox_data.c $(DATA_LIBS)

@@ -6,12 +6,15 @@
 //   fox_data tokenize [FILE | -] [--allow-special]    ids of the text on one line (no EOT added)
 //   fox_data info SOURCE                        shape, dtype and compression of a shard glob or zarr array
 //   fox_data mqar --out DIR [options]           a synthetic multi-query associative recall data set (fox/mqar.h)
+//   fox_data passkey --out DIR [options]        passkey retrieval examples to train on (fox/passkey.h)
 // encode options: --out PATH (default data/tokens.bin), --shard-tokens N (0 = one file; else
 // PATH's stem + _000000.bin, ... holding N tokens each), --jsonl (also implied by .jsonl files),
 // --val-out PATH --val-every K (document k goes to PATH when k % K == K/2), --threads N,
 // --tokenizer PATH. Every document is preceded by EOT (50256), as llm.c's fineweb.py does.
 // mqar options: --vocab V (8192), --num-kv N (16), --seq-len T (256), --train-examples E (100000),
 // --test-examples E (1000), --seed S (1337); writes DIR/train.bin, DIR/test.bin and DIR/mqar.json.
+// passkey options: --seq-len T (512), --train-examples E (20000), --val-examples E (200), --seed S (1337),
+// --tokenizer PATH; writes DIR/train.bin, DIR/val.bin and DIR/passkey.json.
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <limits.h>
@@ -26,6 +29,7 @@
 
 #include "dataloader.h"
 #include "fox/mqar.h"
+#include "fox/passkey.h"
 #include "tokenizer.h"
 
 static void usage(void) {
@@ -38,7 +42,9 @@ static void usage(void) {
             "       fox_data tokenize [FILE | -] [--allow-special] [--tokenizer PATH]\n"
             "       fox_data info SOURCE\n"
             "       fox_data mqar --out DIR [--vocab V] [--num-kv N] [--seq-len T] [--train-examples E]\n"
-            "                     [--test-examples E] [--seed S]\n");
+            "                     [--test-examples E] [--seed S]\n"
+            "       fox_data passkey --out DIR [--seq-len T] [--train-examples E] [--val-examples E] [--seed S]\n"
+            "                        [--tokenizer PATH]\n");
     exit(2);
 }
 
@@ -557,35 +563,55 @@ static void pack_tokens(const int *tokens, int n, int itemsize, unsigned char *b
     }
 }
 
-// Writes the split's examples, back to back and followed by one start token (so that the last one is a
-// whole window), as an llm.c shard at DIR/name, through a temporary file renamed into place.
-static void write_mqar_split(const FoxMqar *m, int split, long long examples, const char *dir, const char *name) {
+// One example of a synthetic set: example i (T tokens) into tokens.
+typedef void (*ExampleFn)(const void *set, long long i, int *tokens);
+
+// Writes a split's examples of T tokens, back to back and followed by the token `last` (so that the last one
+// is a whole window), as an llm.c shard of itemsize-byte tokens at DIR/name, through a temporary file renamed
+// into place. The caller bounds examples * T + 1 below 2^31.
+static void write_examples(const char *dir, const char *name, int T, int itemsize, long long examples, int last,
+                           ExampleFn example, const void *set) {
     char path[4200], tmp[4300];
     path_join(path, sizeof path, dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    const int T = m->seq_len, itemsize = m->vocab <= 65536 ? 2 : 4;
     int32_t header[FOX_SHARD_HEADER_INTS];
     memset(header, 0, sizeof header);
     header[0] = itemsize == 2 ? FOX_SHARD_MAGIC : FOX_SHARD_MAGIC_U32;
     header[1] = itemsize == 2 ? FOX_SHARD_VERSION : FOX_SHARD_VERSION_U32;
-    header[2] = (int32_t)(examples * T + 1);  // fits: fox_mqar_problem bounds the examples
+    header[2] = (int32_t)(examples * T + 1);
     int *tokens = (int *)fox_malloc((size_t)T * sizeof(int));
     unsigned char *bytes = (unsigned char *)fox_malloc((size_t)T * (size_t)itemsize);
-    uint64_t key = fox_mqar_split_key(m->seed, split);
     FILE *f = fox_fopen(tmp, "wb");
     fox_fwrite(header, sizeof header, 1, f, tmp);
     for (long long i = 0; i < examples; i++) {
-        fox_mqar_example(m, key, i, tokens);
+        example(set, i, tokens);
         pack_tokens(tokens, T, itemsize, bytes);
         fox_fwrite(bytes, (size_t)itemsize, (size_t)T, f, tmp);
     }
-    tokens[0] = 0;  // the final start token
+    tokens[0] = last;
     pack_tokens(tokens, 1, itemsize, bytes);
     fox_fwrite(bytes, (size_t)itemsize, 1, f, tmp);
     fox_fclose_synced(f, tmp);
     if (rename(tmp, path)) fox_fatal("cannot rename %s to %s: %s", tmp, path, strerror(errno));
     free(tokens);
     free(bytes);
+}
+
+// A split of the MQAR set: its description and the split's draw key.
+typedef struct {
+    const FoxMqar *m;
+    uint64_t key;
+} MqarSplit;
+
+static void mqar_example(const void *set, long long i, int *tokens) {
+    const MqarSplit *s = (const MqarSplit *)set;
+    fox_mqar_example(s->m, s->key, i, tokens);
+}
+
+// The split's examples, then one start token; examples * T + 1 fits: fox_mqar_problem bounds the examples.
+static void write_mqar_split(const FoxMqar *m, int split, long long examples, const char *dir, const char *name) {
+    MqarSplit s = {m, fox_mqar_split_key(m->seed, split)};
+    write_examples(dir, name, m->seq_len, m->vocab <= 65536 ? 2 : 4, examples, 0, mqar_example, &s);
 }
 
 // Writes DIR/mqar.json (through a temporary file): the set's sizes, ranges and seed.
@@ -615,7 +641,7 @@ static void refuse_existing(const char *dir, const char *name) {
     char path[4200];
     path_join(path, sizeof path, dir, name);
     struct stat st;
-    if (lstat(path, &st) == 0) fox_fatal("%s already exists: fox_data mqar does not overwrite data (choose another --out)", path);
+    if (lstat(path, &st) == 0) fox_fatal("%s already exists: fox_data does not overwrite data (choose another --out)", path);
     if (errno != ENOENT) fox_fatal("cannot check %s: %s", path, strerror(errno));
 }
 
@@ -663,6 +689,84 @@ static int cmd_mqar(int argc, char **argv) {
     return 0;
 }
 
+// ---- passkey: passkey retrieval examples to train on (fox/passkey.h) ----
+
+typedef struct {
+    const Tokenizer *tok;
+    const FoxPasskeyText *text;
+    uint64_t key;
+    int T;
+} PasskeySplit;
+
+static void passkey_example(const void *set, long long i, int *tokens) {
+    const PasskeySplit *s = (const PasskeySplit *)set;
+    fox_passkey_example(s->tok, s->text, s->key, i, s->T, tokens);
+}
+
+// Writes DIR/passkey.json (through a temporary file): the set's sizes and seed.
+static void write_passkey_json(const char *dir, int T, long long train, long long val, unsigned long long seed) {
+    char path[4200], tmp[4300];
+    path_join(path, sizeof path, dir, "passkey.json");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fox_fopen(tmp, "w");
+    int n = fprintf(f,
+                    "{\"task\": \"passkey\", \"seq_len\": %d, \"train_examples\": %lld, \"val_examples\": %lld, "
+                    "\"seed\": %llu,\n \"layout\": \"each example is seq_len tokens: a passkey prompt (fox/passkey.h: "
+                    "<|endoftext|>, the task, filler with the key's line at a random depth, the question) and its "
+                    "answer ' KEY.'; train.bin and val.bin hold their examples back to back and then one <|endoftext|>, so "
+                    "with --seq-len seq_len window k is example k\"}\n",
+                    T, train, val, seed);
+    if (n < 0) fox_fatal("cannot write %s: %s", tmp, strerror(errno));
+    fox_fclose_synced(f, tmp);
+    if (rename(tmp, path)) fox_fatal("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+}
+
+static int cmd_passkey(int argc, char **argv) {
+    const char *out = NULL, *tokenizer_path = FOX_TOKENIZER_DEFAULT_PATH;
+    int T = 512;
+    long long train = 20000, val = 200;
+    unsigned long long seed = 1337;
+    for (int i = 0; i < argc; i++) {
+        const char *flag = argv[i];
+        if (strncmp(flag, "--", 2)) usage();
+        if (i + 1 >= argc) fox_fatal("%s needs a value", flag);
+        const char *v = argv[++i];
+        if (!strcmp(flag, "--out")) out = v;
+        else if (!strcmp(flag, "--seq-len")) T = parse_int(v, flag);
+        else if (!strcmp(flag, "--train-examples")) train = parse_count(v, flag);
+        else if (!strcmp(flag, "--val-examples")) val = parse_count(v, flag);
+        else if (!strcmp(flag, "--seed")) seed = (unsigned long long)parse_count(v, flag);
+        else if (!strcmp(flag, "--tokenizer")) tokenizer_path = v;
+        else usage();
+    }
+    if (!out) fox_fatal("fox_data passkey needs --out DIR");
+    Tokenizer tok;
+    load_tokenizer(&tok, tokenizer_path);
+    FoxPasskeyText text = fox_passkey_text(&tok);
+    int least = fox_passkey_fixed_tokens(&text) + 4;  // the answer ' KEY.' takes at most 4 tokens
+    if (T < least) fox_fatal("--seq-len %d is shorter than a passkey example's fixed part (%d tokens)", T, least);
+    if (train < 1 || val < 1) fox_fatal("--train-examples and --val-examples must be at least 1");
+    if ((train > val ? train : val) > (INT32_MAX - 1) / T)
+        fox_fatal("%lld examples of %d tokens do not fit one shard (2^31 tokens)", train > val ? train : val, T);
+    fox_mkdir_p(out);
+    refuse_existing(out, "passkey.json");
+    refuse_existing(out, "train.bin");
+    refuse_existing(out, "val.bin");
+    double t0 = now_seconds();
+    PasskeySplit tr = {&tok, &text, fox_passkey_split_key(seed, FOX_PASSKEY_TRAIN), T};
+    PasskeySplit va = {&tok, &text, fox_passkey_split_key(seed, FOX_PASSKEY_VAL), T};
+    write_examples(out, "train.bin", T, 2, train, FOX_EOT, passkey_example, &tr);
+    write_examples(out, "val.bin", T, 2, val, FOX_EOT, passkey_example, &va);
+    write_passkey_json(out, T, train, val, seed);  // last: its presence says the set is whole
+    fox_fsync_dir(out);
+    printf("%s: %lld train and %lld validation examples of %d tokens, %.2f s\n"
+           "train with --train %s/train.bin --val %s/val.bin --seq-len %d; score with --eval-passkey\n",
+           out, train, val, T, now_seconds() - t0, out, out, T);
+    fox_passkey_text_free(&text);
+    tokenizer_free(&tok);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) usage();
     const char *cmd = argv[1];
@@ -672,6 +776,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "mqar")) return cmd_mqar(argc - 2, argv + 2);
+    if (!strcmp(cmd, "passkey")) return cmd_passkey(argc - 2, argv + 2);
     usage();
     return 2;
 }

@@ -253,18 +253,6 @@ static inline FoxConfig fox_model_header_config(const char *path, const int32_t 
     return cfg;
 }
 
-// Reads the config of a model.bin and checks its magic, version, checksum and size.
-// h receives the header.
-static inline FoxConfig fox_read_model_header(const char *path, int32_t *h) {
-    fox_read_checked_header(path, h, FOX_CKPT_MAGIC, FOX_CKPT_VERSION, "model file");
-    return fox_model_header_config(path, h);
-}
-
-static inline FoxConfig fox_read_model_config(const char *path) {
-    int32_t h[FOX_CKPT_HEADER_INTS];
-    return fox_read_model_header(path, h);
-}
-
 // A model.bin whole, its config unknown beforehand (--generate, --eval-only): the weights (allocated here, as many
 // as the file holds past its header) and the config, in one pass over the file; the checksum is verified before
 // any field is believed, then the size against the config's layout, and every weight is finite.

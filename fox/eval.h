@@ -19,6 +19,7 @@
 #include "io.h"
 #include "json.h"
 #include "mqar.h"
+#include "passkey.h"   // FoxPasskeyText, fox_passkey_prompt: the passkey prompt, shared with fox_data passkey
 #include "rng.h"
 #include "watchdog.h"  // fox_watchdog_alive: each batch is a sign of progress
 #include "trainer.h"
@@ -39,12 +40,6 @@
 static const char *const fox_niah_words[] = {"eat", "sandwich", "sit", "dolores", "park", "sunny", "day"};
 #define FOX_NIAH_WORDS 7
 
-// Landmark Attention's passkey prompt (Mohtashami & Jaggi 2023), used by TransformerFAM (§4.2).
-#define FOX_PASSKEY_TASK "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. " \
-                         "I will quiz you about the important information there.\n"
-#define FOX_PASSKEY_FILLER "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
-#define FOX_PASSKEY_QUESTION "\nWhat is the pass key? The pass key is"
-
 // A task's forward-only model, for `batch` sequences of up to `len` tokens (and `gen` generated ones).
 typedef struct {
     Model *m;
@@ -64,7 +59,7 @@ typedef struct {
 typedef struct {
     int on, n_lengths, trials;
     int *lengths;
-    TokenList task, filler, question;
+    FoxPasskeyText text;
     TaskModel tm;
 } PasskeyTask;
 
@@ -468,37 +463,21 @@ static inline double niah_run(Evals *e, int step, const char *out, int *stopped)
 
 // The passkey of (length, trial) and the share of the filler before it: pure functions of --seed.
 static inline int passkey_key(const Evals *e, int L, int trial) {
-    uint64_t k = fox_rng_key((uint64_t)e->a->seed, FOX_STREAM_PASSKEY);
-    return 10000 + (int)fox_rng_below(k, ((uint64_t)L << 24) + 2 * (uint64_t)trial, 90000);
+    return fox_passkey_key(fox_rng_key((uint64_t)e->a->seed, FOX_STREAM_PASSKEY), ((uint64_t)L << 23) + (uint64_t)trial);
 }
 
 static inline double passkey_depth(const Evals *e, int L, int trial) {
-    uint64_t k = fox_rng_key((uint64_t)e->a->seed, FOX_STREAM_PASSKEY);
-    return fox_rng_uniform(k, ((uint64_t)L << 24) + 2 * (uint64_t)trial + 1);
+    return fox_passkey_depth(fox_rng_key((uint64_t)e->a->seed, FOX_STREAM_PASSKEY), ((uint64_t)L << 23) + (uint64_t)trial);
 }
 
-// The prompt of length L: <|endoftext|>, the task, filler, the key's line at a random depth of the filler,
-// filler, the question. Returns the key line's position.
+// The prompt of length L (fox/passkey.h): the key's line at a random depth of the filler. Returns the key
+// line's position.
 static inline int passkey_prompt(const Evals *e, int L, int trial, int *out) {
-    const PasskeyTask *t = &e->pk;
-    char line[128];
-    int key = passkey_key(e, L, trial);
-    snprintf(line, sizeof(line), "\nThe pass key is %d. Remember it. %d is the pass key.\n", key, key);
-    TokenList info = eval_encode(e, line);
-    int fill = L - 1 - t->task.n - info.n - t->question.n;
-    if (fill < 0) fox_fatal("a passkey prompt of %d tokens is too short for its %d fixed tokens", L, L - fill);
-    int before = (int)(passkey_depth(e, L, trial) * fill), at = 0;
-    out[at++] = FOX_EOT;
-    memcpy(out + at, t->task.ids, (size_t)t->task.n * sizeof(int));
-    at += t->task.n;
-    for (int i = 0; i < before; i++) out[at++] = t->filler.ids[i % t->filler.n];
-    int key_pos = at;
-    memcpy(out + at, info.ids, (size_t)info.n * sizeof(int));
-    at += info.n;
-    for (int i = before; i < fill; i++) out[at++] = t->filler.ids[i % t->filler.n];
-    memcpy(out + at, t->question.ids, (size_t)t->question.n * sizeof(int));
-    free(info.ids);
-    return key_pos;
+    FoxTokens line = fox_passkey_line(&e->tok, passkey_key(e, L, trial));
+    int at = fox_passkey_prompt(&e->pk.text, &line, L, passkey_depth(e, L, trial), out);
+    if (at < 0) fox_fatal("a passkey prompt of %d tokens is too short for its fixed tokens", L);
+    free(line.ids);
+    return at;
 }
 
 // Whether the answer's first number is the key.
@@ -536,13 +515,11 @@ static inline void passkey_init(Evals *e) {
     PasskeyTask *t = &e->pk;
     t->on = 1;
     t->trials = e->a->passkey_trials;
-    t->task = eval_encode(e, FOX_PASSKEY_TASK);
-    t->filler = eval_encode(e, FOX_PASSKEY_FILLER);
-    t->question = eval_encode(e, FOX_PASSKEY_QUESTION);
+    t->text = fox_passkey_text(&e->tok);
     int buf[64], maxL = 0;
     t->n_lengths = passkey_lengths(e, buf, 64);
     t->lengths = (int *)fox_malloc((size_t)t->n_lengths * sizeof(int));
-    int least = 1 + t->task.n + t->question.n + 40;  // the key's line takes at most 40 tokens
+    int least = fox_passkey_fixed_tokens(&t->text);
     for (int i = 0; i < t->n_lengths; i++) {
         t->lengths[i] = buf[i];
         if (buf[i] < least)
@@ -986,7 +963,7 @@ static inline void evals_free(Evals *e) {
     for (int i = 0; i < 4; i++) evals_close_task(e, i);
     free(e->niah.lengths); free(e->niah.depths);
     free(e->niah.hay.ids); free(e->niah.needle.ids); free(e->niah.suffix.ids);
-    free(e->pk.lengths); free(e->pk.task.ids); free(e->pk.filler.ids); free(e->pk.question.ids);
+    free(e->pk.lengths); fox_passkey_text_free(&e->pk.text);
     for (int r = 0; r < e->mc.n_rows; r++) free(e->mc.rows[r].ids);
     free(e->mc.rows); free(e->mc.labels); free(e->mc.row_of); free(e->mc.order);
     if (e->has_tok) tokenizer_free(&e->tok);

@@ -172,6 +172,7 @@ static inline int fox_mqar_is_answer(const FoxMqar *m, const int *inputs, int t)
 }
 
 // ---- DIR/mqar.json: a fixed set of keys, read by a strict scanner ----
+// Not fox/json.h's reader: its numbers are doubles, exact to 2^53, and the seed spans [0, 2^64).
 
 // Where the value of "name" starts in text; fatal when the key is absent.
 static inline const char *fox_mqar_json_value(const char *text, const char *path, const char *name) {

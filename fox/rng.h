@@ -53,5 +53,6 @@ static inline FOX_HD uint64_t fox_rng_below(uint64_t key, uint64_t i, uint64_t n
 #define FOX_STREAM_FIXTURE 1002
 #define FOX_STREAM_MQAR 1003
 #define FOX_STREAM_PASSKEY 1004
+#define FOX_STREAM_PASSKEY_DATA 1005
 
 #endif

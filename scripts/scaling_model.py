@@ -65,7 +65,7 @@ MEASURED_16K = {              # size: (1 GPU tokens/s, its MFU, 2 GPUs tokens/s)
     "125M": (239842.0, 0.400, 454700.0),
     "760M": (53983.0, 0.446, 103975.0),
 }
-# Measured, H200, --recompute 2, batch 1, one GPU (issue 45): tokens/s and MFU at long contexts.
+# Measured, H200, --recompute 2, batch 1, one GPU: tokens/s and MFU at long contexts.
 MEASURED_LONG = {             # (size, context): tokens/s, MFU
     ("760M", 32768): (29200.0, 0.348),
     ("760M", 65536): (17800.0, 0.343),
@@ -300,7 +300,7 @@ def exposed_allreduce(size, n, t_step, bwd_share):
 
 
 # The 2-GPU measurements the model is checked against (one node, NVLink NV18, batch 1 x 16384 a GPU, recompute 0,
-# tokens/s of every rank; the 1-GPU anchor from the same machine and session): 2026-11-29 (above, issue 45) and
+# tokens/s of every rank; the 1-GPU anchor from the same machine and session): 2026-11-29 (above) and
 # 2026-11-22 (docs/perf.md "Data parallel", the kernels of that day, --zero 0 and --zero 1).
 CHECK_POINTS = [              # (date, size, --zero, 1 GPU tokens/s, 2 GPUs tokens/s)
     ("2026-11-29", "125M", 1, 239842.0, 454700.0),

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Gradient accumulation at scale (issue 45): `sh test/test_accum.sh [MPI_BIN]` (default ./train_fox_cpu_mpi, the CPU
+# Gradient accumulation at scale: `sh test/test_accum.sh [MPI_BIN]` (default ./train_fox_cpu_mpi, the CPU
 # trainer's MPI build; skipped when it is not built). --total-batch-tokens with R ranks x M micro-batches,
 # R, M in {1, 2, 4}, each rank's --batch 16/(R*M), trains like 1 rank with --batch 16 and no accumulation:
 #   - the same sequences in each step: rank r of R takes the epoch's windows r, r+R, r+2R, ... (dataloader.h),

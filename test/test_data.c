@@ -1,4 +1,4 @@
-// test_data: tests of the data pipeline (issue 3): tokenizer vs js-tiktoken, zarr reader vs
+// test_data: tests of the data pipeline: tokenizer vs js-tiktoken, zarr reader vs
 // numpy/zarr, the loader's sharding / shuffling / resume, every bad input, and fox_data.
 // Run by `make test-data` (needs ./fox_data, node with test/data/node_modules/js-tiktoken, and
 // $PYTHON with numpy + zarr). Prints one line per check and ends with "N passed, M failed".
@@ -11,6 +11,7 @@
 
 #include "dataloader.h"
 #include "fox/mqar.h"
+#include "fox/passkey.h"
 #include "tokenizer.h"
 
 static int n_passed, n_failed;
@@ -982,6 +983,134 @@ static void test_mqar(void) {
     mqar_bad_json();
 }
 
+// ---------------------------------------------------------------- passkey (fox_data passkey, fox/passkey.h)
+
+#define PASSKEY_T 160
+#define PASSKEY_ARGS "--seq-len 160 --train-examples 60 --val-examples 12"
+
+// Whether the text of one example follows fox/passkey.h's description, checked from the text, not the builder:
+// <|endoftext|>, the task, filler only, the key's line with K twice, filler only, the question, " K."; *depth:
+// the key line's share of the filler before it.
+static int passkey_text_ok(const char *text, int *key, double *depth, char *why, size_t cap) {
+    const char *head = "<|endoftext|>" FOX_PASSKEY_TASK, *filler = FOX_PASSKEY_FILLER;
+    size_t nh = strlen(head), nf = strlen(filler);
+    if (strncmp(text, head, nh)) return snprintf(why, cap, "does not open with <|endoftext|> and the task"), 0;
+    const char *opening = "\nThe pass key is ", *line = strstr(text + nh, opening);
+    long k1 = line ? strtol(line + strlen(opening), NULL, 10) : 0;
+    char want[128];
+    snprintf(want, sizeof want, "\nThe pass key is %ld. Remember it. %ld is the pass key.\n", k1, k1);
+    if (!line || k1 < 10000 || k1 > 99999 || strncmp(line, want, strlen(want)))
+        return snprintf(why, cap, "no key line with one 5-digit key twice"), 0;
+    const char *after = line + strlen(want), *q = strstr(after, FOX_PASSKEY_QUESTION);
+    if (!q) return snprintf(why, cap, "no question"), 0;
+    size_t before = (size_t)(line - (text + nh)), rest = (size_t)(q - after);
+    for (size_t i = 0; i < before; i++)  // the filler, from its start
+        if (text[nh + i] != filler[i % nf]) return snprintf(why, cap, "not filler before the key line"), 0;
+    for (size_t i = 0; i < rest; i++)  // the filler, continued where it stopped
+        if (after[i] != filler[(before + i) % nf]) return snprintf(why, cap, "not the filler's continuation after it"), 0;
+    char tail[64];
+    snprintf(tail, sizeof tail, FOX_PASSKEY_QUESTION " %ld.", k1);
+    if (strcmp(q, tail)) return snprintf(why, cap, "does not end with the question and \" %ld.\"", k1), 0;
+    *key = (int)k1;
+    *depth = (double)before / (double)(before + rest);
+    return 1;
+}
+
+// One written split: shard size and final token, every example's text, equal to fox_passkey_example; returns
+// the tokens.
+static int *check_passkey_split(const Tokenizer *tok, const char *path, int split, long long examples, uint64_t seed,
+                                int *keys) {
+    long long ntok;
+    int itemsize;
+    int *all = shard_all(path, &ntok, &itemsize);
+    const int T = PASSKEY_T;
+    check(ntok == examples * T + 1 && all[ntok - 1] == FOX_EOT && itemsize == 2,
+          "%s: %lld tokens = %lld examples x %d + a final <|endoftext|>, uint16", path, ntok, examples, T);
+    FoxPasskeyText text = fox_passkey_text(tok);
+    int *ex = (int *)fox_malloc((size_t)T * sizeof(int)), layout = 1, same = 1;
+    double lo = 1.0, hi = 0.0;
+    char why[256] = "";
+    uint64_t key = fox_passkey_split_key(seed, split);
+    for (long long i = 0; i < examples; i++) {
+        size_t len;
+        char *t = tokenizer_decode(tok, all + i * T, (size_t)T, &len);
+        double depth = 0.0;
+        if (layout && !passkey_text_ok(t, &keys[i], &depth, why, sizeof why)) layout = 0;
+        lo = depth < lo ? depth : lo, hi = depth > hi ? depth : hi;
+        free(t);
+        fox_passkey_example(tok, &text, key, i, T, ex);
+        same &= !memcmp(ex, all + i * T, (size_t)T * sizeof(int));
+    }
+    check(layout, "%s: every example is <|endoftext|>, the task, filler, the key's line (a 5-digit key twice), filler, "
+          "the question, then \" KEY.\"%s%s", path, layout ? "" : ": ", why);
+    if (examples >= 50) check(lo < 0.2 && hi > 0.8, "%s: the key lines lie at depths from %.2f to %.2f of the filler", path, lo, hi);
+    check(same, "%s: example i is fox_passkey_example(split %d, i)", path, split);
+    fox_passkey_text_free(&text);
+    free(ex);
+    return all;
+}
+
+static void test_passkey(void) {
+    printf("== passkey data (fox_data passkey, fox/passkey.h)\n");
+    Tokenizer tok;
+    if (!tokenizer_load(&tok, FOX_TOKENIZER_DEFAULT_PATH)) {
+        check(0, "load %s", FOX_TOKENIZER_DEFAULT_PATH);
+        return;
+    }
+    int rc = run("./fox_data passkey --out %s " PASSKEY_ARGS " --seed 7 > /dev/null", path_in("pk"));
+    check(rc == 0, "fox_data passkey --out DIR " PASSKEY_ARGS " --seed 7");
+    if (rc != 0) return;
+    check(grep_file(path_in("pk/passkey.json"), "\"task\": \"passkey\", \"seq_len\": 160, \"train_examples\": 60, "
+                    "\"val_examples\": 12, \"seed\": 7"),
+          "passkey.json: task, seq_len, examples and seed");
+    int train_keys[60], val_keys[12];
+    int *train = check_passkey_split(&tok, path_in("pk/train.bin"), FOX_PASSKEY_TRAIN, 60, 7, train_keys);
+    int *val = check_passkey_split(&tok, path_in("pk/val.bin"), FOX_PASSKEY_VAL, 12, 7, val_keys);
+    int distinct = 0, shared = 0;
+    for (int i = 0; i < 60; i++) {
+        int seen = 0;
+        for (int j = 0; j < i; j++) seen |= train_keys[j] == train_keys[i];
+        distinct += !seen;
+        for (int j = 0; j < 12; j++) shared += train_keys[i] == val_keys[j];
+    }
+    check(distinct >= 58 && shared == 0, "%d distinct keys in 60 train examples, none shared with the 12 validation ones "
+          "(the splits are seeded apart)", distinct);
+    DataLoader dl;
+    dataloader_init(&dl, path_in("pk/train.bin"), 1, PASSKEY_T, 0, 1, 0, 0);
+    int in[PASSKEY_T], tg[PASSKEY_T];
+    dataloader_next(&dl, in, tg);
+    check(!memcmp(in, train, sizeof in) && !memcmp(tg, train + 1, sizeof tg) && tg[PASSKEY_T - 1] == FOX_EOT,
+          "a loader with --seq-len %d reads example 0 as window 0, its last target the next example's <|endoftext|>", PASSKEY_T);
+    dataloader_free(&dl);
+    free(train);
+    free(val);
+    run("./fox_data passkey --out %s " PASSKEY_ARGS " --seed 7 > /dev/null", path_in("pk_same"));
+    run("./fox_data passkey --out %s " PASSKEY_ARGS " --seed 8 > /dev/null", path_in("pk_other"));
+    check(same_file(path_in("pk/train.bin"), path_in("pk_same/train.bin")) &&
+              same_file(path_in("pk/val.bin"), path_in("pk_same/val.bin")) &&
+              !same_file(path_in("pk/train.bin"), path_in("pk_other/train.bin")),
+          "the same seed writes identical files, another seed other examples");
+    static const char *const bad[][2] = {
+        {"--seq-len shorter than the fixed part", "--seq-len 60"},
+        {"no validation examples", "--val-examples 0"},
+        {"more train tokens than a shard holds", "--train-examples 10000000"},
+        {"a flag without its value", "--seed"},
+    };
+    char cmd[1200], what[128];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "./fox_data passkey --out %s %s", path_in("pk_bad"), bad[i][1]);
+        snprintf(what, sizeof what, "fox_data passkey: %s", bad[i][0]);
+        expect_error(what, cmd);
+    }
+    expect_error("fox_data passkey: no --out", "./fox_data passkey --seq-len 256");
+    snprintf(cmd, sizeof cmd, "./fox_data passkey --out %s " PASSKEY_ARGS " --seed 9", path_in("pk"));
+    expect_error("fox_data passkey: DIR already holds a data set", cmd);
+    check(grep_file(path_in("stderr.txt"), "passkey.json already exists") &&
+              same_file(path_in("pk/train.bin"), path_in("pk_same/train.bin")),
+          "  ... its passkey.json named, its files left as they were");
+    tokenizer_free(&tok);
+}
+
 // ---------------------------------------------------------------- helper modes and main
 
 static int helper_open(char **argv) {
@@ -1039,6 +1168,7 @@ int main(int argc, char **argv) {
     test_zarr();
     test_fox_data();
     test_mqar();
+    test_passkey();
     if (n_failed == 0) run("rm -rf %s", tmp);
     else printf("(files kept in %s)\n", tmp);
     printf("%d passed, %d failed\n", n_passed, n_failed);

@@ -10,12 +10,19 @@
 #include <ctype.h>           // isdigit: the log's numbers
 #include "train_fox.c"
 #include "fox/args.h"        // FoxArgs, fox_args_parse, fox_args_config: the trainer's command line
-#include "fox/checkpoint.h"  // fox_read_model_bin, fox_write_model_bin, fox_ckpt_list
+#include "fox/checkpoint.h"  // fox_read_model_bin, fox_read_checked_header, fox_write_model_bin, fox_ckpt_list
 #include "fox/npy.h"         // fox_write_npy_f64_2d
 #include "dataloader.h"      // DataLoader: the windows the binary trained on
 #include "testing.h"         // check: PASS / FAIL lines and their count
 
 static const char *tmpdir;
+
+// The config of a model.bin, its magic, version, checksum and size checked (fatal otherwise).
+static FoxConfig read_model_config(const char *path) {
+    int32_t h[FOX_CKPT_HEADER_INTS];
+    fox_read_checked_header(path, h, FOX_CKPT_MAGIC, FOX_CKPT_VERSION, "model file");
+    return fox_model_header_config(path, h);
+}
 
 // Runs a shell command; returns its exit status, with stderr captured to TMP/stderr.txt.
 static int sh(const char *fmt, ...) {
@@ -143,7 +150,7 @@ static void test_checkpoint_resume(void) {
     check(files_equal(pa, pb), "final optimizer and loader state are bitwise equal");
     // Round trip: the checkpoint's model.bin reads back to the weights that produced it.
     Model m;
-    FoxConfig c = fox_read_model_config(pa[0] ? (snprintf(pa, sizeof(pa), "%s/ckpt_00000006/model.bin", a), pa) : pa);
+    FoxConfig c = read_model_config(pa[0] ? (snprintf(pa, sizeof(pa), "%s/ckpt_00000006/model.bin", a), pa) : pa);
     model_init(&m, &c, 1, 1, 0);
     fox_read_model_bin(pa, &c, m.params);
     snprintf(pb, sizeof(pb), "%s/roundtrip.bin", tmpdir);
@@ -181,7 +188,7 @@ static void test_eval_only(const char *run) {
                 "--eval-seqs 3 --eval-seq-len 64 --out %s", tmpdir, run, out);
     check(st == 0, "--eval-only of %s at context 64 exits 0 (status %d)", run, st);
     snprintf(path, sizeof(path), "%s/%s/ckpt_00000006/model.bin", tmpdir, run);
-    FoxConfig c = fox_read_model_config(path);
+    FoxConfig c = read_model_config(path);
     Model m;
     model_init(&m, &c, 1, 64, 0);
     fox_read_model_bin(path, &c, m.params);
@@ -249,7 +256,7 @@ static void test_doc_mask(void) {
     snprintf(path, sizeof(path), "%s/run_a/ckpt_00000006/model.bin", tmpdir);
     st = sh("./train_fox_cpu --eval-only --init %s --val data/val.bin --eval-seqs 3 --eval-seq-len %d --doc-mask "
             "--eval-doc-pos --out %s", path, T, out);
-    FoxConfig c = fox_read_model_config(path);
+    FoxConfig c = read_model_config(path);
     Model m;
     model_init(&m, &c, 1, T, 0);
     fox_read_model_bin(path, &c, m.params);
@@ -324,7 +331,7 @@ static void test_acp_heads(void) {
                 "--mlp-hidden 64 --seq-len %d --batch %d --steps 1 --eval-every 0 --val '' --sample-tokens 0 --acp 1 --out %s",
                 T, B, out);
     snprintf(path, sizeof(path), "%s/ckpt_00000001/model.bin", out);
-    FoxConfig c = fox_read_model_config(path);
+    FoxConfig c = read_model_config(path);
     const int L = c.n_layer, H = c.n_head, LH = L * H;
     DataLoader train;
     int *in = fox_malloc((size_t)B * T * sizeof(int)), *tg = fox_malloc((size_t)B * T * sizeof(int));
@@ -447,7 +454,7 @@ static void reference_loss_check(const char *run, const char *what) {
     const char *py = getenv("PYTHON");
     if (!py || !*py) { check(0, "PYTHON is not set: cannot compare the %s checkpoint with the reference", what); return; }
     snprintf(pa, sizeof(pa), "%s/ckpt_00000006/model.bin", run);
-    FoxConfig c = fox_read_model_config(pa);
+    FoxConfig c = read_model_config(pa);
     Model m;
     model_init(&m, &c, 2, 32, 0);
     fox_read_model_bin(pa, &c, m.params);

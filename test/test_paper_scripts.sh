@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/test_paper_scripts.sh: the paper run scripts (scripts/paper/, issue 9 item 8), CPU only, no GPU,
+# test/test_paper_scripts.sh: the paper run scripts (scripts/paper/), CPU only, no GPU,
 # no LongCrawl64: `bash test/test_paper_scripts.sh [BIN [MPI_BIN]]` (BIN: default ./train_fox_cpu, MPI_BIN:
 # default $FOX_MPI_BIN, its MPI build; the parts that need them are skipped when they are not built).
 #   - run.sh --dry-run: the paper's flags for every size and model (steps = token budget / 512Ki, the

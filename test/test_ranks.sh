@@ -1,5 +1,5 @@
 #!/bin/sh
-# Ranks that fail loudly and ranks on several nodes (issue 45), through an MPI build:
+# Ranks that fail loudly and ranks on several nodes, through an MPI build:
 # `sh test/test_ranks.sh MPI_BIN` (./train_fox_cpu_mpi in `make test`; ./train_fox in `make test-gpu`, where
 # the checks that need more ranks than GPUs are skipped).
 #   - SIGSTOP one of 2 ranks mid-step, and rank 0 of 4: the others stop within --collective-timeout (plus the

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs that survive (issue 9), end to end through a trainer binary: `sh test/test_runs.sh BIN [MPI_BIN]`,
+# Runs that survive, end to end through a trainer binary: `sh test/test_runs.sh BIN [MPI_BIN]`,
 # with ./train_fox_cpu (and ./train_fox_cpu_mpi) in `make test`, ./train_fox (twice with 2 GPUs) in
 # `make test-gpu`.
 #   - kill -9 at random moments, several inside checkpoint writes (test hook FOX_TEST_CKPT_STALL_MS holds each
@@ -353,7 +353,7 @@ st=$?
 [ $st -eq 1 ] && one_error "$tmp/init.err" "nan.bin holds non-finite weights"
 check $? "--init with a NaN weight (valid checksum) is refused: $(cat "$tmp/init.err")"
 
-# ---- issue 42: what a hostile user found
+# ---- what a hostile user found
 # --overwrite checks the new run's inputs before it deletes anything
 cp -r "$tmp/ref" "$tmp/ow"
 $BIN $ARGS --steps 4 --eval-every 0 --overwrite --train /nonexistent/typo.bin --out "$tmp/ow" > /dev/null 2> "$tmp/ow.err"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/paper/run.sh: one of the FoX paper's LongCrawl64 runs (Lin et al., "Forgetting Transformer",
 # ICLR 2025: §4.1 and Appendix B, Tables 4 and 5), relaunched with --resume after a crash or a
-# preemption until it finishes (issue 9, "runs that survive").
+# preemption until it finishes (docs/usage.md, "Runs that survive").
 #
 # usage: scripts/paper/run.sh [--dry-run] SIZE MODEL [train_fox flags...]     (from the repository root)
 #   SIZE   125M | 360M | 760M (the paper's main 760M-parameter / 48B-token runs) | 760M-16B
