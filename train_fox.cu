@@ -610,7 +610,8 @@ static void model_setup(Model *m, const FoxConfig *cfg, const ModelOptions *o, s
     } else {
         fox_attn_check_dh(m->Dh);
     }
-    if (cfg->arch == FOX_ARCH_FAM && fam_unsupported(cfg)) fox_usage_error("%s (got --fam-block %d)", fam_unsupported(cfg), cfg->fam_block);
+    if (cfg->arch == FOX_ARCH_FAM && fam_unsupported(cfg))
+        fox_usage_error("%s (got --fam-block %d --fam-memory %d)", fam_unsupported(cfg), cfg->fam_block, cfg->fam_memory);
     m->NINP = (m->cols.width + 63) / 64 * 64;
     m->VP = (cfg->vocab_size + 63) / 64 * 64;
     m->recompute = o->recompute;

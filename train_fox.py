@@ -224,8 +224,8 @@ def config_invalid(cfg):
     if cfg["arch"] == ARCH_FAM:
         if cfg["fam_block"] <= 0:
             return "FAM: fam_block must be positive"
-        if cfg["fam_memory"] <= 0:
-            return "FAM: fam_memory must be positive"
+        if cfg["fam_memory"] < 0:
+            return "FAM: fam_memory must be 0 (no memory: BSWA alone) or more"
         if cfg["fam_window_blocks"] < 0:
             return "FAM: fam_window_blocks must be 0 or more"
     if cfg["arch"] == ARCH_GSA:
@@ -765,7 +765,7 @@ class FoxModel(torch.nn.Module):
         other alone, fam_prompt_layer) into the rows entering the next layer."""
         cfg, p = self.config, self.p
         x = p["wte"][idx]
-        prompt = p["fam_init"]
+        prompt = p["fam_init"] if "fam_init" in p else x.new_zeros(0, cfg["d_model"])  # none: BSWA alone
         for l in range(cfg["n_layer"]):
             memory = prompt
             if l < cfg["n_layer"] - 1:

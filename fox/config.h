@@ -229,7 +229,7 @@ static inline const char *fox_config_invalid(const FoxConfig *cfg) {
     if (cfg->arch < FOX_ARCH_ATTENTION || cfg->arch > FOX_ARCH_FAM) return "arch must be 0 (attention), 1 (GSA) or 2 (FAM)";
     if (cfg->arch == FOX_ARCH_FAM) {
         if (cfg->fam_block <= 0) return "FAM: fam_block must be positive";
-        if (cfg->fam_memory <= 0) return "FAM: fam_memory must be positive";
+        if (cfg->fam_memory < 0) return "FAM: fam_memory must be 0 (no memory: BSWA alone) or more";
         if (cfg->fam_window_blocks < 0) return "FAM: fam_window_blocks must be 0 or more";
     }
     if (cfg->arch == FOX_ARCH_GSA) {

@@ -729,7 +729,10 @@ static void train(Run *r) {
         printf("GSA mixer: %zu parameters per layer = 4d^2 + d*G*m = 4*%zu^2 + %zu*%d*%d, and %zu output-norm weights\n",
                4 * d * d + d * gm, d, d, r->cfg.gsa_heads, r->cfg.gsa_slots, d);
     }
-    if (r->dist.rank == 0 && r->cfg.arch == FOX_ARCH_FAM)  // TransformerFAM adds no weights but its initial memory
+    if (r->dist.rank == 0 && r->cfg.arch == FOX_ARCH_FAM && r->cfg.fam_memory == 0)
+        printf("BSWA: blocks of %d tokens, %d previous blocks in the window, no memory (--fam-memory 0): no weights beyond "
+               "the Transformer's\n", r->cfg.fam_block, r->cfg.fam_window_blocks);
+    else if (r->dist.rank == 0 && r->cfg.arch == FOX_ARCH_FAM)  // TransformerFAM adds no weights but its initial memory
         printf("FAM: blocks of %d tokens, %d previous blocks in the window, %d memory tokens per layer; the initial "
                "memory (fam_init, %d x %d) is its only weights beyond the Transformer's: %zu parameters\n",
                r->cfg.fam_block, r->cfg.fam_window_blocks, r->cfg.fam_memory, r->cfg.fam_memory, r->cfg.d_model,

@@ -34,6 +34,9 @@ FIXTURES = [  # (name, preset, overrides)
     # TransformerFAM (docs/model.md §1.10): 8 blocks of 8 with 2 in the window, 4 blocks of 16 with 1.
     ("transformer-fam", "transformer-fam", dict(fam_block=8, fam_memory=4, fam_window_blocks=2)),
     ("fox-fam", "fox-fam", dict(fam_block=16, fam_memory=3, fam_window_blocks=1)),
+    # Block sliding window attention alone, the FAM paper's baseline (--fam-memory 0): train_fox_cpu only.
+    ("transformer-bswa", "transformer-fam", dict(fam_block=8, fam_memory=0, fam_window_blocks=2)),
+    ("fox-bswa", "fox-fam", dict(fam_block=16, fam_memory=0, fam_window_blocks=1)),
     # The same at the GPU trainer's blocks (multiples of 128): 3 blocks, memory 4, window 1; 4 blocks, memory 36
     # (more than one warp of keys), window 2.
     ("transformer-fam-gpu", "transformer-fam", dict(fam_block=128, fam_memory=4, fam_window_blocks=1)),

@@ -260,7 +260,7 @@ static void test_top_k_selection(void) {
 }
 
 int main(void) {
-    enum { NONE, ROPE_ON, NORM_OFF, GATE_OFF, LLAMA };
+    enum { NONE, ROPE_ON, NORM_OFF, GATE_OFF, LLAMA, NO_MEMORY };
     struct { const char *name, *preset; int qk_shared, gate, mod; } cases[] = {
         {"fox-pro", "fox-pro", 0, -1, NONE},
         {"fox-llama", "fox-llama", 0, -1, NONE},
@@ -276,6 +276,8 @@ int main(void) {
         {"transformer-fam", "transformer-fam", 0, -1, NONE},
         {"fox-fam", "fox-fam", 0, -1, NONE},
         {"transformer-fam-llama", "transformer-fam", 0, -1, LLAMA},
+        {"transformer-bswa", "transformer-fam", 0, -1, NO_MEMORY},
+        {"fox-bswa", "fox-fam", 0, -1, NO_MEMORY},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         FoxConfig c = test_config(cases[i].preset, cases[i].qk_shared, cases[i].gate);
@@ -283,6 +285,7 @@ int main(void) {
         c.output_norm &= cases[i].mod != NORM_OFF;
         c.output_gate &= cases[i].mod != GATE_OFF;
         if (cases[i].mod == LLAMA) c.qk_norm = c.kv_shift = c.output_gate = c.output_norm = 0;  // the paper's block
+        if (cases[i].mod == NO_MEMORY) c.fam_memory = 0;  // BSWA alone
         test_config_decode(cases[i].name, c);
     }
     test_greedy_repeatable();

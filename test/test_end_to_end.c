@@ -525,7 +525,7 @@ static void test_fam(void) {
     struct { const char *label, *needle, *flags; } bad[] = {
         {"--fam-block not dividing --seq-len", "--fam-block", "--model fox-fam --fam-block 12"},
         {"--fam-block longer than --seq-len", "longer", "--model transformer-fam --fam-block 64"},
-        {"--fam-memory 0", "--fam-memory", "--model fox-fam --fam-block 8 --fam-memory 0"},
+        {"--fam-memory -1", "--fam-memory", "--model fox-fam --fam-block 8 --fam-memory -1"},
         {"--fam-window-blocks -1", "--fam-window-blocks", "--model fox-fam --fam-block 8 --fam-window-blocks -1"},
         {"--model fox-fam --acp", "--acp", "--model fox-fam --fam-block 8 --acp"},
         {"--model transformer-fam --doc-mask", "--doc-mask", "--model transformer-fam --fam-block 8 --doc-mask"},
@@ -557,6 +557,20 @@ static void test_fam(void) {
     check(st == 0 && na == 6 && la[5] < la[0], "--model transformer-fam --fam-window-blocks 0: 6 steps, loss %.4f to %.4f",
           na ? la[0] : NAN, na ? la[na - 1] : NAN);
     reference_loss_check(pa, "transformer-fam");
+    snprintf(pa, sizeof(pa), "%s/bswa", tmpdir);  // BSWA alone: the memory left out
+    st = sh(TINY_FAM " --model fox-fam --fam-memory 0 --fam-block 8 --fam-window-blocks 1 --steps 6 --eval-every 0 "
+            "--sample-tokens 12 --out %s", pa);
+    snprintf(pb, sizeof(pb), "%s/bswa/log.jsonl", tmpdir);
+    na = read_losses(pb, la, 16);
+    snprintf(pb, sizeof(pb), "%s/stdout.txt", tmpdir);
+    size_t n;
+    char *out = fox_read_file(pb, &n);
+    int said = out && strstr(out, "BSWA: blocks of 8 tokens, 1 previous blocks in the window, no memory");
+    free(out);
+    check(st == 0 && na == 6 && la[5] < la[0] && said,
+          "--model fox-fam --fam-memory 0 (BSWA alone): 6 steps, loss %.4f to %.4f, a sample", na ? la[0] : NAN,
+          na ? la[na - 1] : NAN);
+    reference_loss_check(pa, "fox-fam --fam-memory 0");
 }
 
 // Data parallel: 2 MPI ranks with micro-batch 2 see the same 4 sequences per step as 1 rank

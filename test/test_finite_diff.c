@@ -196,7 +196,7 @@ static void test_finite_differences_gsa(void) {
 // TransformerFAM with a memory that matters: norm weights and gate biases spread, the initial memory at the
 // scale of the residual stream, T past the last complete block (a partial block), several memory updates
 // per layer. fox-fam (a data-dependent gate, blocks of 8, memory 3, one block of window) and
-// transformer-fam (RoPE, blocks of 6, memory 4, no window: only the block and the memory).
+// transformer-fam (RoPE, blocks of 6, memory 4, no window: only the block and the memory); M 0: BSWA alone.
 static void test_finite_differences_fam(const char *preset, int K, int M, int W) {
     const int B = 2, T = 44;
     int in[2 * 44], tg[2 * 44];
@@ -218,24 +218,27 @@ static void test_finite_differences_fam(const char *preset, int K, int M, int W)
     for (size_t i = 0; i < m.lay.p[FOX_P_attn_in_w].numel; i++) m.params[m.lay.p[FOX_P_attn_in_w].offset + i] *= 3.0f;
     for (size_t i = 0; i < m.lay.p[FOX_P_fam_init].numel; i++) m.params[m.lay.p[FOX_P_fam_init].offset + i] *= 25.0f;
     const double eps = 1e-3, tol = 1e-6;
-    char label[96];
-    snprintf(label, sizeof(label), "%s initial memory (fam_init)", preset);
-    fd_direction(&m, FOX_P_fam_init, 0, label, in, tg, B, T, NULL, eps, tol);
+    char label[96], name[48];
+    snprintf(name, sizeof(name), "%s%s", preset, M ? "" : " without memory (BSWA)");
+    if (M > 0) {  // M 0: BSWA alone, no memory and no fam_init
+        snprintf(label, sizeof(label), "%s initial memory (fam_init)", name);
+        fd_direction(&m, FOX_P_fam_init, 0, label, in, tg, B, T, NULL, eps, tol);
+    }
     FdCase cases[] = {{FOX_P_attn_in_w, "q/k/v projections", mask_rows_qkv}, {FOX_P_attn_in_w, "output gate", mask_rows_gate},
                       {FOX_P_qnorm_w, "q-norm weights", NULL}, {FOX_P_knorm_w, "k-norm weights", NULL},
                       {FOX_P_ln1_w, "attention norm", NULL}, {FOX_P_ln2_w, "MLP norm", NULL},
                       {FOX_P_mlp_in_w, "MLP input", NULL}, {FOX_P_fgate_b, "forget-gate bias", NULL},
                       {FOX_P_attn_in_w, "forget-gate weights", mask_rows_f}};
     int n = c.forget_gate == FOX_FG_NONE ? 7 : 9;
-    char labels[9][64];
+    char labels[9][96];
     for (int i = 0; i < n; i++) {
-        snprintf(labels[i], sizeof(labels[i]), "%s %s", preset, cases[i].label);
+        snprintf(labels[i], sizeof(labels[i]), "%s %s", name, cases[i].label);
         cases[i].label = labels[i];
     }
     fd_layers(&m, cases, n, in, tg, B, T, eps, tol);
-    snprintf(label, sizeof(label), "%s output projection (layer 1)", preset);
+    snprintf(label, sizeof(label), "%s output projection (layer 1)", name);
     fd_direction(&m, FOX_P_attn_out_w, 1, label, in, tg, B, T, NULL, eps, tol);
-    snprintf(label, sizeof(label), "%s MLP output (layer 0)", preset);
+    snprintf(label, sizeof(label), "%s MLP output (layer 0)", name);
     fd_direction(&m, FOX_P_mlp_out_w, 0, label, in, tg, B, T, NULL, eps, tol);
     model_free(&m);
 }
@@ -277,6 +280,7 @@ int main(void) {
     test_finite_differences_gsa();
     test_finite_differences_fam("fox-fam", 8, 3, 1);
     test_finite_differences_fam("transformer-fam", 6, 4, 0);
+    test_finite_differences_fam("transformer-fam", 6, 0, 1);  // BSWA alone (--fam-memory 0)
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -54,4 +54,8 @@ $GPU --model fox-fam --fam-block 64 --fam-memory 16 $SHAPE --warmup-tokens 1K --
 one_line_error "$tmp/k.txt" $? 2 '^error: train_fox runs TransformerFAM with --fam-block a multiple of 128' \
     "--fam-block 64 (the CPU trainer's, not the GPU's), exit 2"
 
+$GPU --model transformer-fam --fam-block 128 --fam-memory 0 $SHAPE --steps 2 --out "$tmp/b" > "$tmp/b.txt" 2>&1
+one_line_error "$tmp/b.txt" $? 2 '^error: train_fox runs TransformerFAM with its memory' \
+    "--fam-memory 0 (BSWA alone: the CPU trainer's for now), exit 2"
+
 finish

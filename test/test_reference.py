@@ -256,10 +256,11 @@ def fam_prompt_loop(cfg, W, g):
 
 def fam_checks():
     """Yields (name, ok, detail): the TransformerFAM checks of selfcheck (float64 throughout)."""
-    for name in ("transformer-fam", "fox-fam"):
+    for name in ("transformer-fam", "fox-fam", "transformer-bswa", "fox-bswa"):
         cfg = fixture_config(name)
         params = perturbed_params(cfg, init_params(cfg, FIXTURE_SEED))
-        params["fam_init"] = params["fam_init"] * 25  # a memory at the residual stream's scale matters more
+        if cfg["fam_memory"]:  # a memory at the residual stream's scale matters more
+            params["fam_init"] = params["fam_init"] * 25
         model = FoxModel(cfg, params, torch.float64)
         layer = {n: a[1] for n, a in params.items() if a.ndim == 3}
         rng = np.random.default_rng(31)
@@ -273,11 +274,12 @@ def fam_checks():
         yield ("FAM layer (the block's concatenation and mask) vs the query-by-query loop form, T %d: %s" % (T, name),
                err < 1e-12, "max rel err %.2e" % err)
 
-        with torch.no_grad():
-            fast = model.fam_prompt_layer(1, torch.from_numpy(memory)).numpy()
-        slow = fam_prompt_loop(cfg, layer, memory)
-        err = np.abs(fast - slow).max() / np.abs(slow).max()
-        yield "FAM prompt through a layer vs its loop form: " + name, err < 1e-12, "max rel err %.2e" % err
+        if cfg["fam_memory"]:  # BSWA alone (fam_memory 0) has no prompt
+            with torch.no_grad():
+                fast = model.fam_prompt_layer(1, torch.from_numpy(memory)).numpy()
+            slow = fam_prompt_loop(cfg, layer, memory)
+            err = np.abs(fast - slow).max() / np.abs(slow).max()
+            yield "FAM prompt through a layer vs its loop form: " + name, err < 1e-12, "max rel err %.2e" % err
 
         # causality: the logits before position p do not depend on the tokens from p on (at, around and inside
         # block boundaries: the memory after a block must reach only the blocks after it)
@@ -290,6 +292,16 @@ def fam_checks():
                 other[0, p:] = (other[0, p:] + 1) % cfg["vocab_size"]
                 worst = max(worst, (model(other)[0, :p] - base[0, :p]).abs().max().item())
         yield "FAM causality: logits before p unchanged by the tokens from p on, " + name, worst == 0.0, "max diff %.1e" % worst
+
+        if not cfg["fam_memory"]:  # BSWA alone with a window over the whole context is the Pro model's attention
+            whole = dict(cfg, fam_window_blocks=idx.shape[1] // cfg["fam_block"] + 1)
+            pro = make_config("fox-pro" if cfg["forget_gate"] != FG_NONE else "transformer-pro", **FIXTURE_SHAPE)
+            with torch.no_grad():
+                a = FoxModel(whole, params, torch.float64)(idx)
+                b = FoxModel(pro, params, torch.float64)(idx)
+            err = ((a - b).abs().max() / b.abs().max()).item()
+            yield ("BSWA (fam_memory 0) with a window over the whole context equals the Pro preset it modifies: " + name,
+                   err < 1e-12, "max rel err %.2e" % err)
 
 
 def gsa_checks():
