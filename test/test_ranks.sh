@@ -76,12 +76,15 @@ stopped_rank() {  # ranks, rank to stop, label
     kill -STOP "$victim"
     wait $pid
     st=$?
+    n=0  # mpirun may return while its SIGKILL to the stopped rank is still on its way
+    while [ $n -lt 60 ] && alive "$victim"; do sleep 0.05; n=$((n + 1)); done
     took=$(($(now) - t0))
     line=$(grep -m1 '^error: rank' "$d.err")
-    [ "$st" -eq 76 ] && [ "$took" -le "$4" ] && [ "$(grep -c '^error: rank' "$d.err")" -eq 1 ] &&
+    lines=$(grep -c '^error: rank' "$d.err")
+    [ "$st" -eq 76 ] && [ "$took" -le "$4" ] && [ "$lines" -eq 1 ] &&
         echo "$line" | grep -q "no progress for .* in step [0-9]*: the newest checkpoint is ckpt_[0-9]*; relaunch with --resume (exit 76)" &&
         ! alive "$victim"
-    check $? "$3: mpirun exits 76 after $took s (bound $4 s), every rank gone, one line: $line"
+    check $? "$3: mpirun exits $st after $took s (bound $4 s), every rank gone ($(alive "$victim" && echo "not: the stopped rank is $(ps -o stat= -p "$victim")" || echo yes)), $lines line: $line"
     resumes_bitwise "$d" "$1" "$tmp/ref$1"
     check $? "the relaunch with --resume ends bitwise equal to the uninterrupted run"
 }
