@@ -568,12 +568,11 @@ typedef void (*ExampleFn)(const void *set, long long i, int *tokens);
 
 // Writes a split's examples of T tokens, back to back and followed by the token `last` (so that the last one
 // is a whole window), as an llm.c shard of itemsize-byte tokens at DIR/name, through a temporary file renamed
-// into place. The caller bounds examples * T + 1 below 2^31.
+// into place (fox_open_tmp). The caller bounds examples * T + 1 below 2^31.
 static void write_examples(const char *dir, const char *name, int T, int itemsize, long long examples, int last,
                            ExampleFn example, const void *set) {
-    char path[4200], tmp[4300];
-    path_join(path, sizeof path, dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char tmp[4300];
+    FILE *f = fox_open_tmp(dir, name, tmp, sizeof tmp);
     int32_t header[FOX_SHARD_HEADER_INTS];
     memset(header, 0, sizeof header);
     header[0] = itemsize == 2 ? FOX_SHARD_MAGIC : FOX_SHARD_MAGIC_U32;
@@ -581,7 +580,6 @@ static void write_examples(const char *dir, const char *name, int T, int itemsiz
     header[2] = (int32_t)(examples * T + 1);
     int *tokens = (int *)fox_malloc((size_t)T * sizeof(int));
     unsigned char *bytes = (unsigned char *)fox_malloc((size_t)T * (size_t)itemsize);
-    FILE *f = fox_fopen(tmp, "wb");
     fox_fwrite(header, sizeof header, 1, f, tmp);
     for (long long i = 0; i < examples; i++) {
         example(set, i, tokens);
@@ -591,8 +589,7 @@ static void write_examples(const char *dir, const char *name, int T, int itemsiz
     tokens[0] = last;
     pack_tokens(tokens, 1, itemsize, bytes);
     fox_fwrite(bytes, (size_t)itemsize, 1, f, tmp);
-    fox_fclose_synced(f, tmp);
-    if (rename(tmp, path)) fox_fatal("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    fox_commit_tmp(f, tmp);
     free(tokens);
     free(bytes);
 }
@@ -616,10 +613,8 @@ static void write_mqar_split(const FoxMqar *m, int split, long long examples, co
 
 // Writes DIR/mqar.json (through a temporary file): the set's sizes, ranges and seed.
 static void write_mqar_json(const FoxMqar *m, const char *dir) {
-    char path[4200], tmp[4300];
-    path_join(path, sizeof path, dir, "mqar.json");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fox_fopen(tmp, "w");
+    char tmp[4300];
+    FILE *f = fox_open_tmp(dir, "mqar.json", tmp, sizeof tmp);
     int n = fprintf(f,
                     "{\"task\": \"mqar\", \"vocab\": %d, \"num_kv\": %d, \"seq_len\": %d, \"key_range\": [%d, %d], "
                     "\"value_range\": [%d, %d],\n \"train_examples\": %lld, \"test_examples\": %lld, \"seed\": %llu,\n"
@@ -632,8 +627,7 @@ static void write_mqar_json(const FoxMqar *m, const char *dir) {
                     m->vocab, m->num_kv, m->seq_len, m->key_lo, m->key_hi, m->value_lo, m->value_hi, m->train_examples,
                     m->test_examples, (unsigned long long)m->seed);
     if (n < 0) fox_fatal("cannot write %s: %s", tmp, strerror(errno));
-    fox_fclose_synced(f, tmp);
-    if (rename(tmp, path)) fox_fatal("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    fox_commit_tmp(f, tmp);
 }
 
 // Refuses a DIR that already holds a file of the set: another run's data is never overwritten.
@@ -705,10 +699,8 @@ static void passkey_example(const void *set, long long i, int *tokens) {
 
 // Writes DIR/passkey.json (through a temporary file): the set's sizes and seed.
 static void write_passkey_json(const char *dir, int T, long long train, long long val, unsigned long long seed) {
-    char path[4200], tmp[4300];
-    path_join(path, sizeof path, dir, "passkey.json");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fox_fopen(tmp, "w");
+    char tmp[4300];
+    FILE *f = fox_open_tmp(dir, "passkey.json", tmp, sizeof tmp);
     int n = fprintf(f,
                     "{\"task\": \"passkey\", \"seq_len\": %d, \"train_examples\": %lld, \"val_examples\": %lld, "
                     "\"seed\": %llu,\n \"layout\": \"each example is seq_len tokens: a passkey prompt (fox/passkey.h: "
@@ -717,8 +709,7 @@ static void write_passkey_json(const char *dir, int T, long long train, long lon
                     "with --seq-len seq_len window k is example k\"}\n",
                     T, train, val, seed);
     if (n < 0) fox_fatal("cannot write %s: %s", tmp, strerror(errno));
-    fox_fclose_synced(f, tmp);
-    if (rename(tmp, path)) fox_fatal("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    fox_commit_tmp(f, tmp);
 }
 
 static int cmd_passkey(int argc, char **argv) {

@@ -19,7 +19,7 @@
 #include "io.h"
 #include "json.h"
 #include "mqar.h"
-#include "passkey.h"   // FoxPasskeyText, fox_passkey_prompt: the passkey prompt, shared with fox_data passkey
+#include "passkey.h"   // TokenList, fox_encode_text; FoxPasskeyText, fox_passkey_prompt: shared with fox_data passkey
 #include "rng.h"
 #include "watchdog.h"  // fox_watchdog_alive: each batch is a sign of progress
 #include "trainer.h"
@@ -46,7 +46,6 @@ typedef struct {
     int batch, len, gen;
 } TaskModel;
 
-typedef struct { int *ids; int n; } TokenList;
 
 typedef struct {
     int on, easy, n_lengths, n_depths, new_tokens;
@@ -119,13 +118,7 @@ static inline double eval_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static inline TokenList eval_encode(const Evals *e, const char *text) {
-    size_t n;
-    int *ids = tokenizer_encode(&e->tok, text, strlen(text), &n, 0);
-    if (!ids) fox_fatal("cannot encode an evaluation prompt (out of memory)");
-    TokenList t = {ids, (int)n};
-    return t;
-}
+static inline TokenList eval_encode(const Evals *e, const char *text) { return fox_encode_text(&e->tok, text); }
 
 static inline int eval_start_token(const FoxConfig *cfg) { return FOX_EOT < cfg->vocab_size ? FOX_EOT : 0; }
 
@@ -462,6 +455,7 @@ static inline double niah_run(Evals *e, int step, const char *out, int *stopped)
 // ---- Passkey retrieval (docs/model.md §8.2) ----
 
 // The passkey of (length, trial) and the share of the filler before it: pure functions of --seed.
+// Trial k of length L is draw pair (L 2^23 + k): draws L 2^24 + 2k and + 1 (docs/model.md §8.2).
 static inline int passkey_key(const Evals *e, int L, int trial) {
     return fox_passkey_key(fox_rng_key((uint64_t)e->a->seed, FOX_STREAM_PASSKEY), ((uint64_t)L << 23) + (uint64_t)trial);
 }
@@ -473,7 +467,7 @@ static inline double passkey_depth(const Evals *e, int L, int trial) {
 // The prompt of length L (fox/passkey.h): the key's line at a random depth of the filler. Returns the key
 // line's position.
 static inline int passkey_prompt(const Evals *e, int L, int trial, int *out) {
-    FoxTokens line = fox_passkey_line(&e->tok, passkey_key(e, L, trial));
+    TokenList line = fox_passkey_line(&e->tok, passkey_key(e, L, trial));
     int at = fox_passkey_prompt(&e->pk.text, &line, L, passkey_depth(e, L, trial), out);
     if (at < 0) fox_fatal("a passkey prompt of %d tokens is too short for its fixed tokens", L);
     free(line.ids);

@@ -32,27 +32,28 @@
 #define FOX_PASSKEY_LINE_MAX 40   // tokens a key's line takes at most
 enum { FOX_PASSKEY_TRAIN = 0, FOX_PASSKEY_VAL = 1 };
 
+// Token ids of a text (the evaluation's prompts' pieces too, fox/eval.h).
 typedef struct {
     int *ids;
     int n;
-} FoxTokens;
+} TokenList;
 
 // The prompt's fixed texts as tokens.
 typedef struct {
-    FoxTokens task, filler, question;
+    TokenList task, filler, question;
 } FoxPasskeyText;
 
-static inline FoxTokens fox_passkey_encode(const Tokenizer *tok, const char *text) {
+static inline TokenList fox_encode_text(const Tokenizer *tok, const char *text) {
     size_t n;
     int *ids = tokenizer_encode(tok, text, strlen(text), &n, 0);
-    if (!ids) fox_fatal("cannot encode a passkey prompt (out of memory)");
-    FoxTokens t = {ids, (int)n};
+    if (!ids) fox_fatal("cannot encode a prompt (out of memory)");
+    TokenList t = {ids, (int)n};
     return t;
 }
 
 static inline FoxPasskeyText fox_passkey_text(const Tokenizer *tok) {
-    FoxPasskeyText t = {fox_passkey_encode(tok, FOX_PASSKEY_TASK), fox_passkey_encode(tok, FOX_PASSKEY_FILLER),
-                        fox_passkey_encode(tok, FOX_PASSKEY_QUESTION)};
+    FoxPasskeyText t = {fox_encode_text(tok, FOX_PASSKEY_TASK), fox_encode_text(tok, FOX_PASSKEY_FILLER),
+                        fox_encode_text(tok, FOX_PASSKEY_QUESTION)};
     return t;
 }
 
@@ -67,21 +68,21 @@ static inline int fox_passkey_fixed_tokens(const FoxPasskeyText *t) {
     return 1 + t->task.n + t->question.n + FOX_PASSKEY_LINE_MAX;
 }
 
-static inline FoxTokens fox_passkey_line(const Tokenizer *tok, int key) {
+static inline TokenList fox_passkey_line(const Tokenizer *tok, int key) {
     char line[128];
     snprintf(line, sizeof(line), "\nThe pass key is %d. Remember it. %d is the pass key.\n", key, key);
-    return fox_passkey_encode(tok, line);
+    return fox_encode_text(tok, line);
 }
 
-static inline FoxTokens fox_passkey_answer(const Tokenizer *tok, int key) {
+static inline TokenList fox_passkey_answer(const Tokenizer *tok, int key) {
     char answer[32];
     snprintf(answer, sizeof(answer), " %d.", key);
-    return fox_passkey_encode(tok, answer);
+    return fox_encode_text(tok, answer);
 }
 
 // The prompt of L tokens into out, the key's line `line` after floor(depth * filler) filler tokens. Returns the
 // line's position, or -1 when L is too short for the fixed part.
-static inline int fox_passkey_prompt(const FoxPasskeyText *t, const FoxTokens *line, int L, double depth, int *out) {
+static inline int fox_passkey_prompt(const FoxPasskeyText *t, const TokenList *line, int L, double depth, int *out) {
     int fill = L - 1 - t->task.n - line->n - t->question.n;
     if (fill < 0) return -1;
     int before = (int)(depth * fill), at = 0;
@@ -110,7 +111,7 @@ static inline uint64_t fox_passkey_split_key(uint64_t seed, int split) {
 static inline int fox_passkey_example(const Tokenizer *tok, const FoxPasskeyText *t, uint64_t split_key, long long i,
                                       int T, int *out) {
     int key = fox_passkey_key(split_key, (uint64_t)i);
-    FoxTokens line = fox_passkey_line(tok, key), answer = fox_passkey_answer(tok, key);
+    TokenList line = fox_passkey_line(tok, key), answer = fox_passkey_answer(tok, key);
     int L = T - answer.n;
     if (fox_passkey_prompt(t, &line, L, fox_passkey_depth(split_key, (uint64_t)i), out) < 0)
         fox_fatal("a passkey example of %d tokens is too short for its fixed part", T);

@@ -901,6 +901,16 @@ static void mqar_seeds_and_sizes(void) {
     }
 }
 
+// `command --out DIR FLAGS` for each {label, FLAGS} of bad: a one-line error and a non-zero exit.
+static void expect_bad_flags(const char *command, const char *dir, const char *const (*bad)[2], size_t n) {
+    char cmd[1200], what[128];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(cmd, sizeof cmd, "%s --out %s %s", command, dir, bad[i][1]);
+        snprintf(what, sizeof what, "%s: %s", command + 2, bad[i][0]);  // without "./"
+        expect_error(what, cmd);
+    }
+}
+
 // fox_data mqar's bad input, each one line; a DIR that holds a set's file is left as it was.
 static void mqar_bad_flags(void) {
     static const char *const bad[][2] = {
@@ -911,12 +921,8 @@ static void mqar_bad_flags(void) {
         {"more train tokens than a shard holds", "--train-examples 10000000"},
         {"a flag without its value", "--seed"},
     };
-    char cmd[1200], what[128];
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd, "./fox_data mqar --out %s %s", path_in("mqar_bad"), bad[i][1]);
-        snprintf(what, sizeof what, "fox_data mqar: %s", bad[i][0]);
-        expect_error(what, cmd);
-    }
+    expect_bad_flags("./fox_data mqar", path_in("mqar_bad"), bad, sizeof bad / sizeof bad[0]);
+    char cmd[1200];
     expect_error("fox_data mqar: no --out", "./fox_data mqar --num-kv 4");
     snprintf(cmd, sizeof cmd, "./fox_data mqar --out %s " MQAR_ARGS " --seed 9", path_in("mqar"));
     expect_error("fox_data mqar: DIR already holds a data set", cmd);
@@ -1096,12 +1102,8 @@ static void test_passkey(void) {
         {"more train tokens than a shard holds", "--train-examples 10000000"},
         {"a flag without its value", "--seed"},
     };
-    char cmd[1200], what[128];
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd, "./fox_data passkey --out %s %s", path_in("pk_bad"), bad[i][1]);
-        snprintf(what, sizeof what, "fox_data passkey: %s", bad[i][0]);
-        expect_error(what, cmd);
-    }
+    expect_bad_flags("./fox_data passkey", path_in("pk_bad"), bad, sizeof bad / sizeof bad[0]);
+    char cmd[1200];
     expect_error("fox_data passkey: no --out", "./fox_data passkey --seq-len 256");
     snprintf(cmd, sizeof cmd, "./fox_data passkey --out %s " PASSKEY_ARGS " --seed 9", path_in("pk"));
     expect_error("fox_data passkey: DIR already holds a data set", cmd);
