@@ -600,18 +600,19 @@ fwd_ws_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ 
     }
 }
 
-// The tensor maps are encoded per call (host work only; they carry the pointers) and passed by value; the group
-// of heads is fwd_head_group's. With Cfg::PERSISTENT, counter is fwd_item_counter's for s.
-template <int DH, class Cfg = FwdWsCfg<DH>>
-void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
-                __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s,
-                int *counter = nullptr) {
+// fwd_ws_kernel's launch in groups of `group` heads (capped at B H). The tensor maps are encoded per call (host
+// work only; they carry the pointers) and passed by value. With Cfg::PERSISTENT, counter is fwd_item_counter's
+// for s.
+template <int DH, class Cfg>
+void fwd_ws_launch(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                   __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s, int group,
+                   int *counter) {
     const size_t smem = fwd_ws_smem_bytes<DH, Cfg>();
     FOX_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
                       tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
     const int nqb = (T + Cfg::BM - 1) / Cfg::BM;
-    const int want = fwd_head_group<DH>(nqb, T, B * H), group = want < B * H ? want : B * H;
+    if (group > B * H) group = B * H;
     dim3 grid(nqb * B * H);
     if (Cfg::PERSISTENT) {
         FOX_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), s));
@@ -619,6 +620,15 @@ void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloa
     }
     fwd_ws_kernel<DH, Cfg><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first, group, B * H, counter);
     FOX_LAUNCH_CHECK();
+}
+
+// The same in fwd_head_group's groups of heads.
+template <int DH, class Cfg = FwdWsCfg<DH>>
+void forward_ws(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *c,
+                __nv_bfloat16 *o, float *lse, int B, int H, int T, const int *kv_first, cudaStream_t s,
+                int *counter = nullptr) {
+    const int nqb = (T + Cfg::BM - 1) / Cfg::BM;
+    fwd_ws_launch<DH, Cfg>(q, k, v, c, o, lse, B, H, T, kv_first, s, fwd_head_group<DH>(nqb, T, B * H), counter);
 }
 
 // The forward the public API runs: on Hopper (an sm_90a build) the TMA-fed warpgroup-MMA kernel, persistent up to

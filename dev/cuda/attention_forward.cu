@@ -965,28 +965,10 @@ void forward_la(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf1
 // 22) were measured and removed: 19 at commit 71a45d2, 21 and 22 at c91c701.
 constexpr int ALL_HEADS = 1 << 20;  // a group size above any head count: one group
 template <int NWG, int ST, bool SKIP = false> using Fwd3Cfg = FwdWsShape<NWG, ST, SKIP>;
-// fox/attention_forward.cuh's forward_ws with the group of heads given (the product's is fwd_head_group's).
-template <int DH, class Cfg>
-void forward_ws_in_groups(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B,
-                          int H, int T, const int *kv_first, cudaStream_t s, int head_group, int *counter = nullptr) {
-    const size_t smem = fwd_ws_smem_bytes<DH, Cfg>();
-    FOX_CUDA_CHECK(cudaFuncSetAttribute(fox_attn::fwd_ws_kernel<DH, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const CUtensorMap tq = tma_map_bf16_3d(q, DH, T, B * H, Cfg::BM), tk = tma_map_bf16_3d(k, DH, T, B * H, FWD_WS_BN),
-                      tv = tma_map_bf16_3d(v, DH, T, B * H, FWD_WS_BN);
-    const int nqb = (T + Cfg::BM - 1) / Cfg::BM, group = head_group < B * H ? head_group : B * H;
-    dim3 grid(nqb * B * H);
-    if (Cfg::PERSISTENT) {
-        FOX_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), s));
-        grid.x = nqb * B * H < fox_sm_count() ? nqb * B * H : fox_sm_count();
-    }
-    fox_attn::fwd_ws_kernel<DH, Cfg><<<grid, Cfg::THREADS, smem, s>>>(tq, tk, tv, c, o, lse, H, T, kv_first, group, B * H,
-                                                                      counter);
-    FOX_LAUNCH_CHECK();
-}
 template <int DH, int NWG, int ST, int G, bool SKIP = false>  // G: the group of heads, 1 head after head
 void forward_wg3(const bf16 *q, const bf16 *k, const bf16 *v, const float *c, bf16 *o, float *lse, int B, int H, int T,
                  const int *kv_first, cudaStream_t s) {
-    forward_ws_in_groups<DH, Fwd3Cfg<NWG, ST, SKIP>>(q, k, v, c, o, lse, B, H, T, kv_first, s, G);
+    fox_attn::fwd_ws_launch<DH, Fwd3Cfg<NWG, ST, SKIP>>(q, k, v, c, o, lse, B, H, T, kv_first, s, G, nullptr);
 }
 // Version 28: the API's form and launch order (fwd_head_group) with ST stages.
 template <int DH, int ST>
@@ -1186,9 +1168,8 @@ static void launch_orders(int B, int H, int T) {
         const float ms = median_ms([&] {
             if (g < 0) fox_attn::forward<DH>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0);
             else if (persistent)
-                fox_attn_dev::forward_ws_in_groups<DH, Persistent>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0,
-                                                                   g, counter);
-            else fox_attn_dev::forward_ws_in_groups<DH, Cfg>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0, g);
+                fox_attn::fwd_ws_launch<DH, Persistent>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0, g, counter);
+            else fox_attn::fwd_ws_launch<DH, Cfg>(b.q, b.k, b.v, b.c, b.o, b.lse, B, H, T, nullptr, 0, g, nullptr);
         });
         printf(" %6.1f%s", 2.0 * B * H * (double)T * T * DH / ms * 1e-9, g == 1 || g == fox_attn_dev::ALL_HEADS ? " |" : "");
     }
