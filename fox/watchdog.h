@@ -106,8 +106,15 @@ static void *fox_wd_main(void *arg) {
     struct timespec pause = {(time_t)tick, (long)((tick - (double)(time_t)tick) * 1e9)};
     int later = fox_wd.rank < 21 ? fox_wd.rank - 1 : 20;  // rank 1 next, then one every 3 s: the first to speak ends the job
     double limit = fox_wd.timeout + (fox_wd.rank ? fox_wd.grace + 3.0 * later : 0.0);
+    long long woke = fox_wd_now_ns(), resumed = 0;
     for (;;) {
         nanosleep(&pause, NULL);
+        long long now = fox_wd_now_ns();
+        // A tick that came far too late means this process itself was stopped (SIGSTOP, a debugger, mpirun's
+        // SIGCONT that begins its kill sequence): its own pause is not the others' silence, so the idle time
+        // counts from its return (the main thread's sign of progress may come a moment later).
+        if (now - woke > (long long)(1e9 * (tick + fox_wd.timeout / 2))) resumed = now;
+        woke = now;
         if (!__atomic_load_n(&fox_wd.on, __ATOMIC_ACQUIRE)) continue;
         pthread_mutex_lock(&fox_wd_lock);
         const char *err = fox_wd.hooks.ctx && fox_wd.hooks.poll ? fox_wd.hooks.poll(fox_wd.hooks.ctx) : NULL;
@@ -117,7 +124,8 @@ static void *fox_wd_main(void *arg) {
             snprintf(why, sizeof(why), "the communicator failed (%s)", err);
             fox_wd_fire(why);
         }
-        double idle = 1e-9 * (double)(fox_wd_now_ns() - __atomic_load_n(&fox_wd.last_ns, __ATOMIC_ACQUIRE));
+        long long last = __atomic_load_n(&fox_wd.last_ns, __ATOMIC_ACQUIRE);
+        double idle = 1e-9 * (double)(now - (last > resumed ? last : resumed));
         if (idle < limit) continue;
         char why[256];
         if (fox_wd.rank == 0)

@@ -7,7 +7,8 @@
 #     --resume ends bitwise equal to the uninterrupted run;
 #   - kill -9 one of 2 ranks mid-step, and one of 4 inside a checkpoint write (FOX_TEST_CKPT_STALL_MS holds it
 #     open): mpirun ends the others within seconds, the newest complete checkpoint stays, the relaunch is bitwise;
-#   - a slow but live rank (FOX_TEST_SLOW_RANK: 3 s at one step under an 8 s timeout) is not stopped;
+#   - a slow but live rank (FOX_TEST_SLOW_RANK: 3 s at one step under an 8 s timeout) is not stopped, nor is
+#     a rank stopped 5 s and continued under a 4 s timeout;
 #   - --collective-timeout shorter than twice the first step: one line, exit 2, no checkpoint;
 #   - two "nodes" on this machine (Open MPI starting its second daemon through test/fake_ssh.sh): local ranks
 #     restart at 0 on the second node, the start-up line maps them, and 2 nodes x 2 ranks train bitwise like
@@ -91,6 +92,25 @@ stopped_rank() {  # ranks, rank to stop, label
 [ "$most" -ge 2 ] && stopped_rank 2 1 "SIGSTOP to rank 1 of 2 (--collective-timeout 4)" 12
 [ "$most" -ge 4 ] && stopped_rank 4 0 "SIGSTOP to rank 0 of 4: the others speak after their grace, naming rank 0" 16
 [ "$most" -ge 4 ] && { grep -q "rank 0 did not end the job" "$tmp/stop4_0.err"; check $? "the line says rank 0 did not end the job"; }
+
+# A rank paused and continued (a debugger, a shell's SIGSTOP and SIGCONT) is not taken for a silent peer: rank 0
+# stopped 5 s under a 4 s timeout, continued within rank 1's grace, goes on without a line (its own pause is not
+# the others' silence).
+if [ "$most" -ge 2 ]; then
+    d="$tmp/pause"
+    $MPIRUN -np 2 $BIN $ARGS --collective-timeout 4 --out "$d" > "$d.txt" 2> "$d.err" &
+    pid=$!
+    wait_steps "$d" $((EVERY + 2))
+    victim=$(rank_pid "$d" 0)
+    kill -STOP "$victim"
+    sleep 5
+    kill -CONT "$victim"
+    wait $pid
+    st=$?
+    losses_after "$d/log.jsonl" 0 > "$d.l"
+    [ $st -eq 0 ] && ! grep -q '^error' "$d.err" && cmp -s "$d.l" "$tmp/ref2.l" && cmp -s "$d/$LAST/model.bin" "$tmp/ref2/$LAST/model.bin"
+    check $? "rank 0 of 2 stopped 5 s and continued under --collective-timeout 4: exit $st, no line, bitwise the uninterrupted run$(grep -m1 '^error' "$d.err" | sed 's/^/; it said: /')"
+fi
 
 # kill -9: mpirun sees the rank die and ends the others.
 killed_rank() {  # ranks, rank, stall (ms) in checkpoint writes, label
