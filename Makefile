@@ -113,6 +113,7 @@ test-suites: train_fox_cpu test_fox test_finite_diff test_end_to_end test_decode
 	  "evaluation tasks, scripted model=./test_eval" \
 	  "evaluation tasks=sh test/test_eval.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "multiple-choice reference=$(PYTHON) test/test_mc_ref.py" \
+	  "result sweeps=sh test/test_sweeps.sh ./train_fox_cpu" \
 	  "runs=sh test/test_runs.sh ./train_fox_cpu $(MPI_BIN:%=./%)" \
 	  "gradient accumulation=sh test/test_accum.sh $(MPI_BIN:%=./%)" \
 	  "ranks that fail loudly=sh test/test_ranks.sh $(MPI_BIN:%=./%)" \

@@ -32,7 +32,7 @@ typedef struct {
 // the CUDA trainer's C++ alike).
 static struct {
     int on, started, rank;  // on: watching (fox_watchdog_stop ends it for good)
-    double timeout, grace;
+    double timeout;
     long long last_ns;  // the newest sign of progress (CLOCK_MONOTONIC)
     int step, newest_ckpt;
     const char *phase;  // a string literal: "in step", "writing the checkpoint of step", ...
@@ -104,8 +104,11 @@ static void *fox_wd_main(void *arg) {
     (void)arg;
     double tick = fox_wd.timeout / 8 < 1.0 ? fox_wd.timeout / 8 : 1.0;
     struct timespec pause = {(time_t)tick, (long)((tick - (double)(time_t)tick) * 1e9)};
-    int later = fox_wd.rank < 21 ? fox_wd.rank - 1 : 20;  // rank 1 next, then one every 3 s: the first to speak ends the job
-    double limit = fox_wd.timeout + (fox_wd.rank ? fox_wd.grace + 3.0 * later : 0.0);
+    // Ranks other than 0 wait a grace more (a tenth of the timeout, at least 5 s), rank 1 first, then one every
+    // 3 s: the first to speak ends the job.
+    int later = fox_wd.rank < 21 ? fox_wd.rank - 1 : 20;
+    double grace = fox_wd.timeout / 10 > 5.0 ? fox_wd.timeout / 10 : 5.0;
+    double limit = fox_wd.timeout + (fox_wd.rank ? grace + 3.0 * later : 0.0);
     long long woke = fox_wd_now_ns(), resumed = 0;
     for (;;) {
         nanosleep(&pause, NULL);
@@ -139,13 +142,12 @@ static void *fox_wd_main(void *arg) {
     return NULL;
 }
 
-// Starts the watchdog of a run of several ranks (timeout 0: none). Ranks other than 0 wait `grace` seconds more.
+// Starts the watchdog of a run of several ranks (timeout 0: none).
 static inline void fox_watchdog_start(double timeout, int rank, int newest_ckpt) {
     if (timeout <= 0 || fox_wd.started) return;
     fox_wd.started = 1;
     fox_wd.rank = rank;
     fox_wd.timeout = timeout;
-    fox_wd.grace = timeout / 10 > 5.0 ? timeout / 10 : 5.0;
     fox_wd.newest_ckpt = newest_ckpt;
     fox_wd.phase = "starting, before step";
     fox_wd.last_ns = fox_wd_now_ns();
