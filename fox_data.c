@@ -98,7 +98,8 @@ static char *read_input(const char *path, size_t *len) {
 }
 
 static void load_tokenizer(Tokenizer *t, const char *path) {
-    if (!tokenizer_load(t, path)) fox_fatal("%s: cannot load the tokenizer", path);
+    const char *why = NULL;
+    if (!tokenizer_load(t, path, &why)) fox_fatal("%s: cannot load the tokenizer: %s", path, why);
 }
 
 // ---- JSONL: the "text" field of each line ----

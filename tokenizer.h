@@ -16,6 +16,7 @@
 #ifndef FOX_TOKENIZER_H
 #define FOX_TOKENIZER_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,11 +109,15 @@ static inline void tokenizer_free(Tokenizer *t) {
     memset(t, 0, sizeof *t);
 }
 
-// Loads the vocabulary file; returns 1 on success, 0 (with a message on stderr) on failure.
-static inline int tokenizer_load(Tokenizer *t, const char *path) {
+// Loads the vocabulary file; returns 1 on success, 0 on failure with why (unless NULL) saying what went wrong, so
+// that the caller's one error line can say it.
+static inline int tokenizer_load(Tokenizer *t, const char *path, const char **why) {
     memset(t, 0, sizeof *t);
     FILE *f = fopen(path, "rb");
-    if (!f) { fprintf(stderr, "warning: cannot open tokenizer %s\n", path); return 0; }
+    if (!f) {
+        if (why) *why = strerror(errno);
+        return 0;
+    }
     int32_t h[7];
     size_t total = 0;
     int ok = fread(h, 4, 7, f) == 7 && h[0] == FOX_TOKENIZER_MAGIC && h[1] == FOX_TOKENIZER_VERSION && h[2] > 256 &&
@@ -176,7 +181,7 @@ static inline int tokenizer_load(Tokenizer *t, const char *path) {
         }
     }
     if (!ok) {
-        fprintf(stderr, "warning: %s is not a valid fox.c tokenizer file\n", path);
+        if (why) *why = "not a fox.c tokenizer file (data/gpt2_tokenizer.bin's format)";
         tokenizer_free(t);
         return 0;
     }

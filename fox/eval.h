@@ -873,7 +873,9 @@ static inline void evals_init(Evals *e, const FoxArgs *a, const FoxConfig *cfg, 
     if (text_task && cfg->vocab_size < FOX_VOCAB_GPT2)
         fox_usage_error("%s needs the GPT-2 vocabulary (its prompts are text); this model has %d tokens", text_task, cfg->vocab_size);
     if (cfg->vocab_size >= FOX_VOCAB_GPT2 && (text_task || a->eval_mc[0])) {
-        if (!tokenizer_load(&e->tok, a->tokenizer)) fox_fatal("cannot load the GPT-2 tokenizer %s (--tokenizer)", a->tokenizer);
+        const char *why = NULL;
+        if (!tokenizer_load(&e->tok, a->tokenizer, &why))
+            fox_fatal("cannot load the GPT-2 tokenizer %s (--tokenizer): %s", a->tokenizer, why);
         e->has_tok = 1;
     }
     if (a->eval_niah) niah_init(e);

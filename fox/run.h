@@ -337,6 +337,7 @@ static void run_init(Run *r) {
     if (r->dist.rank == 0 && a->warmup_tokens > total * a->steps)
         fprintf(stderr, "warning: --warmup-tokens %lld exceeds the run's %lld tokens (--steps %d x %lld): the learning rate "
                 "never reaches --lr %g\n", a->warmup_tokens, total * a->steps, a->steps, total, a->lr);
+    check_sample_inputs(a, &cfg);
     if (a->out[0]) claim_out_dir(r);
     int latest = a->resume ? fox_ckpt_latest(a->out) : -1;
     if (latest > a->steps)

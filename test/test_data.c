@@ -165,7 +165,7 @@ static int same_ids(const int *a, size_t na, const int *b, size_t nb) {
 static void test_tokenizer(void) {
     printf("== tokenizer (vs js-tiktoken gpt2)\n");
     Tokenizer tok;
-    int loaded = tokenizer_load(&tok, FOX_TOKENIZER_DEFAULT_PATH);
+    int loaded = tokenizer_load(&tok, FOX_TOKENIZER_DEFAULT_PATH, NULL);
     check(loaded && tok.n_vocab == 50257 && tok.eot == 50256, "load %s (50257 tokens, EOT 50256)", FOX_TOKENIZER_DEFAULT_PATH);
     if (!loaded) return;
     char dir[1024];
@@ -648,7 +648,7 @@ static void test_fox_data(void) {
     check(dec && !strcmp(dec, want), "decode gives back EOT + doc1 + EOT + doc2 exactly");
     free(dec);
     Tokenizer tok;
-    if (!tokenizer_load(&tok, FOX_TOKENIZER_DEFAULT_PATH)) return;
+    if (!tokenizer_load(&tok, FOX_TOKENIZER_DEFAULT_PATH, NULL)) return;
     size_t n;
     int *ids = tokenizer_encode(&tok, text, strlen(text), &n, 0);
     char line[4096] = "";
@@ -1059,7 +1059,7 @@ static int *check_passkey_split(const Tokenizer *tok, const char *path, int spli
 static void test_passkey(void) {
     printf("== passkey data (fox_data passkey, fox/passkey.h)\n");
     Tokenizer tok;
-    if (!tokenizer_load(&tok, FOX_TOKENIZER_DEFAULT_PATH)) {
+    if (!tokenizer_load(&tok, FOX_TOKENIZER_DEFAULT_PATH, NULL)) {
         check(0, "load %s", FOX_TOKENIZER_DEFAULT_PATH);
         return;
     }

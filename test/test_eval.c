@@ -1305,7 +1305,7 @@ static void test_mqar(const char *tmp) {
 }
 
 int main(void) {
-    if (!tokenizer_load(&tok, "data/gpt2_tokenizer.bin")) {
+    if (!tokenizer_load(&tok, "data/gpt2_tokenizer.bin", NULL)) {
         printf("FAIL cannot load data/gpt2_tokenizer.bin (run from the repository root)\n0 passed, 1 failed\n");
         return 1;
     }

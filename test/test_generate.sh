@@ -8,8 +8,9 @@
 #   - <|endoftext|> ends a sequence unless --stop-at-eot off (a model built to always predict it); with
 #     --doc-mask a prompt's <|endoftext|> starts a new document;
 #   - bad input: no prompt, an empty one, a prompt file that is not UTF-8 or empty or missing, both prompt
-#     flags, --temperature / --top-p / --top-k out of range, a cache larger than the memory, no weights:
-#     one line "error: ..." and a non-zero exit.
+#     flags, --temperature / --top-p / --top-k out of range, a cache larger than the memory, no weights, a
+#     tokenizer missing or not one: one line "error: ..." and a non-zero exit; a training run whose sample's
+#     tokenizer or prompt file is missing stops so before its first step.
 # Environment: PYTHON (with torch and numpy; default python3).
 set -u
 BIN=${1:-./train_fox_cpu}
@@ -101,6 +102,18 @@ bad "--prompt a --top-p 1.5" "--top-p 1.5"
 bad "--prompt a --top-k -1" "--top-k -1"
 bad "--prompt a --generate 16000000 --samples 60000" "needs .* GiB"
 bad "--prompt a --eval-only" "--generate and --eval-only"
+bad "--prompt a --tokenizer $tmp/missing.bin" "cannot load the GPT-2 tokenizer $tmp/missing.bin (--tokenizer): No such file"
+bad "--prompt a --tokenizer $tmp/latin1.txt" "not a fox.c tokenizer file"
+# The sample after training: its tokenizer and prompt are read at set-up, so a missing one stops the run before
+# its first step (not after its last), without a run directory.
+for flag in "--tokenizer $tmp/missing.bin" "--prompt-file $tmp/missing.txt"; do
+    # shellcheck disable=SC2086
+    $BIN $SHAPE --seq-len 64 --batch 2 --steps 3 --warmup-tokens 128 --eval-every 0 --sample-tokens 8 $flag \
+        --out "$tmp/nosample" > "$tmp/ns.txt" 2> "$tmp/ns.err"
+    st=$?
+    [ $st -ne 0 ] && one_error "$tmp/ns.err" "missing" && ! grep -q "^step" "$tmp/ns.txt" && [ ! -e "$tmp/nosample" ]
+    check $? "refused before the first step, no run directory: a training run whose sample lacks $flag: $(cat "$tmp/ns.err")"
+done
 $BIN --generate 4 --prompt a --out "$tmp/nothing" > /dev/null 2> "$tmp/bad.err"
 [ $? -ne 0 ] && one_error "$tmp/bad.err" "needs --init PATH or a checkpoint"
 check $? "refused: --generate without weights: $(cat "$tmp/bad.err")"
