@@ -6,10 +6,10 @@
 # block sliding window without its memory (--fam-memory 0, the FAM paper's BSWA); the FAM presets run blocks of
 # BLOCK tokens with WINDOW previous blocks in the window and MEMORY memory tokens.
 # The FoX models but fox-fam are asked again from their final checkpoint with Adaptive Computation
-# Pruning (--eval-only --acp 1, into OUT/<name>-acp): the share of attention tiles it pruned, and how many answers
-# are the same as without it.
-# Results: OUT/<name>/passkey.json, a table of accuracy per length on stdout, the figure with
-# `scripts/plot.py passkey OUT/*/`.
+# Pruning (--eval-only --acp 1, into OUT/runs/<name>-acp): the share of attention tiles it pruned, and how many
+# answers are the same as without it.
+# Results: the set in OUT/data, the runs in OUT/runs/<name> (passkey.json; the log beside, <name>.log), a table
+# of accuracy per length on stdout, the figure with `scripts/plot.py passkey OUT/runs/*/`.
 #   sh scripts/passkey_sweep.sh OUT "transformer-fam transformer-fam:bswa transformer-pro fox-pro"
 #   (BIN=./train_fox, SEQ=512, TRAIN=20000, STEPS=2000, LR=3e-3, BATCH=32, BLOCK=128, WINDOW=1, MEMORY=64,
 #   LENGTHS=SEQ,2SEQ,4SEQ,8SEQ, TRIALS=20 by default; EXTRA: more trainer flags)
@@ -29,7 +29,7 @@ LENGTHS=${LENGTHS:-$SEQ,$((2 * SEQ)),$((4 * SEQ)),$((8 * SEQ))}
 TRIALS=${TRIALS:-20}
 EXTRA=${EXTRA:-}
 PY=${PYTHON:-python3}
-mkdir -p "$OUT"
+mkdir -p "$OUT/runs"
 [ -e "$OUT/data/passkey.json" ] || ./fox_data passkey --out "$OUT/data" --seq-len "$SEQ" --train-examples "$TRAIN" > /dev/null
 names=""
 for spec in $MODELS; do
@@ -45,7 +45,7 @@ for spec in $MODELS; do
         exit 2
     fi
     names="$names $name"
-    run="$OUT/$name"
+    run="$OUT/runs/$name"
     last="$run/ckpt_$(printf %08d "$STEPS")"
     if [ ! -e "$run/passkey.json" ] || [ ! -e "$last" ]; then
         rm -rf "$run" "$run-acp"
@@ -66,14 +66,14 @@ done
 $PY - "$OUT" $names <<'EOF'
 import json, sys
 out, names = sys.argv[1], sys.argv[2:]
-results = {n: json.load(open(f"{out}/{n}/passkey.json")) for n in names}
+results = {n: json.load(open(f"{out}/runs/{n}/passkey.json")) for n in names}
 lengths = results[names[0]]["lengths"]
 print("%-20s %s" % ("model", " ".join("%8s" % ("L=%d" % n) for n in lengths)))
 for n in names:
     print("%-20s %s" % (n, " ".join("%8.3f" % a for a in results[n]["accuracy"])))
 for n in names:
     try:
-        acp = json.load(open(f"{out}/{n}-acp/passkey.json"))
+        acp = json.load(open(f"{out}/runs/{n}-acp/passkey.json"))
     except FileNotFoundError:
         continue
     same = sum(a["text"] == b["text"] for a, b in zip(results[n]["cells"], acp["cells"]))

@@ -1,13 +1,14 @@
 #!/bin/sh
 # The sweeps behind docs/results.md's tables, at a toy size through a trainer binary (`sh test/test_sweeps.sh BIN`,
-# ./train_fox_cpu in `make test`):
+# ./train_fox_cpu in `make test`; PYTHON: one with matplotlib, default python3):
 #   - scripts/mqar_sweep.sh: two pair counts by two models (one Gated Slot Attention at a slot count), a result file
 #     per run, a table of accuracies in [0, 1]; run again, it trains nothing and prints the same table;
 #   - scripts/passkey_sweep.sh: transformer-fam, its window without the memory (transformer-fam:bswa) and fox-pro
 #     on one passkey set, each run asked at two lengths, a table of accuracies; fox-pro asked again with --acp 1
-#     gives the same 4 answers; a model spec it does not know is one line and exit 2.
+#     gives the same 4 answers; the figure of its runs; a model spec it does not know is one line and exit 2.
 set -u
 BIN=${1:-./train_fox_cpu}
+PY=${PYTHON:-python3}
 . "$(dirname "$0")/test_lib.sh"
 
 # Rows of a table (after its header): each name in $2, then one number in [0, 1] per column ($3 columns); $4
@@ -38,10 +39,12 @@ env $PK sh scripts/passkey_sweep.sh "$tmp/pk" "transformer-fam transformer-fam:b
 st=$?
 head -n 1 "$tmp/pk.txt" | grep -q "^model  *L=128  *L=256$" && table_ok "$tmp/pk.txt" "transformer-fam transformer-bswa fox-pro" 2 5 &&
     grep -q "^fox-pro ACP  *0\.[0-9]*  *0\.[0-9]*  pruned by --acp 1; answers unchanged: 4 of 4$" "$tmp/pk.txt" &&
-    grep -q "^FAM: blocks of 32 tokens, 1 previous blocks in the window, 4 memory tokens" "$tmp/pk/transformer-fam.log" &&
-    grep -q "^BSWA: blocks of 32 tokens, 1 previous blocks in the window, no memory" "$tmp/pk/transformer-bswa.log" &&
-    [ -e "$tmp/pk/data/passkey.json" ] && [ -e "$tmp/pk/fox-pro/passkey.json" ]
+    grep -q "^FAM: blocks of 32 tokens, 1 previous blocks in the window, 4 memory tokens" "$tmp/pk/runs/transformer-fam.log" &&
+    grep -q "^BSWA: blocks of 32 tokens, 1 previous blocks in the window, no memory" "$tmp/pk/runs/transformer-bswa.log" &&
+    [ -e "$tmp/pk/data/passkey.json" ] && [ -e "$tmp/pk/runs/fox-pro/passkey.json" ]
 check $((st + $?)) "passkey_sweep.sh: transformer-fam, its BSWA and fox-pro on one passkey set, exit $st, a table: $(tr '\n' '|' < "$tmp/pk.txt")"
+$PY scripts/plot.py passkey "$tmp"/pk/runs/*/ --out "$tmp/pk.png" > "$tmp/plot.txt" 2>&1 && [ -s "$tmp/pk.png" ]
+check $? "the figure its header names, scripts/plot.py passkey OUT/runs/*/ (4 runs): $(tail -n 1 "$tmp/plot.txt")"
 env $PK sh scripts/passkey_sweep.sh "$tmp/pk" "fox-pro:memoryless" > /dev/null 2> "$tmp/bad.err"
 st=$?
 [ $st -eq 2 ] && [ "$(wc -l < "$tmp/bad.err")" -eq 1 ] && grep -q "^error: fox-pro:memoryless: a model is a preset or preset:bswa" "$tmp/bad.err"
