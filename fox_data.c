@@ -612,23 +612,32 @@ static void write_mqar_split(const FoxMqar *m, int split, long long examples, co
     write_examples(dir, name, m->seq_len, m->vocab <= 65536 ? 2 : 4, examples, 0, mqar_example, &s);
 }
 
-// Writes DIR/mqar.json (through a temporary file): the set's sizes, ranges and seed.
-static void write_mqar_json(const FoxMqar *m, const char *dir) {
+// Writes DIR/NAME, a set's description, through a temporary file renamed into place (written last: its
+// presence says the set is complete).
+static FOX_PRINTF(3, 4) void write_set_json(const char *dir, const char *name, const char *fmt, ...) {
     char tmp[4300];
-    FILE *f = fox_open_tmp(dir, "mqar.json", tmp, sizeof tmp);
-    int n = fprintf(f,
-                    "{\"task\": \"mqar\", \"vocab\": %d, \"num_kv\": %d, \"seq_len\": %d, \"key_range\": [%d, %d], "
-                    "\"value_range\": [%d, %d],\n \"train_examples\": %lld, \"test_examples\": %lld, \"seed\": %llu,\n"
-                    " \"layout\": \"each example is seq_len tokens: token 0, the num_kv pairs key value (distinct keys from "
-                    "key_range, values from value_range, ranges half-open), then the query section from position "
-                    "2*num_kv+1, in which num_kv of its two-token slots (at even offsets), chosen uniformly, hold every key "
-                    "once followed by its value, in a random order, and every other token is 0; train.bin and test.bin "
-                    "hold their examples back to back and then one token 0, so with --seq-len seq_len window k is example "
-                    "k; the answer positions are the query keys, whose next token is the value\"}\n",
-                    m->vocab, m->num_kv, m->seq_len, m->key_lo, m->key_hi, m->value_lo, m->value_hi, m->train_examples,
-                    m->test_examples, (unsigned long long)m->seed);
+    FILE *f = fox_open_tmp(dir, name, tmp, sizeof tmp);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vfprintf(f, fmt, ap);
+    va_end(ap);
     if (n < 0) fox_fatal("cannot write %s: %s", tmp, strerror(errno));
     fox_commit_tmp(f, tmp);
+}
+
+// Writes DIR/mqar.json: the set's sizes, ranges and seed.
+static void write_mqar_json(const FoxMqar *m, const char *dir) {
+    write_set_json(dir, "mqar.json",
+                   "{\"task\": \"mqar\", \"vocab\": %d, \"num_kv\": %d, \"seq_len\": %d, \"key_range\": [%d, %d], "
+                   "\"value_range\": [%d, %d],\n \"train_examples\": %lld, \"test_examples\": %lld, \"seed\": %llu,\n"
+                   " \"layout\": \"each example is seq_len tokens: token 0, the num_kv pairs key value (distinct keys from "
+                   "key_range, values from value_range, ranges half-open), then the query section from position "
+                   "2*num_kv+1, in which num_kv of its two-token slots (at even offsets), chosen uniformly, hold every key "
+                   "once followed by its value, in a random order, and every other token is 0; train.bin and test.bin "
+                   "hold their examples back to back and then one token 0, so with --seq-len seq_len window k is example "
+                   "k; the answer positions are the query keys, whose next token is the value\"}\n",
+                   m->vocab, m->num_kv, m->seq_len, m->key_lo, m->key_hi, m->value_lo, m->value_hi, m->train_examples,
+                   m->test_examples, (unsigned long long)m->seed);
 }
 
 // Refuses a DIR that already holds a file of the set: another run's data is never overwritten.
@@ -698,19 +707,15 @@ static void passkey_example(const void *set, long long i, int *tokens) {
     fox_passkey_example(s->tok, s->text, s->key, i, s->T, tokens);
 }
 
-// Writes DIR/passkey.json (through a temporary file): the set's sizes and seed.
+// Writes DIR/passkey.json: the set's sizes and seed.
 static void write_passkey_json(const char *dir, int T, long long train, long long val, unsigned long long seed) {
-    char tmp[4300];
-    FILE *f = fox_open_tmp(dir, "passkey.json", tmp, sizeof tmp);
-    int n = fprintf(f,
-                    "{\"task\": \"passkey\", \"seq_len\": %d, \"train_examples\": %lld, \"val_examples\": %lld, "
-                    "\"seed\": %llu,\n \"layout\": \"each example is seq_len tokens: a passkey prompt (fox/passkey.h: "
-                    "<|endoftext|>, the task, filler with the key's line at a random depth, the question) and its "
-                    "answer ' KEY.'; train.bin and val.bin hold their examples back to back and then one <|endoftext|>, so "
-                    "with --seq-len seq_len window k is example k\"}\n",
-                    T, train, val, seed);
-    if (n < 0) fox_fatal("cannot write %s: %s", tmp, strerror(errno));
-    fox_commit_tmp(f, tmp);
+    write_set_json(dir, "passkey.json",
+                   "{\"task\": \"passkey\", \"seq_len\": %d, \"train_examples\": %lld, \"val_examples\": %lld, "
+                   "\"seed\": %llu,\n \"layout\": \"each example is seq_len tokens: a passkey prompt (fox/passkey.h: "
+                   "<|endoftext|>, the task, filler with the key's line at a random depth, the question) and its "
+                   "answer ' KEY.'; train.bin and val.bin hold their examples back to back and then one <|endoftext|>, so "
+                   "with --seq-len seq_len window k is example k\"}\n",
+                   T, train, val, seed);
 }
 
 static int cmd_passkey(int argc, char **argv) {

@@ -911,6 +911,18 @@ static void expect_bad_flags(const char *command, const char *dir, const char *c
     }
 }
 
+// `./fox_data SUB --out DIR ARGS --seed 9` over the set in DIR (written with another seed, like the one in SAME):
+// refused in one line naming DIR/JSON, and DIR's train.bin still SAME's.
+static void expect_set_kept(const char *sub, const char *dir, const char *args, const char *json, const char *same) {
+    char cmd[1200], what[128], named[128];
+    snprintf(cmd, sizeof cmd, "./fox_data %s --out %s %s --seed 9", sub, path_in("%s", dir), args);
+    snprintf(what, sizeof what, "fox_data %s: DIR already holds a data set", sub);
+    expect_error(what, cmd);
+    snprintf(named, sizeof named, "%s already exists", json);
+    check(grep_file(path_in("stderr.txt"), named) && same_file(path_in("%s/train.bin", dir), path_in("%s/train.bin", same)),
+          "  ... its %s named, its files left as they were", json);
+}
+
 // fox_data mqar's bad input, each one line; a DIR that holds a set's file is left as it was.
 static void mqar_bad_flags(void) {
     static const char *const bad[][2] = {
@@ -924,11 +936,7 @@ static void mqar_bad_flags(void) {
     expect_bad_flags("./fox_data mqar", path_in("mqar_bad"), bad, sizeof bad / sizeof bad[0]);
     char cmd[1200];
     expect_error("fox_data mqar: no --out", "./fox_data mqar --num-kv 4");
-    snprintf(cmd, sizeof cmd, "./fox_data mqar --out %s " MQAR_ARGS " --seed 9", path_in("mqar"));
-    expect_error("fox_data mqar: DIR already holds a data set", cmd);
-    check(grep_file(path_in("stderr.txt"), "mqar.json already exists") &&
-              same_file(path_in("mqar/train.bin"), path_in("mqar_same/train.bin")),
-          "  ... its mqar.json named, its files left as they were");
+    expect_set_kept("mqar", "mqar", MQAR_ARGS, "mqar.json", "mqar_same");
     run("mkdir -p %s", path_in("mqar_corpus"));
     write_bytes(path_in("mqar_corpus/train.bin"), "corpus", 6);
     snprintf(cmd, sizeof cmd, "./fox_data mqar --out %s", path_in("mqar_corpus"));
@@ -1103,13 +1111,8 @@ static void test_passkey(void) {
         {"a flag without its value", "--seed"},
     };
     expect_bad_flags("./fox_data passkey", path_in("pk_bad"), bad, sizeof bad / sizeof bad[0]);
-    char cmd[1200];
     expect_error("fox_data passkey: no --out", "./fox_data passkey --seq-len 256");
-    snprintf(cmd, sizeof cmd, "./fox_data passkey --out %s " PASSKEY_ARGS " --seed 9", path_in("pk"));
-    expect_error("fox_data passkey: DIR already holds a data set", cmd);
-    check(grep_file(path_in("stderr.txt"), "passkey.json already exists") &&
-              same_file(path_in("pk/train.bin"), path_in("pk_same/train.bin")),
-          "  ... its passkey.json named, its files left as they were");
+    expect_set_kept("passkey", "pk", PASSKEY_ARGS, "passkey.json", "pk_same");
     tokenizer_free(&tok);
 }
 
