@@ -46,7 +46,6 @@ typedef struct {
     int batch, len, gen;
 } TaskModel;
 
-
 typedef struct {
     int on, easy, n_lengths, n_depths, new_tokens;
     int *lengths, *depths;
@@ -119,6 +118,13 @@ static inline double eval_seconds(void) {
 }
 
 static inline TokenList eval_encode(const Evals *e, const char *text) { return fox_encode_text(&e->tok, text); }
+
+// GPT-2's tokenizer (--tokenizer PATH) into t, or one line naming the file and what is wrong with it: the
+// evaluation tasks' and generation's (fox/generate.h).
+static inline void fox_load_gpt2_tokenizer(Tokenizer *t, const char *path) {
+    const char *why = NULL;
+    if (!tokenizer_load(t, path, &why)) fox_fatal("cannot load the GPT-2 tokenizer %s (--tokenizer): %s", path, why);
+}
 
 static inline int eval_start_token(const FoxConfig *cfg) { return FOX_EOT < cfg->vocab_size ? FOX_EOT : 0; }
 
@@ -873,9 +879,7 @@ static inline void evals_init(Evals *e, const FoxArgs *a, const FoxConfig *cfg, 
     if (text_task && cfg->vocab_size < FOX_VOCAB_GPT2)
         fox_usage_error("%s needs the GPT-2 vocabulary (its prompts are text); this model has %d tokens", text_task, cfg->vocab_size);
     if (cfg->vocab_size >= FOX_VOCAB_GPT2 && (text_task || a->eval_mc[0])) {
-        const char *why = NULL;
-        if (!tokenizer_load(&e->tok, a->tokenizer, &why))
-            fox_fatal("cannot load the GPT-2 tokenizer %s (--tokenizer): %s", a->tokenizer, why);
+        fox_load_gpt2_tokenizer(&e->tok, a->tokenizer);
         e->has_tok = 1;
     }
     if (a->eval_niah) niah_init(e);

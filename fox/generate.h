@@ -48,19 +48,13 @@ static int *prompt_tokens(const FoxArgs *a, const FoxConfig *cfg, const Tokenize
     return out;
 }
 
-// GPT-2's tokenizer (--tokenizer) into t, or one line naming the file and what is wrong with it.
-static void load_gpt2_tokenizer(const FoxArgs *a, Tokenizer *t) {
-    const char *why = NULL;
-    if (!tokenizer_load(t, a->tokenizer, &why)) fox_fatal("cannot load the GPT-2 tokenizer %s (--tokenizer): %s", a->tokenizer, why);
-}
-
 // What the sample after training reads, checked at set-up: the tokenizer (for GPT-2's vocabulary) and the
 // prompt, so that a missing or bad file stops the run before its first step, not after its last.
 static void check_sample_inputs(const FoxArgs *a, const FoxConfig *cfg) {
     if (a->sample_tokens <= 0) return;
     Tokenizer tok;
     int gpt2 = cfg->vocab_size >= FOX_VOCAB_GPT2, P;
-    if (gpt2) load_gpt2_tokenizer(a, &tok);
+    if (gpt2) fox_load_gpt2_tokenizer(&tok, a->tokenizer);
     free(prompt_tokens(a, cfg, gpt2 ? &tok : NULL, &P));
     if (gpt2) tokenizer_free(&tok);
 }
@@ -86,7 +80,7 @@ static int generate(Run *r, const float *params, const char *source, int n, int 
     int V = cfg->vocab_size, P;
     Tokenizer tok_, *tok = NULL;  // GPT-2's, also for a vocabulary padded past its 50257 tokens
     if (V >= FOX_VOCAB_GPT2) {
-        load_gpt2_tokenizer(a, &tok_);
+        fox_load_gpt2_tokenizer(&tok_, a->tokenizer);
         tok = &tok_;
     }
     int *prompt = prompt_tokens(a, cfg, tok, &P);
