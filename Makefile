@@ -201,12 +201,12 @@ endif
 
 # The reference's fixtures at the head dims the attention kernel runs (the standard fixtures have
 # head_dim 16): all presets at d_model 128 / 2 heads (64), fox-pro, transformer-pro (with and without the
-# document mask), gsa and the two FAM fixtures of blocks of 128 at d_model 256 / 2 heads (128); then the GPU
+# document mask), gsa and the three FAM fixtures of blocks of 128 at d_model 256 / 2 heads (128); then the GPU
 # parity test on each set.
 GPU_FIXTURES = build/fixtures_gpu
 test-gpu: train_fox test_foxcu test_decode_gpu train_fox_cpu fox_data
 	$(PYTHON) train_fox.py fixtures --dim 128 --heads 2 --out $(GPU_FIXTURES)
-	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro,fox-pro-docmask,transformer-pro-docmask,gsa,transformer-fam-gpu,fox-fam-gpu --out $(GPU_FIXTURES)_dh128
+	$(PYTHON) train_fox.py fixtures --dim 256 --heads 2 --only fox-pro,transformer-pro,fox-pro-docmask,transformer-pro-docmask,gsa,transformer-fam-gpu,fox-fam-gpu,transformer-bswa-gpu --out $(GPU_FIXTURES)_dh128
 	PYTHON=$(PYTHON) sh scripts/run_tests.sh \
 	  "gpu parity, head_dim 64=./test_foxcu $(GPU_FIXTURES)" \
 	  "gpu parity, head_dim 128=./test_foxcu $(GPU_FIXTURES)_dh128" \

@@ -18,13 +18,15 @@ document mask either.
 
 Subcommands:
   fixtures --out DIR     write DIR/<name>.fix (float64 reference tensors: init, weights, logits,
-                         losses, gradients, 10 AdamW steps) for 16 small configs, plus
+                         losses, gradients, 10 AdamW steps) for 19 small configs, plus
                          DIR/manifest.txt: the four attention presets, three switch variants,
                          the four presets again with the document mask (<preset>-docmask),
                          gsa (Gated Slot Attention, 8 slots), transformer-fam and fox-fam
                          (TransformerFAM: blocks of 8 and 16, memories of 4 and 3, windows of 2 and 1),
                          transformer-fam-gpu and fox-fam-gpu (blocks of 128, the GPU trainer's
-                         multiple, at T = 384 and 512: memories of 4 and 36, windows of 1 and 2).
+                         multiple, at T = 384 and 512: memories of 4 and 36, windows of 1 and 2),
+                         and BSWA alone (--fam-memory 0): transformer-bswa and fox-bswa (blocks of
+                         8 and 16), transformer-bswa-gpu (blocks of 128, window 1, T 384).
   init ...               write reference-initialised weights as a fox.c model.bin.
   loss ...               load a fox.c model.bin, print `loss <value>` on a token file (.npy,
                          int array (B, T+1): inputs = [:, :-1], targets = [:, 1:]);

@@ -35,7 +35,7 @@
     F(INT, gsa_slots, "gsa-slots", 64, 1, 65536, "--model gsa: memory slots per head") \
     F(FLT, gsa_tau, "gsa-tau", 8.0, FOX_OPEN_LO, 1e6, "--model gsa: damping of the slot gates, alpha = sigmoid(W x)^(1/tau)") \
     F(INT, fam_block, "fam-block", 1024, 1, 1 << 24, "--model transformer-fam/fox-fam: tokens per block of the sliding window, a divisor of the context; on the GPU (train_fox) a multiple of 128 (docs/model.md §1.10)") \
-    F(INT, fam_memory, "fam-memory", 64, 0, 65536, "--model transformer-fam/fox-fam: feedback-memory (FAM) tokens per layer (0: none, block sliding window attention alone, the FAM paper's BSWA baseline; train_fox_cpu)") \
+    F(INT, fam_memory, "fam-memory", 64, 0, 65536, "--model transformer-fam/fox-fam: feedback-memory (FAM) tokens per layer (0: none, block sliding window attention alone, the FAM paper's BSWA baseline)") \
     F(INT, fam_window_blocks, "fam-window-blocks", 3, 0, 1 << 20, "--model transformer-fam/fox-fam: previous blocks a block attends to besides itself and the FAM") \
     F(STR, train, "train", "data/train.bin", 0, 0, "training data: glob of llm.c .bin shards or a zarr array directory") \
     F(STR, val, "val", "data/val.bin", 0, 0, "validation data (same forms); empty string disables validation") \

@@ -31,15 +31,11 @@ typedef struct {
 } FamDims;
 
 // Why train_fox cannot run config c's TransformerFAM, or NULL: the window must be whole tiles of the attention
-// kernel, so that BSWA is a staircase of its 128 x 128 tiles (fam_window_tables); the memory must be there (the
-// window alone, --fam-memory 0, is the CPU trainer's until a GPU has tested it here).
+// kernel, so that BSWA is a staircase of its 128 x 128 tiles (fam_window_tables).
 static inline const char *fam_unsupported(const FoxConfig *cfg) {
     if (cfg->fam_block % FOX_ACP_BLOCK)
         return "train_fox runs TransformerFAM with --fam-block a multiple of 128 (its window is whole 128 x 128 tiles "
                "of the attention kernel); train_fox_cpu takes any block";
-    if (cfg->fam_memory == 0)
-        return "train_fox runs TransformerFAM with its memory (--fam-memory 1 or more); block sliding window attention "
-               "alone (--fam-memory 0) runs on train_fox_cpu";
     return NULL;
 }
 

@@ -38,12 +38,13 @@ FIXTURES = [  # (name, preset, overrides)
     ("transformer-bswa", "transformer-fam", dict(fam_block=8, fam_memory=0, fam_window_blocks=2)),
     ("fox-bswa", "fox-fam", dict(fam_block=16, fam_memory=0, fam_window_blocks=1)),
     # The same at the GPU trainer's blocks (multiples of 128): 3 blocks, memory 4, window 1; 4 blocks, memory 36
-    # (more than one warp of keys), window 2.
+    # (more than one warp of keys), window 2; BSWA alone, 3 blocks, window 1 (block 2 does not see block 0).
     ("transformer-fam-gpu", "transformer-fam", dict(fam_block=128, fam_memory=4, fam_window_blocks=1)),
     ("fox-fam-gpu", "fox-fam", dict(fam_block=128, fam_memory=36, fam_window_blocks=2)),
+    ("transformer-bswa-gpu", "transformer-fam", dict(fam_block=128, fam_memory=0, fam_window_blocks=1)),
 ]
 # The fixtures whose context is not FIXTURE_T.
-FIXTURE_SEQ_LEN = {"transformer-fam-gpu": 384, "fox-fam-gpu": 512}
+FIXTURE_SEQ_LEN = {"transformer-fam-gpu": 384, "fox-fam-gpu": 512, "transformer-bswa-gpu": 384}
 # The separator id of the -docmask fixtures, and where their `inputs` hold it: row 0 at 0 (a
 # separator at the window's start), 17 and 18 (a one-token document), 40; row 1 at 5, 33 and 63 (the
 # last position). No other input token is FIXTURE_DOC_SEP. Their train.inputs hold it at each

@@ -14,9 +14,9 @@
 // reads at most the keys of each token's document (exactly those without a forget gate). Gated Slot Attention
 // (docs/model.md §1.9, head_dim 64 and 128, 64 slots): the prefill (the chunked kernels, a prompt of 1000 tokens
 // over 16 chunks too) and then one step of the recurrence per token give the full forward's logits.
-// TransformerFAM (docs/model.md §1.10, K = 128, head_dim 64 and 128, transformer-fam and fox-fam): prompts ending
-// inside and at the end of a block, then decode steps over several blocks (memory updates), give the full forward's
-// logits.
+// TransformerFAM (docs/model.md §1.10, K = 128, head_dim 64 and 128, transformer-fam and fox-fam, and BSWA alone):
+// prompts ending inside and at the end of a block, then decode steps over several blocks (memory updates), give the
+// full forward's logits.
 // The full forward itself is checked against the PyTorch reference by test_fox.
 // Usage: test_decode_gpu   (test_decode_gpu refuse-cache | decode-past-end: the refusals, run as a child)
 #define TESTING
@@ -389,7 +389,7 @@ static void test_doc_decode(const char *preset, int B, int P, int n, int acp) {
 // tolerance of the other presets (TOL_DECODE: the memory updates read the decoded tokens' keys and values as the
 // decode step rounded them). P = 100 ends inside block 0, P = 256 at the end of block 1 (the prefill then computes
 // the update to F_2 itself). The line also shows how far the decode moves with fam_init negated (every memory
-// changed), that the comparison sees the memory.
+// changed), that the comparison sees the memory; M = 0 is BSWA alone.
 #define FAM_N 512
 
 static void test_fam_decode(const char *preset, int dh, int M, int W, int B, int P) {
@@ -410,9 +410,11 @@ static void test_fam_decode(const char *preset, int dh, int M, int W, int B, int
     decode_logits(&c, w, tokens, B, P, n, RECOMPUTE_NONE, 0, -1, got, NULL);
     decode_logits(&c, w_neg, tokens, B, P, n, RECOMPUTE_NONE, 0, -1, neg, NULL);
     double e = rel_diff(got, full, B, P, n, V), e_neg = rel_diff(neg, full, B, P, n, V);
-    check(e <= TOL_DECODE, "%-15s dh %3d K 128 M %2d W %d B=%d prompt %3d + %3d decode steps: logits at every position = "
-          "the full forward's (rel %.2e, tol %.0e; with fam_init negated: rel %.2e)", preset, dh, M, W, B, P, n - P, e,
-          TOL_DECODE, e_neg);
+    char seen[64] = "no memory: BSWA alone";
+    if (M) snprintf(seen, sizeof(seen), "with fam_init negated: rel %.2e", e_neg);
+    check(e <= TOL_DECODE, "%-15s dh %3d K 128 M %2d W %d B=%d prompt %3d + %3d "
+          "decode steps: logits at every position = the full forward's (rel %.2e, tol %.0e; %s)", preset, dh, M, W, B, P,
+          n - P, e, TOL_DECODE, seen);
     free(w);
     free(w_neg);
     free(tokens);
@@ -525,6 +527,8 @@ int main(int argc, char **argv) {
     test_fam_decode("fox-fam", 64, 36, 2, 1, 100);
     test_fam_decode("fox-fam", 128, 8, 1, 3, 100);
     test_fam_decode("transformer-fam", 128, 4, 1, 1, 256);
+    test_fam_decode("transformer-fam", 64, 0, 1, 3, 100);  // BSWA alone (--fam-memory 0)
+    test_fam_decode("fox-fam", 64, 0, 0, 1, 256);
     test_refusals();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
