@@ -1079,7 +1079,8 @@ def cmd_selfcheck(args):
 
 def main(argv=None):
     # here, not at the top: reference/ imports this module
-    from reference.fixtures import FIXTURE_DOC_SEP, FIXTURE_SHAPE, FIXTURES, cmd_fixtures
+    from reference.fixtures import (FIXTURE_DOC_SEP, FIXTURE_SHAPE, FIXTURE_WORKER_THREADS, FIXTURES, cmd_fixtures,
+                                    default_fixture_jobs)
     from reference.hf import cmd_export_hf, cmd_import_hf
     from reference.mc import cmd_mc
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
@@ -1097,6 +1098,10 @@ def main(argv=None):
                    help="d_model (default %(default)s; the GPU kernel needs head_dim 64 or 128)")
     p.add_argument("--heads", type=int, default=FIXTURE_SHAPE["n_head"], help="heads (default %(default)s)")
     p.add_argument("--only", metavar="NAMES", help="comma-separated subset of the fixtures")
+    p.add_argument("--jobs", type=int, default=default_fixture_jobs(), metavar="N",
+                   help="fixtures computed at once in worker processes (1: in this process), each with %d "
+                   "threads; the bytes do not depend on N (default: half the usable CPUs, %%(default)s here)"
+                   % FIXTURE_WORKER_THREADS)
     p.set_defaults(func=cmd_fixtures)
 
     p = sub.add_parser("init", help="write reference-initialised weights as a fox.c model.bin")

@@ -1,10 +1,13 @@
 """reference/fixtures.py: the float64 reference fixtures fox.c is checked against (`train_fox.py fixtures`).
 
-Sixteen small configs (FIXTURES), each written as DIR/<name>.fix (the format of test/fixture.h): the init
+The small configs of FIXTURES, each written as DIR/<name>.fix (the format of test/fixture.h): the init
 weights, perturbed weights, one forward and backward pass and 10 AdamW steps of train_fox's FoxModel, all in
 float64 (the contents: train_fox.py's docstring). test_fox and test_foxcu read them; test/test_reference.py and
 test/test_hf.py build their models from the same configs and weights.
 """
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -153,6 +156,35 @@ def make_fixture(name, shape=FIXTURE_SHAPE):
     return out, norms
 
 
+# Torch threads of the process computing a fixture: these float64 models are small, and processes of one thread
+# per core each, several at a time, ran many times slower than processes of 2 (docs/testing.md). The same count
+# in and out of the workers keeps the bytes independent of --jobs.
+FIXTURE_WORKER_THREADS = 2
+
+
+def default_fixture_jobs():
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // FIXTURE_WORKER_THREADS)
+
+
+def _limit_threads():
+    torch.set_num_threads(FIXTURE_WORKER_THREADS)
+
+
+def computed_fixtures(names, shape, jobs):
+    """make_fixture of each name, in order: in this process when jobs is 1, else in up to jobs worker processes
+    (spawned, not forked: the parent's OpenMP threads do not survive a fork); FIXTURE_WORKER_THREADS threads each."""
+    jobs = min(jobs, len(names))
+    if jobs <= 1:
+        _limit_threads()
+        for name in names:
+            yield make_fixture(name, shape)
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_limit_threads) as pool:
+        yield from pool.map(make_fixture, names, [shape] * len(names))
+
+
 def cmd_fixtures(args):
     out_dir = Path(args.out)
     shape = dict(FIXTURE_SHAPE, d_model=args.dim, n_head=args.heads)
@@ -161,6 +193,8 @@ def cmd_fixtures(args):
     if unknown:
         raise UsageError("--only: unknown fixture %s (known: %s)" % (
             ", ".join(unknown), ", ".join(f for f, _, _ in FIXTURES)))
+    if args.jobs < 1:
+        raise UsageError("--jobs %d: give 1 or more" % args.jobs)
     for name in wanted:  # every config valid at this shape before anything is computed or written
         problem = _usage_config(fixture_config, name, shape)
         if problem:
@@ -168,8 +202,7 @@ def cmd_fixtures(args):
     out_dir.mkdir(parents=True, exist_ok=True)
     names = []
     width = max(len(n) for n in wanted)
-    for name in wanted:
-        tensors, norms = make_fixture(name, shape)
+    for name, (tensors, norms) in zip(wanted, computed_fixtures(wanted, shape, args.jobs)):
         write_fixture(out_dir / (name + ".fix"), tensors)
         names.append(name + ".fix")
         clipped = sum(n > TRAIN_HPARAMS["grad_clip"] for n in norms)

@@ -170,6 +170,7 @@ def error_checks(tmp, src, cfg):
                    "--out", tmp / "u.bin"), 2, "--layers", "two")
     one_error_line("fixtures --only an unknown fixture", run("fixtures", "--only", "nosuch", "--out", tmp / "fx"), 2,
                    "nosuch")
+    one_error_line("fixtures --jobs 0", run("fixtures", "--jobs", 0, "--out", tmp / "fx"), 2, "--jobs", "0")
     one_error_line("init --set an unknown config field", run("init", "--layers", 1, "--dim", 64, "--heads", 4,
                    "--set", "nosuch=1", "--out", tmp / "u.bin"), 2, "nosuch")
     one_error_line("init --set without =VALUE", run("init", "--layers", 1, "--dim", 64, "--heads", 4,
@@ -178,6 +179,17 @@ def error_checks(tmp, src, cfg):
                    "--heads", 4, "--out", tmp / "u.bin"), 2, "invalid")
     one_error_line("selfcheck with an argument", run("selfcheck", "extra"), 2, "extra")
     check(not (tmp / "u.bin").exists() and not (tmp / "fx").exists(), "the refused command lines write nothing")
+
+    # Fixtures computed in worker processes are the bytes of those computed in this process, in the same order.
+    few = ["fox-pro", "gsa", "transformer-fam", "fox-pro-docmask"]
+    for jobs in (1, 2):
+        st, err = run("fixtures", "--only", ",".join(few), "--dim", 32, "--heads", 2, "--jobs", jobs,
+                      "--out", tmp / ("fx%d" % jobs))
+        check(st == 0, "fixtures --jobs %d of %d fixtures: exit %d %s" % (jobs, len(few), st, err.strip()[-200:]))
+    same = all((tmp / "fx1" / f).read_bytes() == (tmp / "fx2" / f).read_bytes()
+               for f in ["manifest.txt"] + [n + ".fix" for n in few] if (tmp / "fx2" / f).exists())
+    check(same and all((tmp / "fx2" / (n + ".fix")).exists() for n in few),
+          "fixtures --jobs 2 (worker processes) writes the bytes of --jobs 1, manifest included")
 
     # A truncated safetensors file is reported as truncated; offsets that do not fit a shape, as that.
     whole = (src / "model.safetensors").read_bytes()

@@ -160,31 +160,37 @@ fi
 # between real ones.
 printf 'nodeA slots=2\nnodeB slots=2\n' > "$tmp/hosts"
 MULTI="mpirun --bind-to none --mca plm rsh --mca plm_rsh_agent $(cd "$(dirname "$0")" && pwd)/fake_ssh.sh --mca btl tcp,self --hostfile $tmp/hosts --map-by node"
-case "$BIN" in
-*_cpu*)
-    # A launch whose second daemon never started (no rank ran: no map line) is tried once more, and said.
+# Launches $1 ranks on the two nodes into $tmp/nodes (stdout nodes.txt, stderr nodes.err; more trainer flags
+# after $1). A launch whose second daemon never started (no rank ran: neither the map line nor an error of
+# ours) is tried once more, and $again says so.
+launch_nodes() {
+    np=$1
+    shift
     again=""
     for try in 1 2; do
         rm -rf "$tmp/nodes"
-        $MULTI -np 4 -x OMP_NUM_THREADS $BIN $ARGS --out "$tmp/nodes" > "$tmp/nodes.txt" 2>&1
+        $MULTI -np "$np" -x OMP_NUM_THREADS -x NCCL_NVLS_ENABLE $BIN $ARGS "$@" --out "$tmp/nodes" > "$tmp/nodes.txt" 2> "$tmp/nodes.err"
         st=$?
-        map=$(grep -m1 'ranks on' "$tmp/nodes.txt")
-        [ -n "$map" ] && break
-        again=" (launched twice: the first ended $st before any rank ran: $(grep -m1 . "$tmp/nodes.txt"))"
+        grep -q -e 'ranks on' -e '^error' "$tmp/nodes.txt" "$tmp/nodes.err" && return
+        again=" (launched twice: the first ended $st before any rank ran: $(cat "$tmp/nodes.txt" "$tmp/nodes.err" | grep -m1 .))"
         sleep 2
     done
+}
+case "$BIN" in
+*_cpu*)
+    launch_nodes 4
+    map=$(grep -m1 'ranks on' "$tmp/nodes.txt")
     [ $st -eq 0 ] && echo "$map" | grep -q '^4 ranks on 2 nodes (rank: node/local rank): 0:0/0 1:1/0 2:0/1 3:1/1;'
-    check $? "2 nodes x 2 ranks (--map-by node): local ranks restart at 0 on the second node: ${map:-$(head -3 "$tmp/nodes.txt")}$again"
+    check $? "2 nodes x 2 ranks (--map-by node): local ranks restart at 0 on the second node: ${map:-$(cat "$tmp/nodes.txt" "$tmp/nodes.err" | head -3)}$again"
     losses_after "$tmp/nodes/log.jsonl" 0 > "$tmp/nodes.l"
     cmp -s "$tmp/nodes.l" "$tmp/ref4.l" && cmp -s "$tmp/nodes/$LAST/model.bin" "$tmp/ref4/$LAST/model.bin"
     check $? "and train bitwise like 4 ranks of one node (losses and final weights)"
     ;;
 *)
-    $MULTI -np 2 -x NCCL_NVLS_ENABLE $BIN $ARGS --steps 1 --out "$tmp/nodes" > "$tmp/nodes.txt" 2> "$tmp/nodes.err"
-    st=$?
-    line=$(grep -m1 '^error' "$tmp/nodes.err")
+    launch_nodes 2 --steps 1
+    line=$(cat "$tmp/nodes.err" "$tmp/nodes.txt" | grep -m1 '^error')
     [ $st -ne 0 ] && echo "$line" | grep -q "ranks 0 and 1 were given the same GPU"
-    check $? "2 nodes of 1 rank on one machine: both local ranks 0 take GPU 0: refused ($line)"
+    check $? "2 nodes of 1 rank on one machine: both local ranks 0 take GPU 0: refused (${line:-exit $st: $(cat "$tmp/nodes.txt" "$tmp/nodes.err" | head -3)})$again"
     ;;
 esac
 

@@ -471,9 +471,10 @@ if [ -n "$MPI" ]; then
     while [ $n -lt 600 ] && [ "$(cat "$tmp/msig/log.jsonl" 2> /dev/null | grep -c '"loss"')" -lt 2 ]; do sleep 0.05; n=$((n + 1)); done
     kill -USR1 $pid  # mpirun forwards SIGUSR1 to the ranks
     wait $pid
+    st=$?
     at=$(sed -n 's/^stopped by SIGUSR1 at step \([0-9]*\): resume.*/\1/p' "$tmp/msig.txt")
     [ -n "$at" ] && [ -d "$tmp/msig/ckpt_$(printf %08d "${at:-0}")" ] && [ -f "$tmp/msig/ckpt_$(printf %08d "${at:-0}")/state_00001.bin" ]
-    check $? "2 ranks: SIGUSR1 to mpirun stops both at step $at with a checkpoint of both ranks"
+    check $? "2 ranks: SIGUSR1 to mpirun stops both at step ${at:-(none: exit $st after $(grep -c '"loss"' "$tmp/msig/log.jsonl") steps; $(grep -v '^step' "$tmp/msig.txt" | tail -n 2 | tr '\n' ' '))} with a checkpoint of both ranks"
     $RUN2 $ARGS --steps $SIGSTEPS --eval-every 0 --resume --out "$tmp/msig" > /dev/null 2>&1
     losses "$tmp/msref/log.jsonl" > "$tmp/l_msref"
     losses "$tmp/msig/log.jsonl" > "$tmp/l_msig"
