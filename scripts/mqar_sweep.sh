@@ -32,7 +32,8 @@ for kv in $KVS; do
         rm -rf "$run"
         $BIN --model "$model" $extra --vocab "$VOCAB" --layers 2 --dim 128 --heads 2 --seq-len "$SEQ" --batch "$BATCH" \
             --steps "$STEPS" --lr "$LR" --warmup-tokens 1M --val "" --train "$OUT/data_kv$kv/train.bin" \
-            --eval-mqar "$OUT/data_kv$kv" --eval-every "$STEPS" --sample-tokens 0 --log-every 500 $EXTRA --out "$run" > "$run.log" 2>&1
+            --eval-mqar "$OUT/data_kv$kv" --eval-every "$STEPS" --sample-tokens 0 --log-every 500 $EXTRA --out "$run" > "$run.log" 2>&1 ||
+            { echo "error: ${name}_kv$kv failed, see $run.log: $(grep -m1 '^error' "$run.log")" >&2; exit 1; }
     done
 done
 printf '%-24s' model

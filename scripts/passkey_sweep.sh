@@ -11,15 +11,15 @@
 # Results: the set in OUT/data, the runs in OUT/runs/<name> (passkey.json; the log beside, <name>.log), a table
 # of accuracy per length on stdout, the figure with `scripts/plot.py passkey OUT/runs/*/`.
 #   sh scripts/passkey_sweep.sh OUT "transformer-fam transformer-fam:bswa transformer-pro fox-pro"
-#   (BIN=./train_fox, SEQ=512, TRAIN=20000, STEPS=2000, LR=3e-3, BATCH=32, BLOCK=128, WINDOW=1, MEMORY=64,
-#   LENGTHS=SEQ,2SEQ,4SEQ,8SEQ, TRIALS=20 by default; EXTRA: more trainer flags)
+#   (BIN=./train_fox, SEQ=512, TRAIN=20000, STEPS=8000, LR=3e-3, BATCH=32, BLOCK=128, WINDOW=1, MEMORY=64,
+#   LENGTHS=SEQ,2SEQ,4SEQ,8SEQ, TRIALS=20 by default, the figures of docs/results.md; EXTRA: more trainer flags)
 set -eu
 OUT=$1
 MODELS=$2
 BIN=${BIN:-./train_fox}
 SEQ=${SEQ:-512}
 TRAIN=${TRAIN:-20000}
-STEPS=${STEPS:-2000}
+STEPS=${STEPS:-8000}
 LR=${LR:-3e-3}
 BATCH=${BATCH:-32}
 BLOCK=${BLOCK:-128}

@@ -2,7 +2,8 @@
 # The sweeps behind docs/results.md's tables, at a toy size through a trainer binary (`sh test/test_sweeps.sh BIN`,
 # ./train_fox_cpu in `make test`; PYTHON: one with matplotlib, default python3):
 #   - scripts/mqar_sweep.sh: two pair counts by two models (one Gated Slot Attention at a slot count), a result file
-#     per run, a table of accuracies in [0, 1]; run again, it trains nothing and prints the same table;
+#     per run, a table of accuracies in [0, 1]; run again, it trains nothing and prints the same table; a run that
+#     fails stops it with one line;
 #   - scripts/passkey_sweep.sh: transformer-fam, its window without the memory (transformer-fam:bswa) and fox-pro
 #     on one passkey set, each run asked at two lengths, a table of accuracies; fox-pro asked again with --acp 1
 #     gives the same 4 answers; the figure of its runs; a model spec it does not know is one line and exit 2.
@@ -33,6 +34,11 @@ BIN=$BIN VOCAB=64 SEQ=32 BATCH=4 STEPS=6 sh scripts/mqar_sweep.sh "$tmp/mq" "2 4
 st=$?
 [ $st -eq 0 ] && cmp -s "$tmp/mq.txt" "$tmp/mq2.txt" && [ "$(find "$tmp/mq" -name '*.log' -newer "$tmp/mq.txt" | wc -l)" -eq 0 ]
 check $? "run again over the same directory: nothing trained, the same table"
+BIN=$BIN VOCAB=64 SEQ=32 BATCH=4 STEPS=6 sh scripts/mqar_sweep.sh "$tmp/mq" "2" "nosuch" > /dev/null 2> "$tmp/mqbad.err"
+st=$?
+[ $st -eq 1 ] && [ "$(wc -l < "$tmp/mqbad.err")" -eq 1 ] &&
+    grep -q "^error: nosuch_kv2 failed, see $tmp/mq/nosuch_kv2.log: error: --model nosuch: unknown preset" "$tmp/mqbad.err"
+check $? "a run that fails stops the sweep, exit $st, one line naming the run, its log and its error: $(head -c 200 "$tmp/mqbad.err")"
 
 PK="BIN=$BIN SEQ=128 TRAIN=64 STEPS=4 BATCH=2 BLOCK=32 WINDOW=1 MEMORY=4 LENGTHS=128,256 TRIALS=2"
 env $PK sh scripts/passkey_sweep.sh "$tmp/pk" "transformer-fam transformer-fam:bswa fox-pro" > "$tmp/pk.txt" 2> "$tmp/pk.err"
