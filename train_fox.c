@@ -1478,7 +1478,7 @@ static void fam_block_forward(Model *m, int l, int B, int T) {
     AttnLayer al = attn_layer(m, l, B, T);
     const creal *c = model_has_c(m) ? al.c : NULL;
     attention_inputs_forward(m, l, B, T);
-    if (m->cfg.fam_memory > 0) {  // without a memory (BSWA alone) the tokens read their window only
+    if (fox_fam_has_memory(&m->cfg)) {
         if (l < m->cfg.n_layer - 1) fam_prompt_forward(m, l);
         fam_memory_forward(m, l, B, T, al.k, al.v, c);
     }
@@ -1811,7 +1811,7 @@ static void fam_block_backward(Model *m, int l, int B, int T) {
     zero(m->fs.dk, states);
     zero(m->fs.dv, states);
     fam_token_attention_backward(m, l, g->dq, g->dk, g->dv, dc, g->d_o, al.q, al.k, al.v, al.o, al.lse, c, B, T);
-    if (m->cfg.fam_memory > 0) {
+    if (fox_fam_has_memory(&m->cfg)) {
         fam_memory_backward(m, l, B, T, al.k, al.v, c, g->dk, g->dv, dc);
         if (l < m->cfg.n_layer - 1) fam_prompt_backward(m, l);
     }
@@ -1993,7 +1993,7 @@ static void model_prefill(Model *m, const int *tokens, int T, real *logits) {
             memcpy(kc->gsa_U + to, gl.U + from, state * sizeof(real));
         }
     }
-    for (int l = 0; l < cfg->n_layer && cfg->arch == FOX_ARCH_FAM && cfg->fam_memory > 0; l++) {  // FAM: the memory the next block reads
+    for (int l = 0; l < cfg->n_layer && fox_fam_has_memory(cfg); l++) {  // FAM: the memory the next block reads
         FamShape fs = fam_shape(cfg, T);
         FamRows f = fam_rows_at(m, &kc->fam, (size_t)l * B * fs.M);
         memcpy(f.x, fam_state(m, l, fs.nfull, B, T).x, (size_t)B * fs.M * D * sizeof(real));
@@ -2167,7 +2167,7 @@ static void decode_attention_block(Model *m, int l, int t, const int *tokens) {
     attention_output(m, l, kc->z, kc->on, kc->rstd, kc->o, kc->proj, B);
     matmul_forward(kc->y, kc->z, param(m, FOX_P_attn_out_w, l), B, D, D);
     residual_add(kc->x, kc->x, kc->y, (size_t)B * D);
-    if (cfg->arch == FOX_ARCH_FAM && cfg->fam_memory > 0 && (t + 1) % cfg->fam_block == 0) fam_decode_update(m, l, t);
+    if (fox_fam_has_memory(cfg) && (t + 1) % cfg->fam_block == 0) fam_decode_update(m, l, t);
 }
 
 // Block l's GSA for the new tokens (one per sequence): the recurrence's step from the cached states, x += W_o z.

@@ -988,7 +988,7 @@ static void fam_upload_window(Model *m, int B, int T) {
 // (FAM paper eq. 1 with the memory); with --fam-memory 0 the window alone (BSWA). CPU: fam_block_forward.
 static void fam_block_forward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
-    int memory = m->cfg.fam_memory > 0;  // without one (BSWA alone) the tokens read their window only
+    int memory = fox_fam_has_memory(&m->cfg);
     attention_inputs_forward(m, l, B, T);
     if (memory && l < m->cfg.n_layer - 1) fam_prompt_forward(m, l);
     if (memory) fam_memory_forward(m, l, B, T);
@@ -1445,7 +1445,7 @@ static void fam_block_backward(Model *m, int l, int B, int T) {
     Acts *a = &m->a;
     Scratch *s = &m->s;
     FamScratch *g = &m->fs;
-    int H = m->cfg.n_head, memory = m->cfg.fam_memory > 0;
+    int H = m->cfg.n_head, memory = fox_fam_has_memory(&m->cfg);
     attention_output_backward(m, l, B, T);
     FoxAttnSums sums = fox_attention_backward_keys(a->q[l], a->k[l], a->v[l], attention_c(m, l), a->o[l], a->lse[l], s->d_o,
                                                    s->dc, s->dk, s->dv, s->attn_scratch, B, H, T, m->Dh, a->fam_q_last,
@@ -1553,7 +1553,7 @@ static void model_backward(Model *m, const int *inputs, int B, int T, float dlos
         else attention_block_backward(m, l, B, T);
         reduce_final_grads(m, reduce, -1, l);
     }
-    if (cfg->arch == FOX_ARCH_FAM && cfg->fam_memory > 0) {  // the prompt's gradient at layer 0 is fam_init's
+    if (fox_fam_has_memory(cfg)) {  // the prompt's gradient at layer 0 is fam_init's
         fam_sum_rows(grad(m, FOX_P_fam_init, 0), m->fs.dprompt[0], 1, (size_t)cfg->fam_memory * D, 1, m->stream);
         reduce_final_grads(m, reduce, FOX_P_fam_init, 0);
     }
@@ -1832,7 +1832,7 @@ static void model_prefill(Model *m, const int *tokens, int T, float *logits) {
     kc->prefilling = 1;
     model_forward(m, tokens, NULL, m->B, T);
     kc->prefilling = 0;
-    if (m->cfg.arch == FOX_ARCH_FAM && m->cfg.fam_memory > 0) fam_prefill_memory(m, T);
+    if (fox_fam_has_memory(&m->cfg)) fam_prefill_memory(m, T);
     for (int b = 0; b < m->B; b++) model_logits_rows(m, b * T + T - 1, 1, logits + (size_t)b * V);
     if (kc->doc_start) {  // each sequence's latest separator in the prompt (0: none), for ACP's first key
         int *start = (int *)fox_calloc((size_t)m->B, sizeof(int));
@@ -1950,7 +1950,7 @@ static void model_decode(Model *m, const int *tokens, float *logits) {
     if (!kc->step || kc->step_acp != m->acp) decode_step_capture(m);
     FOX_CUDA_CHECK(cudaGraphLaunch(kc->step, m->stream));
     // FAM after a block's last token: every layer's memory update, outside the graph (which serves every position).
-    if (cfg->arch == FOX_ARCH_FAM && cfg->fam_memory > 0 && (t + 1) % cfg->fam_block == 0)
+    if (fox_fam_has_memory(cfg) && (t + 1) % cfg->fam_block == 0)
         for (int l = 0; l < cfg->n_layer; l++) fam_decode_update(m, l, t / cfg->fam_block);
     if (B > m->ce_rows) {
         model_logits_rows(m, 0, B, logits);

@@ -143,6 +143,10 @@ static inline size_t fox_param_offset(const FoxLayout *lay, int which, int layer
 
 static inline int fox_head_dim(const FoxConfig *cfg) { return cfg->d_model / cfg->n_head; }
 
+// TransformerFAM with its feedback memory; without one (--fam-memory 0, BSWA alone) its tokens read their window
+// only, and there are no memory states, updates or fam_init (docs/model.md §1.10).
+static inline int fox_fam_has_memory(const FoxConfig *cfg) { return cfg->arch == FOX_ARCH_FAM && cfg->fam_memory > 0; }
+
 // First row of each FOX_ATTN_IN_ROWS block in attn_in_w (the column in a row of its output), -1 when
 // absent; width: the rows of attn_in_w; wide: the rows of its d_model-row blocks (q, k, v, the output gate),
 // which come first; the per-head logits' blocks follow (the GPU keeps the two parts of a row in bf16 and fp32,
