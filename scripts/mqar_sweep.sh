@@ -19,6 +19,10 @@ SEQ=${SEQ:-256}
 VOCAB=${VOCAB:-8192}
 BATCH=${BATCH:-64}
 EXTRA=${EXTRA:-}
+for kv in $KVS; do
+    [ -e "$OUT/data_kv$kv/mqar.json" ] || [ -x ./fox_data ] ||
+        { echo "error: ./fox_data, which writes the MQAR sets, is not built here: make fox_data" >&2; exit 2; }
+done
 mkdir -p "$OUT"
 for kv in $KVS; do
     [ -e "$OUT/data_kv$kv/mqar.json" ] || ./fox_data mqar --out "$OUT/data_kv$kv" --vocab "$VOCAB" --num-kv "$kv" --seq-len "$SEQ" > /dev/null

@@ -29,6 +29,11 @@ LENGTHS=${LENGTHS:-$SEQ,$((2 * SEQ)),$((4 * SEQ)),$((8 * SEQ))}
 TRIALS=${TRIALS:-20}
 EXTRA=${EXTRA:-}
 PY=${PYTHON:-python3}
+for spec in $MODELS; do  # every spec before anything is written or trained
+    case "$spec" in *:*) [ "${spec#*:}" = bswa ] || { echo "error: $spec: a model is a preset or preset:bswa" >&2; exit 2; } ;; esac
+done
+[ -e "$OUT/data/passkey.json" ] || [ -x ./fox_data ] ||
+    { echo "error: ./fox_data, which writes the passkey set, is not built here: make fox_data" >&2; exit 2; }
 mkdir -p "$OUT/runs"
 [ -e "$OUT/data/passkey.json" ] || ./fox_data passkey --out "$OUT/data" --seq-len "$SEQ" --train-examples "$TRAIN" > /dev/null
 names=""
@@ -40,9 +45,6 @@ for spec in $MODELS; do
     if [ "$spec" = "$model:bswa" ]; then
         name=${model%-fam}-bswa
         fam="--fam-block $BLOCK --fam-window-blocks $WINDOW --fam-memory 0"
-    elif [ "$spec" != "$model" ]; then
-        echo "error: $spec: a model is a preset or preset:bswa" >&2
-        exit 2
     fi
     names="$names $name"
     run="$OUT/runs/$name"

@@ -6,7 +6,9 @@
 #     fails stops it with one line;
 #   - scripts/passkey_sweep.sh: transformer-fam, its window without the memory (transformer-fam:bswa) and fox-pro
 #     on one passkey set, each run asked at two lengths, a table of accuracies; fox-pro asked again with --acp 1
-#     gives the same 4 answers; the figure of its runs; a model spec it does not know is one line and exit 2.
+#     gives the same 4 answers; the figure of its runs; a model spec it does not know is one line and exit 2, before
+#     anything is written;
+#   - either sweep where ./fox_data is not built: one line naming it, exit 2.
 set -u
 BIN=${1:-./train_fox_cpu}
 PY=${PYTHON:-python3}
@@ -51,9 +53,23 @@ head -n 1 "$tmp/pk.txt" | grep -q "^model  *L=128  *L=256$" && table_ok "$tmp/pk
 check $((st + $?)) "passkey_sweep.sh: transformer-fam, its BSWA and fox-pro on one passkey set, exit $st, a table: $(tr '\n' '|' < "$tmp/pk.txt")"
 $PY scripts/plot.py passkey "$tmp"/pk/runs/*/ --out "$tmp/pk.png" > "$tmp/plot.txt" 2>&1 && [ -s "$tmp/pk.png" ]
 check $? "the figure its header names, scripts/plot.py passkey OUT/runs/*/ (4 runs): $(tail -n 1 "$tmp/plot.txt")"
-env $PK sh scripts/passkey_sweep.sh "$tmp/pk" "fox-pro:memoryless" > /dev/null 2> "$tmp/bad.err"
+env $PK sh scripts/passkey_sweep.sh "$tmp/pkbad" "fox-pro fox-pro:memoryless" > /dev/null 2> "$tmp/bad.err"
 st=$?
-[ $st -eq 2 ] && [ "$(wc -l < "$tmp/bad.err")" -eq 1 ] && grep -q "^error: fox-pro:memoryless: a model is a preset or preset:bswa" "$tmp/bad.err"
-check $? "a model spec it does not know: exit $st, $(cat "$tmp/bad.err")"
+[ $st -eq 2 ] && [ "$(wc -l < "$tmp/bad.err")" -eq 1 ] && grep -q "^error: fox-pro:memoryless: a model is a preset or preset:bswa" "$tmp/bad.err" &&
+    [ ! -e "$tmp/pkbad" ]
+check $? "a model spec it does not know, after a good one: exit $st, nothing written or trained, $(cat "$tmp/bad.err")"
+
+# Without ./fox_data where the sweep runs (a clone where only the trainer is built): one line naming it, exit 2.
+root=$(pwd)
+mkdir "$tmp/bare"
+(cd "$tmp/bare" && BIN=$root/$BIN sh "$root/scripts/mqar_sweep.sh" out "2" fox-pro > /dev/null 2> ../bare_mq.err)
+st=$?
+[ $st -eq 2 ] && [ "$(wc -l < "$tmp/bare_mq.err")" -eq 1 ] && grep -q "^error: ./fox_data, which writes the MQAR sets, is not built here: make fox_data" "$tmp/bare_mq.err"
+check $? "mqar_sweep.sh without ./fox_data: exit $st, $(cat "$tmp/bare_mq.err")"
+(cd "$tmp/bare" && BIN=$root/$BIN sh "$root/scripts/passkey_sweep.sh" out fox-pro > /dev/null 2> ../bare_pk.err)
+st=$?
+[ $st -eq 2 ] && [ "$(wc -l < "$tmp/bare_pk.err")" -eq 1 ] && grep -q "^error: ./fox_data, which writes the passkey set, is not built here: make fox_data" "$tmp/bare_pk.err" &&
+    [ -z "$(ls "$tmp/bare")" ]
+check $? "passkey_sweep.sh without ./fox_data: exit $st, nothing written, $(cat "$tmp/bare_pk.err")"
 
 finish
